@@ -1,0 +1,184 @@
+"""Encoder-only classifier (BERT-like): embeddings -> encoder blocks -> pooling -> class logits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
+
+from zoo.models.common import check_tokens, valid_positions
+from zoo.models.config import TransformerConfig
+from zoo.nn.attention import attention_mask
+from zoo.nn.block import BlockExtras, TransformerBlock
+from zoo.nn.dropout import Dropout, split_optional
+from zoo.nn.embedding import Embedder, check_token_ids
+from zoo.nn.linear import Linear
+from zoo.nn.norm import LayerNorm
+from zoo.nn.stack import LayerStack
+
+POOLINGS = ("first", "mean")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClassifierConfig(TransformerConfig):
+    """A sequence classifier. The defaults are BERT-base (uncased) shapes."""
+
+    vocab_size: int = 30522  # BERT uncased WordPiece vocabulary
+    d_model: int = 768  # model width
+    num_heads: int = 12  # attention heads
+    num_layers: int = 12  # encoder blocks
+    d_ff: int = 3072  # feed-forward width
+    max_positions: int = 512  # longest input
+    pad_id: int | None = 0  # [PAD]
+    num_classes: int = 2  # labels in [0, num_classes)
+    pooling: str = "first"  # first: the first token ([CLS]); mean: mean over non-pad tokens
+    pooler: bool = True  # dense + tanh on the pooled vector (BERT's pooler)
+    type_vocab_size: int = 2  # token-type (segment) embeddings; 0 disables them
+    classifier_dropout: float | None = None  # dropout before the class head (None: `dropout`)
+    norm_first: bool = False  # BERT is post-LN
+    embedding_norm: bool = True  # BERT normalises the embeddings
+    layer_norm_eps: float = 1e-12  # BERT's LayerNorm epsilon
+    activation: str = "gelu"  # exact (erf) GELU
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not isinstance(self.num_classes, int) or self.num_classes < 1:
+            raise ValueError(f"num_classes must be a positive integer, got {self.num_classes!r}")
+        if self.pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {POOLINGS}, got {self.pooling!r}")
+        if self.type_vocab_size < 0:
+            raise ValueError(f"type_vocab_size must be >= 0, got {self.type_vocab_size}")
+        rate = self.classifier_dropout
+        if rate is not None and not 0.0 <= rate < 1.0:
+            raise ValueError(f"classifier_dropout must be in [0, 1), got {rate}")
+
+
+class Classifier(eqx.Module):
+    """Encoder classifier for one sequence: `Int[Array, "seq"] -> Float[Array, "classes"]`.
+
+    Batch with `jax.vmap`. Called without a key the model is deterministic (no dropout).
+    """
+
+    config: ClassifierConfig = eqx.field(static=True)
+    embedder: Embedder
+    encoder: LayerStack
+    final_norm: LayerNorm | None
+    pooler: Linear | None
+    head_dropout: Dropout
+    head: Linear
+
+    def __init__(self, config: ClassifierConfig, *, key: PRNGKeyArray):
+        embed_key, layers_key, pooler_key, head_key = jax.random.split(key, 4)
+        c = config
+        self.config = c
+        self.embedder = Embedder(
+            c.vocab_size,
+            c.d_model,
+            c.max_positions,
+            type_vocab_size=c.type_vocab_size,
+            key=embed_key,
+            **c.embedder_kwargs(),
+        )
+        self.encoder = LayerStack(
+            lambda k: TransformerBlock(c.d_model, c.num_heads, c.d_ff, key=k, **c.block_kwargs()),
+            c.num_layers,
+            scan=c.scan_layers,
+            key=layers_key,
+        )
+        self.final_norm = (
+            LayerNorm(c.d_model, eps=c.layer_norm_eps, dtype=c.param_dtype)
+            if c.norm_first
+            else None
+        )
+        linear_kwargs = dict(init_std=c.init_std, dtype=c.param_dtype)
+        self.pooler = (
+            Linear(c.d_model, c.d_model, key=pooler_key, **linear_kwargs) if c.pooler else None
+        )
+        rate = c.dropout if c.classifier_dropout is None else c.classifier_dropout
+        self.head_dropout = Dropout(rate)
+        self.head = Linear(c.d_model, c.num_classes, key=head_key, **linear_kwargs)
+
+    def _encode(
+        self,
+        tokens: Array,
+        mask: Bool[Array, " seq"] | None,
+        token_types: Int[Array, " seq"] | None,
+        *,
+        key: PRNGKeyArray | None,
+        return_weights: bool = False,
+    ) -> tuple[Float[Array, "seq d_model"], Bool[Array, " seq"] | None, BlockExtras]:
+        c = self.config
+        tokens = check_tokens(tokens, vocab_size=c.vocab_size, max_positions=c.max_positions)
+        if token_types is not None:
+            if token_types.shape != tokens.shape:
+                raise ValueError(
+                    f"token_types must have the tokens' shape {tuple(tokens.shape)}, "
+                    f"got {tuple(token_types.shape)}"
+                )
+            if c.type_vocab_size == 0:
+                raise ValueError("token_types given but the config has type_vocab_size=0")
+            token_types = check_token_ids(token_types, c.type_vocab_size, what="token type")
+        embed_key, layers_key = split_optional(key, 2)
+        num_tokens = tokens.shape[0]
+        x = self.embedder(tokens, jnp.arange(num_tokens), token_types, key=embed_key)
+        valid = valid_positions(tokens, c.pad_id, mask)
+        attn_mask = attention_mask(num_tokens, valid, num_keys=num_tokens)
+        x, extras = self.encoder(x, mask=attn_mask, key=layers_key, return_weights=return_weights)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return x, valid, extras
+
+    def encode(
+        self,
+        tokens: Int[Array, " seq"],
+        mask: Bool[Array, " seq"] | None = None,
+        token_types: Int[Array, " seq"] | None = None,
+        *,
+        key: PRNGKeyArray | None = None,
+    ) -> Float[Array, "seq d_model"]:
+        """Contextual vectors of every position."""
+        hidden, _, _ = self._encode(tokens, mask, token_types, key=key)
+        return hidden
+
+    def pool(
+        self, hidden: Float[Array, "seq d_model"], valid: Bool[Array, " seq"] | None
+    ) -> Float[Array, " d_model"]:
+        """One vector per sequence: the first token's, or the mean over real tokens."""
+        if self.config.pooling == "first":
+            pooled = hidden[0]
+        else:
+            weights = (
+                jnp.ones(hidden.shape[0], hidden.dtype)
+                if valid is None
+                else valid.astype(hidden.dtype)
+            )
+            total = jnp.sum(hidden * weights[:, None], axis=0)
+            pooled = total / jnp.maximum(jnp.sum(weights), 1.0)
+        if self.pooler is not None:
+            pooled = jnp.tanh(self.pooler(pooled))
+        return pooled
+
+    def __call__(
+        self,
+        tokens: Int[Array, " seq"],
+        mask: Bool[Array, " seq"] | None = None,
+        token_types: Int[Array, " seq"] | None = None,
+        *,
+        key: PRNGKeyArray | None = None,
+    ) -> Float[Array, " classes"]:
+        """Class logits. `mask` (True = real token) overrides padding derived from `pad_id`."""
+        encode_key, head_key = split_optional(key, 2)
+        hidden, valid, _ = self._encode(tokens, mask, token_types, key=encode_key)
+        pooled = self.head_dropout(self.pool(hidden, valid), key=head_key)
+        return self.head(pooled)
+
+    def attention_maps(
+        self, tokens: Int[Array, " seq"], mask: Bool[Array, " seq"] | None = None
+    ) -> Float[Array, "layers heads seq seq"]:
+        """Attention weights of every layer and head (inference mode, no dropout)."""
+        _, _, extras = self._encode(tokens, mask, None, key=None, return_weights=True)
+        assert extras.self_weights is not None
+        return extras.self_weights

@@ -1,0 +1,65 @@
+"""Input checks and small pieces every flavor uses."""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float, Int
+
+from zoo.nn.embedding import check_token_ids
+
+
+class DecodeCache(eqx.Module):
+    """Self-attention keys/values of every decoder layer plus how many positions are filled."""
+
+    keys: Float[Array, "layers max_len heads head_dim"]
+    values: Float[Array, "layers max_len heads head_dim"]
+    index: Int[Array, ""]
+
+
+def check_tokens(
+    tokens: Array, *, vocab_size: int, max_positions: int, name: str = "tokens"
+) -> Int[Array, " seq"]:
+    """Check rank, length and id range of one example's token ids (id range also under jit)."""
+    if tokens.ndim != 1:
+        raise ValueError(
+            f"{name} must be Int[Array, 'seq'] (one example), got shape {tuple(tokens.shape)}; "
+            "for a batch of examples use jax.vmap(model)(batch)"
+        )
+    if not jnp.issubdtype(tokens.dtype, jnp.integer):
+        raise TypeError(f"{name} must hold integer token ids, got dtype {tokens.dtype}")
+    if tokens.shape[0] == 0:
+        raise ValueError(f"{name} is empty; pass at least one token")
+    if tokens.shape[0] > max_positions:
+        raise ValueError(
+            f"{name} has {tokens.shape[0]} positions but the model takes at most "
+            f"max_positions={max_positions}; truncate the input or build a model with a larger "
+            "max_positions"
+        )
+    return check_token_ids(tokens, vocab_size, what=name)
+
+
+def valid_positions(
+    tokens: Int[Array, " seq"], pad_id: int | None, mask: Bool[Array, " seq"] | None
+) -> Bool[Array, " seq"] | None:
+    """True at real tokens: the explicit `mask` if given, else `tokens != pad_id`."""
+    if mask is not None:
+        if mask.shape != tokens.shape:
+            raise ValueError(
+                f"mask must have the tokens' shape {tuple(tokens.shape)}, got {tuple(mask.shape)}"
+            )
+        return mask.astype(bool)
+    if pad_id is None:
+        return None
+    return tokens != pad_id
+
+
+def check_cache_room(index: Array, new: int, capacity: int, max_positions: int) -> Array:
+    """Raise (under jit too) if `new` more positions do not fit the cache or the model."""
+    limit = min(capacity, max_positions)
+    return eqx.error_if(
+        index,
+        index + new > limit,
+        f"decoding past the end: the cache holds {capacity} positions and the model takes "
+        f"{max_positions}; shorten the prompt or generate fewer tokens",
+    )

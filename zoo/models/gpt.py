@@ -1,0 +1,173 @@
+"""Decoder-only GPT: token + learned positions -> causal blocks -> LayerNorm -> vocabulary."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
+
+from zoo.models.common import DecodeCache, check_cache_room, check_tokens, valid_positions
+from zoo.models.config import TransformerConfig
+from zoo.nn.attention import KVCache, attention_mask
+from zoo.nn.block import BlockExtras, TransformerBlock
+from zoo.nn.dropout import split_optional
+from zoo.nn.embedding import Embedder
+from zoo.nn.linear import Linear
+from zoo.nn.norm import LayerNorm
+from zoo.nn.stack import LayerStack
+
+
+@dataclass(frozen=True, kw_only=True)
+class GPTConfig(TransformerConfig):
+    """A causal language model. The defaults are GPT-2 small (124M)."""
+
+    vocab_size: int = 50257  # GPT-2's byte-level BPE vocabulary
+    d_model: int = 768  # model width
+    num_heads: int = 12  # attention heads
+    num_layers: int = 12  # decoder blocks
+    d_ff: int = 3072  # feed-forward width (4 * d_model)
+    max_positions: int = 1024  # context length
+    pad_id: int | None = None  # GPT-2 has no padding token
+    bos_id: int | None = None  # token that starts a document, if any
+    eos_id: int | None = None  # token that ends a document: generation stops on it
+    activation: str = "gelu_tanh"  # GPT-2's "gelu_new"
+    tie_embeddings: bool = True  # output projection = token embedding transposed
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._check_token_id("bos_id", self.bos_id)
+        self._check_token_id("eos_id", self.eos_id)
+
+
+class GPT(eqx.Module):
+    """Causal decoder for one sequence: `Int[Array, "seq"] -> Float[Array, "seq vocab"]`.
+
+    Batch with `jax.vmap`. Called without a key the model is deterministic (no dropout).
+    """
+
+    config: GPTConfig = eqx.field(static=True)
+    embedder: Embedder
+    layers: LayerStack
+    final_norm: LayerNorm | None
+    head: Linear | None
+
+    def __init__(self, config: GPTConfig, *, key: PRNGKeyArray):
+        embed_key, layers_key, head_key = jax.random.split(key, 3)
+        c = config
+        self.config = c
+        self.embedder = Embedder(
+            c.vocab_size, c.d_model, c.max_positions, key=embed_key, **c.embedder_kwargs()
+        )
+        self.layers = LayerStack(
+            lambda k: TransformerBlock(c.d_model, c.num_heads, c.d_ff, key=k, **c.block_kwargs()),
+            c.num_layers,
+            scan=c.scan_layers,
+            key=layers_key,
+        )
+        self.final_norm = (
+            LayerNorm(c.d_model, eps=c.layer_norm_eps, dtype=c.param_dtype)
+            if c.norm_first
+            else None
+        )
+        self.head = (
+            None
+            if c.tie_embeddings
+            else Linear(
+                c.d_model,
+                c.vocab_size,
+                use_bias=False,
+                init_std=c.init_std,
+                dtype=c.param_dtype,
+                key=head_key,
+            )
+        )
+
+    def _logits(self, x: Float[Array, "seq d_model"]) -> Float[Array, "seq vocab"]:
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        if self.head is not None:
+            return self.head(x)
+        assert self.embedder.token_weight is not None
+        return x @ self.embedder.token_weight.T
+
+    def _run(
+        self,
+        tokens: Array,
+        mask: Bool[Array, " seq"] | None,
+        *,
+        key: PRNGKeyArray | None,
+        cache: DecodeCache | None = None,
+        return_weights: bool = False,
+    ) -> tuple[Float[Array, "seq vocab"], BlockExtras]:
+        c = self.config
+        tokens = check_tokens(tokens, vocab_size=c.vocab_size, max_positions=c.max_positions)
+        num_tokens = tokens.shape[0]
+        embed_key, layers_key = split_optional(key, 2)
+        index = jnp.zeros((), jnp.int32) if cache is None else cache.index
+        x = self.embedder(tokens, index + jnp.arange(num_tokens), key=embed_key)
+        layer_cache = None
+        if cache is None:
+            key_valid = valid_positions(tokens, c.pad_id, mask)
+            attn_mask = attention_mask(num_tokens, key_valid, causal=True, num_keys=num_tokens)
+        else:
+            layer_cache = KVCache(cache.keys, cache.values)
+            attn_mask = attention_mask(
+                num_tokens, None, num_keys=cache.keys.shape[1], causal=True, query_offset=index
+            )
+        x, extras = self.layers(
+            x,
+            mask=attn_mask,
+            cache=layer_cache,
+            cache_index=index,
+            key=layers_key,
+            return_weights=return_weights,
+        )
+        return self._logits(x), extras
+
+    def __call__(
+        self,
+        tokens: Int[Array, " seq"],
+        mask: Bool[Array, " seq"] | None = None,
+        *,
+        key: PRNGKeyArray | None = None,
+    ) -> Float[Array, "seq vocab"]:
+        """Next-token logits at every position. `mask` (True = real token) overrides `pad_id`."""
+        logits, _ = self._run(tokens, mask, key=key)
+        return logits
+
+    def attention_maps(
+        self, tokens: Int[Array, " seq"], mask: Bool[Array, " seq"] | None = None
+    ) -> Float[Array, "layers heads seq seq"]:
+        """Attention weights of every layer and head (inference mode, no dropout)."""
+        _, extras = self._run(tokens, mask, key=None, return_weights=True)
+        assert extras.self_weights is not None
+        return extras.self_weights
+
+    def init_cache(self, max_len: int | None = None, dtype=None) -> DecodeCache:
+        """An empty KV cache for `max_len` positions (default `max_positions`)."""
+        max_len = self.config.max_positions if max_len is None else max_len
+        if max_len > self.config.max_positions:
+            raise ValueError(f"max_len={max_len} exceeds max_positions={self.config.max_positions}")
+        dtype = self.config.param_dtype if dtype is None else dtype
+        kv = self.layers.init_cache(max_len, dtype)
+        return DecodeCache(kv.keys, kv.values, jnp.zeros((), jnp.int32))
+
+    def extend(
+        self, tokens: Int[Array, " seq"], cache: DecodeCache
+    ) -> tuple[Float[Array, "seq vocab"], DecodeCache]:
+        """Feed `tokens` after the `cache.index` positions already cached (incremental decoding).
+
+        Returns their logits and the cache with them added. Logits equal those of running the
+        whole sequence through `__call__`.
+        """
+        index = check_cache_room(
+            cache.index, tokens.shape[0], cache.keys.shape[1], self.config.max_positions
+        )
+        cache = DecodeCache(cache.keys, cache.values, index)
+        logits, extras = self._run(tokens, None, key=None, cache=cache)
+        assert extras.cache is not None
+        new_cache = DecodeCache(extras.cache.keys, extras.cache.values, index + tokens.shape[0])
+        return logits, new_cache

@@ -1,0 +1,293 @@
+"""Encoder-decoder translator ("Attention is all you need"): encode the source, decode the target."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
+
+from zoo.models.common import DecodeCache, check_cache_room, check_tokens, valid_positions
+from zoo.models.config import TransformerConfig
+from zoo.nn.attention import KVCache, attention_mask
+from zoo.nn.block import BlockExtras, TransformerBlock
+from zoo.nn.dropout import split_optional
+from zoo.nn.embedding import Embedder
+from zoo.nn.linear import Linear
+from zoo.nn.norm import LayerNorm
+from zoo.nn.stack import LayerStack
+
+
+@dataclass(frozen=True, kw_only=True)
+class TranslatorConfig(TransformerConfig):
+    """A sequence-to-sequence model. The defaults are the paper's base model."""
+
+    vocab_size: int = 37000  # source vocabulary (the paper: 37k shared BPE)
+    target_vocab_size: int | None = None  # target vocabulary; None: same as vocab_size
+    num_decoder_layers: int | None = None  # decoder blocks; None: same as num_layers
+    max_positions: int = 1024  # longest source or target
+    pad_id: int | None = 0  # padding id, in both vocabularies
+    bos_id: int = 1  # target token that starts decoding
+    eos_id: int = 2  # target token that ends a translation
+    activation: str = "relu"  # the paper's feed-forward activation
+    norm_first: bool = False  # the paper is post-LN
+    positions: str = "sinusoidal"  # the paper's fixed encoding
+    scale_embeddings: bool = True  # embeddings times sqrt(d_model), as in the paper
+    share_embeddings: bool = True  # one token table for source and target (needs one vocabulary)
+    tie_output: bool = True  # output projection = target token table transposed
+    output_bias: bool = False  # a bias on the output logits (MarianMT's final_logits_bias)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.target_vocab_size is not None and self.target_vocab_size <= 0:
+            raise ValueError(f"target_vocab_size must be positive, got {self.target_vocab_size}")
+        if self.num_decoder_layers is not None and self.num_decoder_layers <= 0:
+            raise ValueError(f"num_decoder_layers must be positive, got {self.num_decoder_layers}")
+        if self.share_embeddings and self.tgt_vocab != self.vocab_size:
+            raise ValueError(
+                f"share_embeddings needs one vocabulary, but vocab_size={self.vocab_size} and "
+                f"target_vocab_size={self.tgt_vocab}; set share_embeddings=False"
+            )
+        for name in ("bos_id", "eos_id", "pad_id"):
+            self._check_token_id(name, getattr(self, name), self.tgt_vocab)
+
+    @property
+    def tgt_vocab(self) -> int:
+        """Size of the target vocabulary."""
+        return self.vocab_size if self.target_vocab_size is None else self.target_vocab_size
+
+    @property
+    def decoder_layers(self) -> int:
+        """Number of decoder blocks."""
+        return self.num_layers if self.num_decoder_layers is None else self.num_decoder_layers
+
+
+class TranslatorState(eqx.Module):
+    """Everything incremental decoding needs about one source: cross keys/values and the cache."""
+
+    cross_keys: Float[Array, "layers src heads head_dim"]
+    cross_values: Float[Array, "layers src heads head_dim"]
+    source_valid: Bool[Array, " src"]
+    cache: DecodeCache
+
+
+class Translator(eqx.Module):
+    """Encoder-decoder for one pair: `(Int["src"], Int["tgt"]) -> Float["tgt vocab"]`.
+
+    Teacher-forced: `tgt` starts with `bos_id` and logits at position i predict token i+1.
+    Batch with `jax.vmap`. Called without a key the model is deterministic (no dropout).
+    """
+
+    config: TranslatorConfig = eqx.field(static=True)
+    source_embedder: Embedder
+    target_embedder: Embedder
+    encoder: LayerStack
+    encoder_norm: LayerNorm | None
+    decoder: LayerStack
+    decoder_norm: LayerNorm | None
+    output_proj: Linear | None
+    output_bias: Float[Array, " vocab"] | None
+
+    def __init__(self, config: TranslatorConfig, *, key: PRNGKeyArray):
+        keys = jax.random.split(key, 5)
+        c = config
+        self.config = c
+        self.source_embedder = Embedder(
+            c.vocab_size, c.d_model, c.max_positions, key=keys[0], **c.embedder_kwargs()
+        )
+        self.target_embedder = Embedder(
+            c.tgt_vocab,
+            c.d_model,
+            c.max_positions,
+            own_tokens=not c.share_embeddings,
+            key=keys[1],
+            **c.embedder_kwargs(),
+        )
+        self.encoder = LayerStack(
+            lambda k: TransformerBlock(c.d_model, c.num_heads, c.d_ff, key=k, **c.block_kwargs()),
+            c.num_layers,
+            scan=c.scan_layers,
+            key=keys[2],
+        )
+        self.decoder = LayerStack(
+            lambda k: TransformerBlock(
+                c.d_model, c.num_heads, c.d_ff, cross_attention=True, key=k, **c.block_kwargs()
+            ),
+            c.decoder_layers,
+            scan=c.scan_layers,
+            key=keys[3],
+        )
+        norm = lambda: LayerNorm(c.d_model, eps=c.layer_norm_eps, dtype=c.param_dtype)
+        self.encoder_norm = norm() if c.norm_first else None
+        self.decoder_norm = norm() if c.norm_first else None
+        self.output_proj = (
+            None
+            if c.tie_output
+            else Linear(
+                c.d_model,
+                c.tgt_vocab,
+                use_bias=False,
+                init_std=c.init_std,
+                dtype=c.param_dtype,
+                key=keys[4],
+            )
+        )
+        self.output_bias = jnp.zeros((c.tgt_vocab,), c.param_dtype) if c.output_bias else None
+
+    @property
+    def target_token_weight(self) -> Float[Array, "vocab d_model"]:
+        """The target token table (the source's when embeddings are shared)."""
+        table = self.target_embedder.token_weight
+        if table is None:
+            table = self.source_embedder.token_weight
+        assert table is not None
+        return table
+
+    # ---------------------------------------------------------------- encoder
+
+    def _encode(self, src, src_mask, *, key, return_weights=False):
+        c = self.config
+        src = check_tokens(src, vocab_size=c.vocab_size, max_positions=c.max_positions, name="src")
+        embed_key, layers_key = split_optional(key, 2)
+        num_src = src.shape[0]
+        x = self.source_embedder(src, jnp.arange(num_src), key=embed_key)
+        valid = valid_positions(src, c.pad_id, src_mask)
+        if valid is None:
+            valid = jnp.ones((num_src,), bool)
+        mask = attention_mask(num_src, valid, num_keys=num_src)
+        x, extras = self.encoder(x, mask=mask, key=layers_key, return_weights=return_weights)
+        if self.encoder_norm is not None:
+            x = self.encoder_norm(x)
+        return x, valid, extras
+
+    def encode(
+        self,
+        src: Int[Array, " src"],
+        src_mask: Bool[Array, " src"] | None = None,
+        *,
+        key: PRNGKeyArray | None = None,
+    ) -> Float[Array, "src d_model"]:
+        """Encoder output (the memory the decoder attends to)."""
+        memory, _, _ = self._encode(src, src_mask, key=key)
+        return memory
+
+    # ---------------------------------------------------------------- decoder
+
+    def _decode(self, tgt, cross_kv, source_valid, *, key, cache=None, return_weights=False):
+        c = self.config
+        tgt = check_tokens(tgt, vocab_size=c.tgt_vocab, max_positions=c.max_positions, name="tgt")
+        embed_key, layers_key = split_optional(key, 2)
+        num_tgt = tgt.shape[0]
+        index = jnp.zeros((), jnp.int32) if cache is None else cache.index
+        x = self.target_embedder(
+            tgt, index + jnp.arange(num_tgt), token_weight=self.target_token_weight, key=embed_key
+        )
+        # Targets are right-padded and attention is causal, so real positions never see padding
+        # (and a bos_id equal to pad_id, as in MarianMT, stays visible).
+        num_keys = num_tgt if cache is None else cache.keys.shape[1]
+        self_mask = attention_mask(
+            num_tgt, None, num_keys=num_keys, causal=True, query_offset=index
+        )
+        cross_mask = attention_mask(num_tgt, source_valid, num_keys=source_valid.shape[0])
+        layer_cache = None if cache is None else KVCache(cache.keys, cache.values)
+        x, extras = self.decoder(
+            x,
+            mask=self_mask,
+            cross_kv=cross_kv,
+            cross_mask=cross_mask,
+            cache=layer_cache,
+            cache_index=index,
+            key=layers_key,
+            return_weights=return_weights,
+        )
+        if self.decoder_norm is not None:
+            x = self.decoder_norm(x)
+        if self.output_proj is not None:
+            logits = self.output_proj(x)
+        else:
+            logits = x @ self.target_token_weight.T
+        if self.output_bias is not None:
+            logits = logits + self.output_bias[None, :]
+        return logits, extras
+
+    def decode(
+        self,
+        tgt: Int[Array, " tgt"],
+        memory: Float[Array, "src d_model"],
+        src_mask: Bool[Array, " src"] | None = None,
+        *,
+        key: PRNGKeyArray | None = None,
+    ) -> Float[Array, "tgt vocab"]:
+        """Teacher-forced decoder logits given the encoder memory.
+
+        `src_mask` marks real source positions (derive it from the source with `pad_id`); without
+        it every memory position is attended to.
+        """
+        valid = jnp.ones(memory.shape[0], bool) if src_mask is None else src_mask.astype(bool)
+        logits, _ = self._decode(tgt, self.decoder.cross_kv(memory), valid, key=key)
+        return logits
+
+    def __call__(
+        self,
+        src: Int[Array, " src"],
+        tgt: Int[Array, " tgt"],
+        src_mask: Bool[Array, " src"] | None = None,
+        *,
+        key: PRNGKeyArray | None = None,
+    ) -> Float[Array, "tgt vocab"]:
+        """Teacher-forced logits: position i of `tgt` predicts token i+1."""
+        encode_key, decode_key = split_optional(key, 2)
+        memory, valid, _ = self._encode(src, src_mask, key=encode_key)
+        logits, _ = self._decode(tgt, self.decoder.cross_kv(memory), valid, key=decode_key)
+        return logits
+
+    def attention_maps(
+        self, src: Int[Array, " src"], tgt: Int[Array, " tgt"]
+    ) -> dict[str, Float[Array, "layers heads q k"]]:
+        """Weights per layer and head: `encoder` [src, src], `decoder` [tgt, tgt], `cross` [tgt, src]."""
+        memory, valid, enc = self._encode(src, None, key=None, return_weights=True)
+        _, dec = self._decode(
+            tgt, self.decoder.cross_kv(memory), valid, key=None, return_weights=True
+        )
+        return {
+            "encoder": enc.self_weights,
+            "decoder": dec.self_weights,
+            "cross": dec.cross_weights,
+        }
+
+    # ---------------------------------------------------------------- incremental decoding
+
+    def start_decoding(
+        self,
+        src: Int[Array, " src"],
+        max_len: int,
+        src_mask: Bool[Array, " src"] | None = None,
+    ) -> TranslatorState:
+        """Encode `src` once, compute every layer's cross keys/values, allocate the cache."""
+        if max_len > self.config.max_positions:
+            raise ValueError(f"max_len={max_len} exceeds max_positions={self.config.max_positions}")
+        memory, valid, _ = self._encode(src, src_mask, key=None)
+        cross_keys, cross_values = self.decoder.cross_kv(memory)
+        kv = self.decoder.init_cache(max_len, memory.dtype)
+        cache = DecodeCache(kv.keys, kv.values, jnp.zeros((), jnp.int32))
+        return TranslatorState(cross_keys, cross_values, valid, cache)
+
+    def decode_step(
+        self, tgt: Int[Array, " seq"], state: TranslatorState
+    ) -> tuple[Float[Array, "seq vocab"], TranslatorState]:
+        """Feed target tokens after those already cached; returns their logits and the new state."""
+        cache = state.cache
+        index = check_cache_room(
+            cache.index, tgt.shape[0], cache.keys.shape[1], self.config.max_positions
+        )
+        cache = DecodeCache(cache.keys, cache.values, index)
+        logits, extras = self._decode(
+            tgt, (state.cross_keys, state.cross_values), state.source_valid, key=None, cache=cache
+        )
+        assert isinstance(extras, BlockExtras) and extras.cache is not None
+        new_cache = DecodeCache(extras.cache.keys, extras.cache.values, index + tgt.shape[0])
+        return logits, TranslatorState(
+            state.cross_keys, state.cross_values, state.source_valid, new_cache
+        )

@@ -1,0 +1,37 @@
+"""Shared per-example layers: attention, embeddings, feed-forward, blocks, stacks."""
+
+from zoo.nn.attention import (
+    KVCache,
+    MultiHeadAttention,
+    attention_mask,
+    attention_weights,
+    causal_mask,
+    dot_product_attention,
+)
+from zoo.nn.block import BlockExtras, TransformerBlock
+from zoo.nn.dropout import Dropout
+from zoo.nn.embedding import Embedder, check_token_ids, sinusoidal_positions
+from zoo.nn.feedforward import ACTIVATIONS, FeedForward
+from zoo.nn.linear import Linear
+from zoo.nn.norm import LayerNorm
+from zoo.nn.stack import LayerStack
+
+__all__ = [
+    "ACTIVATIONS",
+    "BlockExtras",
+    "Dropout",
+    "Embedder",
+    "FeedForward",
+    "KVCache",
+    "LayerNorm",
+    "LayerStack",
+    "Linear",
+    "MultiHeadAttention",
+    "TransformerBlock",
+    "attention_mask",
+    "attention_weights",
+    "causal_mask",
+    "check_token_ids",
+    "dot_product_attention",
+    "sinusoidal_positions",
+]

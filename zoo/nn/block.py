@@ -1,0 +1,170 @@
+"""One transformer layer: self-attention, optional cross-attention, feed-forward.
+
+An encoder block is a `TransformerBlock` without cross-attention run with a padding mask; a
+decoder block runs with a causal mask and, in a translator, cross-attends to the encoder memory.
+LayerNorm sits before each sub-layer (`norm_first=True`, GPT-2) or after the residual sum
+(`norm_first=False`, the original Transformer and BERT).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
+
+from zoo.nn.attention import KVCache, MultiHeadAttention
+from zoo.nn.dropout import Dropout, split_optional
+from zoo.nn.feedforward import FeedForward
+from zoo.nn.norm import LayerNorm
+
+
+class BlockExtras(NamedTuple):
+    """What a block returns besides its output: the updated cache and attention weights."""
+
+    cache: KVCache | None
+    self_weights: Float[Array, "heads seq kv_seq"] | None
+    cross_weights: Float[Array, "heads seq src"] | None
+
+
+class TransformerBlock(eqx.Module):
+    """A transformer layer for one sequence `[seq, d_model]`; batch with `jax.vmap`."""
+
+    self_attention: MultiHeadAttention
+    self_attention_norm: LayerNorm
+    cross_attention: MultiHeadAttention | None
+    cross_attention_norm: LayerNorm | None
+    feed_forward: FeedForward
+    feed_forward_norm: LayerNorm
+    dropout: Dropout
+    norm_first: bool = eqx.field(static=True)
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        *,
+        cross_attention: bool = False,
+        activation: str = "gelu",
+        norm_first: bool = True,
+        layer_norm_eps: float = 1e-5,
+        use_bias: bool = True,
+        dropout: float = 0.0,
+        attention_dropout: float = 0.0,
+        attention_implementation: str | None = None,
+        init_std: float = 0.02,
+        dtype=jnp.float32,
+        key: PRNGKeyArray,
+    ):
+        self_key, cross_key, ff_key = jax.random.split(key, 3)
+        attention_kwargs = dict(
+            use_bias=use_bias,
+            dropout_rate=attention_dropout,
+            implementation=attention_implementation,
+            init_std=init_std,
+            dtype=dtype,
+        )
+        self.self_attention = MultiHeadAttention(
+            d_model, num_heads, key=self_key, **attention_kwargs
+        )
+        self.self_attention_norm = LayerNorm(d_model, eps=layer_norm_eps, dtype=dtype)
+        if cross_attention:
+            self.cross_attention = MultiHeadAttention(
+                d_model, num_heads, key=cross_key, **attention_kwargs
+            )
+            self.cross_attention_norm = LayerNorm(d_model, eps=layer_norm_eps, dtype=dtype)
+        else:
+            self.cross_attention = None
+            self.cross_attention_norm = None
+        self.feed_forward = FeedForward(
+            d_model,
+            d_ff,
+            activation=activation,
+            use_bias=use_bias,
+            dropout_rate=dropout,
+            init_std=init_std,
+            dtype=dtype,
+            key=ff_key,
+        )
+        self.feed_forward_norm = LayerNorm(d_model, eps=layer_norm_eps, dtype=dtype)
+        self.dropout = Dropout(dropout)
+        self.norm_first = norm_first
+
+    def _residual(
+        self,
+        x: Array,
+        norm: LayerNorm,
+        sublayer: Callable[[Array, PRNGKeyArray | None], tuple[Array, object]],
+        key: PRNGKeyArray | None,
+    ) -> tuple[Array, object]:
+        sublayer_key, dropout_key = split_optional(key, 2)
+        if self.norm_first:
+            update, extra = sublayer(norm(x), sublayer_key)
+            return x + self.dropout(update, key=dropout_key), extra
+        update, extra = sublayer(x, sublayer_key)
+        return norm(x + self.dropout(update, key=dropout_key)), extra
+
+    def __call__(
+        self,
+        x: Float[Array, "seq d_model"],
+        *,
+        mask: Bool[Array, "seq kv_seq"] | None = None,
+        cross_kv: tuple[Array, Array] | None = None,
+        cross_mask: Bool[Array, "seq src"] | None = None,
+        cache: KVCache | None = None,
+        cache_index: Int[Array, ""] | int = 0,
+        key: PRNGKeyArray | None = None,
+        return_weights: bool = False,
+    ) -> tuple[Float[Array, "seq d_model"], BlockExtras]:
+        """Run the layer.
+
+        `mask` is the self-attention mask (padding and/or causal). With `cache`, the new keys and
+        values are written at `cache_index` and the queries attend to the whole cache (`mask` is
+        then `[seq, max_len]`). `cross_kv` are the encoder memory's projected keys and values for
+        this layer's cross-attention (see `MultiHeadAttention.project_key_value`).
+        """
+        self_key, cross_key, ff_key = split_optional(key, 3)
+
+        def self_attend(h, k):
+            keys, values = self.self_attention.project_key_value(h)
+            new_cache = None
+            if cache is not None:
+                new_cache = cache.write(keys, values, cache_index)
+                keys, values = new_cache.keys, new_cache.values
+            query = self.self_attention.project_query(h)
+            out, weights = self.self_attention.attend(
+                query, keys, values, mask, key=k, return_weights=return_weights
+            )
+            return out, (new_cache, weights)
+
+        x, (new_cache, self_weights) = self._residual(
+            x, self.self_attention_norm, self_attend, self_key
+        )
+
+        cross_weights = None
+        if self.cross_attention is not None:
+            if cross_kv is None:
+                raise ValueError("this block has cross-attention: pass the memory's cross_kv")
+            cross = self.cross_attention
+            assert self.cross_attention_norm is not None
+
+            def cross_attend(h, k):
+                return cross.attend(
+                    cross.project_query(h),
+                    *cross_kv,
+                    cross_mask,
+                    key=k,
+                    return_weights=return_weights,
+                )
+
+            x, cross_weights = self._residual(x, self.cross_attention_norm, cross_attend, cross_key)
+
+        def feed_forward(h, k):
+            return self.feed_forward(h, key=k), None
+
+        x, _ = self._residual(x, self.feed_forward_norm, feed_forward, ff_key)
+        return x, BlockExtras(new_cache, self_weights, cross_weights)

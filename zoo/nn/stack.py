@@ -1,0 +1,100 @@
+"""N identical transformer blocks, built once with `filter_vmap` and run with `lax.scan`.
+
+The blocks' arrays carry a leading `layers` axis. Scanning over it compiles one layer's graph
+whatever the depth; `scan=False` unrolls the loop instead (one graph per layer: slower to
+compile, sometimes faster to run).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
+
+from zoo.nn.attention import KVCache
+from zoo.nn.block import BlockExtras, TransformerBlock
+
+
+class LayerStack(eqx.Module):
+    """`num_layers` blocks applied in sequence to one example; batch with `jax.vmap`."""
+
+    blocks: TransformerBlock
+    num_layers: int = eqx.field(static=True)
+    scan: bool = eqx.field(static=True)
+
+    def __init__(
+        self,
+        make_block: Callable[[PRNGKeyArray], TransformerBlock],
+        num_layers: int,
+        *,
+        scan: bool = True,
+        key: PRNGKeyArray,
+    ):
+        self.blocks = eqx.filter_vmap(make_block)(jax.random.split(key, num_layers))
+        self.num_layers = num_layers
+        self.scan = scan
+
+    def layer(self, index: int) -> TransformerBlock:
+        """Block number `index` as a standalone module (for inspection and weight conversion)."""
+        params, static = eqx.partition(self.blocks, eqx.is_array)
+        return eqx.combine(jax.tree_util.tree_map(lambda a: a[index], params), static)
+
+    def cross_kv(self, memory: Float[Array, "src d_model"]) -> tuple[Array, Array]:
+        """Every layer's cross-attention keys and values of `memory`: `[layers, src, heads, hd]`."""
+
+        def project(block: TransformerBlock):
+            if block.cross_attention is None:
+                raise ValueError("these blocks have no cross-attention")
+            return block.cross_attention.project_key_value(memory)
+
+        return eqx.filter_vmap(project)(self.blocks)
+
+    def init_cache(self, max_len: int, dtype=jnp.float32) -> KVCache:
+        """An empty self-attention cache for every layer: `[layers, max_len, heads, head_dim]`."""
+        attention = self.blocks.self_attention
+        shape = (self.num_layers, max_len, attention.num_heads, attention.head_dim)
+        return KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype))
+
+    def __call__(
+        self,
+        x: Float[Array, "seq d_model"],
+        *,
+        mask: Bool[Array, "seq kv_seq"] | None = None,
+        cross_kv: tuple[Array, Array] | None = None,
+        cross_mask: Bool[Array, "seq src"] | None = None,
+        cache: KVCache | None = None,
+        cache_index: Int[Array, ""] | int = 0,
+        key: PRNGKeyArray | None = None,
+        return_weights: bool = False,
+    ) -> tuple[Float[Array, "seq d_model"], BlockExtras]:
+        """Run every layer. Extras (cache, attention weights) come back stacked on `layers`."""
+        params, static = eqx.partition(self.blocks, eqx.is_array)
+        layer_keys = None if key is None else jax.random.split(key, self.num_layers)
+
+        def body(h, per_layer):
+            block_params, layer_key, layer_cache, layer_cross_kv = per_layer
+            block = eqx.combine(block_params, static)
+            return block(
+                h,
+                mask=mask,
+                cross_kv=layer_cross_kv,
+                cross_mask=cross_mask,
+                cache=layer_cache,
+                cache_index=cache_index,
+                key=layer_key,
+                return_weights=return_weights,
+            )
+
+        per_layer = (params, layer_keys, cache, cross_kv)
+        if self.scan:
+            return jax.lax.scan(body, x, per_layer)
+
+        extras = []
+        for index in range(self.num_layers):
+            x, extra = body(x, jax.tree_util.tree_map(lambda a, i=index: a[i], per_layer))
+            extras.append(extra)
+        stacked = jax.tree_util.tree_map(lambda *leaves: jnp.stack(leaves), *extras)
+        return x, stacked

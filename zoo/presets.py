@@ -1,0 +1,179 @@
+"""Named model configurations: `zoo.create("gpt2", key=...)`.
+
+Tiny presets are for tests and the demo; the others reproduce published shapes.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Any
+
+import equinox as eqx
+import jax
+from jaxtyping import PRNGKeyArray
+
+from zoo.models import FLAVORS, ClassifierConfig, GPTConfig, TransformerConfig, TranslatorConfig
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    flavor: str  # classifier | gpt | translator
+    config: TransformerConfig
+    description: str
+
+
+_TINY = dict(dropout=0.0, attention_dropout=0.0, layer_norm_eps=1e-5)
+
+_PRESETS: dict[str, Preset] = {}
+
+
+def register(name: str, config: TransformerConfig, description: str) -> Preset:
+    """Add a preset (or replace one of the same name)."""
+    for flavor, (config_cls, _) in FLAVORS.items():
+        if type(config) is config_cls:
+            preset = Preset(name, flavor, config, description)
+            _PRESETS[name] = preset
+            return preset
+    raise TypeError(f"not a zoo config: {type(config).__name__}")
+
+
+def _gpt2(d_model: int, num_layers: int, num_heads: int) -> GPTConfig:
+    return GPTConfig(
+        d_model=d_model,
+        num_layers=num_layers,
+        num_heads=num_heads,
+        d_ff=4 * d_model,
+        bos_id=50256,
+        eos_id=50256,
+    )
+
+
+register(
+    "gpt-tiny",
+    GPTConfig(
+        vocab_size=64,
+        d_model=64,
+        num_heads=4,
+        num_layers=2,
+        d_ff=256,
+        max_positions=128,
+        pad_id=0,
+        bos_id=1,
+        eos_id=2,
+        **_TINY,
+    ),
+    "2-layer GPT for tests and the demo",
+)
+register("gpt2", _gpt2(768, 12, 12), "GPT-2 small shapes (124M)")
+register("gpt2-medium", _gpt2(1024, 24, 16), "GPT-2 medium shapes (355M)")
+register("gpt2-large", _gpt2(1280, 36, 20), "GPT-2 large shapes (774M)")
+register("gpt2-xl", _gpt2(1600, 48, 25), "GPT-2 XL shapes (1.5B)")
+
+register(
+    "classifier-tiny",
+    ClassifierConfig(
+        vocab_size=64,
+        d_model=64,
+        num_heads=4,
+        num_layers=2,
+        d_ff=128,
+        max_positions=128,
+        norm_first=True,
+        embedding_norm=False,
+        pooling="mean",
+        pooler=False,
+        type_vocab_size=0,
+        **_TINY,
+    ),
+    "2-layer encoder classifier for tests and the demo",
+)
+register("bert-base", ClassifierConfig(), "BERT-base uncased shapes (110M)")
+register(
+    "bert-large",
+    ClassifierConfig(d_model=1024, num_layers=24, num_heads=16, d_ff=4096),
+    "BERT-large uncased shapes (335M)",
+)
+
+register(
+    "translator-tiny",
+    TranslatorConfig(
+        vocab_size=64,
+        d_model=64,
+        num_heads=4,
+        num_layers=2,
+        d_ff=256,
+        max_positions=64,
+        norm_first=True,
+        **_TINY,
+    ),
+    "2+2-layer translator for tests and the demo",
+)
+register(
+    "transformer-base",
+    TranslatorConfig(layer_norm_eps=1e-6),
+    "the paper's base model, shared 37k vocabulary (~63M)",
+)
+register(
+    "transformer-big",
+    TranslatorConfig(
+        d_model=1024,
+        num_heads=16,
+        d_ff=4096,
+        dropout=0.3,
+        attention_dropout=0.3,
+        layer_norm_eps=1e-6,
+    ),
+    "the paper's big model, shared 37k vocabulary (~213M)",
+)
+
+
+def names() -> list[str]:
+    """Every preset name, sorted."""
+    return sorted(_PRESETS)
+
+
+def get(name: str) -> Preset:
+    """The preset called `name`; an unknown name raises with the closest names."""
+    if name not in _PRESETS:
+        close = difflib.get_close_matches(name, list(_PRESETS), n=3, cutoff=0.4)
+        hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        raise KeyError(f"unknown preset {name!r}.{hint} Available: {', '.join(names())}")
+    return _PRESETS[name]
+
+
+def config(name: str, **overrides: Any) -> TransformerConfig:
+    """The config of preset `name` with some fields changed."""
+    return get(name).config.replace(**overrides)
+
+
+def create(name: str, *, key: PRNGKeyArray, **overrides: Any) -> eqx.Module:
+    """Build the model of preset `name`; keyword overrides change config fields."""
+    cfg = config(name, **overrides)
+    _, model_cls = FLAVORS[get(name).flavor]
+    return model_cls(cfg, key=key)
+
+
+def build(config: TransformerConfig, *, key: PRNGKeyArray) -> eqx.Module:
+    """Build the model that a config describes."""
+    for config_cls, model_cls in FLAVORS.values():
+        if type(config) is config_cls:
+            return model_cls(config, key=key)
+    raise TypeError(f"not a zoo config: {type(config).__name__}")
+
+
+def count_params(model: Any) -> int:
+    """Number of parameters: array elements in the model (works on `filter_eval_shape` output)."""
+    leaves = jax.tree_util.tree_leaves(model)
+    return int(sum(leaf.size for leaf in leaves if hasattr(leaf, "shape")))
+
+
+def abstract(name: str, **overrides: Any) -> eqx.Module:
+    """The model of a preset as shapes only (`jax.ShapeDtypeStruct` leaves): no memory used."""
+    return eqx.filter_eval_shape(lambda: create(name, key=jax.random.key(0), **overrides))
+
+
+def param_count(name: str, **overrides: Any) -> int:
+    """Parameter count of a preset, computed without allocating the weights."""
+    return count_params(abstract(name, **overrides))
