@@ -119,7 +119,10 @@ class Translator(eqx.Module):
             scan=c.scan_layers,
             key=keys[3],
         )
-        norm = lambda: LayerNorm(c.d_model, eps=c.layer_norm_eps, dtype=c.param_dtype)
+
+        def norm():
+            return LayerNorm(c.d_model, eps=c.layer_norm_eps, dtype=c.param_dtype)
+
         self.encoder_norm = norm() if c.norm_first else None
         self.decoder_norm = norm() if c.norm_first else None
         self.output_proj = (

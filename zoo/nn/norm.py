@@ -27,5 +27,5 @@ class LayerNorm(eqx.Module):
         var = jnp.mean(jnp.square(x32 - mean), axis=-1, keepdims=True)
         normed = (x32 - mean) * jax.lax.rsqrt(var + self.eps)
         lead = (1,) * (x.ndim - 1)
-        scaled = normed * self.weight.astype(jnp.float32).reshape(lead + (-1,))
-        return (scaled + self.bias.astype(jnp.float32).reshape(lead + (-1,))).astype(x.dtype)
+        scaled = normed * self.weight.astype(jnp.float32).reshape((*lead, -1))
+        return (scaled + self.bias.astype(jnp.float32).reshape((*lead, -1))).astype(x.dtype)
