@@ -1,0 +1,211 @@
+"""The tokenizer interface every zoo tokenizer follows, saving/loading, and a character tokenizer.
+
+A tokenizer turns text into token ids and back, knows its special ids (pad, bos, eos, unk) and
+its vocabulary size, encodes batches to fixed-length padded arrays, and saves itself as
+`tokenizer.json` next to a model.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+TOKENIZER_FILE = "tokenizer.json"
+_KINDS: dict[str, type[Tokenizer]] = {}
+
+
+class Tokenizer(abc.ABC):
+    """Text <-> token ids. Subclasses set `kind` and implement the abstract methods."""
+
+    kind: ClassVar[str] = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.kind:
+            _KINDS[cls.kind] = cls
+
+    # -- what a subclass provides ------------------------------------------------------------
+
+    @property
+    @abc.abstractmethod
+    def vocab_size(self) -> int:
+        """Number of ids a model must accept (ids are in [0, vocab_size))."""
+
+    @property
+    @abc.abstractmethod
+    def pad_id(self) -> int: ...
+
+    @property
+    def bos_id(self) -> int | None:
+        return None
+
+    @property
+    def eos_id(self) -> int | None:
+        return None
+
+    @property
+    def unk_id(self) -> int | None:
+        return None
+
+    @abc.abstractmethod
+    def _encode(self, text: str) -> list[int]:
+        """Ids of `text`, without special tokens."""
+
+    @abc.abstractmethod
+    def _decode(self, ids: Sequence[int]) -> str:
+        """Text of ids that are not special tokens."""
+
+    @abc.abstractmethod
+    def state(self) -> dict[str, Any]:
+        """JSON-serialisable state; `cls.from_state(state)` rebuilds the tokenizer."""
+
+    @classmethod
+    @abc.abstractmethod
+    def from_state(cls, state: dict[str, Any]) -> Tokenizer: ...
+
+    # -- shared behaviour --------------------------------------------------------------------
+
+    @property
+    def special_ids(self) -> set[int]:
+        ids = (self.pad_id, self.bos_id, self.eos_id)
+        return {i for i in ids if i is not None}
+
+    def encode(self, text: str, *, add_bos: bool = False, add_eos: bool = False) -> list[int]:
+        ids = self._encode(text)
+        if add_bos:
+            ids = [_required(self.bos_id, "bos_id"), *ids]
+        if add_eos:
+            ids = [*ids, _required(self.eos_id, "eos_id")]
+        return ids
+
+    def decode(self, ids: Iterable[int], *, skip_special: bool = True) -> str:
+        """Text of `ids`; stops at the first eos and drops pad/bos when `skip_special`."""
+        ids = [int(i) for i in ids]
+        if skip_special:
+            if self.eos_id is not None and self.eos_id in ids:
+                ids = ids[: ids.index(self.eos_id)]
+            ids = [i for i in ids if i not in self.special_ids]
+        return self._decode(ids)
+
+    def encode_batch(
+        self,
+        texts: Sequence[str],
+        *,
+        length: int,
+        add_bos: bool = False,
+        add_eos: bool = False,
+    ) -> np.ndarray:
+        """`int32[batch, length]`: each text encoded, truncated to `length`, padded with pad_id.
+
+        Truncation keeps the eos token (when `add_eos`) as the last id.
+        """
+        out = np.full((len(texts), length), self.pad_id, dtype=np.int32)
+        for row, text in enumerate(texts):
+            ids = truncate(self.encode(text, add_bos=add_bos, add_eos=add_eos), length, add_eos)
+            out[row, : len(ids)] = ids
+        return out
+
+    def save(self, directory: str | os.PathLike) -> Path:
+        """Write `directory/tokenizer.json` (atomically)."""
+        path = Path(directory) / TOKENIZER_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(path, json.dumps({"kind": self.kind, "state": self.state()}))
+        return path
+
+
+def truncate(ids: list[int], length: int, keep_last: bool) -> list[int]:
+    """`ids` cut to `length`; with `keep_last`, the final id (eos) survives the cut."""
+    if len(ids) <= length:
+        return ids
+    return [*ids[: length - 1], ids[-1]] if keep_last else ids[:length]
+
+
+def _required(value: int | None, name: str) -> int:
+    if value is None:
+        raise ValueError(f"this tokenizer has no {name}")
+    return value
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write a text file so that a crash never leaves it half-written."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    os.replace(tmp, path)
+
+
+def load_tokenizer(directory: str | os.PathLike) -> Tokenizer:
+    """Load the tokenizer saved in `directory/tokenizer.json`."""
+    path = Path(directory) / TOKENIZER_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"no {TOKENIZER_FILE} in {directory}")
+    data = json.loads(path.read_text(encoding="utf-8"))
+    kind = data.get("kind")
+    if kind not in _KINDS:
+        raise ValueError(f"unknown tokenizer kind {kind!r} in {path}; known: {sorted(_KINDS)}")
+    return _KINDS[kind].from_state(data["state"])
+
+
+class CharTokenizer(Tokenizer):
+    """One id per character. Ids 0-3 are <pad>, <bos>, <eos>, <unk>; characters follow."""
+
+    kind = "char"
+    SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
+
+    def __init__(self, chars: Iterable[str]):
+        unique = sorted(set(chars))
+        if any(len(c) != 1 for c in unique):
+            raise ValueError("CharTokenizer takes single characters")
+        self.chars = unique
+        self._index = {c: i + len(self.SPECIALS) for i, c in enumerate(unique)}
+
+    @classmethod
+    def from_corpus(cls, texts: Iterable[str]) -> CharTokenizer:
+        """Every character that occurs in `texts`."""
+        seen: set[str] = set()
+        for text in texts:
+            seen.update(text)
+        if not seen:
+            raise ValueError("cannot build a character vocabulary from an empty corpus")
+        return cls(seen)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.SPECIALS) + len(self.chars)
+
+    @property
+    def pad_id(self) -> int:
+        return 0
+
+    @property
+    def bos_id(self) -> int:
+        return 1
+
+    @property
+    def eos_id(self) -> int:
+        return 2
+
+    @property
+    def unk_id(self) -> int:
+        return 3
+
+    def _encode(self, text: str) -> list[int]:
+        return [self._index.get(c, self.unk_id) for c in text]
+
+    def _decode(self, ids: Sequence[int]) -> str:
+        offset = len(self.SPECIALS)
+        return "".join(self.chars[i - offset] if i >= offset else self.SPECIALS[i] for i in ids)
+
+    def state(self) -> dict[str, Any]:
+        return {"chars": "".join(self.chars)}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> CharTokenizer:
+        return cls(state["chars"])
