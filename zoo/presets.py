@@ -24,7 +24,7 @@ class Preset:
     description: str
 
 
-_TINY = dict(dropout=0.0, attention_dropout=0.0, layer_norm_eps=1e-5)
+_TINY: dict[str, Any] = dict(dropout=0.0, attention_dropout=0.0, layer_norm_eps=1e-5)
 
 _PRESETS: dict[str, Preset] = {}
 

@@ -94,7 +94,7 @@ def read_config(directory: str | os.PathLike):
     flavor = meta.get("flavor")
     if flavor not in FLAVORS:
         raise ValueError(f"{path}: unknown flavor {flavor!r}; expected one of {sorted(FLAVORS)}")
-    config_cls, _ = FLAVORS[flavor]
+    config_cls: Any = FLAVORS[flavor][0]
     return config_cls.from_dict(meta["config"]), meta
 
 

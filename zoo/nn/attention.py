@@ -114,13 +114,15 @@ def dot_product_attention(
         output = jnp.einsum("hqk,khd->qhd", weights.astype(value.dtype), value)
         return output, (weights if return_weights else None)
 
-    output = jax.nn.dot_product_attention(
-        query,
-        key,
-        value,
-        mask=None if mask is None else mask[None, :, :],
-        implementation=implementation,
-    )
+    # jax's own kernel mixes bf16 and f32 internally, which strict promotion would reject.
+    with jax.numpy_dtype_promotion("standard"):
+        output = jax.nn.dot_product_attention(
+            query,
+            key,
+            value,
+            mask=None if mask is None else mask[None, :, :],
+            implementation=implementation,  # type: ignore[arg-type]
+        )
     if mask is not None:
         any_key = jnp.any(mask, axis=-1)
         output = jnp.where(any_key[:, None, None], output, jnp.zeros_like(output))

@@ -9,7 +9,7 @@ LayerNorm sits before each sub-layer (`norm_first=True`, GPT-2) or after the res
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import equinox as eqx
 import jax
@@ -98,9 +98,9 @@ class TransformerBlock(eqx.Module):
         self,
         x: Array,
         norm: LayerNorm,
-        sublayer: Callable[[Array, PRNGKeyArray | None], tuple[Array, object]],
+        sublayer: Callable[[Array, PRNGKeyArray | None], tuple[Array, Any]],
         key: PRNGKeyArray | None,
-    ) -> tuple[Array, object]:
+    ) -> tuple[Array, Any]:
         sublayer_key, dropout_key = split_optional(key, 2)
         if self.norm_first:
             update, extra = sublayer(norm(x), sublayer_key)

@@ -1,0 +1,23 @@
+import json
+
+from zoo.cli import main
+
+
+def test_presets_table_lists_flavor_and_count(capsys):
+    assert main(["presets"]) == 0
+    out = capsys.readouterr().out
+    gpt2 = next(line for line in out.splitlines() if line.startswith("gpt2 "))
+    assert "gpt" in gpt2 and "124,439,808" in gpt2
+
+
+def test_presets_json(capsys):
+    assert main(["presets", "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    by_name = {row["name"]: row for row in rows}
+    assert by_name["bert-base"]["flavor"] == "classifier"
+    assert by_name["translator-tiny"]["params"] == 237_824
+
+
+def test_no_command_prints_help(capsys):
+    assert main([]) == 2
+    assert "presets" in capsys.readouterr().out

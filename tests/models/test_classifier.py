@@ -1,0 +1,69 @@
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import zoo
+
+TOKENS = jnp.array([7, 12, 30, 4, 9])
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        dict(pooling="mean"),
+        dict(pooling="first", pooler=True),
+        dict(norm_first=False, embedding_norm=True, pooler=True),
+    ],
+)
+def test_appending_padding_leaves_output_unchanged(key, overrides):
+    clf = zoo.create("classifier-tiny", key=key, **overrides)
+    padded = jnp.concatenate([TOKENS, jnp.zeros(4, TOKENS.dtype)])
+    np.testing.assert_allclose(clf(padded), clf(TOKENS), atol=1e-5)
+
+
+def test_explicit_mask_overrides_pad_id(key):
+    clf = zoo.create("classifier-tiny", key=key)
+    padded = jnp.concatenate([TOKENS, jnp.array([50, 51])])  # real ids, marked as padding
+    mask = jnp.array([True] * 5 + [False] * 2)
+    np.testing.assert_allclose(clf(padded, mask), clf(TOKENS), atol=1e-5)
+
+
+def test_mean_pooling_by_hand(key):
+    clf = zoo.create("classifier-tiny", key=key)
+    hidden = clf.encode(jnp.concatenate([TOKENS, jnp.zeros(2, TOKENS.dtype)]))
+    pooled = clf.pool(hidden, jnp.array([True] * 5 + [False] * 2))
+    np.testing.assert_allclose(pooled, np.asarray(hidden[:5]).mean(0), atol=1e-6)
+
+
+def test_vmap_equals_loop_and_num_classes_override(key):
+    clf = zoo.create("classifier-tiny", num_classes=5, key=key)
+    batch = jnp.stack([TOKENS, TOKENS[::-1]])
+    out = jax.vmap(clf)(batch)
+    assert out.shape == (2, 5)
+    np.testing.assert_allclose(out[1], clf(batch[1]), atol=1e-6)
+
+
+def test_fully_padded_input_gives_finite_output_and_gradient(key):
+    clf = zoo.create("classifier-tiny", key=key)
+    pads = jnp.zeros(6, jnp.int32)
+
+    def loss(model):
+        return jnp.sum(model(pads) ** 2)
+
+    value, grads = eqx.filter_value_and_grad(loss)(clf)
+    assert np.isfinite(float(value))
+    assert all(
+        bool(jnp.all(jnp.isfinite(g)))
+        for g in jax.tree_util.tree_leaves(eqx.filter(grads, eqx.is_array))
+    )
+
+
+def test_token_types(key):
+    clf = zoo.create("bert-base", num_layers=1, key=key)
+    tokens = jnp.array([101, 2000, 102, 3000, 102])
+    types = jnp.array([0, 0, 0, 1, 1])
+    assert not np.allclose(clf(tokens, token_types=types), clf(tokens))
+    with pytest.raises(Exception, match=r"token type id outside \[0, 2\)"):
+        clf(tokens, token_types=types.at[0].set(2))

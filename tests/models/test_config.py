@@ -1,0 +1,51 @@
+import pytest
+
+from zoo import ClassifierConfig, GPTConfig, TranslatorConfig
+
+
+@pytest.mark.parametrize(
+    ("cls", "fields", "message"),
+    [
+        (GPTConfig, dict(d_model=100, num_heads=12), "not divisible by num_heads"),
+        (GPTConfig, dict(activation="swishy"), "unknown activation 'swishy'"),
+        (GPTConfig, dict(dropout=-0.1), r"dropout must be in \[0, 1\)"),
+        (GPTConfig, dict(num_layers=0), "num_layers must be a positive integer"),
+        (GPTConfig, dict(pad_id=50257), "pad_id=50257 is outside the vocabulary"),
+        (GPTConfig, dict(positions="rotary"), "positions must be one of"),
+        (GPTConfig, dict(dtype="float8"), "dtype must be one of"),
+        (ClassifierConfig, dict(num_classes=0), "num_classes must be a positive integer"),
+        (ClassifierConfig, dict(pooling="max"), "pooling must be one of"),
+        (
+            TranslatorConfig,
+            dict(target_vocab_size=100),
+            "share_embeddings needs one vocabulary",
+        ),
+        (TranslatorConfig, dict(eos_id=40000), "eos_id=40000 is outside"),
+    ],
+)
+def test_invalid_configs_say_what_to_fix(cls, fields, message):
+    with pytest.raises(ValueError, match=message):
+        cls(**fields)
+
+
+def test_replace_rejects_unknown_fields_and_lists_valid_ones():
+    with pytest.raises(TypeError, match="no field.*'num_head'.*valid fields"):
+        GPTConfig().replace(num_head=4)
+
+
+def test_configs_are_frozen_keyword_only_and_round_trip():
+    config = GPTConfig(d_model=64, num_heads=4)
+    with pytest.raises(AttributeError):
+        config.d_model = 32  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        GPTConfig(64)  # type: ignore[misc]
+    assert GPTConfig.from_dict(config.to_dict()) == config
+    assert config.head_dim == 16
+
+
+def test_translator_derived_sizes():
+    config = TranslatorConfig(
+        vocab_size=100, target_vocab_size=80, share_embeddings=False, num_decoder_layers=3
+    )
+    assert config.tgt_vocab == 80 and config.decoder_layers == 3
+    assert TranslatorConfig().tgt_vocab == 37000

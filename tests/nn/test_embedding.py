@@ -1,0 +1,72 @@
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from zoo.nn import Embedder, check_token_ids, sinusoidal_positions
+
+
+def test_sinusoidal_values_at_known_positions():
+    pe = np.asarray(sinusoidal_positions(jnp.arange(3), 4))
+    # dim 4: frequencies 1 and 1/100 ; PE[p] = [sin p, cos p, sin p/100, cos p/100]
+    np.testing.assert_allclose(pe[0], [0.0, 1.0, 0.0, 1.0], atol=1e-7)
+    np.testing.assert_allclose(
+        pe[2], [math.sin(2), math.cos(2), math.sin(0.02), math.cos(0.02)], atol=1e-6
+    )
+    concatenated = np.asarray(sinusoidal_positions(jnp.arange(3), 4, layout="concatenated"))
+    np.testing.assert_allclose(
+        concatenated[2], [math.sin(2), math.sin(0.02), math.cos(2), math.cos(0.02)], atol=1e-6
+    )
+
+
+def test_sinusoidal_matches_paper_formula_for_wide_dim():
+    d, p = 512, 37
+    pe = np.asarray(sinusoidal_positions(jnp.array([p]), d))[0]
+    i = np.arange(d // 2)
+    np.testing.assert_allclose(pe[0::2], np.sin(p / 10000 ** (2 * i / d)), atol=1e-4)
+    np.testing.assert_allclose(pe[1::2], np.cos(p / 10000 ** (2 * i / d)), atol=1e-4)
+
+
+def test_scaled_tokens_plus_learned_positions_plus_types(key):
+    emb = Embedder(10, 4, 8, scale_tokens=True, type_vocab_size=2, key=key)
+    tokens, types = jnp.array([3, 5]), jnp.array([0, 1])
+    out = emb(tokens, jnp.arange(2), types)
+    expected = (
+        np.asarray(emb.token_weight)[[3, 5]] * 2.0  # sqrt(4)
+        + np.asarray(emb.position_weight)[[0, 1]]
+        + np.asarray(emb.token_type_weight)[[0, 1]]
+    )
+    np.testing.assert_allclose(out, expected, rtol=1e-6)
+
+
+def test_sinusoidal_embedder_has_no_position_table(key):
+    emb = Embedder(10, 4, 8, position_kind="sinusoidal", key=key)
+    assert emb.position_weight is None
+    out = emb(jnp.array([1]), jnp.array([2]))
+    expected = (
+        np.asarray(emb.token_weight)[1] + np.asarray(sinusoidal_positions(jnp.array([2]), 4))[0]
+    )
+    np.testing.assert_allclose(out[0], expected, rtol=1e-6)
+
+
+def test_embedding_norm_normalises(key):
+    emb = Embedder(10, 16, 8, use_norm=True, norm_eps=1e-12, key=key)
+    out = np.asarray(emb(jnp.array([1, 2, 3]), jnp.arange(3)))
+    np.testing.assert_allclose(out.mean(-1), 0.0, atol=1e-5)
+    np.testing.assert_allclose(out.std(-1), 1.0, atol=1e-3)
+
+
+@pytest.mark.parametrize("bad", [[0, 10], [-1, 2]])
+def test_token_ids_outside_vocab_raise_eagerly_and_under_jit(bad):
+    with pytest.raises(Exception, match=r"outside \[0, 10\)"):
+        check_token_ids(jnp.array(bad), 10)
+    with pytest.raises(Exception, match=r"outside \[0, 10\)"):
+        jax.block_until_ready(eqx.filter_jit(check_token_ids)(jnp.array(bad), 10))
+
+
+def test_unknown_position_kind(key):
+    with pytest.raises(ValueError, match="unknown position kind"):
+        Embedder(10, 4, 8, position_kind="rotary", key=key)

@@ -1,0 +1,42 @@
+import equinox as eqx
+import jax
+import numpy as np
+
+from zoo.nn import LayerStack, TransformerBlock, attention_mask
+
+
+def make_stack(key, scan):
+    return LayerStack(lambda k: TransformerBlock(8, 2, 16, key=k), 3, scan=scan, key=key)
+
+
+def test_scan_equals_unrolled_equals_block_by_block(key):
+    scanned, unrolled = make_stack(key, True), make_stack(key, False)
+    x = jax.random.normal(key, (4, 8))
+    mask = attention_mask(4, None, num_keys=4, causal=True)
+    out_scan, extras = scanned(x, mask=mask, return_weights=True)
+    out_unrolled, extras_unrolled = unrolled(x, mask=mask, return_weights=True)
+    manual = x
+    for i in range(3):
+        manual, _ = scanned.layer(i)(manual, mask=mask)
+    np.testing.assert_allclose(out_scan, out_unrolled, atol=1e-6)
+    np.testing.assert_allclose(out_scan, manual, atol=1e-6)
+    assert extras.self_weights.shape == (3, 2, 4, 4)
+    np.testing.assert_allclose(extras.self_weights, extras_unrolled.self_weights, atol=1e-6)
+
+
+def test_layers_are_initialised_independently(key):
+    stack = make_stack(key, True)
+    weights = stack.blocks.self_attention.query_proj.weight
+    assert weights.shape == (3, 8, 8)
+    assert not np.allclose(weights[0], weights[1])
+
+
+def test_dropout_keys_differ_per_layer_and_no_key_is_deterministic(key):
+    stack = LayerStack(lambda k: TransformerBlock(8, 2, 16, dropout=0.5, key=k), 2, key=key)
+    x = jax.random.normal(key, (4, 8))
+    np.testing.assert_array_equal(stack(x)[0], stack(x)[0])
+    a, _ = stack(x, key=jax.random.key(1))
+    b, _ = stack(x, key=jax.random.key(2))
+    assert not np.allclose(a, b)
+    frozen = eqx.nn.inference_mode(stack)
+    np.testing.assert_allclose(frozen(x, key=jax.random.key(1))[0], stack(x)[0], atol=1e-6)
