@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
+import numpy.typing as npt
 
 TOKENIZER_FILE = "tokenizer.json"
 _KINDS: dict[str, type[Tokenizer]] = {}
@@ -85,10 +86,19 @@ class Tokenizer(abc.ABC):
             ids = [*ids, _required(self.eos_id, "eos_id")]
         return ids
 
-    def decode(self, ids: Iterable[int], *, skip_special: bool = True) -> str:
-        """Text of `ids`; stops at the first eos and drops pad/bos when `skip_special`."""
-        ids = [int(i) for i in ids]
+    def decode(self, ids: Iterable[int] | npt.ArrayLike, *, skip_special: bool = True) -> str:
+        """Text of `ids` (a list or a 1-D array); stops at the first eos and drops pad/bos when
+        `skip_special`."""
+        array = np.asarray(
+            list(ids) if isinstance(ids, Iterable) and not hasattr(ids, "shape") else ids
+        )
+        if array.ndim != 1:
+            raise ValueError(f"decode takes one sequence of ids (1-D), got shape {array.shape}")
+        ids = [int(i) for i in array]
         if skip_special:
+            # Some tokenizers (gpt2) use one id for bos and eos: a leading bos is not the end.
+            if self.bos_id is not None and ids[:1] == [self.bos_id]:
+                ids = ids[1:]
             if self.eos_id is not None and self.eos_id in ids:
                 ids = ids[: ids.index(self.eos_id)]
             ids = [i for i in ids if i not in self.special_ids]
@@ -116,7 +126,7 @@ class Tokenizer(abc.ABC):
         """Write `directory/tokenizer.json` (atomically)."""
         path = Path(directory) / TOKENIZER_FILE
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(path, json.dumps({"kind": self.kind, "state": self.state()}))
+        write_text_atomic(path, json.dumps(tokenizer_to_dict(self)))
         return path
 
 
@@ -146,10 +156,19 @@ def load_tokenizer(directory: str | os.PathLike) -> Tokenizer:
     path = Path(directory) / TOKENIZER_FILE
     if not path.is_file():
         raise FileNotFoundError(f"no {TOKENIZER_FILE} in {directory}")
-    data = json.loads(path.read_text(encoding="utf-8"))
+    return tokenizer_from_dict(json.loads(path.read_text(encoding="utf-8")), source=str(path))
+
+
+def tokenizer_to_dict(tokenizer: Tokenizer) -> dict[str, Any]:
+    """`{"kind": ..., "state": ...}`: what `tokenizer.json` holds."""
+    return {"kind": tokenizer.kind, "state": tokenizer.state()}
+
+
+def tokenizer_from_dict(data: dict[str, Any], *, source: str = "tokenizer data") -> Tokenizer:
+    """Rebuild a tokenizer from `tokenizer_to_dict` output; `source` names it in errors."""
     kind = data.get("kind")
     if kind not in _KINDS:
-        raise ValueError(f"unknown tokenizer kind {kind!r} in {path}; known: {sorted(_KINDS)}")
+        raise ValueError(f"unknown tokenizer kind {kind!r} in {source}; known: {sorted(_KINDS)}")
     return _KINDS[kind].from_state(data["state"])
 
 
