@@ -17,7 +17,7 @@ import numpy as np
 
 from zoo.data.checks import DataError, check_text_values
 from zoo.data.ragged import Ragged
-from zoo.data.tokenizer import Tokenizer, truncate
+from zoo.data.tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
 TRUNCATED = "truncated"
@@ -49,14 +49,18 @@ class Encoder:
         for field in self.fields:
             texts = batch[field.column]
             check_text_values(texts, field.column)
-            ids_per_text = []
-            for row, text in enumerate(texts):
-                ids = field.tokenizer.encode(text, add_bos=field.add_bos, add_eos=field.add_eos)
-                if field.max_tokens is not None and len(ids) > field.max_tokens:
+            encoded = field.tokenizer.encode_many(
+                texts, add_bos=field.add_bos, add_eos=field.add_eos
+            )
+            limit = field.max_tokens
+            rows_out = []
+            for row, ids in enumerate(encoded):
+                if limit is not None and len(ids) > limit:
                     truncated[row] = True
-                    ids = truncate(ids, field.max_tokens, keep_last=field.add_eos)
-                ids_per_text.append(ids)
-            out[field.name] = ids_per_text
+                    # keep the eos as the last token when there is one
+                    ids = [*ids[: limit - 1], ids[-1]] if field.add_eos else ids[:limit]
+                rows_out.append(np.asarray(ids, dtype=np.int32))  # Arrow takes arrays fast
+            out[field.name] = rows_out
         out[TRUNCATED] = truncated
         for column, name in self.passthrough:
             out[name] = list(batch[column])

@@ -60,6 +60,11 @@ class PairTokenizer(Tokenizer):
     def _encode(self, text: str) -> list[int]:
         return self.target.encode(text)
 
+    def encode_many(
+        self, texts: Sequence[str], *, add_bos: bool = False, add_eos: bool = False
+    ) -> list[list[int]]:
+        return self.target.encode_many(texts, add_bos=add_bos, add_eos=add_eos)
+
     def _decode(self, ids: Sequence[int]) -> str:
         return self.target.decode(ids, skip_special=False)
 

@@ -22,7 +22,7 @@ class Ragged:
         self.offsets = np.asarray(offsets, dtype=np.int64)
 
     @classmethod
-    def from_rows(cls, rows: Sequence[Sequence[int]]) -> Ragged:
+    def from_rows(cls, rows: Sequence[Sequence[int] | np.ndarray]) -> Ragged:
         lengths = np.array([len(row) for row in rows], dtype=np.int64)
         offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
         flat = np.fromiter((i for row in rows for i in row), dtype=np.int32, count=int(offsets[-1]))

@@ -10,6 +10,7 @@ has no cheap holdout: without a validation split it trains with no validation.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 import datasets
 
@@ -23,8 +24,8 @@ from zoo.data.options import DataConfig
 logger = logging.getLogger(__name__)
 VALIDATION_NAMES = ("validation", "valid", "dev", "val")
 AnySplit = datasets.Dataset | datasets.IterableDataset
-AnyData = datasets.Dataset | datasets.IterableDataset | datasets.DatasetDict
-AnyData = AnyData | datasets.IterableDatasetDict
+# A split, a DatasetDict / IterableDatasetDict, or any mapping of split names to splits.
+AnyData = AnySplit | datasets.DatasetDict | datasets.IterableDatasetDict | Mapping[str, AnySplit]
 
 
 def pick_splits(data: AnyData, config: DataConfig) -> tuple[AnySplit, AnySplit | None, str]:

@@ -98,8 +98,8 @@ def encoded_examples(
     stream = split
     if shuffle_buffer:
         stream = stream.shuffle(seed=seed, buffer_size=shuffle_buffer)
-        stream.set_epoch(pass_number)
     stream = stream.map(encoder, batched=True, remove_columns=column_names(split))
+    stream.set_epoch(pass_number)  # on the outermost dataset: `map` starts again at epoch 0
     seen = cut = 0
     for example in stream:
         seen += 1

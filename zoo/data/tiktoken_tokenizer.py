@@ -81,6 +81,14 @@ class TiktokenTokenizer(Tokenizer):
         # encode_ordinary: "<|endoftext|>" written in a text is text, not a control token.
         return self.encoding.encode_ordinary(text)
 
+    def encode_many(
+        self, texts: Sequence[str], *, add_bos: bool = False, add_eos: bool = False
+    ) -> list[list[int]]:
+        prefix = [self._bos_id] if add_bos else []
+        suffix = [self._eos_id] if add_eos else []
+        encoded = self.encoding.encode_ordinary_batch(list(texts))
+        return [[*prefix, *ids, *suffix] for ids in encoded]
+
     def _decode(self, ids: Sequence[int]) -> str:
         pieces: list[str] = []
         run: list[int] = []

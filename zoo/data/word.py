@@ -137,14 +137,19 @@ class WordTokenizer(Tokenizer):
         return 3
 
     def _encode(self, text: str) -> list[int]:
-        pieces = split_words(self.normalize_text(text))
-        return [self._index.get(piece, self.unk_id) for piece in pieces]
+        # normalize_text and split_words, inlined: this runs once per example of a corpus.
+        if self.nfkc:
+            text = unicodedata.normalize("NFKC", text)
+        if self.lowercase:
+            text = text.lower()
+        index, unk = self._index, self.SPECIALS.index("<unk>")
+        return [index.get(piece, unk) for piece in WORD_PATTERN.findall(text)]
 
     def _decode(self, ids: Sequence[int]) -> str:
-        offset = len(self.SPECIALS)
+        offset, size = len(self.SPECIALS), self.vocab_size
         for i in ids:
-            if not 0 <= i < self.vocab_size:
-                raise ValueError(f"token id {i} is outside the vocabulary [0, {self.vocab_size})")
+            if not 0 <= i < size:
+                raise ValueError(f"token id {i} is outside the vocabulary [0, {size})")
         return join_words(
             [self.words[i - offset] if i >= offset else self.SPECIALS[i] for i in ids]
         )
