@@ -5,7 +5,15 @@ from __future__ import annotations
 import numpy as np
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
 
-from zoo.data import CharTokenizer, PairTokenizer, WordTokenizer, from_hf, unpack_blocks
+from zoo.data import (
+    ArrayBatches,
+    CharTokenizer,
+    PairTokenizer,
+    RandomBlocks,
+    WordTokenizer,
+    from_hf,
+    unpack_blocks,
+)
 
 REVIEWS = [
     ("great", 1),
@@ -192,3 +200,22 @@ def test_unpacking_gives_three_sources():
     )
     assert len(train) == 3 and len(validation) == 1
     assert tokenizer.vocab_size > 4
+
+
+def test_language_modeling_random_blocks():
+    text = "abcdefghij" * 20
+    data = from_hf(
+        Dataset.from_dict({"text": [text]}),
+        task="lm",
+        tokenizer="char",
+        max_len=8,
+        batch_size=4,
+        random_blocks=True,
+    )
+    assert isinstance(data.train, RandomBlocks)
+    assert len(data.train) == (180 + 1 - 1) // (8 * 4)  # 180 train characters + eos
+    tokens = data.train.batch(2)["tokens"]
+    assert tokens.shape == (4, 9)
+    for row in tokens:
+        assert data.tokenizer.decode(row, skip_special=False) in text + "<eos>"
+    assert isinstance(data.validation, ArrayBatches)  # validation stays in order

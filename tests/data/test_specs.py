@@ -118,3 +118,22 @@ def test_folder_without_train_file(tmp_path):
 def test_bad_sample_by():
     with pytest.raises(ValueError, match="sample_by"):
         load_spec("text:/tmp", sample_by="sentence")
+
+
+def test_tokenization_is_cached_between_runs(tmp_path):
+    folder = write_jsonl(
+        tmp_path / "reviews", {"train": ROWS["train"] * 4, "validation": ROWS["validation"]}
+    )
+    cache = tmp_path / "cache"
+
+    def run():
+        loaded = load_spec(f"json:{folder}", cache_dir=cache)
+        data = from_hf(loaded, task="classification", tokenizer="word", batch_size=2)
+        files = sorted(cache.rglob("cache-*.arrow"))
+        return data.train.batch(0)["tokens"], {f: f.stat().st_mtime_ns for f in files}
+
+    first_tokens, first_files = run()
+    second_tokens, second_files = run()
+    assert len(first_files) == 2  # one tokenized file per split
+    assert second_files == first_files  # the second run read them back, unchanged
+    assert (first_tokens == second_tokens).all()
