@@ -137,3 +137,18 @@ def test_tokenization_is_cached_between_runs(tmp_path):
     assert len(first_files) == 2  # one tokenized file per split
     assert second_files == first_files  # the second run read them back, unchanged
     assert (first_tokens == second_tokens).all()
+
+
+def test_hf_spec_passes_name_and_config(monkeypatch, tmp_path):
+    calls = []
+
+    def fake_load_dataset(name, config, *, cache_dir, streaming):
+        calls.append((name, config, cache_dir, streaming))
+        return datasets.Dataset.from_list(ROWS["train"])
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    loaded = load_spec("hf:nyu-mll/glue:sst2", cache_dir=tmp_path)
+    assert calls == [("nyu-mll/glue", "sst2", str(tmp_path), False)]
+    assert sizes(loaded) == {"train": 2}  # a single split comes back as train
+    load_spec("hf:rotten_tomatoes", streaming=True)
+    assert calls[-1] == ("rotten_tomatoes", None, None, True)

@@ -118,3 +118,30 @@ def test_empty_stream_says_so():
     )
     with pytest.raises(DataError, match="no full batch"):
         len(data.train)
+
+
+def test_stream_long_text_truncated_or_refused(caplog):
+    rows = Dataset.from_dict(
+        {"text": ["x" * 50, "ab", "cd", "ef"], "label": [0, 1, 0, 1]}, features=FEATURES
+    )
+    data = from_hf(
+        rows.to_iterable_dataset(),
+        task="classification",
+        tokenizer="char",
+        max_len=16,
+        batch_size=2,
+        shuffle_buffer=0,
+    )
+    assert data.train.batch(0)["tokens"].shape == (2, 16)
+    len(data.train)  # reads the whole pass
+    assert "truncated 1 of 4 examples in the 'train' stream" in caplog.text
+    strict = from_hf(
+        rows.to_iterable_dataset(),
+        task="classification",
+        tokenizer="char",
+        max_len=16,
+        batch_size=2,
+        truncate=False,
+    )
+    with pytest.raises(DataError, match="longer than the model takes"):
+        strict.train.batch(0)

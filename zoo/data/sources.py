@@ -112,8 +112,8 @@ def memory_sources(
     train = next(iter(splits.values()))
     num_classes = num_classes_of(config, train) if config.task == "classification" else None
     sources: list[BatchSource] = []
-    for name, split in splits.items():
-        training = split is train
+    for index, (name, split) in enumerate(splits.items()):
+        training = index == 0
         extras = {}
         if num_classes is not None:
             values = column_values(split, config.label_column)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TypeAlias
 
 import datasets
 
@@ -48,7 +49,7 @@ SPLIT_ALIASES = {
 }
 SAMPLE_BY = ("document", "line", "paragraph")
 
-DatasetDicts = datasets.DatasetDict | datasets.IterableDatasetDict
+DatasetDicts: TypeAlias = datasets.DatasetDict | datasets.IterableDatasetDict
 
 
 def load_spec(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from typing import TypeAlias
 
 import datasets
 
@@ -23,9 +24,11 @@ from zoo.data.options import DataConfig
 
 logger = logging.getLogger(__name__)
 VALIDATION_NAMES = ("validation", "valid", "dev", "val")
-AnySplit = datasets.Dataset | datasets.IterableDataset
+AnySplit: TypeAlias = datasets.Dataset | datasets.IterableDataset
 # A split, a DatasetDict / IterableDatasetDict, or any mapping of split names to splits.
-AnyData = AnySplit | datasets.DatasetDict | datasets.IterableDatasetDict | Mapping[str, AnySplit]
+AnyData: TypeAlias = (
+    AnySplit | datasets.DatasetDict | datasets.IterableDatasetDict | Mapping[str, AnySplit]
+)
 
 
 def pick_splits(data: AnyData, config: DataConfig) -> tuple[AnySplit, AnySplit | None, str]:

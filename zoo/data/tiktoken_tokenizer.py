@@ -109,12 +109,9 @@ class TiktokenTokenizer(Tokenizer):
     def state(self) -> dict[str, Any]:
         return {"encoding": self.encoding_name}
 
-    # Pickle (and `datasets` fingerprinting) by name: the merge table is 50k+ entries.
-    def __getstate__(self) -> dict[str, Any]:
-        return self.state()
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["encoding"])
+    def __reduce__(self) -> tuple[type, tuple[str]]:
+        # Pickle (and `datasets` fingerprinting) by name: the merge table is 50k+ entries.
+        return (TiktokenTokenizer, (self.encoding_name,))
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> TiktokenTokenizer:

@@ -97,9 +97,7 @@ class Tokenizer(abc.ABC):
     def decode(self, ids: Iterable[int] | npt.ArrayLike, *, skip_special: bool = True) -> str:
         """Text of `ids` (a list or a 1-D array); stops at the first eos and drops pad/bos when
         `skip_special`."""
-        array = np.asarray(
-            list(ids) if isinstance(ids, Iterable) and not hasattr(ids, "shape") else ids
-        )
+        array = np.asarray(ids if hasattr(ids, "shape") else list(ids))  # type: ignore[arg-type]
         if array.ndim != 1:
             raise ValueError(f"decode takes one sequence of ids (1-D), got shape {array.shape}")
         ids = [int(i) for i in array]
