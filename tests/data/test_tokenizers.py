@@ -126,35 +126,41 @@ def test_pair_refuses_different_pads(gpt2):
         PairTokenizer(gpt2, WordTokenizer.from_corpus(["x"]))
 
 
-def test_save_load_every_kind(tmp_path, gpt2):
+def check_save_load(tokenizer, directory, kind):
+    tokenizer.save(directory)
+    saved = json.loads((directory / "tokenizer.json").read_text())
+    assert saved["kind"] == kind
+    loaded = load_tokenizer(directory)
+    assert type(loaded) is type(tokenizer)
+    text = "The cat sat!"
+    assert loaded.encode(text) == tokenizer.encode(text)
+    assert loaded.vocab_size == tokenizer.vocab_size and loaded.pad_id == tokenizer.pad_id
+    return saved, loaded
+
+
+def test_save_load_char_word_pair(tmp_path):
     word = WordTokenizer.from_corpus(CORPUS, lowercase=True, nfkc=False)
     char = CharTokenizer.from_corpus(CORPUS)
-    kinds = {
-        "char": char,
-        "word": word,
-        "tiktoken": gpt2,
-        "pair": PairTokenizer(char, word),
-    }
-    text = "The cat sat!"
-    for kind, tok in kinds.items():
-        tok.save(tmp_path / kind)
-        saved = json.loads((tmp_path / kind / "tokenizer.json").read_text())
-        assert saved["kind"] == kind
-        loaded = load_tokenizer(tmp_path / kind)
-        assert type(loaded) is type(tok)
-        assert loaded.encode(text) == tok.encode(text)
-        assert loaded.vocab_size == tok.vocab_size and loaded.pad_id == tok.pad_id
-    pair = load_tokenizer(tmp_path / "pair")
+    check_save_load(char, tmp_path / "char", "char")
+    saved, loaded = check_save_load(word, tmp_path / "word", "word")
+    assert saved["state"]["lowercase"] is True and loaded.words == word.words
+    saved, pair = check_save_load(PairTokenizer(char, word), tmp_path / "pair", "pair")
+    assert saved["state"]["source"]["kind"] == "char"
     assert pair.source.encode("cat") == char.encode("cat")
-    assert json.loads((tmp_path / "tiktoken" / "tokenizer.json").read_text())["state"] == {
-        "encoding": "gpt2"
-    }
 
 
-def test_build_tokenizer_kinds(gpt2):
+def test_save_load_tiktoken(tmp_path, gpt2):
+    saved, _ = check_save_load(gpt2, tmp_path, "tiktoken")
+    assert saved["state"] == {"encoding": "gpt2"}
+
+
+def test_build_tokenizer_kinds():
     assert isinstance(build_tokenizer("char", CORPUS), CharTokenizer)
     word = build_tokenizer("word", CORPUS, min_freq=2)
     assert word.words == [".", "cat", "sat", "the"]
+
+
+def test_build_tokenizer_tiktoken(gpt2):
     assert build_tokenizer("tiktoken:gpt2").vocab_size == 50304
     assert build_tokenizer("tiktoken").encode("Hello world") == [15496, 995]
 
