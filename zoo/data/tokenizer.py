@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
+import numpy.typing as npt
 
 TOKENIZER_FILE = "tokenizer.json"
 _KINDS: dict[str, type[Tokenizer]] = {}
@@ -85,13 +86,29 @@ class Tokenizer(abc.ABC):
             ids = [*ids, _required(self.eos_id, "eos_id")]
         return ids
 
-    def decode(self, ids: Iterable[int], *, skip_special: bool = True) -> str:
-        """Text of `ids`; stops at the first eos and drops pad/bos when `skip_special`."""
-        ids = [int(i) for i in ids]
+    def encode_many(
+        self, texts: Sequence[str], *, add_bos: bool = False, add_eos: bool = False
+    ) -> list[list[int]]:
+        """`encode` of every text, in one call (tokenizers that can encode batches faster do)."""
+        prefix = [_required(self.bos_id, "bos_id")] if add_bos else []
+        suffix = [_required(self.eos_id, "eos_id")] if add_eos else []
+        return [[*prefix, *self._encode(text), *suffix] for text in texts]
+
+    def decode(self, ids: Iterable[int] | npt.ArrayLike, *, skip_special: bool = True) -> str:
+        """Text of `ids` (a list or a 1-D array); stops at the first eos and drops pad/bos when
+        `skip_special`."""
+        array = np.asarray(ids if hasattr(ids, "shape") else list(ids))  # type: ignore[arg-type]
+        if array.ndim != 1:
+            raise ValueError(f"decode takes one sequence of ids (1-D), got shape {array.shape}")
+        ids = [int(i) for i in array]
         if skip_special:
+            # Some tokenizers (gpt2) use one id for bos and eos: a leading bos is not the end.
+            if self.bos_id is not None and ids[:1] == [self.bos_id]:
+                ids = ids[1:]
             if self.eos_id is not None and self.eos_id in ids:
                 ids = ids[: ids.index(self.eos_id)]
-            ids = [i for i in ids if i not in self.special_ids]
+            special = self.special_ids
+            ids = [i for i in ids if i not in special]
         return self._decode(ids)
 
     def encode_batch(
@@ -107,8 +124,8 @@ class Tokenizer(abc.ABC):
         Truncation keeps the eos token (when `add_eos`) as the last id.
         """
         out = np.full((len(texts), length), self.pad_id, dtype=np.int32)
-        for row, text in enumerate(texts):
-            ids = truncate(self.encode(text, add_bos=add_bos, add_eos=add_eos), length, add_eos)
+        for row, ids in enumerate(self.encode_many(texts, add_bos=add_bos, add_eos=add_eos)):
+            ids = truncate(ids, length, add_eos)
             out[row, : len(ids)] = ids
         return out
 
@@ -116,7 +133,7 @@ class Tokenizer(abc.ABC):
         """Write `directory/tokenizer.json` (atomically)."""
         path = Path(directory) / TOKENIZER_FILE
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(path, json.dumps({"kind": self.kind, "state": self.state()}))
+        write_text_atomic(path, json.dumps(tokenizer_to_dict(self)))
         return path
 
 
@@ -146,10 +163,19 @@ def load_tokenizer(directory: str | os.PathLike) -> Tokenizer:
     path = Path(directory) / TOKENIZER_FILE
     if not path.is_file():
         raise FileNotFoundError(f"no {TOKENIZER_FILE} in {directory}")
-    data = json.loads(path.read_text(encoding="utf-8"))
+    return tokenizer_from_dict(json.loads(path.read_text(encoding="utf-8")), source=str(path))
+
+
+def tokenizer_to_dict(tokenizer: Tokenizer) -> dict[str, Any]:
+    """`{"kind": ..., "state": ...}`: what `tokenizer.json` holds."""
+    return {"kind": tokenizer.kind, "state": tokenizer.state()}
+
+
+def tokenizer_from_dict(data: dict[str, Any], *, source: str = "tokenizer data") -> Tokenizer:
+    """Rebuild a tokenizer from `tokenizer_to_dict` output; `source` names it in errors."""
     kind = data.get("kind")
     if kind not in _KINDS:
-        raise ValueError(f"unknown tokenizer kind {kind!r} in {path}; known: {sorted(_KINDS)}")
+        raise ValueError(f"unknown tokenizer kind {kind!r} in {source}; known: {sorted(_KINDS)}")
     return _KINDS[kind].from_state(data["state"])
 
 
@@ -197,7 +223,8 @@ class CharTokenizer(Tokenizer):
         return 3
 
     def _encode(self, text: str) -> list[int]:
-        return [self._index.get(c, self.unk_id) for c in text]
+        unk = self.unk_id  # once: a property call per character is slow on long texts
+        return [self._index.get(c, unk) for c in text]
 
     def _decode(self, ids: Sequence[int]) -> str:
         offset = len(self.SPECIALS)

@@ -1,0 +1,109 @@
+"""Length bucketing: batches padded to one of a few lengths, so XLA compiles a few times.
+
+Every example goes to the shortest bucket that holds it (for a pair, its longer side decides and
+both sides pad to that length). Each epoch shuffles the examples inside every bucket, cuts the
+buckets into batches, and shuffles the order of the batches, all from `(seed, epoch)`: the batch
+at a step is a pure function of the step. The examples a bucket cannot fill a batch with move up
+to the next bucket (padded a little more), so an epoch drops fewer than `batch_size` examples in
+all, and every epoch has `num_examples // batch_size` batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+
+from zoo.data.batches import Batch
+from zoo.data.ragged import Ragged
+
+
+class BucketedBatches:
+    """Batches of ragged sequences (and per-example arrays) padded to bucket lengths.
+
+    `sequences` maps batch keys to token sequences (`tokens`, or `src` and `tgt`), `extras` to
+    per-example arrays copied as they are (`labels`). `pad_ids` gives each sequence's pad id.
+    Without `drop_last` the last, smaller batch of an epoch is kept (use it for evaluation).
+    """
+
+    def __init__(
+        self,
+        sequences: dict[str, Ragged],
+        *,
+        pad_ids: dict[str, int],
+        batch_size: int,
+        bucket_lengths: Sequence[int],
+        extras: dict[str, np.ndarray] | None = None,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = True,
+    ):
+        sizes = {name: len(rows) for name, rows in sequences.items()}
+        sizes |= {name: len(values) for name, values in (extras or {}).items()}
+        num = next(iter(sizes.values()), 0)
+        if any(size != num for size in sizes.values()):
+            raise ValueError(f"sequences disagree on the number of examples: {sizes}")
+        if num == 0:
+            raise ValueError("no examples: the dataset (or this split) is empty")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if drop_last and num < batch_size:
+            raise ValueError(
+                f"only {num} examples for batch_size={batch_size}; lower the batch size"
+            )
+        self.lengths = tuple(sorted(int(length) for length in bucket_lengths))
+        longest = np.max(np.stack([rows.lengths for rows in sequences.values()]), axis=0)
+        if longest.max() > self.lengths[-1]:
+            raise ValueError(
+                f"an example has {int(longest.max())} tokens, more than the longest bucket "
+                f"({self.lengths[-1]}); truncate the examples or add a longer bucket"
+            )
+        bucket_of = np.searchsorted(np.asarray(self.lengths), longest, side="left")
+        self.members = [np.flatnonzero(bucket_of == b) for b in range(len(self.lengths))]
+        self.sequences = sequences
+        self.extras = {name: np.asarray(values) for name, values in (extras or {}).items()}
+        self.pad_ids = pad_ids
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.seed = seed
+        self.drop_last = drop_last
+        self.num_examples = num
+        self.num_batches = num // batch_size if drop_last else -(-num // batch_size)
+        self._plan_cache: tuple[int, list[tuple[int, np.ndarray]]] | None = None
+
+    def __len__(self) -> int:
+        return self.num_batches
+
+    def plan(self, epoch: int) -> list[tuple[int, np.ndarray]]:
+        """The epoch's batches as (padded length, example indices), in step order."""
+        if self._plan_cache is not None and self._plan_cache[0] == epoch:
+            return self._plan_cache[1]
+        rng = np.random.default_rng((self.seed, epoch))
+        batches: list[tuple[int, np.ndarray]] = []
+        carried = np.zeros(0, dtype=np.int64)
+        for length, members in zip(self.lengths, self.members):
+            pool = np.concatenate([carried, rng.permutation(members) if self.shuffle else members])
+            full = len(pool) // self.batch_size
+            for k in range(full):
+                batches.append((length, pool[k * self.batch_size : (k + 1) * self.batch_size]))
+            carried = pool[full * self.batch_size :]
+        if len(carried) and not self.drop_last:
+            batches.append((self.lengths[-1], carried))
+        if self.shuffle:
+            batches = [batches[i] for i in rng.permutation(len(batches))]
+        self._plan_cache = (epoch, batches)
+        return batches
+
+    def batch(self, step: int) -> Batch:
+        epoch, index = divmod(step, self.num_batches)
+        length, rows = self.plan(epoch)[index]
+        out = {
+            name: seqs.padded(rows, length, self.pad_ids[name])
+            for name, seqs in self.sequences.items()
+        }
+        out |= {name: values[rows].astype(np.int32) for name, values in self.extras.items()}
+        return out
+
+    def __iter__(self) -> Iterator[Batch]:
+        """One epoch, in order of steps 0..len-1."""
+        return (self.batch(step) for step in range(self.num_batches))

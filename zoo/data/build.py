@@ -1,0 +1,47 @@
+"""`build_tokenizer(kind, texts=...)`: a tokenizer from its name, as the CLI spells it.
+
+| kind | tokenizer | needs texts | options |
+| --- | --- | --- | --- |
+| `char` | `CharTokenizer` | yes | none |
+| `word` | `WordTokenizer` | yes | `min_freq`, `max_size`, `lowercase`, `nfkc` |
+| `tiktoken:NAME` | `TiktokenTokenizer(NAME)` (`tiktoken` alone: gpt2) | no | none |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from zoo.data.tiktoken_tokenizer import TiktokenTokenizer
+from zoo.data.tokenizer import CharTokenizer, Tokenizer
+from zoo.data.word import WordTokenizer
+
+TOKENIZER_KINDS = ("char", "word", "tiktoken:NAME")
+WORD_OPTIONS = ("min_freq", "max_size", "lowercase", "nfkc")
+
+
+def build_tokenizer(kind: str, texts: Iterable[str] | None = None, **options: Any) -> Tokenizer:
+    """A tokenizer of `kind` (char | word | tiktoken:NAME), learnt from `texts` where it needs to.
+
+    `options` go to the tokenizer (`min_freq=2` for words, see the table in this module).
+    """
+    name, _, argument = kind.partition(":")
+    if name == "tiktoken":
+        _no_options(kind, options, allowed=())  # a fixed encoding: texts are not needed
+        return TiktokenTokenizer(argument or "gpt2")
+    if argument or name not in ("char", "word"):
+        raise ValueError(f"unknown tokenizer kind {kind!r}; choose one of {list(TOKENIZER_KINDS)}")
+    if texts is None:
+        raise ValueError(f"a {name!r} tokenizer learns its vocabulary: pass texts=[...]")
+    if name == "char":
+        _no_options(kind, options, allowed=())
+        return CharTokenizer.from_corpus(texts)
+    _no_options(kind, options, allowed=WORD_OPTIONS)
+    return WordTokenizer.from_corpus(texts, **options)
+
+
+def _no_options(kind: str, options: dict[str, Any], *, allowed: tuple[str, ...]) -> None:
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        valid = f"valid options: {list(allowed)}" if allowed else "it takes no options"
+        raise TypeError(f"tokenizer kind {kind!r} got unknown options {unknown}; {valid}")

@@ -1,0 +1,109 @@
+"""`DataConfig`: every option of `from_hf`, with its default and what it means.
+
+Column defaults per task: classification reads `text` and `label`; language modelling reads
+`text`; translation reads source `de` and target `en` (Multi30k German -> English, the classic
+tutorial pair: pass `source_column="en", target_column="de"` for the other direction).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+TASKS = ("classification", "language_modeling", "translation")
+TASK_ALIASES = {
+    "classification": "classification",
+    "classifier": "classification",
+    "language_modeling": "language_modeling",
+    "lm": "language_modeling",
+    "gpt": "language_modeling",
+    "translation": "translation",
+    "translator": "translation",
+}
+SMALLEST_BUCKET = 16
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataConfig:
+    """How a dataset becomes batches. Build it through `from_hf(dataset, task=..., **options)`."""
+
+    task: str  # classification | language_modeling (lm) | translation
+    batch_size: int = 32  # examples (LM: blocks) per batch
+    max_len: int = 128  # longest sequence the model takes (its max_positions)
+    text_column: str = "text"  # classification and language modelling input
+    label_column: str = "label"  # classification target, integers in [0, num_classes)
+    source_column: str = "de"  # translation input
+    target_column: str = "en"  # translation output
+    num_classes: int | None = None  # None: the ClassLabel feature's, else max(train label) + 1
+    train_split: str = "train"  # split to train on
+    validation_split: str | None = None  # None: validation/valid/dev when present, else holdout
+    holdout: float = 0.1  # fraction held out for validation when the data has no such split
+    buckets: Sequence[int] | None = None  # padded lengths; None: 16, 32, 64, ... up to max_len
+    packing: bool = True  # LM: concatenate documents into blocks of max_len + 1 tokens
+    random_blocks: bool = False  # LM: nanoGPT-style random offsets instead of shuffled blocks
+    truncate: bool = True  # cut over-long examples (and log how many); False raises instead
+    seed: int = 0  # shuffling and holdout seed
+    share_tokenizer: bool = False  # translation: one vocabulary for both languages
+    tokenizer_options: dict[str, Any] | None = None  # for build_tokenizer, e.g. {"min_freq": 2}
+    tokenizer_sample: int = 100_000  # streaming: examples read to learn a char/word vocabulary
+    shuffle_buffer: int = 10_000  # streaming: examples in the shuffle buffer (0: no shuffling)
+    steps_per_epoch: int | None = None  # streaming: batches per epoch (None: count by one pass)
+    num_proc: int | None = None  # processes for Dataset.map
+
+    def __post_init__(self) -> None:
+        if self.task not in TASK_ALIASES:
+            raise ValueError(f"unknown task {self.task!r}; choose one of {list(TASKS)}")
+        object.__setattr__(self, "task", TASK_ALIASES[self.task])
+        for name in ("batch_size", "max_len", "tokenizer_sample"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        minimum = 3 if self.task == "translation" else 2
+        if self.max_len < minimum:
+            raise ValueError(f"max_len={self.max_len} leaves no room for text; use >= {minimum}")
+        if self.validation_split is not None and self.validation_split == self.train_split:
+            raise ValueError(
+                f"validation_split and train_split are both {self.train_split!r}; validating on "
+                "the training examples measures nothing: pick another split or leave it unset"
+            )
+        if not 0.0 < self.holdout < 1.0:
+            raise ValueError(f"holdout must be a fraction in (0, 1), got {self.holdout}")
+        if self.num_classes is not None and self.num_classes < 1:
+            raise ValueError(f"num_classes must be a positive integer, got {self.num_classes}")
+        if self.shuffle_buffer < 0:
+            raise ValueError(f"shuffle_buffer must be >= 0, got {self.shuffle_buffer}")
+        if self.steps_per_epoch is not None and self.steps_per_epoch < 1:
+            raise ValueError(f"steps_per_epoch must be positive, got {self.steps_per_epoch}")
+        object.__setattr__(self, "buckets", bucket_lengths(self.max_len, self.buckets))
+
+    @classmethod
+    def from_options(cls, task: str, options: dict[str, Any]) -> DataConfig:
+        """`DataConfig(task=task, **options)` with an error that lists the valid options."""
+        valid = sorted(f.name for f in fields(cls) if f.name != "task")
+        unknown = sorted(set(options) - set(valid))
+        if unknown:
+            raise TypeError(f"unknown data options {unknown}; valid options: {valid}")
+        return cls(task=task, **options)
+
+
+def bucket_lengths(max_len: int, buckets: Sequence[int] | None) -> tuple[int, ...]:
+    """Sorted padded lengths, the last one `max_len`: powers of two from 16 by default."""
+    if buckets is None:
+        lengths = []
+        length = SMALLEST_BUCKET
+        while length < max_len:
+            lengths.append(length)
+            length *= 2
+        return (*lengths, max_len)
+    lengths = sorted({int(length) for length in buckets})
+    if not lengths or lengths[0] < 1:
+        raise ValueError(f"buckets must be positive lengths, got {list(buckets)}")
+    if lengths[-1] > max_len:
+        raise ValueError(
+            f"bucket length {lengths[-1]} exceeds max_len={max_len}; the model takes at most "
+            "max_len positions: drop that bucket or raise max_len"
+        )
+    if lengths[-1] < max_len:
+        lengths.append(max_len)  # every example must fit somewhere
+    return tuple(lengths)

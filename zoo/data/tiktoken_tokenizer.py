@@ -1,0 +1,118 @@
+"""tiktoken's byte-level BPE encodings (gpt2, cl100k_base, ...) behind the zoo tokenizer interface.
+
+The base vocabulary is the encoding's own. `<|endoftext|>` (when the encoding has it) serves as
+both bos and eos, as in GPT-2; a dedicated pad id is added right after the base vocabulary (an
+encoding without `<|endoftext|>` also gets bos and eos there). The reported `vocab_size` is
+rounded up to a multiple of 64 so the embedding and output matrices tile well on accelerators;
+the ids between the last special and `vocab_size` are never produced by `encode`.
+
+Byte-level BPE has no unknown token: every string round-trips exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from zoo.data.tokenizer import Tokenizer
+
+VOCAB_MULTIPLE = 64
+END_OF_TEXT = "<|endoftext|>"
+
+
+def round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def load_encoding(name: str):
+    """The tiktoken `Encoding` called `name`, with an error that says how to get it."""
+    import tiktoken
+
+    known = tiktoken.list_encoding_names()
+    if name not in known:
+        raise ValueError(f"unknown tiktoken encoding {name!r}; known encodings: {known}")
+    try:
+        return tiktoken.get_encoding(name)
+    except Exception as error:
+        raise RuntimeError(
+            f"could not load the tiktoken encoding {name!r}: {error}. tiktoken downloads it once "
+            "and caches it; without a network, set TIKTOKEN_CACHE_DIR to a folder that holds "
+            "tiktoken's cache files for it"
+        ) from error
+
+
+class TiktokenTokenizer(Tokenizer):
+    """A tiktoken encoding by name: `TiktokenTokenizer("gpt2")` has vocab_size 50304, pad 50257."""
+
+    kind = "tiktoken"
+
+    def __init__(self, encoding: str = "gpt2"):
+        self.encoding_name = encoding
+        self.encoding = load_encoding(encoding)
+        base = self.encoding.n_vocab
+        if END_OF_TEXT in self.encoding.special_tokens_set:
+            end = self.encoding.encode_single_token(END_OF_TEXT)
+            self._bos_id, self._eos_id, self._pad_id = end, end, base
+        else:
+            self._bos_id, self._eos_id, self._pad_id = base, base + 1, base + 2
+        self.base_vocab_size = base
+        self._vocab_size = round_up(max(self._pad_id, self._eos_id) + 1, VOCAB_MULTIPLE)
+        # Names of the ids the encoding itself does not know.
+        self._added = {self._pad_id: "<|pad|>", self._bos_id: "<|bos|>", self._eos_id: "<|eos|>"}
+        self._added = {i: text for i, text in self._added.items() if i >= base}
+
+    @property
+    def vocab_size(self) -> int:
+        return self._vocab_size
+
+    @property
+    def pad_id(self) -> int:
+        return self._pad_id
+
+    @property
+    def bos_id(self) -> int:
+        return self._bos_id
+
+    @property
+    def eos_id(self) -> int:
+        return self._eos_id
+
+    def _encode(self, text: str) -> list[int]:
+        # encode_ordinary: "<|endoftext|>" written in a text is text, not a control token.
+        return self.encoding.encode_ordinary(text)
+
+    def encode_many(
+        self, texts: Sequence[str], *, add_bos: bool = False, add_eos: bool = False
+    ) -> list[list[int]]:
+        prefix = [self._bos_id] if add_bos else []
+        suffix = [self._eos_id] if add_eos else []
+        encoded = self.encoding.encode_ordinary_batch(list(texts))
+        return [[*prefix, *ids, *suffix] for ids in encoded]
+
+    def _decode(self, ids: Sequence[int]) -> str:
+        pieces: list[str] = []
+        run: list[int] = []
+        for i in ids:
+            if i < 0 or i >= self._vocab_size:
+                raise ValueError(f"token id {i} is outside the vocabulary [0, {self._vocab_size})")
+            if i < self.base_vocab_size:
+                run.append(i)
+                continue
+            if run:
+                pieces.append(self.encoding.decode(run))
+                run = []
+            pieces.append(self._added.get(i, f"<|unused:{i}|>"))
+        if run:
+            pieces.append(self.encoding.decode(run))
+        return "".join(pieces)
+
+    def state(self) -> dict[str, Any]:
+        return {"encoding": self.encoding_name}
+
+    def __reduce__(self) -> tuple[type, tuple[str]]:
+        # Pickle (and `datasets` fingerprinting) by name: the merge table is 50k+ entries.
+        return (TiktokenTokenizer, (self.encoding_name,))
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> TiktokenTokenizer:
+        return cls(state["encoding"])
