@@ -41,7 +41,7 @@ def randomize(model, *, seed: int = 0, std: float = 0.3):
                 param.copy_(std * noise)
         for name, buffer in model.named_buffers():
             if name == "final_logits_bias":
-                buffer.copy_(torch.randn(buffer.shape, generator=generator))
+                buffer.copy_(0.1 * torch.randn(buffer.shape, generator=generator))
     return model.eval()
 
 

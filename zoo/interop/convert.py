@@ -88,6 +88,7 @@ class Rule:
     transform: Transform = COPY
     aliases: tuple[str, ...] = ()
     optional: bool = False
+    write_aliases: bool = False  # write the tied copies to files too (where nothing re-ties them)
 
 
 def rule(hf: str, zoo: str, transform: Transform = COPY, **kwargs: Any) -> Rule:
@@ -319,9 +320,8 @@ def _check_ties(arrays: Mapping[str, np.ndarray], sources: list[tuple[Rule, list
                 and not np.array_equal(arrays[alias], arrays[keys[0]])
             ):
                 raise CheckpointMismatch(
-                    f"{alias} and {keys[0]} should hold one tied tensor but differ; if the "
-                    "checkpoint really has separate weights, its config.json must say so "
-                    "(tie_word_embeddings=false)"
+                    f"{alias} and {keys[0]} should hold one tensor (the config ties them) but "
+                    "differ; zoo cannot tell which of the two the model is meant to use"
                 )
 
 
@@ -355,7 +355,7 @@ def zoo_to_hf(
         hf_arrays = r.transform.to_hf([state[z] for z in r.zoo])
         for hf_key, array in zip(r.hf, hf_arrays, strict=True):
             out[hf_key] = np.ascontiguousarray(array)
-        if aliases:
+        if aliases or r.write_aliases:
             for alias in r.aliases:
                 out[alias] = out[r.hf[0]]
     for d in key_map.derived:

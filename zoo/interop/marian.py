@@ -186,13 +186,15 @@ class Marian(Architecture):
         tied_output = ("lm_head.weight",) if config.tie_output else ()
         if config.share_embeddings:
             copies = ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight")
-            rules = [
-                rule(
-                    "model.shared.weight",
-                    "source_embedder.token_weight",
-                    aliases=copies + tied_output,
-                )
-            ]
+            # transformers 5 ties the encoder and decoder tables to `shared` only when
+            # tie_word_embeddings is set: an untied output needs the copies written out.
+            table = rule(
+                "model.shared.weight",
+                "source_embedder.token_weight",
+                aliases=copies + tied_output,
+                write_aliases=not config.tie_output,
+            )
+            rules = [table]
         else:
             rules = [
                 rule("model.encoder.embed_tokens.weight", "source_embedder.token_weight"),
