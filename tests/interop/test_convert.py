@@ -211,3 +211,19 @@ def test_export_refuses_models_gpt2_cannot_express():
     with pytest.raises(UnsupportedExport, match="norm_first=False") as error:
         zoo.interop.to_state_dict(model)
     assert "positions='sinusoidal'" in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "extra", "rate"),
+    [
+        ("gpt2-tied", {}, 0.0),
+        ("bert", {}, 0.0),
+        ("marian-shared", {"activation_dropout": 0.05}, 0.05),
+    ],
+)
+def test_dropout_on_the_feed_forward_hidden_follows_the_checkpoint(tmp_path, name, extra, rate):
+    random_checkpoint(tmp_path, {**CONFIGS[name], "dropout": 0.2, **extra})
+    model = from_pretrained(tmp_path)
+    stack = model.layers if name.startswith("gpt2") else model.encoder
+    assert model.config.activation_dropout == rate
+    assert stack.blocks.feed_forward.dropout.rate == rate

@@ -93,6 +93,23 @@ def export_activation(config: TransformerConfig) -> str:
     return ZOO_TO_HF_ACTIVATION[config.activation]
 
 
+def activation_dropout(config: TransformerConfig) -> float:
+    """The dropout rate on the feed-forward hidden layer that `config` trains with."""
+    return config.dropout if config.activation_dropout is None else config.activation_dropout
+
+
+def warn_activation_dropout(config: TransformerConfig, target: str) -> None:
+    """GPT-2 and BERT have no dropout on the feed-forward hidden layer: say it is not exported."""
+    rate = activation_dropout(config)
+    if rate:
+        logger.warning(
+            "%s has no dropout on the feed-forward hidden layer: activation dropout %s is not "
+            "exported (inference is unaffected)",
+            target,
+            rate,
+        )
+
+
 def require_fields(config: TransformerConfig, target: str, **expected: Any) -> None:
     """Refuse to export a zoo config whose fields differ from what `target` can express."""
     wrong = {name: getattr(config, name) for name, value in expected.items()}

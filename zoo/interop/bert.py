@@ -19,6 +19,7 @@ from zoo.interop.architecture import (
     export_activation,
     logger,
     require_fields,
+    warn_activation_dropout,
 )
 from zoo.interop.convert import KeyMap, Shape, rule, weight_and_bias
 from zoo.models import ClassifierConfig
@@ -84,6 +85,7 @@ class Bert(Architecture):
             activation=hf.activation("hidden_act"),
             dropout=hf["hidden_dropout_prob"],
             attention_dropout=hf["attention_probs_dropout_prob"],
+            activation_dropout=0.0,  # BERT's intermediate layer has no dropout
             classifier_dropout=hf["classifier_dropout"],
             layer_norm_eps=hf["layer_norm_eps"],
             init_std=hf["initializer_range"],
@@ -116,6 +118,7 @@ class Bert(Architecture):
                 f"{self.export_class} always has token-type embeddings: type_vocab_size=0 "
                 "cannot be exported"
             )
+        warn_activation_dropout(config, self.export_class)
         return dict(
             model_type=self.model_type,
             architectures=[self.export_class],

@@ -60,10 +60,11 @@ def resolve(
     try:
         folder = snapshot_download(name, revision=revision, allow_patterns=patterns)
     except Exception as error:
+        include = " ".join(f"'{pattern}'" for pattern in patterns)
         raise OSError(
             f"could not get {name!r} from the HuggingFace hub ({type(error).__name__}: {error}). "
             f"Offline? Download the folder where you have a connection, e.g. "
-            f"`huggingface-cli download {name} {' '.join(patterns)} --local-dir DIR`, copy it "
+            f"`huggingface-cli download {name} --include {include} --local-dir DIR`, copy it "
             "here and pass its path instead of the name"
         ) from error
     return Path(folder)

@@ -16,6 +16,7 @@ from zoo.interop.architecture import (
     export_activation,
     logger,
     require_fields,
+    warn_activation_dropout,
 )
 from zoo.interop.convert import (
     FUSED_QKV_BIAS,
@@ -93,6 +94,7 @@ class GPT2(Architecture):
             layer_norm_eps=hf["layer_norm_epsilon"],
             dropout=hf["resid_pdrop"],
             attention_dropout=hf["attn_pdrop"],
+            activation_dropout=0.0,  # GPT-2's MLP has no dropout on its hidden layer
             init_std=hf["initializer_range"],
             tie_embeddings=bool(hf["tie_word_embeddings"]),
             # GPT-2 masks padding through attention_mask only, never by token id: an id-based
@@ -117,6 +119,7 @@ class GPT2(Architecture):
             embedding_norm=False,
             scale_embeddings=False,
         )
+        warn_activation_dropout(config, self.export_class)
         return dict(
             model_type=self.model_type,
             architectures=[self.export_class],

@@ -17,8 +17,8 @@ from zoo.interop.architecture import (
     Architecture,
     HFConfig,
     UnsupportedExport,
+    activation_dropout,
     export_activation,
-    logger,
     require_fields,
 )
 from zoo.interop.convert import ROW, Derived, KeyMap, Rule, Shape, rule, weight_and_bias
@@ -98,13 +98,6 @@ class Marian(Architecture):
         ):
             if hf[encoder] != hf[decoder]:
                 hf.refuse(decoder, f"zoo.Translator needs it equal to {encoder}={hf[encoder]}")
-        if hf["activation_dropout"] != hf["dropout"]:
-            logger.warning(
-                "marian: zoo applies one dropout rate to the feed-forward hidden layer too: "
-                "dropout=%s replaces activation_dropout=%s during training",
-                hf["dropout"],
-                hf["activation_dropout"],
-            )
         shared = bool(hf["share_encoder_decoder_embeddings"])
         vocab = hf["vocab_size"]
         target_vocab = vocab if shared else (hf["decoder_vocab_size"] or vocab)
@@ -123,6 +116,7 @@ class Marian(Architecture):
             activation=hf.activation("activation_function"),
             dropout=hf["dropout"],
             attention_dropout=hf["attention_dropout"],
+            activation_dropout=hf["activation_dropout"],
             init_std=hf["init_std"],
             scale_embeddings=bool(hf["scale_embedding"]),
             share_embeddings=shared,
@@ -170,7 +164,7 @@ class Marian(Architecture):
             activation_function=export_activation(config),
             dropout=config.dropout,
             attention_dropout=config.attention_dropout,
-            activation_dropout=config.dropout,
+            activation_dropout=activation_dropout(config),
             init_std=config.init_std,
             scale_embedding=config.scale_embeddings,
             pad_token_id=config.pad_id,
