@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -17,9 +21,10 @@ from zoo.interop import (
     save_hf,
 )
 from zoo.interop.architecture import HFConfig
-from zoo.interop.convert import abstract_model, expected_hf_shapes, zoo_shapes
+from zoo.interop.convert import expected_hf_shapes
 from zoo.interop.files import read_safetensors, read_weights, write_safetensors
 from zoo.interop.loading import architecture_of
+from zoo.interop.zoo_keys import abstract_model, zoo_shapes
 from zoo.presets import build
 
 CONFIGS = {
@@ -227,3 +232,16 @@ def test_dropout_on_the_feed_forward_hidden_follows_the_checkpoint(tmp_path, nam
     stack = model.layers if name.startswith("gpt2") else model.encoder
     assert model.config.activation_dropout == rate
     assert stack.blocks.feed_forward.dropout.rate == rate
+
+
+def test_loading_and_saving_a_folder_never_imports_torch(tmp_path):
+    random_checkpoint(tmp_path / "in", CONFIGS["marian-separate"])
+    script = (
+        "import sys, zoo; from zoo.interop import save_hf; "
+        f"model = zoo.from_pretrained({str(tmp_path / 'in')!r}); "
+        f"save_hf(model, {str(tmp_path / 'out')!r}); "
+        "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'imported'"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(zoo.__file__).parents[1])}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr[-2000:]

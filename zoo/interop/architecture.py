@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Generic, TypeVar
 
-from zoo.interop.convert import KeyMap, Shape
+from zoo.interop.rules import KeyMap, Shape
 from zoo.models import TransformerConfig
 
 logger = logging.getLogger("zoo.interop")
@@ -121,8 +121,11 @@ def require_fields(config: TransformerConfig, target: str, **expected: Any) -> N
         raise UnsupportedExport(f"{target} cannot express this zoo model: {details}")
 
 
-class Architecture:
-    """One HuggingFace architecture family and its zoo flavor."""
+ConfigT = TypeVar("ConfigT", bound=TransformerConfig)
+
+
+class Architecture(Generic[ConfigT]):
+    """One HuggingFace architecture family and its zoo flavor (whose config is `ConfigT`)."""
 
     name: str  # the family, e.g. "gpt2"
     model_type: str  # config.json "model_type"
@@ -130,7 +133,7 @@ class Architecture:
     export_class: str  # the transformers class `to_hf` targets
     prefix: str  # key prefix of the base model inside the task model ("transformer.")
     config_class: str  # the transformers config class
-    zoo_config_class: type[TransformerConfig]  # the zoo flavor's config
+    zoo_config_class: type[ConfigT]  # the zoo flavor's config
 
     def zoo_fields(self, hf: HFConfig, shapes: Mapping[str, Shape]) -> dict[str, Any]:
         """Zoo config fields of a checkpoint (its config and its HF key -> shape)."""
@@ -140,13 +143,11 @@ class Architecture:
         """The defaults of the transformers config class, for options a config.json omits."""
         raise NotImplementedError
 
-    def hf_config(self, config: TransformerConfig) -> dict[str, Any]:
+    def hf_config(self, config: ConfigT) -> dict[str, Any]:
         """The `config.json` dict of `export_class` for a zoo config (refuses what it cannot say)."""
         raise NotImplementedError
 
-    def key_map(
-        self, config: TransformerConfig, shapes: Mapping[str, Shape] | None = None
-    ) -> KeyMap:
+    def key_map(self, config: ConfigT, shapes: Mapping[str, Shape] | None = None) -> KeyMap:
         """The rules for `config`; `shapes` are the checkpoint's when loading, None when exporting."""
         raise NotImplementedError
 

@@ -21,7 +21,7 @@ from zoo.interop.architecture import (
     require_fields,
     warn_activation_dropout,
 )
-from zoo.interop.convert import KeyMap, Shape, rule, weight_and_bias
+from zoo.interop.rules import KeyMap, Shape, rule, weight_and_bias
 from zoo.models import ClassifierConfig
 
 DEFAULTS: dict[str, Any] = dict(
@@ -47,7 +47,7 @@ DEFAULTS: dict[str, Any] = dict(
 HEAD = "classifier"
 
 
-class Bert(Architecture):
+class Bert(Architecture[ClassifierConfig]):
     name = "bert"
     model_type = "bert"
     loads = ("BertForSequenceClassification", "BertModel", "BertForPreTraining", "BertForMaskedLM")

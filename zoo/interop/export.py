@@ -9,9 +9,10 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from zoo.interop.convert import zoo_state, zoo_to_hf
+from zoo.interop.convert import zoo_to_hf
 from zoo.interop.files import CONFIG, INSTALL_HF, WEIGHTS, write_safetensors
 from zoo.interop.loading import architecture_for
+from zoo.interop.zoo_keys import zoo_state
 
 
 def to_state_dict(model: Any, *, full: bool = True) -> tuple[dict[str, np.ndarray], dict[str, Any]]:

@@ -18,7 +18,7 @@ from zoo.interop.architecture import (
     require_fields,
     warn_activation_dropout,
 )
-from zoo.interop.convert import (
+from zoo.interop.rules import (
     FUSED_QKV_BIAS,
     FUSED_QKV_WEIGHT,
     TRANSPOSE,
@@ -54,7 +54,7 @@ DEFAULTS: dict[str, Any] = dict(
 )
 
 
-class GPT2(Architecture):
+class GPT2(Architecture[GPTConfig]):
     name = "gpt2"
     model_type = "gpt2"
     loads = ("GPT2LMHeadModel", "GPT2Model")

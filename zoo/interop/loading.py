@@ -14,10 +14,11 @@ from jaxtyping import PRNGKeyArray
 
 from zoo.interop.architecture import Architecture, HFConfig, UnsupportedConfig, logger
 from zoo.interop.bert import Bert
-from zoo.interop.convert import abstract_model, fill, hf_to_zoo, zoo_shapes, zoo_state
+from zoo.interop.convert import hf_to_zoo
 from zoo.interop.files import INSTALL_HF, read_config, read_weights, resolve
 from zoo.interop.gpt2 import GPT2
 from zoo.interop.marian import Marian
+from zoo.interop.zoo_keys import abstract_model, fill, zoo_shapes, zoo_state
 from zoo.models import flavor_of
 from zoo.presets import build
 
@@ -34,12 +35,13 @@ def architecture_of(config: Mapping[str, Any]) -> Architecture:
     return ARCHITECTURES[model_type]
 
 
+# zoo flavor -> the HuggingFace architecture it exports to
+EXPORTS = {"gpt": "gpt2", "classifier": "bert", "translator": "marian"}
+
+
 def architecture_for(model: Any) -> Architecture:
     """The architecture a zoo model (or config) exports to."""
-    flavor = flavor_of(model)
-    return {"gpt": ARCHITECTURES["gpt2"], "classifier": ARCHITECTURES["bert"]}.get(
-        flavor, ARCHITECTURES["marian"]
-    )
+    return ARCHITECTURES[EXPORTS[flavor_of(model)]]
 
 
 def canonical_keys(arrays: Mapping[str, np.ndarray], arch: Architecture) -> dict[str, np.ndarray]:

@@ -21,7 +21,7 @@ from zoo.interop.architecture import (
     export_activation,
     require_fields,
 )
-from zoo.interop.convert import ROW, Derived, KeyMap, Rule, Shape, rule, weight_and_bias
+from zoo.interop.rules import ROW, Derived, KeyMap, Rule, Shape, rule, weight_and_bias
 from zoo.models import TranslatorConfig
 
 DEFAULTS: dict[str, Any] = dict(
@@ -68,7 +68,7 @@ def sinusoid_table(num_positions: int, dim: int) -> np.ndarray:
     return np.concatenate([np.sin(angles), np.cos(angles)], axis=-1)
 
 
-class Marian(Architecture):
+class Marian(Architecture[TranslatorConfig]):
     name = "marian"
     model_type = "marian"
     loads = ("MarianMTModel", "MarianModel")

@@ -30,13 +30,16 @@ class _Batching:
         raise NotImplementedError
 
     def _wrap(self, ids: list[int], add_bos: bool, add_eos: bool) -> list[int]:
-        if add_bos and self.bos_id is None:
-            raise ValueError("add_bos=True but this tokenizer has no bos_id")
-        if add_eos and self.eos_id is None:
-            raise ValueError("add_eos=True but this tokenizer has no eos_id")
-        bos = [self.bos_id] if add_bos else []
-        eos = [self.eos_id] if add_eos else []
-        return bos + ids + eos
+        wrapped = list(ids)
+        if add_bos:
+            if self.bos_id is None:
+                raise ValueError("add_bos=True but this tokenizer has no bos_id")
+            wrapped.insert(0, self.bos_id)
+        if add_eos:
+            if self.eos_id is None:
+                raise ValueError("add_eos=True but this tokenizer has no eos_id")
+            wrapped.append(self.eos_id)
+        return wrapped
 
     def encode_batch(
         self,
