@@ -245,3 +245,11 @@ def test_loading_and_saving_a_folder_never_imports_torch(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(Path(zoo.__file__).parents[1])}
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_overrides_change_zoo_fields_and_misspelt_ones_are_named(tmp_path):
+    random_checkpoint(tmp_path, CONFIGS["bert"])
+    model = from_pretrained(tmp_path, dropout=0.0, scan_layers=False)
+    assert model.config.dropout == 0.0 and not model.encoder.scan
+    with pytest.raises(TypeError, match="num_clases"):
+        from_pretrained(tmp_path, num_clases=2)

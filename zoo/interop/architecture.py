@@ -48,7 +48,8 @@ class HFConfig:
         self.arch = arch
 
     def __getitem__(self, name: str) -> Any:
-        if name in self.data and self.data[name] is not None:
+        """The value in config.json, else transformers' default (an explicit null stays None)."""
+        if name in self.data:
             return self.data[name]
         return self.defaults.get(name)
 
@@ -59,8 +60,11 @@ class HFConfig:
         )
 
     def require(self, name: str, allowed: tuple[Any, ...], why: str) -> None:
-        """Refuse `name` unless its value (default included) is one of `allowed`."""
-        if self[name] not in allowed:
+        """Refuse `name` unless its value (an explicit null means the default) is in `allowed`."""
+        value = self[name]
+        if value is None:
+            value = self.defaults.get(name)
+        if value not in allowed:
             self.refuse(name, why)
 
     def activation(self, name: str) -> str:

@@ -77,8 +77,8 @@ def load_state_dict(
     arch.check_class(hf)
     arrays = canonical_keys(arrays, arch)
     shapes = {k: tuple(v.shape) for k, v in arrays.items()}
-    fields = {**arch.zoo_fields(hf, shapes), **overrides}
-    zoo_config = arch.zoo_config_class(**fields)
+    # `replace` names the valid fields when an override is misspelt
+    zoo_config = arch.zoo_config_class(**arch.zoo_fields(hf, shapes)).replace(**overrides)
     skeleton = abstract_model(lambda: build(zoo_config, key=jax.random.key(0)))
     state, fresh = hf_to_zoo(
         arrays, arch.key_map(zoo_config, shapes), zoo_shapes(skeleton), what=what
@@ -152,4 +152,4 @@ def from_hf(hf_model: Any, *, key: PRNGKeyArray | None = None, **overrides: Any)
     )
 
 
-__all__ = ["from_hf", "from_pretrained", "load_state_dict", "zoo_state"]
+__all__ = ["ARCHITECTURES", "from_hf", "from_pretrained", "load_state_dict"]
