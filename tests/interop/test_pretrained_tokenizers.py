@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_convert import CONFIGS, random_checkpoint
+from test_checkpoints import CONFIGS, random_checkpoint
 
 from zoo.interop import HFTokenizer, TiktokenTokenizer, from_pretrained, load_tokenizer
 
