@@ -26,8 +26,9 @@ class TransformerConfig:
     d_ff: int = 2048  # hidden width of the position-wise feed-forward network
     max_positions: int = 512  # longest sequence the model accepts
     pad_id: int | None = 0  # padding token id; None: no padding (every position is real)
-    dropout: float = 0.1  # dropout on embeddings, residual branches and feed-forward hidden
+    dropout: float = 0.1  # dropout on embeddings, residual branches (and feed-forward hidden)
     attention_dropout: float = 0.1  # dropout on attention weights
+    activation_dropout: float | None = None  # dropout on the feed-forward hidden (None: dropout)
     activation: str = "gelu"  # relu | gelu (erf) | gelu_tanh | silu
     norm_first: bool = True  # True: pre-LN (GPT-2); False: post-LN (the paper, BERT)
     layer_norm_eps: float = 1e-5  # LayerNorm epsilon (BERT uses 1e-12)
@@ -52,9 +53,9 @@ class TransformerConfig:
                 f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}; pick "
                 f"num_heads from the divisors of d_model, e.g. {_divisors(self.d_model)}"
             )
-        for name in ("dropout", "attention_dropout"):
+        for name in ("dropout", "attention_dropout", "activation_dropout"):
             value = getattr(self, name)
-            if not 0.0 <= value < 1.0:
+            if value is not None and not 0.0 <= value < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {value}")
         if self.activation not in ACTIVATIONS:
             raise ValueError(
@@ -102,6 +103,7 @@ class TransformerConfig:
             use_bias=self.use_bias,
             dropout=self.dropout,
             attention_dropout=self.attention_dropout,
+            activation_dropout=self.activation_dropout,
             attention_implementation=self.attention_implementation,
             init_std=self.init_std,
             dtype=self.param_dtype,

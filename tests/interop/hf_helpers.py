@@ -1,0 +1,89 @@
+"""Shared pieces of the HuggingFace parity tests: random tiny models, batches, comparisons."""
+
+from __future__ import annotations
+
+import functools
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="HF parity tests need torch: pip install 'zoo[hf]'")
+transformers = pytest.importorskip(
+    "transformers", reason="HF parity tests need transformers: pip install 'zoo[hf]'"
+)
+
+LOGIT_TOL = 1e-4  # full model, float32
+PART_TOL = 1e-5  # embeddings, one attention layer, one block
+WORST: dict[str, float] = {}  # worst logit difference seen per architecture, for the report
+
+
+def randomize(model, *, seed: int = 0, std: float = 0.3):
+    """Give every weight of a HF model a spread-out random value (LayerNorms near 1 and 0).
+
+    Default inits (tiny std, unit LayerNorms, zero biases) would hide transposed or swapped
+    weights; fixed sinusoid tables are left alone.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "embed_positions" in name:
+                continue
+            noise = torch.randn(param.shape, generator=generator)
+            is_norm = any(part in name for part in ("LayerNorm", "ln_", "layer_norm"))
+            if is_norm and name.endswith("weight"):
+                param.copy_(1.0 + 0.1 * noise)
+            elif is_norm or name.endswith("bias"):
+                param.copy_(0.1 * noise)
+            else:
+                param.copy_(std * noise)
+        for name, buffer in model.named_buffers():
+            if name == "final_logits_bias":
+                buffer.copy_(0.1 * torch.randn(buffer.shape, generator=generator))
+    return model.eval()
+
+
+def batched(model_call):
+    """`jax.vmap` of a per-example call (a model or a function), jitted."""
+    return functools.partial(_vmapped, model_call)
+
+
+@eqx.filter_jit
+def _vmapped(call, *args):
+    return jax.vmap(call)(*args)
+
+
+def max_diff(ours, theirs, mask=None) -> float:
+    """Largest absolute difference, over the positions where `mask` is True (all if None)."""
+    ours, theirs = np.asarray(ours, np.float64), np.asarray(theirs, np.float64)
+    assert ours.shape == theirs.shape, (ours.shape, theirs.shape)
+    diff = np.abs(ours - theirs)
+    if mask is not None:
+        diff = diff[np.asarray(mask, bool)]
+    return float(diff.max())
+
+
+def record(arch: str, diff: float) -> None:
+    WORST[arch] = max(WORST.get(arch, 0.0), diff)
+    print(f"\n[parity] {arch}: worst logit |zoo - transformers| so far = {WORST[arch]:.3g}")
+
+
+def capture(module):
+    """Register a forward hook on a torch module; returns the list its outputs land in."""
+    outputs = []
+
+    def hook(_module, _inputs, output):
+        outputs.append(output[0] if isinstance(output, tuple) else output)
+
+    module.register_forward_hook(hook)
+    return outputs
+
+
+def tensor(array) -> torch.Tensor:
+    return torch.as_tensor(np.asarray(array))
+
+
+def jnp_int(array) -> jax.Array:
+    return jnp.asarray(np.asarray(array), dtype=jnp.int32)

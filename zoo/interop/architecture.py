@@ -1,0 +1,165 @@
+"""What every supported HuggingFace architecture provides, and reading HF configs strictly.
+
+An `Architecture` turns a HuggingFace `config.json` (a plain dict: no transformers needed) into a
+zoo config, a zoo config back into a `config.json` dict, and either into the `KeyMap` the
+conversion engine runs. Options that change the computation are either mapped or refused with
+`UnsupportedConfig` naming the option; they are never dropped silently.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any, Generic, TypeVar
+
+from zoo.interop.rules import KeyMap, Shape
+from zoo.models import TransformerConfig
+
+logger = logging.getLogger("zoo.interop")
+
+# HuggingFace activation names -> zoo activation names (`zoo.nn.feedforward.ACTIVATIONS`).
+HF_ACTIVATIONS = {
+    "relu": "relu",
+    "gelu": "gelu",
+    "gelu_new": "gelu_tanh",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "gelu_fast": "gelu_tanh",  # the same tanh formula written differently
+    "silu": "silu",
+    "swish": "silu",
+}
+# zoo activation -> the name written when exporting
+ZOO_TO_HF_ACTIVATION = {"relu": "relu", "gelu": "gelu", "gelu_tanh": "gelu_new", "silu": "silu"}
+
+
+class UnsupportedConfig(ValueError):
+    """A HuggingFace config option zoo does not implement; the message names the option."""
+
+
+class UnsupportedExport(ValueError):
+    """A zoo config the HuggingFace architecture cannot express; the message names the field."""
+
+
+class HFConfig:
+    """A HuggingFace `config.json` read with the defaults of its transformers config class."""
+
+    def __init__(self, data: Mapping[str, Any], defaults: Mapping[str, Any], arch: str):
+        self.data = dict(data)
+        self.defaults = dict(defaults)
+        self.arch = arch
+
+    def __getitem__(self, name: str) -> Any:
+        """The value in config.json, else transformers' default (an explicit null stays None)."""
+        if name in self.data:
+            return self.data[name]
+        return self.defaults.get(name)
+
+    def refuse(self, name: str, why: str, fix: str = "") -> None:
+        raise UnsupportedConfig(
+            f"{self.arch} config option {name}={self[name]!r} is not supported: {why}"
+            + (f"; {fix}" if fix else "")
+        )
+
+    def require(self, name: str, allowed: tuple[Any, ...], why: str) -> None:
+        """Refuse `name` unless its value (an explicit null means the default) is in `allowed`."""
+        value = self[name]
+        if value is None:
+            value = self.defaults.get(name)
+        if value not in allowed:
+            self.refuse(name, why)
+
+    def activation(self, name: str) -> str:
+        value = self[name]
+        if value not in HF_ACTIVATIONS:
+            self.refuse(name, f"zoo implements {sorted(HF_ACTIVATIONS)}")
+        return HF_ACTIVATIONS[value]
+
+    def token_id(self, name: str, vocab_size: int) -> int | None:
+        """A special-token id, or None (with a warning) when it lies outside the vocabulary."""
+        value = self[name]
+        if isinstance(value, list):
+            if not value:
+                return None
+            logger.warning("%s: %s=%s is a list; zoo uses the first id", self.arch, name, value)
+            value = value[0]
+        if value is not None and not 0 <= value < vocab_size:
+            logger.warning(
+                "%s: %s=%s is outside the vocabulary [0, %d); zoo leaves it unset",
+                self.arch,
+                name,
+                value,
+                vocab_size,
+            )
+            return None
+        return value
+
+
+def export_activation(config: TransformerConfig) -> str:
+    return ZOO_TO_HF_ACTIVATION[config.activation]
+
+
+def activation_dropout(config: TransformerConfig) -> float:
+    """The dropout rate on the feed-forward hidden layer that `config` trains with."""
+    return config.dropout if config.activation_dropout is None else config.activation_dropout
+
+
+def warn_activation_dropout(config: TransformerConfig, target: str) -> None:
+    """GPT-2 and BERT have no dropout on the feed-forward hidden layer: say it is not exported."""
+    rate = activation_dropout(config)
+    if rate:
+        logger.warning(
+            "%s has no dropout on the feed-forward hidden layer: activation dropout %s is not "
+            "exported (inference is unaffected)",
+            target,
+            rate,
+        )
+
+
+def require_fields(config: TransformerConfig, target: str, **expected: Any) -> None:
+    """Refuse to export a zoo config whose fields differ from what `target` can express."""
+    wrong = {name: getattr(config, name) for name, value in expected.items()}
+    wrong = {name: value for name, value in wrong.items() if value != expected[name]}
+    if wrong:
+        details = ", ".join(
+            f"{name}={value!r} (needs {expected[name]!r})" for name, value in wrong.items()
+        )
+        raise UnsupportedExport(f"{target} cannot express this zoo model: {details}")
+
+
+ConfigT = TypeVar("ConfigT", bound=TransformerConfig)
+
+
+class Architecture(Generic[ConfigT]):
+    """One HuggingFace architecture family and its zoo flavor (whose config is `ConfigT`)."""
+
+    name: str  # the family, e.g. "gpt2"
+    model_type: str  # config.json "model_type"
+    loads: tuple[str, ...]  # transformers class names whose checkpoints load
+    export_class: str  # the transformers class `to_hf` targets
+    prefix: str  # key prefix of the base model inside the task model ("transformer.")
+    config_class: str  # the transformers config class
+    zoo_config_class: type[ConfigT]  # the zoo flavor's config
+
+    def zoo_fields(self, hf: HFConfig, shapes: Mapping[str, Shape]) -> dict[str, Any]:
+        """Zoo config fields of a checkpoint (its config and its HF key -> shape)."""
+        raise NotImplementedError
+
+    def hf_defaults(self) -> dict[str, Any]:
+        """The defaults of the transformers config class, for options a config.json omits."""
+        raise NotImplementedError
+
+    def hf_config(self, config: ConfigT) -> dict[str, Any]:
+        """The `config.json` dict of `export_class` for a zoo config (refuses what it cannot say)."""
+        raise NotImplementedError
+
+    def key_map(self, config: ConfigT, shapes: Mapping[str, Shape] | None = None) -> KeyMap:
+        """The rules for `config`; `shapes` are the checkpoint's when loading, None when exporting."""
+        raise NotImplementedError
+
+    def check_class(self, hf: HFConfig) -> None:
+        classes = hf["architectures"] or []
+        unknown = [c for c in classes if c not in self.loads]
+        if unknown:
+            raise UnsupportedConfig(
+                f"{self.name}: architectures={unknown} is not supported; zoo loads "
+                f"{', '.join(self.loads)}"
+            )

@@ -1,0 +1,155 @@
+"""HuggingFace checkpoints -> zoo models: from a folder, the hub, or a transformers model object."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import equinox as eqx
+import jax
+import numpy as np
+from jaxtyping import PRNGKeyArray
+
+from zoo.interop.architecture import Architecture, HFConfig, UnsupportedConfig, logger
+from zoo.interop.bert import Bert
+from zoo.interop.convert import hf_to_zoo
+from zoo.interop.files import INSTALL_HF, read_config, read_weights, resolve
+from zoo.interop.gpt2 import GPT2
+from zoo.interop.marian import Marian
+from zoo.interop.zoo_keys import abstract_model, fill, zoo_shapes, zoo_state
+from zoo.models import flavor_of
+from zoo.presets import build
+
+ARCHITECTURES: dict[str, Architecture] = {a.model_type: a for a in (GPT2(), Bert(), Marian())}
+
+
+def architecture_of(config: Mapping[str, Any]) -> Architecture:
+    """The architecture a HuggingFace config dict describes (by its `model_type`)."""
+    model_type = config.get("model_type")
+    if model_type not in ARCHITECTURES:
+        raise UnsupportedConfig(
+            f"model_type={model_type!r} is not supported; zoo loads {sorted(ARCHITECTURES)}"
+        )
+    return ARCHITECTURES[model_type]
+
+
+# zoo flavor -> the HuggingFace architecture it exports to
+EXPORTS = {"gpt": "gpt2", "classifier": "bert", "translator": "marian"}
+
+
+def architecture_for(model: Any) -> Architecture:
+    """The architecture a zoo model (or config) exports to."""
+    return ARCHITECTURES[EXPORTS[flavor_of(model)]]
+
+
+def canonical_keys(arrays: Mapping[str, np.ndarray], arch: Architecture) -> dict[str, np.ndarray]:
+    """State-dict keys as the task model names them.
+
+    A bare base model (`GPT2Model`, `BertModel`, `MarianModel`, the `gpt2` hub checkpoint) has
+    no `transformer.`/`bert.`/`model.` prefix: add it. Old LayerNorm names gamma/beta become
+    weight/bias, as transformers renames them.
+    """
+    bare = not any(key.startswith(arch.prefix) for key in arrays)
+    out = {}
+    for key, array in arrays.items():
+        key = re.sub(r"\.gamma$", ".weight", re.sub(r"\.beta$", ".bias", key))
+        out[f"{arch.prefix}{key}" if bare else key] = array
+    return out
+
+
+def load_state_dict(
+    config: Mapping[str, Any],
+    arrays: Mapping[str, np.ndarray],
+    *,
+    key: PRNGKeyArray | None = None,
+    what: str = "checkpoint",
+    **overrides: Any,
+) -> eqx.Module:
+    """A zoo model from a HuggingFace config dict and state dict of numpy arrays.
+
+    `overrides` change zoo config fields (`num_classes`, `dropout`, `dtype`, `scan_layers`...).
+    Parts the checkpoint lacks (a classification head) are initialised with `key`.
+    """
+    arch = architecture_of(config)
+    hf = HFConfig(config, arch.hf_defaults(), arch.name)
+    arch.check_class(hf)
+    arrays = canonical_keys(arrays, arch)
+    shapes = {k: tuple(v.shape) for k, v in arrays.items()}
+    # `replace` names the valid fields when an override is misspelt
+    zoo_config = arch.zoo_config_class(**arch.zoo_fields(hf, shapes)).replace(**overrides)
+    skeleton = abstract_model(lambda: build(zoo_config, key=jax.random.key(0)))
+    state, fresh = hf_to_zoo(
+        arrays, arch.key_map(zoo_config, shapes), zoo_shapes(skeleton), what=what
+    )
+    if fresh:
+        logger.warning(
+            "%s: not in the %s, initialised afresh: %s", arch.name, what, ", ".join(fresh)
+        )
+        key = jax.random.key(0) if key is None else key
+        state.update(_fresh_arrays(zoo_config, key, fresh))
+    return fill(skeleton, state)
+
+
+def _fresh_arrays(config: Any, key: PRNGKeyArray, names: list[str]) -> dict[str, np.ndarray]:
+    # Under jit, XLA drops the initialisation of every array that is not returned.
+    @eqx.filter_jit
+    def initialise(key):
+        state = zoo_state(build(config, key=key), as_numpy=False)
+        return {name: state[name] for name in names}
+
+    return {name: np.asarray(array) for name, array in initialise(key).items()}
+
+
+def from_pretrained(
+    name_or_dir: str | Path,
+    *,
+    revision: str | None = None,
+    return_tokenizer: bool = False,
+    key: PRNGKeyArray | None = None,
+    **overrides: Any,
+) -> Any:
+    """A zoo model from a HuggingFace checkpoint: a local folder or a hub name.
+
+    The folder holds `config.json` and `model.safetensors` (or sharded safetensors with their
+    index). A name that is not a folder is downloaded with `huggingface_hub` (config and
+    safetensors only). Supported: GPT-2 -> `zoo.GPT`, BERT -> `zoo.Classifier`, MarianMT ->
+    `zoo.Translator`. Keyword `overrides` change zoo config fields, e.g. `num_classes=2`.
+    With `return_tokenizer=True`, returns `(model, tokenizer)`.
+    """
+    folder = resolve(name_or_dir, revision=revision, tokenizer=return_tokenizer)
+    model = load_state_dict(
+        read_config(folder),
+        read_weights(folder),
+        key=key,
+        what=f"checkpoint in {folder}",
+        **overrides,
+    )
+    if not return_tokenizer:
+        return model
+    from zoo.interop.tokenizer import load_tokenizer
+
+    return model, load_tokenizer(folder)
+
+
+def from_hf(hf_model: Any, *, key: PRNGKeyArray | None = None, **overrides: Any) -> eqx.Module:
+    """A zoo model with the weights of a transformers model object (GPT-2, BERT or MarianMT)."""
+    try:
+        import torch
+    except ImportError as error:
+        raise ImportError(f"from_hf converts torch models and needs torch: {INSTALL_HF}") from error
+    config = hf_model.config.to_dict()
+    config["architectures"] = [type(hf_model).__name__]
+    arrays = {}
+    for name, tensor in hf_model.state_dict().items():
+        tensor = tensor.detach().cpu()
+        if tensor.dtype == torch.bfloat16:
+            tensor = tensor.float()
+        arrays[name] = tensor.numpy()
+    return load_state_dict(
+        config, arrays, key=key, what=f"{type(hf_model).__name__} state dict", **overrides
+    )
+
+
+__all__ = ["ARCHITECTURES", "from_hf", "from_pretrained", "load_state_dict"]

@@ -1,0 +1,244 @@
+"""MarianMT (`MarianMTModel`, `MarianModel`) <-> `zoo.Translator`.
+
+Marian is a post-LN encoder-decoder with fixed sinusoidal positions laid out sines-then-cosines,
+token embeddings scaled by sqrt(d_model), one token table shared by encoder, decoder and output
+projection, a `final_logits_bias`, and swish (SiLU) feed-forward layers. Decoding starts from
+`decoder_start_token_id` (the pad id), which becomes zoo's `bos_id`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from zoo.interop.architecture import (
+    Architecture,
+    HFConfig,
+    UnsupportedExport,
+    activation_dropout,
+    export_activation,
+    require_fields,
+)
+from zoo.interop.rules import ROW, Derived, KeyMap, Rule, Shape, rule, weight_and_bias
+from zoo.models import TranslatorConfig
+
+DEFAULTS: dict[str, Any] = dict(
+    vocab_size=58101,
+    decoder_vocab_size=None,
+    max_position_embeddings=1024,
+    encoder_layers=12,
+    encoder_ffn_dim=4096,
+    encoder_attention_heads=16,
+    decoder_layers=12,
+    decoder_ffn_dim=4096,
+    decoder_attention_heads=16,
+    encoder_layerdrop=0.0,
+    decoder_layerdrop=0.0,
+    activation_function="gelu",
+    d_model=1024,
+    dropout=0.1,
+    attention_dropout=0.0,
+    activation_dropout=0.0,
+    init_std=0.02,
+    decoder_start_token_id=58100,
+    scale_embedding=False,
+    pad_token_id=58100,
+    eos_token_id=0,
+    share_encoder_decoder_embeddings=True,
+    tie_word_embeddings=True,
+    is_decoder=False,
+    # options of the older BART-style config that Marian checkpoints still carry
+    normalize_before=False,
+    normalize_embedding=False,
+    layernorm_embedding=False,
+    add_final_layer_norm=False,
+    add_bias_logits=False,
+    static_position_embeddings=True,
+)
+LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default, which Marian uses everywhere
+
+
+def sinusoid_table(num_positions: int, dim: int) -> np.ndarray:
+    """Marian's fixed position table, computed in float64: sines in the first half, cosines after."""
+    half = dim // 2
+    inv_freq = 1.0 / np.power(10000.0, 2.0 * np.arange(half) / dim)
+    angles = np.arange(num_positions)[:, None] * inv_freq[None, :]
+    return np.concatenate([np.sin(angles), np.cos(angles)], axis=-1)
+
+
+class Marian(Architecture[TranslatorConfig]):
+    name = "marian"
+    model_type = "marian"
+    loads = ("MarianMTModel", "MarianModel")
+    export_class = "MarianMTModel"
+    prefix = "model."
+    config_class = "MarianConfig"
+    zoo_config_class = TranslatorConfig
+
+    def hf_defaults(self) -> dict[str, Any]:
+        return dict(DEFAULTS)
+
+    def zoo_fields(self, hf: HFConfig, shapes: Mapping[str, Shape]) -> dict[str, Any]:
+        hf.require("normalize_before", (False,), "zoo's Marian is post-LN")
+        for name in ("normalize_embedding", "layernorm_embedding"):
+            hf.require(name, (False,), "zoo's Marian has no LayerNorm on the embeddings")
+        hf.require("add_final_layer_norm", (False,), "zoo's Marian has no final LayerNorm")
+        hf.require("add_bias_logits", (False,), "zoo's Marian has no logits bias layer")
+        hf.require("static_position_embeddings", (True,), "zoo's Marian positions are sinusoidal")
+        hf.require("is_decoder", (False,), "zoo.Translator is an encoder-decoder")
+        for name in ("encoder_layerdrop", "decoder_layerdrop"):
+            hf.require(
+                name, (0, 0.0), "zoo does not implement LayerDrop; set it to 0 in config.json"
+            )
+        for encoder, decoder in (
+            ("encoder_attention_heads", "decoder_attention_heads"),
+            ("encoder_ffn_dim", "decoder_ffn_dim"),
+        ):
+            if hf[encoder] != hf[decoder]:
+                hf.refuse(decoder, f"zoo.Translator needs it equal to {encoder}={hf[encoder]}")
+        shared = bool(hf["share_encoder_decoder_embeddings"])
+        vocab = hf["vocab_size"]
+        target_vocab = vocab if shared else (hf["decoder_vocab_size"] or vocab)
+        start = hf.token_id("decoder_start_token_id", target_vocab)
+        if start is None:
+            hf.refuse("decoder_start_token_id", "decoding needs a start token in the vocabulary")
+        return dict(
+            vocab_size=vocab,
+            target_vocab_size=None if shared else target_vocab,
+            d_model=hf["d_model"],
+            num_heads=hf["encoder_attention_heads"],
+            num_layers=hf["encoder_layers"],
+            num_decoder_layers=hf["decoder_layers"],
+            d_ff=hf["encoder_ffn_dim"],
+            max_positions=hf["max_position_embeddings"],
+            activation=hf.activation("activation_function"),
+            dropout=hf["dropout"],
+            attention_dropout=hf["attention_dropout"],
+            activation_dropout=hf["activation_dropout"],
+            init_std=hf["init_std"],
+            scale_embeddings=bool(hf["scale_embedding"]),
+            share_embeddings=shared,
+            tie_output=bool(hf["tie_word_embeddings"]),
+            output_bias=True,
+            pad_id=hf.token_id("pad_token_id", target_vocab),
+            eos_id=hf.token_id("eos_token_id", target_vocab),
+            bos_id=start,
+            norm_first=False,
+            layer_norm_eps=LAYER_NORM_EPS,
+            positions="sinusoidal",
+            sinusoid_layout="concatenated",
+            embedding_norm=False,
+            use_bias=True,
+        )
+
+    def hf_config(self, config: TranslatorConfig) -> dict[str, Any]:
+        require_fields(
+            config,
+            self.export_class,
+            norm_first=False,
+            layer_norm_eps=LAYER_NORM_EPS,
+            positions="sinusoidal",
+            sinusoid_layout="concatenated",
+            embedding_norm=False,
+            use_bias=True,
+        )
+        if config.pad_id is None:
+            raise UnsupportedExport(f"{self.export_class} needs a pad id: pad_id=None")
+        return dict(
+            model_type=self.model_type,
+            architectures=[self.export_class],
+            vocab_size=config.vocab_size,
+            decoder_vocab_size=config.tgt_vocab,
+            share_encoder_decoder_embeddings=config.share_embeddings,
+            tie_word_embeddings=config.tie_output,
+            d_model=config.d_model,
+            encoder_layers=config.num_layers,
+            decoder_layers=config.decoder_layers,
+            encoder_attention_heads=config.num_heads,
+            decoder_attention_heads=config.num_heads,
+            encoder_ffn_dim=config.d_ff,
+            decoder_ffn_dim=config.d_ff,
+            max_position_embeddings=config.max_positions,
+            activation_function=export_activation(config),
+            dropout=config.dropout,
+            attention_dropout=config.attention_dropout,
+            activation_dropout=activation_dropout(config),
+            init_std=config.init_std,
+            scale_embedding=config.scale_embeddings,
+            pad_token_id=config.pad_id,
+            eos_token_id=config.eos_id,
+            forced_eos_token_id=config.eos_id,
+            decoder_start_token_id=config.bos_id,
+            is_encoder_decoder=True,
+        )
+
+    def key_map(
+        self, config: TranslatorConfig, shapes: Mapping[str, Shape] | None = None
+    ) -> KeyMap:
+        tied_output = ("lm_head.weight",) if config.tie_output else ()
+        if config.share_embeddings:
+            copies = ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight")
+            # transformers 5 ties the encoder and decoder tables to `shared` only when
+            # tie_word_embeddings is set: an untied output needs the copies written out.
+            table = rule(
+                "model.shared.weight",
+                "source_embedder.token_weight",
+                aliases=copies + tied_output,
+                write_aliases=not config.tie_output,
+            )
+            rules = [table]
+        else:
+            rules = [
+                rule("model.encoder.embed_tokens.weight", "source_embedder.token_weight"),
+                rule(
+                    "model.decoder.embed_tokens.weight",
+                    "target_embedder.token_weight",
+                    aliases=tied_output,
+                ),
+            ]
+        if not config.tie_output:
+            rules.append(rule("lm_head.weight", "output_proj.weight"))
+        for i in range(config.num_layers):
+            rules += _layer(f"model.encoder.layers.{i}.", f"encoder.{i}.", cross=False)
+        for i in range(config.decoder_layers):
+            rules += _layer(f"model.decoder.layers.{i}.", f"decoder.{i}.", cross=True)
+
+        def positions() -> np.ndarray:
+            return sinusoid_table(config.max_positions, config.d_model)
+
+        derived = [
+            Derived(f"model.{side}.embed_positions.weight", positions, "fixed sinusoid positions")
+            for side in ("encoder", "decoder")
+        ]
+        if config.output_bias:
+            # absent from some checkpoints: transformers then starts it at zero, as zoo does
+            rules.append(rule("final_logits_bias", "output_bias", ROW, optional=True))
+        else:
+            derived.append(
+                Derived(
+                    "final_logits_bias",
+                    lambda: np.zeros((1, config.tgt_vocab)),
+                    "a zero logits bias (the zoo model has output_bias=False)",
+                    save=True,
+                )
+            )
+        return KeyMap(rules, derived)
+
+
+def _layer(hf: str, zoo: str, *, cross: bool) -> list[Rule]:
+    rules = _attention(f"{hf}self_attn", f"{zoo}self_attention")
+    rules += weight_and_bias(f"{hf}self_attn_layer_norm", f"{zoo}self_attention_norm")
+    if cross:
+        rules += _attention(f"{hf}encoder_attn", f"{zoo}cross_attention")
+        rules += weight_and_bias(f"{hf}encoder_attn_layer_norm", f"{zoo}cross_attention_norm")
+    rules += weight_and_bias(f"{hf}fc1", f"{zoo}feed_forward.hidden")
+    rules += weight_and_bias(f"{hf}fc2", f"{zoo}feed_forward.output")
+    rules += weight_and_bias(f"{hf}final_layer_norm", f"{zoo}feed_forward_norm")
+    return rules
+
+
+def _attention(hf: str, zoo: str) -> list[Rule]:
+    names = (("q", "query"), ("k", "key"), ("v", "value"), ("out", "output"))
+    return [r for h, z in names for r in weight_and_bias(f"{hf}.{h}_proj", f"{zoo}.{z}_proj")]
