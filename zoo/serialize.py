@@ -3,7 +3,7 @@
 A saved model directory holds:
 - `config.json`: `{"flavor": ..., "config": {...}, "zoo_version": ..., **extra}`
 - `model.safetensors`: every array, named by its path in the module (`layers.blocks.ffn...`)
-- `tokenizer.json` (optional): the tokenizer the model was trained with
+- `zoo_tokenizer.json` (optional): the tokenizer the model was trained with
 """
 
 from __future__ import annotations

@@ -128,7 +128,7 @@ def test_pair_refuses_different_pads(gpt2):
 
 def check_save_load(tokenizer, directory, kind):
     tokenizer.save(directory)
-    saved = json.loads((directory / "tokenizer.json").read_text())
+    saved = json.loads((directory / "zoo_tokenizer.json").read_text())
     assert saved["kind"] == kind
     loaded = load_tokenizer(directory)
     assert type(loaded) is type(tokenizer)
@@ -151,7 +151,7 @@ def test_save_load_char_word_pair(tmp_path):
 
 def test_save_load_tiktoken(tmp_path, gpt2):
     saved, _ = check_save_load(gpt2, tmp_path, "tiktoken")
-    assert saved["state"] == {"encoding": "gpt2"}
+    assert saved["state"] == {"encoding": "gpt2", "pretrained": False}
 
 
 def test_build_tokenizer_kinds():

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from test_checkpoints import CONFIGS, random_checkpoint
 
-from zoo.interop import HFTokenizer, TiktokenTokenizer, from_pretrained, load_tokenizer
+from zoo.data import TiktokenTokenizer, load_tokenizer
+from zoo.interop import HFTokenizer, from_pretrained, pretrained_tokenizer
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "on", "mat", "##s", "a"]
 
@@ -14,7 +15,7 @@ VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "on"
 @pytest.fixture(scope="module")
 def gpt2_tokenizer():
     try:
-        return TiktokenTokenizer("gpt2")
+        return TiktokenTokenizer("gpt2", pretrained=True)
     except Exception as error:  # no network and no cached encoding
         pytest.skip(f"tiktoken's gpt2 encoding is not available offline: {error}")
 
@@ -45,11 +46,13 @@ def test_tiktoken_tokenizer_saves_and_loads(gpt2_tokenizer, tmp_path):
     gpt2_tokenizer.save(tmp_path)
     again = load_tokenizer(tmp_path)
     assert isinstance(again, TiktokenTokenizer) and again.encode("Hello") == [15496]
+    assert (again.vocab_size, again.pad_id) == (50257, 50256)
 
 
 def test_gpt2_checkpoints_get_tiktoken(gpt2_tokenizer, tmp_path):
     (tmp_path / "config.json").write_text('{"model_type": "gpt2", "vocab_size": 50257}')
-    assert isinstance(load_tokenizer(tmp_path), TiktokenTokenizer)
+    tok = pretrained_tokenizer(tmp_path)
+    assert isinstance(tok, TiktokenTokenizer) and tok.vocab_size == 50257
 
 
 @pytest.fixture(scope="module")
@@ -86,12 +89,3 @@ def test_wrapped_tokenizer_saves_and_loads_with_its_checkpoint(bert_tokenizer, t
     model, tok = from_pretrained(tmp_path, return_tokenizer=True)
     assert isinstance(tok, HFTokenizer) and model.config.vocab_size == tok.vocab_size
     assert tok.encode("a mat", add_bos=True) == [2, 11, 9]
-
-
-def test_missing_special_tokens_and_no_room_are_errors(gpt2_tokenizer):
-    tok = TiktokenTokenizer("gpt2")
-    tok.bos_id = None  # as Marian's tokenizer: no bos token
-    with pytest.raises(ValueError, match="no bos_id"):
-        tok.encode("x", add_bos=True)
-    with pytest.raises(ValueError, match="length=1 leaves no room"):
-        tok.encode_batch(["x"], length=1, add_eos=True)

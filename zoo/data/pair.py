@@ -1,7 +1,7 @@
 """Two tokenizers for translation: one for the source language, one for the target.
 
 A `PairTokenizer` is a `Tokenizer` that behaves as its target tokenizer (what a translator
-decodes) and carries the source tokenizer as `.source`. It saves both in one `tokenizer.json`
+decodes) and carries the source tokenizer as `.source`. It saves both in one `zoo_tokenizer.json`
 (`{"kind": "pair", "state": {"source": {...}, "target": {...}}}`), so `zoo.save(model,
 tokenizer=pair)` and `load_tokenizer(directory)` need nothing special. A translator that shares
 one vocabulary between the languages uses a plain tokenizer instead; `source_tokenizer` and

@@ -42,21 +42,32 @@ def load_encoding(name: str):
 
 
 class TiktokenTokenizer(Tokenizer):
-    """A tiktoken encoding by name: `TiktokenTokenizer("gpt2")` has vocab_size 50304, pad 50257."""
+    """A tiktoken encoding by name: `TiktokenTokenizer("gpt2")` has vocab_size 50304, pad 50257.
+
+    `pretrained=True` keeps the encoding's own vocabulary, as a pretrained checkpoint expects:
+    no added pad (pad is `<|endoftext|>`, so mask padding by length, not by id) and no rounding
+    (GPT-2: vocab_size 50257).
+    """
 
     kind = "tiktoken"
 
-    def __init__(self, encoding: str = "gpt2"):
+    def __init__(self, encoding: str = "gpt2", *, pretrained: bool = False):
         self.encoding_name = encoding
+        self.pretrained = pretrained
         self.encoding = load_encoding(encoding)
         base = self.encoding.n_vocab
-        if END_OF_TEXT in self.encoding.special_tokens_set:
+        has_end = END_OF_TEXT in self.encoding.special_tokens_set
+        if pretrained and not has_end:
+            raise ValueError(f"encoding {encoding!r} has no {END_OF_TEXT} to serve as bos/eos/pad")
+        if has_end:
             end = self.encoding.encode_single_token(END_OF_TEXT)
-            self._bos_id, self._eos_id, self._pad_id = end, end, base
+            self._bos_id, self._eos_id = end, end
+            self._pad_id = end if pretrained else base
         else:
             self._bos_id, self._eos_id, self._pad_id = base, base + 1, base + 2
         self.base_vocab_size = base
-        self._vocab_size = round_up(max(self._pad_id, self._eos_id) + 1, VOCAB_MULTIPLE)
+        multiple = 1 if pretrained else VOCAB_MULTIPLE
+        self._vocab_size = round_up(max(self._pad_id, self._eos_id, base - 1) + 1, multiple)
         # Names of the ids the encoding itself does not know.
         self._added = {self._pad_id: "<|pad|>", self._bos_id: "<|bos|>", self._eos_id: "<|eos|>"}
         self._added = {i: text for i, text in self._added.items() if i >= base}
@@ -107,12 +118,16 @@ class TiktokenTokenizer(Tokenizer):
         return "".join(pieces)
 
     def state(self) -> dict[str, Any]:
-        return {"encoding": self.encoding_name}
+        return {"encoding": self.encoding_name, "pretrained": self.pretrained}
 
-    def __reduce__(self) -> tuple[type, tuple[str]]:
+    def __reduce__(self):
         # Pickle (and `datasets` fingerprinting) by name: the merge table is 50k+ entries.
-        return (TiktokenTokenizer, (self.encoding_name,))
+        return (_rebuild_tiktoken, (self.encoding_name, self.pretrained))
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> TiktokenTokenizer:
-        return cls(state["encoding"])
+        return cls(state["encoding"], pretrained=state.get("pretrained", False))
+
+
+def _rebuild_tiktoken(encoding: str, pretrained: bool) -> TiktokenTokenizer:
+    return TiktokenTokenizer(encoding, pretrained=pretrained)

@@ -2,7 +2,7 @@
 
 A tokenizer turns text into token ids and back, knows its special ids (pad, bos, eos, unk) and
 its vocabulary size, encodes batches to fixed-length padded arrays, and saves itself as
-`tokenizer.json` next to a model.
+`zoo_tokenizer.json` next to a model.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-TOKENIZER_FILE = "tokenizer.json"
+TOKENIZER_FILE = "zoo_tokenizer.json"  # not "tokenizer.json": that is HF's fast-tokenizer file
 _KINDS: dict[str, type[Tokenizer]] = {}
 
 
@@ -70,6 +70,11 @@ class Tokenizer(abc.ABC):
     @classmethod
     @abc.abstractmethod
     def from_state(cls, state: dict[str, Any]) -> Tokenizer: ...
+
+    @classmethod
+    def from_saved(cls, state: dict[str, Any], directory: Path | None) -> Tokenizer:
+        """Rebuild from `state` read in `directory` (for kinds that keep files beside it)."""
+        return cls.from_state(state)
 
     # -- shared behaviour --------------------------------------------------------------------
 
@@ -130,7 +135,7 @@ class Tokenizer(abc.ABC):
         return out
 
     def save(self, directory: str | os.PathLike) -> Path:
-        """Write `directory/tokenizer.json` (atomically)."""
+        """Write `directory/zoo_tokenizer.json` (atomically)."""
         path = Path(directory) / TOKENIZER_FILE
         path.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(path, json.dumps(tokenizer_to_dict(self)))
@@ -159,24 +164,27 @@ def write_text_atomic(path: Path, text: str) -> None:
 
 
 def load_tokenizer(directory: str | os.PathLike) -> Tokenizer:
-    """Load the tokenizer saved in `directory/tokenizer.json`."""
+    """Load the tokenizer saved in `directory/zoo_tokenizer.json`."""
     path = Path(directory) / TOKENIZER_FILE
     if not path.is_file():
         raise FileNotFoundError(f"no {TOKENIZER_FILE} in {directory}")
-    return tokenizer_from_dict(json.loads(path.read_text(encoding="utf-8")), source=str(path))
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return tokenizer_from_dict(data, source=str(path), directory=Path(directory))
 
 
 def tokenizer_to_dict(tokenizer: Tokenizer) -> dict[str, Any]:
-    """`{"kind": ..., "state": ...}`: what `tokenizer.json` holds."""
+    """`{"kind": ..., "state": ...}`: what `zoo_tokenizer.json` holds."""
     return {"kind": tokenizer.kind, "state": tokenizer.state()}
 
 
-def tokenizer_from_dict(data: dict[str, Any], *, source: str = "tokenizer data") -> Tokenizer:
+def tokenizer_from_dict(
+    data: dict[str, Any], *, source: str = "tokenizer data", directory: Path | None = None
+) -> Tokenizer:
     """Rebuild a tokenizer from `tokenizer_to_dict` output; `source` names it in errors."""
     kind = data.get("kind")
     if kind not in _KINDS:
         raise ValueError(f"unknown tokenizer kind {kind!r} in {source}; known: {sorted(_KINDS)}")
-    return _KINDS[kind].from_state(data["state"])
+    return _KINDS[kind].from_saved(data["state"], directory)
 
 
 class CharTokenizer(Tokenizer):

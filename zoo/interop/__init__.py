@@ -5,7 +5,7 @@
 - `from_hf(hf_model)`: a zoo model from a transformers model object.
 - `to_hf(model)`: `(state_dict, config)` that transformers loads; `save_hf(model, dir)` writes
   a folder `transformers.AutoModel.from_pretrained` reads.
-- `load_tokenizer(name_or_dir)`: tiktoken for GPT-2, the HuggingFace tokenizer otherwise.
+- `pretrained_tokenizer(name_or_dir)`: tiktoken for GPT-2, the HuggingFace tokenizer otherwise.
 
 Loading safetensors needs neither torch nor transformers; `from_hf`, `to_hf` and the BERT and
 Marian tokenizers do (`pip install 'zoo[hf]'`).
@@ -15,18 +15,17 @@ from zoo.interop.architecture import UnsupportedConfig, UnsupportedExport
 from zoo.interop.convert import CheckpointMismatch
 from zoo.interop.export import save_hf, to_hf, to_state_dict
 from zoo.interop.loading import from_hf, from_pretrained, load_state_dict
-from zoo.interop.tokenizer import HFTokenizer, TiktokenTokenizer, load_tokenizer
+from zoo.interop.tokenizer import HFTokenizer, pretrained_tokenizer
 
 __all__ = [
     "CheckpointMismatch",
     "HFTokenizer",
-    "TiktokenTokenizer",
     "UnsupportedConfig",
     "UnsupportedExport",
     "from_hf",
     "from_pretrained",
     "load_state_dict",
-    "load_tokenizer",
+    "pretrained_tokenizer",
     "save_hf",
     "to_hf",
     "to_state_dict",

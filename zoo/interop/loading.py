@@ -128,9 +128,9 @@ def from_pretrained(
     )
     if not return_tokenizer:
         return model
-    from zoo.interop.tokenizer import load_tokenizer
+    from zoo.interop.tokenizer import pretrained_tokenizer
 
-    return model, load_tokenizer(folder)
+    return model, pretrained_tokenizer(folder)
 
 
 def from_hf(hf_model: Any, *, key: PRNGKeyArray | None = None, **overrides: Any) -> eqx.Module:
