@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import numpy.typing as npt
 
 from zoo.data.tiktoken_tokenizer import TiktokenTokenizer
@@ -64,7 +65,7 @@ class HFTokenizer(Tokenizer):
         return self.tokenizer.decode(list(ids), skip_special_tokens=False)
 
     def decode(self, ids: Iterable[int] | npt.ArrayLike, *, skip_special: bool = True) -> str:
-        ids = [int(i) for i in ids]  # type: ignore[union-attr]
+        ids = [int(i) for i in np.asarray(ids).reshape(-1)]
         if skip_special and self.eos_id is not None and self.eos_id in ids:
             ids = ids[: ids.index(self.eos_id)]
         return self.tokenizer.decode(ids, skip_special_tokens=skip_special)
