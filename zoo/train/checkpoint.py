@@ -82,7 +82,8 @@ def _host_arrays(tree: Any) -> dict[str, np.ndarray]:
         # numpy has no bfloat16: store it widened (exact) and narrow it again when loading.
         if array.dtype == jnp.bfloat16:
             array = array.astype(jnp.float32)
-        tensors[name] = np.ascontiguousarray(np.asarray(array))
+        # (np.ascontiguousarray would turn the optimizer's 0-d step counts into 1-d arrays)
+        tensors[name] = np.asarray(array).copy(order="C")
     return tensors
 
 
