@@ -76,9 +76,50 @@ def latest_checkpoint(directory: str | os.PathLike) -> Path | None:
     return found[-1][1] if found else None
 
 
-def _host_arrays(tree: Any) -> dict[str, np.ndarray]:
+def _leaf_name(path: tuple) -> str:
+    """`[0].mu.embedder.token_weight` -> `0.mu.embedder.token_weight`."""
+    parts = []
+    for entry in path:
+        for attribute in ("name", "key", "idx"):  # GetAttrKey, DictKey, SequenceKey
+            if hasattr(entry, attribute):
+                parts.append(str(getattr(entry, attribute)))
+                break
+        else:
+            parts.append(str(entry))
+    return ".".join(parts)
+
+
+def state_arrays(tree: Any) -> dict[str, Any]:
+    """Every array leaf of a pytree (e.g. an optimizer state) keyed by its path."""
+    flat, _ = jax.tree_util.tree_flatten_with_path(tree)
+    return {_leaf_name(path): leaf for path, leaf in flat if eqx.is_array(leaf)}
+
+
+def fill_state(skeleton: Any, tensors: dict[str, np.ndarray], source: str) -> Any:
+    """`skeleton` (e.g. `optimizer.init(params)`) with its arrays replaced by `tensors`."""
+    expected = state_arrays(skeleton)
+    missing = sorted(set(expected) - set(tensors))
+    unexpected = sorted(set(tensors) - set(expected))
+    if missing or unexpected:
+        raise ValueError(f"{source}: missing arrays {missing}, unexpected arrays {unexpected}")
+    replaced = {}
+    for name, slot in expected.items():
+        value = tensors[name]
+        if tuple(value.shape) != tuple(slot.shape):
+            raise ValueError(
+                f"{source}: array {name!r} has shape {tuple(value.shape)}, expected "
+                f"{tuple(slot.shape)}"
+            )
+        replaced[name] = jnp.asarray(value, dtype=slot.dtype)
+    flat, treedef = jax.tree_util.tree_flatten_with_path(skeleton)
+    return jax.tree_util.tree_unflatten(
+        treedef, [replaced.get(_leaf_name(path), leaf) for path, leaf in flat]
+    )
+
+
+def _host_arrays(arrays: dict[str, Any]) -> dict[str, np.ndarray]:
     tensors = {}
-    for name, array in named_arrays(tree).items():
+    for name, array in arrays.items():
         # numpy has no bfloat16: store it widened (exact) and narrow it again when loading.
         if array.dtype == jnp.bfloat16:
             array = array.astype(jnp.float32)
@@ -126,8 +167,8 @@ def save_checkpoint(
     final = directory / checkpoint_name(step)
     staging = Path(tempfile.mkdtemp(dir=directory, prefix=f".{final.name}."))
     try:
-        save_file(_host_arrays(model), str(staging / MODEL_FILE))
-        save_file(_host_arrays(opt_state), str(staging / OPTIMIZER_FILE))
+        save_file(_host_arrays(named_arrays(model)), str(staging / MODEL_FILE))
+        save_file(_host_arrays(state_arrays(opt_state)), str(staging / OPTIMIZER_FILE))
         state = {
             "step": step,
             "data_position": step,
@@ -186,7 +227,7 @@ def load_checkpoint(path: str | os.PathLike, *, model: eqx.Module, opt_state: An
     filled_model = fill(model, load_file(str(path / MODEL_FILE)), str(path / MODEL_FILE))
     optimizer_file = path / OPTIMIZER_FILE
     try:
-        filled_state = fill(opt_state, load_file(str(optimizer_file)), str(optimizer_file))
+        filled_state = fill_state(opt_state, load_file(str(optimizer_file)), str(optimizer_file))
     except ValueError as error:
         raise ValueError(
             f"{error}. The optimizer state does not match: resume with the same optimizer "

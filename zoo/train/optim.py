@@ -110,11 +110,16 @@ def decay_mask(params: Any) -> Any:
 
 
 class Optimizer(NamedTuple):
-    """An optax transformation (`init`, `update`) that also knows its learning-rate schedule."""
+    """An optax transformation (`init`, `update`) that also knows its learning-rate schedule.
+
+    `settings` records the arguments that built it: two optimizers with equal settings behave
+    identically, so trainers can share one compiled step.
+    """
 
     init: Callable
     update: Callable
     learning_rate: optax.Schedule
+    settings: tuple = ()
 
 
 def adamw(
@@ -147,4 +152,14 @@ def adamw(
     )
     parts = [adam] if clip_norm is None else [optax.clip_by_global_norm(clip_norm), adam]
     chained = optax.chain(*parts)
-    return Optimizer(chained.init, chained.update, learning_rate)
+    settings = (
+        ("adamw", lr),
+        ("warmup", warmup),
+        ("schedule", schedule),
+        ("total_steps", total_steps if schedule == "cosine" else None),
+        ("weight_decay", weight_decay),
+        ("betas", b1, b2),
+        ("eps", eps),
+        ("clip_norm", clip_norm),
+    )
+    return Optimizer(chained.init, chained.update, learning_rate, settings)

@@ -8,14 +8,15 @@ the step refers to devices, so sharded inputs work unchanged.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import optax
-from jaxtyping import Array, Float, Int, PRNGKeyArray
+from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
 from zoo.tasks.base import Stats, Task
 
@@ -58,7 +59,7 @@ def promotion_scope(precision: str):
     return jax.numpy_dtype_promotion("standard")
 
 
-def _split_micro_batches(batch: Mapping[str, Array], accumulate: int) -> dict[str, Array]:
+def _split_micro_batches(batch: Mapping[str, ArrayLike], accumulate: int) -> dict[str, Array]:
     """`[batch, ...]` -> `[accumulate, batch // accumulate, ...]` (consecutive rows together)."""
     return {
         name: jnp.reshape(value, (accumulate, value.shape[0] // accumulate, *value.shape[1:]))
@@ -135,3 +136,48 @@ def make_eval_step(task: Task, *, precision: str = "fp32"):
             return eval_step(model, dict(batch))
 
     return run
+
+
+# Compiled steps are reused by every Trainer with interchangeable settings (a new Trainer in a
+# notebook, `zoo train --resume` run in-process), so XLA does not compile the same step twice.
+_SHARED: OrderedDict[Hashable, tuple[Callable, tuple]] = OrderedDict()
+_SHARED_SIZE = 16
+
+
+def _identity(obj: Any) -> Hashable:
+    """Equal for interchangeable objects: recorded settings or hashable attributes, else `id`."""
+    settings = getattr(obj, "settings", None)  # zoo.train.adamw records its arguments
+    if settings:
+        return (type(obj).__qualname__, settings)
+    try:
+        state = (type(obj), tuple(sorted(vars(obj).items())))
+        hash(state)
+    except TypeError:
+        return ("object", id(obj))
+    return state
+
+
+def _shared(key: Hashable, build: Callable[[], Callable], keep_alive: tuple) -> Callable:
+    if key not in _SHARED:
+        # `keep_alive` holds the objects whose ids may be in `key`, so no new object reuses one.
+        _SHARED[key] = (build(), keep_alive)
+        while len(_SHARED) > _SHARED_SIZE:
+            _SHARED.popitem(last=False)
+    _SHARED.move_to_end(key)
+    return _SHARED[key][0]
+
+
+def shared_train_step(task: Task, optimizer: Any, *, accumulate: int, precision: str) -> Callable:
+    """`make_train_step`, reused across calls with interchangeable task and optimizer."""
+    key = ("train", _identity(task), _identity(optimizer), accumulate, precision)
+    return _shared(
+        key,
+        lambda: make_train_step(task, optimizer, accumulate=accumulate, precision=precision),
+        (task, optimizer),
+    )
+
+
+def shared_eval_step(task: Task, *, precision: str) -> Callable:
+    """`make_eval_step`, reused across calls with an interchangeable task."""
+    key = ("eval", _identity(task), precision)
+    return _shared(key, lambda: make_eval_step(task, precision=precision), (task,))

@@ -13,7 +13,7 @@ from zoo.data.batches import BatchSource
 from zoo.tasks.base import Stats, Task
 from zoo.train.history import History
 from zoo.train.optim import adamw
-from zoo.train.step import check_precision, make_eval_step, make_train_step
+from zoo.train.step import check_precision, shared_eval_step, shared_train_step
 
 
 class TrainingDiverged(FloatingPointError):
@@ -87,10 +87,10 @@ class Trainer:
         self.checkpoint_every = checkpoint_every
         self.keep = keep
         self.progress = progress
-        self.train_step = make_train_step(
+        self.train_step = shared_train_step(
             task, self.optimizer, accumulate=accumulate, precision=precision
         )
-        self.eval_step = make_eval_step(task, precision=precision)
+        self.eval_step = shared_eval_step(task, precision=precision)
 
     def init_optimizer(self, model: eqx.Module) -> Any:
         """The optimizer state for `model`'s floating-point arrays."""
