@@ -18,7 +18,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Bool, Int
+from jaxtyping import Array, ArrayLike, Bool, Int
 
 from zoo.data import synthetic
 
@@ -71,9 +71,9 @@ def _argmax_predictions(model: eqx.Module, arrays: dict[str, Array]) -> tuple[Ar
 
 
 def exact_match(
-    predictions: Int[Array, "batch ..."],
-    references: Int[Array, "batch ..."],
-    scored: Bool[Array, "batch ..."],
+    predictions: Int[ArrayLike, "batch ..."],
+    references: Int[ArrayLike, "batch ..."],
+    scored: Bool[ArrayLike, "batch ..."],
 ) -> np.ndarray:
     """Per example: is every scored position's prediction right?
 
@@ -95,11 +95,11 @@ def held_out_accuracy(model: eqx.Module, data: synthetic.SyntheticData) -> tuple
     tokenizer = data.tokenizer
     if data.flavor == "translator":
         references = arrays["tgt"][:, 1:]
-        texts = [tokenizer.decode(row) for row in np.asarray(predictions)]
+        texts = [tokenizer.decode(row) for row in np.asarray(predictions).tolist()]
     elif data.flavor == "gpt":
         references = arrays["tokens"][:, 1:]
         rows = zip(np.asarray(predictions), np.asarray(scored), strict=True)
-        texts = [tokenizer.decode(row[mask]) for row, mask in rows]
+        texts = [tokenizer.decode(row[mask].tolist()) for row, mask in rows]
     else:
         references = arrays["labels"]
         texts = [str(int(label)) for label in np.asarray(predictions)]

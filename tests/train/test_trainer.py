@@ -15,6 +15,7 @@ from zoo.data.tokenizer import CharTokenizer
 from zoo.serialize import named_arrays
 from zoo.tasks import LanguageModeling, Stats, Translation
 from zoo.train import Trainer, TrainingDiverged, adamw, latest_checkpoint, load_checkpoint
+from zoo.train import checkpoint as ckpt
 from zoo.train.step import StepOutput
 
 TASK = LanguageModeling()
@@ -157,7 +158,7 @@ class Empty:
         raise IndexError(step)
 
 
-def test_bad_inputs_fail_before_anything_compiles(model):
+def test_bad_inputs_fail_before_anything_compiles(tmp_path, model):
     trainer = Trainer(TASK, adamw(1e-3), accumulate=3, progress=False)
 
     def must_not_run(*args, **kwargs):
@@ -178,7 +179,22 @@ def test_bad_inputs_fail_before_anything_compiles(model):
         trainer.fit(model, bad_rank, steps=1, key=key)
     with pytest.raises(ValueError, match="resume=True needs checkpoint_dir"):
         trainer.fit(model, lm_batches(batch_size=6), steps=1, key=key, resume=True)
+    ckpt.save_checkpoint(tmp_path, step=4, model=model, opt_state=trainer.init_optimizer(model),
+                         key=key)  # fmt: skip
+    with pytest.raises(ValueError, match=r"already holds checkpoints .* resume=True"):
+        trainer.fit(model, lm_batches(batch_size=6), steps=1, key=key, checkpoint_dir=tmp_path)
     with pytest.raises(ValueError, match="steps must be a positive integer"):
         trainer.fit(model, lm_batches(batch_size=6), steps=0, key=key)
     with pytest.raises(ValueError, match="precision must be one of"):
         Trainer(TASK, precision="fp16")
+
+
+def test_plotting_without_matplotlib_says_how_to_install_it(tmp_path, monkeypatch):
+    import sys
+
+    from zoo.train.history import History
+    from zoo.train.plot import plot_history
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes `import matplotlib` fail
+    with pytest.raises(ImportError, match=r"pip install 'zoo\[plot\]'"):
+        plot_history(History(), tmp_path / "curves.png")

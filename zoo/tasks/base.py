@@ -16,7 +16,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
+from jaxtyping import Array, ArrayLike, Bool, Float, Int, Key, PRNGKeyArray
 
 
 class Stats(eqx.Module):
@@ -85,7 +85,7 @@ def weighted_stats(
     )
 
 
-def example_keys(key: PRNGKeyArray | None, batch_size: int) -> PRNGKeyArray | None:
+def example_keys(key: PRNGKeyArray | None, batch_size: int) -> Key[Array, " batch"] | None:
     """One dropout key per example (None stays None: no dropout)."""
     return None if key is None else jax.random.split(key, batch_size)
 
@@ -111,7 +111,7 @@ class Task(abc.ABC):
 
     @abc.abstractmethod
     def statistics(
-        self, model: eqx.Module, batch: Mapping[str, Array], *, key: PRNGKeyArray | None = None
+        self, model: eqx.Module, batch: Mapping[str, ArrayLike], *, key: PRNGKeyArray | None = None
     ) -> Stats:
         """Summed statistics of `batch`; pure JAX, safe to call under jit/grad."""
 
@@ -126,7 +126,7 @@ class Task(abc.ABC):
         return stats.accuracy
 
     def __call__(
-        self, model: eqx.Module, batch: Mapping[str, Array], *, key: PRNGKeyArray | None = None
+        self, model: eqx.Module, batch: Mapping[str, ArrayLike], *, key: PRNGKeyArray | None = None
     ) -> tuple[Float[Array, ""], dict[str, Float[Array, ""]]]:
         """(mean loss, metrics) of one batch: the convenient form of `statistics`."""
         stats = self.statistics(model, batch, key=key)
@@ -192,15 +192,23 @@ class Task(abc.ABC):
 
 
 def check_ids(
-    name: str, ids: np.ndarray, vocab_size: int, max_positions: int, min_length: int = 1
+    name: str, ids: np.ndarray, vocab_size: int, max_positions: int, *, shifted: bool = False
 ) -> None:
-    """Token ids in `[0, vocab_size)` and sequence length within `[min_length, max_positions]`."""
+    """Token ids in `[0, vocab_size)` and a length the model accepts.
+
+    `shifted`: the model reads all positions but the last (which is only a target), so the
+    array may be one longer than `max_positions` and needs at least two positions.
+    """
     length = ids.shape[1]
-    if length < min_length:
-        raise ValueError(f"batch[{name!r}] has {length} positions; it needs at least {min_length}")
-    if length > max_positions:
+    read = length - 1 if shifted else length
+    if read < 1:
         raise ValueError(
-            f"batch[{name!r}] has {length} positions but the model takes at most "
+            f"batch[{name!r}] has {length} positions; it needs at least {2 if shifted else 1}"
+        )
+    if read > max_positions:
+        reads = f" (the model reads {read}: all but the last)" if shifted else ""
+        raise ValueError(
+            f"batch[{name!r}] has {length} positions{reads} but the model takes at most "
             f"max_positions={max_positions}; truncate the data or build a larger model"
         )
     low, high = int(ids.min()), int(ids.max())

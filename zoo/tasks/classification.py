@@ -9,7 +9,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, PRNGKeyArray
+from jaxtyping import ArrayLike, PRNGKeyArray
 
 from zoo.tasks.base import Stats, Task, check_ids, example_keys, token_losses, weighted_stats
 
@@ -28,7 +28,7 @@ class Classification(Task):
     optional: ClassVar[dict[str, str]] = {"token_types": "[batch, seq]"}
 
     def statistics(
-        self, model: eqx.Module, batch: Mapping[str, Array], *, key: PRNGKeyArray | None = None
+        self, model: eqx.Module, batch: Mapping[str, ArrayLike], *, key: PRNGKeyArray | None = None
     ) -> Stats:
         tokens = jnp.asarray(batch["tokens"])
         labels = jnp.asarray(batch["labels"])

@@ -9,7 +9,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float, PRNGKeyArray
+from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from zoo.tasks.base import (
     Stats,
@@ -39,7 +39,7 @@ class LanguageModeling(Task):
     optional: ClassVar[dict[str, str]] = {"loss_mask": "[batch, seq]"}
 
     def statistics(
-        self, model: eqx.Module, batch: Mapping[str, Array], *, key: PRNGKeyArray | None = None
+        self, model: eqx.Module, batch: Mapping[str, ArrayLike], *, key: PRNGKeyArray | None = None
     ) -> Stats:
         tokens = jnp.asarray(batch["tokens"])
         inputs, targets = tokens[:, :-1], tokens[:, 1:]
@@ -59,10 +59,7 @@ class LanguageModeling(Task):
 
     def _check_values(self, batch: Mapping[str, np.ndarray], model: eqx.Module) -> None:
         config = model.config  # type: ignore[attr-defined]
-        # The model reads seq - 1 positions, so a batch may be one longer than max_positions.
-        check_ids(
-            "tokens", batch["tokens"], config.vocab_size, config.max_positions + 1, min_length=2
-        )
+        check_ids("tokens", batch["tokens"], config.vocab_size, config.max_positions, shifted=True)
         if "loss_mask" in batch and batch["loss_mask"].shape != batch["tokens"].shape:
             raise ValueError(
                 f"batch['loss_mask'] must have the shape of batch['tokens'] "

@@ -9,7 +9,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, PRNGKeyArray
+from jaxtyping import ArrayLike, PRNGKeyArray
 
 from zoo.tasks.base import (
     Stats,
@@ -44,7 +44,7 @@ class Translation(Task):
         return f"Translation(label_smoothing={self.label_smoothing})"
 
     def statistics(
-        self, model: eqx.Module, batch: Mapping[str, Array], *, key: PRNGKeyArray | None = None
+        self, model: eqx.Module, batch: Mapping[str, ArrayLike], *, key: PRNGKeyArray | None = None
     ) -> Stats:
         src = jnp.asarray(batch["src"])
         tgt = jnp.asarray(batch["tgt"])
@@ -61,5 +61,4 @@ class Translation(Task):
     def _check_values(self, batch: Mapping[str, np.ndarray], model: eqx.Module) -> None:
         config = model.config  # type: ignore[attr-defined]
         check_ids("src", batch["src"], config.vocab_size, config.max_positions)
-        # The decoder reads tgt_len - 1 positions.
-        check_ids("tgt", batch["tgt"], config.tgt_vocab, config.max_positions + 1, min_length=2)
+        check_ids("tgt", batch["tgt"], config.tgt_vocab, config.max_positions, shifted=True)

@@ -81,6 +81,15 @@ class TrainingRun:
             task.check_batch(self.eval_batches.batch(0), model)
         if resume and self.checkpoint_dir is None:
             raise ValueError("resume=True needs checkpoint_dir (where the checkpoints are)")
+        existing = (
+            None if self.checkpoint_dir is None else ckpt.latest_checkpoint(self.checkpoint_dir)
+        )
+        if existing is not None and not resume:
+            raise ValueError(
+                f"{self.checkpoint_dir} already holds checkpoints (newest: {existing.name}); "
+                "continue that run with resume=True (zoo train --resume) or train into a new "
+                "directory"
+            )
         if self.plot and self.out_dir is None:
             raise ValueError("plot=True needs out_dir (or checkpoint_dir) to write curves.png")
 
