@@ -44,7 +44,7 @@ class DemoSpec:
 
 SPECS = {
     "translator": DemoSpec("translator", "rot13", "translator-tiny", 500, 64, 3e-3, 50),
-    "gpt": DemoSpec("gpt", "addition", "gpt-tiny", 1000, 64, 3e-3, 100),
+    "gpt": DemoSpec("gpt", "addition", "gpt-tiny", 2000, 64, 3e-3, 100),
     "classifier": DemoSpec("classifier", "majority", "classifier-tiny", 300, 64, 1e-3, 30),
 }
 

@@ -146,7 +146,8 @@ def make_addition(
     return SyntheticData(
         name="addition",
         flavor="gpt",
-        description=f"addition of numbers below {high:,}, e.g. 123+45=168",
+        description=f"addition of numbers below {high:,}, e.g. {eval_prompts[0]}"
+        f"{answer(eval_prompts[0])}",
         tokenizer=tokenizer,
         train=arrays(train_prompts),
         eval=arrays(eval_prompts),

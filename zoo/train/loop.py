@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -189,7 +190,9 @@ class TrainingRun:
         for step, output in zip(steps, host, strict=True):
             loss, grad_norm = float(output.stats.loss), float(output.grad_norm)
             if not (math.isfinite(loss) and math.isfinite(grad_norm)):
-                self._diverged(step, loss, grad_norm)
+                from zoo.train.trainer import TrainingDiverged
+
+                raise TrainingDiverged.at(step, loss, grad_norm, self.last_checkpoint)
         total = Stats.zero()
         for output in host:
             total = total + output.stats
@@ -201,20 +204,6 @@ class TrainingRun:
         rate = sum(tokens) / elapsed if sum(tokens) and elapsed > 0 else None
         self._record("train", steps[-1], summary, rate, self.trainer.learning_rate(steps[-1]))
         self.progress.show(loss=f"{summary['loss']:.4f}", tok_s=f"{rate or 0:,.0f}")
-
-    def _diverged(self, step: int, loss: float, grad_norm: float) -> None:
-        from zoo.train.trainer import TrainingDiverged
-
-        if self.last_checkpoint is not None:
-            kept = f"The last good checkpoint is kept: {self.last_checkpoint}."
-        else:
-            kept = "No checkpoint was saved (pass checkpoint_dir to keep them)."
-        raise TrainingDiverged(
-            f"training stopped at step {step}: the loss is {loss} and the gradient norm "
-            f"{grad_norm}. {kept} Lower the learning rate, lengthen the warmup, keep gradient "
-            "clipping on, or train in fp32.",
-            step,
-        )
 
     def _record(self, split: str, step: int, summary: dict, rate, lr) -> None:
         row = {
@@ -238,11 +227,9 @@ class TrainingRun:
         summary = self.trainer.evaluate(
             self.model, self.eval_batches, limit=self.trainer.eval_limit
         )
-        count = len(self.eval_batches)
-        count = count if self.trainer.eval_limit is None else min(count, self.trainer.eval_limit)
-        tokens = sum(self.task.num_tokens(self.eval_batches.batch(i)) for i in range(count))
         elapsed = time.perf_counter() - started
-        self._record("eval", self.done, summary, tokens / elapsed if elapsed > 0 else None, None)
+        rate = summary["tokens"] / elapsed if elapsed > 0 else None
+        self._record("eval", self.done, summary, rate, None)
         self.clock = time.perf_counter()  # evaluation time is not training time
 
     def save(self) -> None:
@@ -275,7 +262,10 @@ class TrainingRun:
         except RuntimeError as error:  # interrupted inside a step: its inputs were donated
             warnings.warn(f"could not save on interrupt ({error})", stacklevel=3)
             return
-        print(f"interrupted: saved {self.last_checkpoint}; continue with resume=True")
+        print(
+            f"interrupted: saved {self.last_checkpoint}; continue with resume=True",
+            file=sys.stderr,
+        )
 
     def _finish(self, wall_seconds: float) -> None:
         trained = self.done - self.start

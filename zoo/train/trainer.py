@@ -23,6 +23,20 @@ class TrainingDiverged(FloatingPointError):
         super().__init__(message)
         self.step = step
 
+    @classmethod
+    def at(cls, step: int, loss: float, grad_norm: float, kept: Any) -> TrainingDiverged:
+        """The error for update `step`; `kept` is the last good checkpoint (or None)."""
+        if kept is not None:
+            saved = f"The last good checkpoint is kept: {kept}."
+        else:
+            saved = "No checkpoint was saved (pass checkpoint_dir to keep them)."
+        return cls(
+            f"training stopped at step {step}: the loss is {loss} and the gradient norm "
+            f"{grad_norm}. {saved} Lower the learning rate, lengthen the warmup, keep gradient "
+            "clipping on, or train in fp32.",
+            step,
+        )
+
 
 class Trainer:
     """Train any zoo model with its task.
@@ -105,18 +119,19 @@ class Trainer:
     def evaluate(
         self, model: eqx.Module, batches: BatchSource, *, limit: int | None = None
     ) -> dict[str, Any]:
-        """Loss and metric over `batches` (its first `limit` batches), without dropout."""
+        """Loss, metric and token count over `batches` (the first `limit`), without dropout."""
         self.task.check_model(model)
         count = len(batches)
         if count == 0:
             raise ValueError("eval_batches is empty: it yields no batches (len 0)")
         count = count if limit is None else min(count, limit)
-        total = Stats.zero()
+        total, tokens = Stats.zero(), 0
         for index in range(count):
             batch = batches.batch(index)
             self.task.check_batch(batch, model)
             total = total + self.eval_step(model, batch)
-        return self.summarise(total)
+            tokens += self.task.num_tokens(batch)
+        return {**self.summarise(total), "tokens": tokens}
 
     def summarise(self, stats: Stats) -> dict[str, Any]:
         """Host floats of summed statistics: loss, the task's metric and its name."""
