@@ -121,6 +121,10 @@ class Task(abc.ABC):
 
     # -- shared behaviour -----------------------------------------------------------------------
 
+    def __repr__(self) -> str:
+        options = ", ".join(f"{name}={value!r}" for name, value in sorted(vars(self).items()))
+        return f"{type(self).__name__}({options})"
+
     def metric(self, stats: Stats) -> Float[Array, ""]:
         """The headline metric from summed statistics."""
         return stats.accuracy

@@ -40,9 +40,6 @@ class Translation(Task):
             raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
         self.label_smoothing = float(label_smoothing)
 
-    def __repr__(self) -> str:
-        return f"Translation(label_smoothing={self.label_smoothing})"
-
     def statistics(
         self, model: eqx.Module, batch: Mapping[str, ArrayLike], *, key: PRNGKeyArray | None = None
     ) -> Stats:
