@@ -1,0 +1,51 @@
+"""`zoo train`: a run, then `--resume` to more steps; clear errors for bad data specs."""
+
+from __future__ import annotations
+
+import json
+
+import zoo
+from zoo.cli import main
+from zoo.data.tokenizer import load_tokenizer
+from zoo.train import list_checkpoints
+
+
+def test_train_then_resume(tmp_path, capsys):
+    out = tmp_path / "run"
+    common = ["train", "gpt", "--preset", "gpt-tiny", "--data", "synthetic:addition",
+              "--out", str(out), "--batch-size", "16", "--lr", "3e-3", "--warmup", "2",
+              "--log-every", "1", "--checkpoint-every", "2", "--eval-limit", "1",
+              "--no-progress", "--json"]  # fmt: skip
+    assert main([*common, "--steps", "4"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert (first["steps"], first["resumed_from"], first["metric_name"]) == (4, 0, "perplexity")
+    assert main([*common, "--steps", "6", "--resume"]) == 0
+    second = json.loads(capsys.readouterr().out)
+    assert (second["steps"], second["resumed_from"]) == (6, 4)
+    assert second["train_loss"] < first["train_loss"]
+
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").open()]
+    assert [r["step"] for r in rows if r["split"] == "train"] == [1, 2, 3, 4, 5, 6]
+    assert [r["step"] for r in rows if r["split"] == "eval"] == [4, 6]
+    assert [step for step, _ in list_checkpoints(out / "checkpoints")] == [2, 4, 6]
+    model = zoo.load(out)
+    tokenizer = load_tokenizer(out)
+    # vocabulary and special ids come from the data's tokenizer ("0123456789+=" + 4 specials)
+    assert model.config.vocab_size == tokenizer.vocab_size == 16
+    assert (model.config.pad_id, model.config.bos_id, model.config.eos_id) == (0, 1, 2)
+
+
+def test_bad_data_specs_are_explained(tmp_path, capsys):
+    base = ["train", "gpt", "--preset", "gpt-tiny", "--steps", "1", "--out", str(tmp_path)]
+    assert main([*base, "--data", "json:file.jsonl"]) == 2
+    assert "unknown data scheme 'json'" in capsys.readouterr().err
+    assert main([*base, "--data", "addition"]) == 2
+    assert "is not SCHEME:NAME" in capsys.readouterr().err
+    assert main([*base, "--data", "synthetic:rot13"]) == 2
+    assert "synthetic:rot13 trains a translator, not a gpt" in capsys.readouterr().err
+    assert main([*base, "--data", "synthetic:sorting"]) == 2
+    assert "unknown synthetic task 'sorting'" in capsys.readouterr().err
+    wrong_preset = ["train", "translator", "--preset", "gpt-tiny", "--data", "synthetic:rot13",
+                    "--steps", "1", "--out", str(tmp_path)]  # fmt: skip
+    assert main(wrong_preset) == 2
+    assert "preset 'gpt-tiny' is a gpt, not a translator" in capsys.readouterr().err

@@ -1,0 +1,223 @@
+"""`zoo train FLAVOR --preset NAME --data SPEC --steps N --out DIR`: train, checkpoint, resume.
+
+Writes `DIR/metrics.jsonl`, checkpoints under `DIR/checkpoints/` and the final model (with its
+tokenizer) in `DIR/`, loadable with `zoo.load(DIR)`. `--resume` continues from the newest
+checkpoint exactly where it stopped. Data comes from `--data SCHEME:REST`; `resolve_data`
+dispatches on the scheme (`synthetic:rot13|addition|majority` is built in).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+FLAVORS = ("classifier", "gpt", "translator")
+
+# scheme -> handler(rest, flavor, args) -> (train source, eval source or None, tokenizer)
+DataHandler = Callable[[str, str, argparse.Namespace], tuple[Any, Any, Any]]
+SCHEMES: dict[str, DataHandler] = {}
+
+
+def data_scheme(name: str) -> Callable[[DataHandler], DataHandler]:
+    """Register a `--data NAME:...` handler."""
+
+    def decorate(handler: DataHandler) -> DataHandler:
+        SCHEMES[name] = handler
+        return handler
+
+    return decorate
+
+
+def resolve_data(spec: str, flavor: str, args: argparse.Namespace) -> tuple[Any, Any, Any]:
+    """`--data SCHEME:REST` -> (train batch source, eval batch source or None, tokenizer)."""
+    scheme, separator, rest = spec.partition(":")
+    if not separator or not rest:
+        raise ValueError(
+            f"--data {spec!r} is not SCHEME:NAME; for example synthetic:addition "
+            f"(known schemes: {', '.join(sorted(SCHEMES))})"
+        )
+    if scheme not in SCHEMES:
+        raise ValueError(
+            f"unknown data scheme {scheme!r} in --data {spec!r}; known schemes: "
+            f"{', '.join(sorted(SCHEMES))}"
+        )
+    return SCHEMES[scheme](rest, flavor, args)
+
+
+@data_scheme("synthetic")
+def _synthetic(name: str, flavor: str, args: argparse.Namespace) -> tuple[Any, Any, Any]:
+    from zoo.data import synthetic
+
+    if name not in synthetic.TASKS:
+        raise ValueError(
+            f"unknown synthetic task {name!r}; choose one of {', '.join(sorted(synthetic.TASKS))}"
+        )
+    task_flavor, _ = synthetic.TASKS[name]
+    if task_flavor != flavor:
+        raise ValueError(
+            f"synthetic:{name} trains a {task_flavor}, not a {flavor}; "
+            f"run `zoo train {task_flavor} ...`"
+        )
+    data = synthetic.make(name, seed=args.seed)
+    train, evaluation = data.batches(args.batch_size, seed=args.seed)
+    return train, evaluation, data.tokenizer
+
+
+def _config_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def model_overrides(flavor: str, tokenizer: Any, train: Any, settings: list[str]) -> dict:
+    """Config fields taken from the data (vocabulary, special ids, classes) and from `--set`."""
+    overrides: dict[str, Any] = {}
+    if tokenizer is not None:
+        overrides.update(vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id)
+        if flavor != "classifier":
+            for name in ("bos_id", "eos_id"):
+                if getattr(tokenizer, name, None) is not None:
+                    overrides[name] = getattr(tokenizer, name)
+    if flavor == "classifier":
+        num_classes = getattr(train, "num_classes", None)
+        arrays = getattr(train, "arrays", {})
+        if num_classes is None and "labels" in arrays:
+            num_classes = int(arrays["labels"].max()) + 1
+        if num_classes is not None:
+            overrides["num_classes"] = num_classes
+    for setting in settings:
+        name, separator, value = setting.partition("=")
+        if not separator:
+            raise ValueError(f"--set takes FIELD=VALUE (e.g. --set dropout=0.1), got {setting!r}")
+        overrides[name.strip()] = _config_value(value)
+    return overrides
+
+
+def register(commands) -> None:
+    parser = commands.add_parser(
+        "train", help="train a model: checkpoints, resume, metrics.jsonl, final model"
+    )
+    parser.add_argument("flavor", choices=FLAVORS)
+    parser.add_argument("--preset", required=True, help="model preset (see `zoo presets`)")
+    parser.add_argument("--data", required=True, help="SCHEME:NAME, e.g. synthetic:addition")
+    parser.add_argument("--steps", type=int, required=True, help="total optimizer updates")
+    parser.add_argument("--out", required=True, help="run directory")
+    parser.add_argument("--resume", action="store_true", help="continue from the newest checkpoint")
+    parser.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--lr", type=float, default=1e-3, help="peak learning rate")
+    parser.add_argument(
+        "--schedule", choices=("inverse_sqrt", "cosine", "constant"), default="inverse_sqrt"
+    )
+    parser.add_argument("--warmup", type=int, default=100, help="linear warmup steps")
+    parser.add_argument("--weight-decay", type=float, default=0.01)
+    parser.add_argument("--clip-norm", type=float, default=1.0, help="0 turns clipping off")
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
+    parser.add_argument("--accumulate", type=int, default=1, help="micro-batches per step")
+    parser.add_argument("--label-smoothing", type=float, default=0.0, help="translator only")
+    parser.add_argument("--log-every", type=int, default=10)
+    parser.add_argument("--eval-every", type=int, default=None, help="default: at the end")
+    parser.add_argument("--eval-limit", type=int, default=None, help="eval batches per eval")
+    parser.add_argument("--checkpoint-every", type=int, default=None, help="default: at the end")
+    parser.add_argument("--keep", type=int, default=3, help="checkpoints to keep")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="FIELD=VALUE", help="model config override"
+    )
+    parser.add_argument("--plot", action="store_true", help="write DIR/curves.png (matplotlib)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import jax
+
+    import zoo
+    from zoo.train import TrainingDiverged
+
+    preset = zoo.presets.get(args.preset)
+    if preset.flavor != args.flavor:
+        raise ValueError(
+            f"preset {args.preset!r} is a {preset.flavor}, not a {args.flavor}; pick a "
+            f"{args.flavor} preset (see `zoo presets`)"
+        )
+    train, evaluation, tokenizer = resolve_data(args.data, args.flavor, args)
+    overrides = model_overrides(args.flavor, tokenizer, train, args.set)
+    model_key, train_key = jax.random.split(jax.random.key(args.seed))
+    model = zoo.create(args.preset, key=model_key, **overrides)
+    options = {"label_smoothing": args.label_smoothing} if args.flavor == "translator" else {}
+    optimizer = zoo.train.adamw(
+        args.lr,
+        warmup=args.warmup,
+        schedule=args.schedule,
+        total_steps=args.steps,
+        weight_decay=args.weight_decay,
+        clip_norm=args.clip_norm or None,
+    )
+    trainer = zoo.Trainer(
+        zoo.tasks.for_flavor(args.flavor, **options),
+        optimizer,
+        precision=args.precision,
+        accumulate=args.accumulate,
+        log_every=args.log_every,
+        eval_every=args.eval_every,
+        eval_limit=args.eval_limit,
+        checkpoint_every=args.checkpoint_every,
+        keep=args.keep,
+        progress=not args.no_progress,
+    )
+    out = Path(args.out)
+    try:
+        model, history = trainer.fit(
+            model,
+            train,
+            eval_batches=evaluation,
+            steps=args.steps,
+            key=train_key,
+            checkpoint_dir=out / "checkpoints",
+            out_dir=out,
+            resume=args.resume,
+            tokenizer=tokenizer,
+            plot=args.plot,
+        )
+    except TrainingDiverged as error:
+        print(f"zoo train: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("zoo train: interrupted; continue with --resume", file=sys.stderr)
+        return 130
+    summary = _summary(args, model, history)
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        for name, value in summary.items():
+            print(f"{name:>14}: {value}")
+    return 0
+
+
+def _summary(args: argparse.Namespace, model: Any, history: Any) -> dict[str, Any]:
+    import zoo
+
+    info = history.summary
+    train_row, eval_row = info["final_train"] or {}, info["final_eval"] or {}
+    return {
+        "flavor": args.flavor,
+        "preset": args.preset,
+        "data": args.data,
+        "params": zoo.count_params(model),
+        "steps": info["steps"],
+        "resumed_from": info["resumed_from"],
+        "train_loss": train_row.get("loss"),
+        "eval_loss": eval_row.get("loss"),
+        "metric_name": eval_row.get("metric_name", train_row.get("metric_name")),
+        "eval_metric": eval_row.get("metric"),
+        "tokens_per_s": info["tokens_per_s"],
+        "wall_seconds": info["wall_seconds"],
+        "out": str(Path(args.out)),
+        "checkpoint": info["checkpoint"],
+    }

@@ -1,0 +1,67 @@
+"""Causal language modelling: next-token cross-entropy, perplexity."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import ClassVar
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
+
+from zoo.tasks.base import (
+    Stats,
+    Task,
+    check_ids,
+    example_keys,
+    target_weights,
+    token_losses,
+    weighted_stats,
+)
+
+
+class LanguageModeling(Task):
+    """Train a `zoo.GPT` on `tokens [batch, seq]`: position t predicts token t+1.
+
+    The model reads `tokens[:, :-1]` and is scored on `tokens[:, 1:]`. Targets equal to the
+    model's `pad_id` are not scored (with `pad_id=None` every target is). An optional
+    `loss_mask [batch, seq]` (1 = score, 0 = skip), aligned with `tokens`, restricts the loss
+    further, e.g. to the answer of a prompt/answer pair. Loss: mean cross-entropy per scored
+    token (fp32). Metric: perplexity, `exp(loss)`.
+    """
+
+    flavor = "gpt"
+    metric_name = "perplexity"
+    lower_is_better = True
+    required: ClassVar[dict[str, str]] = {"tokens": "[batch, seq]"}
+    optional: ClassVar[dict[str, str]] = {"loss_mask": "[batch, seq]"}
+
+    def statistics(
+        self, model: eqx.Module, batch: Mapping[str, ArrayLike], *, key: PRNGKeyArray | None = None
+    ) -> Stats:
+        tokens = jnp.asarray(batch["tokens"])
+        inputs, targets = tokens[:, :-1], tokens[:, 1:]
+
+        def one(tokens, key):
+            return model(tokens, key=key)
+
+        logits = jax.vmap(one)(inputs, example_keys(key, tokens.shape[0]))
+        objective, nll, correct = token_losses(logits, targets)
+        weight = target_weights(targets, model.config.pad_id)  # type: ignore[attr-defined]
+        if "loss_mask" in batch:
+            weight = weight & (jnp.asarray(batch["loss_mask"])[:, 1:] != 0)
+        return weighted_stats(objective, nll, correct, weight)
+
+    def metric(self, stats: Stats) -> Float[Array, ""]:
+        return stats.perplexity
+
+    def _check_values(self, batch: Mapping[str, np.ndarray], model: eqx.Module) -> None:
+        config = model.config  # type: ignore[attr-defined]
+        check_ids("tokens", batch["tokens"], config.vocab_size, config.max_positions, shifted=True)
+        if "loss_mask" in batch and batch["loss_mask"].shape != batch["tokens"].shape:
+            raise ValueError(
+                f"batch['loss_mask'] must have the shape of batch['tokens'] "
+                f"{batch['tokens'].shape}, got {batch['loss_mask'].shape}"
+            )

@@ -1,0 +1,54 @@
+"""Training: the shared `Trainer`, optimisers and schedules, checkpoints.
+
+```python
+trainer = zoo.Trainer(zoo.tasks.LanguageModeling(), optimizer=zoo.train.adamw(lr=3e-4, warmup=200))
+model, history = trainer.fit(model, train_batches, eval_batches=val_batches, steps=2000,
+                             checkpoint_dir="runs/gpt", key=jax.random.key(0))
+```
+"""
+
+from __future__ import annotations
+
+from zoo.train.checkpoint import (
+    Checkpoint,
+    latest_checkpoint,
+    list_checkpoints,
+    load_checkpoint,
+    save_checkpoint,
+)
+from zoo.train.history import History
+from zoo.train.optim import (
+    SCHEDULES,
+    Optimizer,
+    adamw,
+    constant,
+    cosine,
+    decay_mask,
+    inverse_sqrt,
+    make_schedule,
+    paper_peak_lr,
+)
+from zoo.train.step import PRECISIONS, cast_floating
+from zoo.train.trainer import Trainer, TrainingDiverged
+
+__all__ = [
+    "PRECISIONS",
+    "SCHEDULES",
+    "Checkpoint",
+    "History",
+    "Optimizer",
+    "Trainer",
+    "TrainingDiverged",
+    "adamw",
+    "cast_floating",
+    "constant",
+    "cosine",
+    "decay_mask",
+    "inverse_sqrt",
+    "latest_checkpoint",
+    "list_checkpoints",
+    "load_checkpoint",
+    "make_schedule",
+    "paper_peak_lr",
+    "save_checkpoint",
+]

@@ -1,0 +1,243 @@
+"""Training checkpoints that lose nothing: model, optimizer state, step, RNG, data position.
+
+A checkpoint is a directory `step_00000400/` inside the checkpoint directory:
+
+- `model.safetensors`: the model's arrays, named by their path (as `zoo.save` names them)
+- `optimizer.safetensors`: the optimizer state's arrays, named by their path in the state
+- `state.json`: step, data position, RNG key, model flavor and config, anything extra
+
+No pickle: the optimizer state is rebuilt by filling `optimizer.init(params)` (a skeleton of
+the right structure) with the saved arrays. Writing goes to a hidden temporary directory that
+is renamed into place only when complete, so a crash mid-write never leaves a broken newest
+checkpoint; only complete `step_*` directories count.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import PRNGKeyArray
+
+from zoo.serialize import fill, model_config_dict, named_arrays
+
+MODEL_FILE = "model.safetensors"
+OPTIMIZER_FILE = "optimizer.safetensors"
+STATE_FILE = "state.json"
+PREFIX = "step_"
+
+
+@dataclass
+class Checkpoint:
+    """A loaded checkpoint: the model and optimizer state filled in, and the loop's position."""
+
+    path: Path
+    step: int  # optimizer updates done
+    model: Any
+    opt_state: Any
+    key: PRNGKeyArray  # the run's base dropout key
+    meta: dict[str, Any]  # everything in state.json
+
+    @property
+    def data_position(self) -> int:
+        """Index of the next batch to train on."""
+        return int(self.meta.get("data_position", self.step))
+
+
+def checkpoint_name(step: int) -> str:
+    return f"{PREFIX}{step:08d}"
+
+
+def list_checkpoints(directory: str | os.PathLike) -> list[tuple[int, Path]]:
+    """Complete checkpoints in `directory` as (step, path), oldest first."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    found = []
+    for path in directory.iterdir():
+        digits = path.name[len(PREFIX) :]
+        if path.name.startswith(PREFIX) and digits.isdigit() and (path / STATE_FILE).is_file():
+            found.append((int(digits), path))
+    return sorted(found)
+
+
+def latest_checkpoint(directory: str | os.PathLike) -> Path | None:
+    """The newest complete checkpoint in `directory`, or None."""
+    found = list_checkpoints(directory)
+    return found[-1][1] if found else None
+
+
+def _leaf_name(path: tuple) -> str:
+    """`[0].mu.embedder.token_weight` -> `0.mu.embedder.token_weight`."""
+    parts = []
+    for entry in path:
+        for attribute in ("name", "key", "idx"):  # GetAttrKey, DictKey, SequenceKey
+            if hasattr(entry, attribute):
+                parts.append(str(getattr(entry, attribute)))
+                break
+        else:
+            parts.append(str(entry))
+    return ".".join(parts)
+
+
+def state_arrays(tree: Any) -> dict[str, Any]:
+    """Every array leaf of a pytree (e.g. an optimizer state) keyed by its path."""
+    flat, _ = jax.tree_util.tree_flatten_with_path(tree)
+    return {_leaf_name(path): leaf for path, leaf in flat if eqx.is_array(leaf)}
+
+
+def fill_state(skeleton: Any, tensors: dict[str, np.ndarray], source: str) -> Any:
+    """`skeleton` (e.g. `optimizer.init(params)`) with its arrays replaced by `tensors`."""
+    expected = state_arrays(skeleton)
+    missing = sorted(set(expected) - set(tensors))
+    unexpected = sorted(set(tensors) - set(expected))
+    if missing or unexpected:
+        raise ValueError(f"{source}: missing arrays {missing}, unexpected arrays {unexpected}")
+    replaced = {}
+    for name, slot in expected.items():
+        value = tensors[name]
+        if tuple(value.shape) != tuple(slot.shape):
+            raise ValueError(
+                f"{source}: array {name!r} has shape {tuple(value.shape)}, expected "
+                f"{tuple(slot.shape)}"
+            )
+        replaced[name] = jnp.asarray(value, dtype=slot.dtype)
+    flat, treedef = jax.tree_util.tree_flatten_with_path(skeleton)
+    return jax.tree_util.tree_unflatten(
+        treedef, [replaced.get(_leaf_name(path), leaf) for path, leaf in flat]
+    )
+
+
+def _host_arrays(arrays: dict[str, Any]) -> dict[str, np.ndarray]:
+    tensors = {}
+    for name, array in arrays.items():
+        # numpy has no bfloat16: store it widened (exact) and narrow it again when loading.
+        if array.dtype == jnp.bfloat16:
+            array = array.astype(jnp.float32)
+        # (np.ascontiguousarray would turn the optimizer's 0-d step counts into 1-d arrays)
+        tensors[name] = np.asarray(array).copy(order="C")
+    return tensors
+
+
+def _key_to_json(key: PRNGKeyArray) -> dict[str, Any]:
+    if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        data = jax.random.key_data(key)
+        return {"impl": str(jax.random.key_impl(key)), "data": np.asarray(data).tolist()}
+    return {"impl": None, "data": np.asarray(key).tolist()}
+
+
+def _key_from_json(saved: dict[str, Any]) -> PRNGKeyArray:
+    data = jnp.asarray(np.asarray(saved["data"], dtype=np.uint32))
+    if saved["impl"] is None:
+        return data
+    return jax.random.wrap_key_data(data, impl=saved["impl"])
+
+
+def _sync_files(directory: Path) -> None:
+    """Flush the directory's files to disk before it is published under its final name."""
+    for path in directory.iterdir():
+        with open(path, "rb") as handle:
+            os.fsync(handle.fileno())
+
+
+def save_checkpoint(
+    directory: str | os.PathLike,
+    *,
+    step: int,
+    model: eqx.Module,
+    opt_state: Any,
+    key: PRNGKeyArray,
+    extra: dict[str, Any] | None = None,
+    keep: int | None = 3,
+) -> Path:
+    """Write checkpoint `step` atomically into `directory`, then keep only the newest `keep`."""
+    from safetensors.numpy import save_file
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    final = directory / checkpoint_name(step)
+    staging = Path(tempfile.mkdtemp(dir=directory, prefix=f".{final.name}."))
+    try:
+        save_file(_host_arrays(named_arrays(model)), str(staging / MODEL_FILE))
+        save_file(_host_arrays(state_arrays(opt_state)), str(staging / OPTIMIZER_FILE))
+        state = {
+            "step": step,
+            "data_position": step,
+            "key": _key_to_json(key),
+            **model_config_dict(model),
+            **(extra or {}),
+        }
+        (staging / STATE_FILE).write_text(json.dumps(state, indent=2, sort_keys=True))
+        _sync_files(staging)
+        if final.exists():  # the same step saved again (e.g. an interrupted final save)
+            shutil.rmtree(final)
+        os.replace(staging, final)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    _prune(directory, keep)
+    return final
+
+
+def _prune(directory: Path, keep: int | None) -> None:
+    for entry in directory.iterdir():  # staging directories left behind by a crash
+        if entry.name.startswith(f".{PREFIX}") and entry.is_dir():
+            shutil.rmtree(entry, ignore_errors=True)
+    if keep is None:
+        return
+    for _, path in list_checkpoints(directory)[: -max(keep, 1)]:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def load_checkpoint(path: str | os.PathLike, *, model: eqx.Module, opt_state: Any) -> Checkpoint:
+    """Read checkpoint `path`, filling the structures of `model` and `opt_state`.
+
+    `model` must have the saved config (the same preset and overrides); `opt_state` is
+    `optimizer.init(params)` of the same optimizer. Shapes and names are checked.
+    """
+    from safetensors.numpy import load_file
+
+    path = Path(path)
+    state_file = path / STATE_FILE
+    if not state_file.is_file():
+        raise FileNotFoundError(f"{path} is not a complete checkpoint (no {STATE_FILE})")
+    meta = json.loads(state_file.read_text(encoding="utf-8"))
+    current = model_config_dict(model)
+    if meta.get("flavor") != current["flavor"] or meta.get("config") != current["config"]:
+        saved = meta.get("config") or {}
+        differ = sorted(
+            name
+            for name in set(saved) | set(current["config"])
+            if saved.get(name) != current["config"].get(name)
+        )
+        raise ValueError(
+            f"checkpoint {path} holds a {meta.get('flavor')} whose config differs from this "
+            f"{current['flavor']}'s in {differ or ['flavor']}; resume with the same preset "
+            "and overrides, or train into a new directory"
+        )
+    filled_model = fill(model, load_file(str(path / MODEL_FILE)), str(path / MODEL_FILE))
+    optimizer_file = path / OPTIMIZER_FILE
+    try:
+        filled_state = fill_state(opt_state, load_file(str(optimizer_file)), str(optimizer_file))
+    except ValueError as error:
+        raise ValueError(
+            f"{error}. The optimizer state does not match: resume with the same optimizer "
+            "settings (schedule, weight decay, clipping) as the saved run"
+        ) from None
+    return Checkpoint(
+        path=path,
+        step=int(meta["step"]),
+        model=filled_model,
+        opt_state=filled_state,
+        key=_key_from_json(meta["key"]),
+        meta=meta,
+    )

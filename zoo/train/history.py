@@ -1,0 +1,90 @@
+"""The training record: metric rows in memory and in `metrics.jsonl`, and the progress bar."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+METRICS_FILE = "metrics.jsonl"
+
+
+@dataclass
+class History:
+    """Metric rows, one per log interval (split "train") or evaluation (split "eval").
+
+    Each row has `step` (optimizer updates done), `split`, `loss`, `metric` (the task's headline
+    metric, named in `metric_name`), `tokens_per_s` and `lr`. `summary` holds run totals.
+    """
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    def split(self, name: str) -> list[dict[str, Any]]:
+        """The rows of one split ("train" or "eval"), oldest first."""
+        return [row for row in self.rows if row["split"] == name]
+
+    def last(self, name: str) -> dict[str, Any] | None:
+        rows = self.split(name)
+        return rows[-1] if rows else None
+
+    def losses(self, name: str = "train") -> list[float]:
+        return [row["loss"] for row in self.split(name)]
+
+
+class MetricsLog:
+    """Appends rows to `directory/metrics.jsonl` (one JSON object per line), or keeps none."""
+
+    def __init__(self, directory: str | os.PathLike | None, *, resume_at: int | None):
+        self.path = None if directory is None else Path(directory) / METRICS_FILE
+        self.previous: list[dict[str, Any]] = []
+        if self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if resume_at is not None and self.path.is_file():
+            # Rows after the checkpoint belong to the interrupted attempt: they are redone.
+            lines = self.path.read_text(encoding="utf-8").splitlines()
+            rows = [json.loads(line) for line in lines if line.strip()]
+            self.previous = [row for row in rows if row["step"] <= resume_at]
+        self.path.write_text("".join(json.dumps(row) + "\n" for row in self.previous))
+
+    def write(self, row: dict[str, Any]) -> None:
+        if self.path is None:
+            return
+        with open(self.path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(row) + "\n")
+
+
+def clean(value: Any) -> Any:
+    """A JSON-friendly float (non-finite values become strings such as "nan")."""
+    value = float(value)
+    return value if math.isfinite(value) else str(value)
+
+
+class Progress:
+    """A tqdm bar with loss, tokens/s and ETA; silent when disabled or not on a terminal."""
+
+    def __init__(self, *, total: int, initial: int, enabled: bool, description: str):
+        self.bar = None
+        if enabled and sys.stderr.isatty():
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(
+                total=total, initial=initial, desc=description, unit="step", dynamic_ncols=True
+            )
+
+    def advance(self) -> None:
+        if self.bar is not None:
+            self.bar.update(1)
+
+    def show(self, **values: Any) -> None:
+        if self.bar is not None:
+            self.bar.set_postfix(values, refresh=False)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()

@@ -1,0 +1,291 @@
+"""One call of `Trainer.fit`: checks, resume, the step loop, logging, checkpoints, export."""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from zoo.tasks.base import Stats
+from zoo.train import checkpoint as ckpt
+from zoo.train.history import History, MetricsLog, Progress, clean
+
+
+def _fresh_copy(model: eqx.Module) -> eqx.Module:
+    """The step donates the model's buffers; train on a copy so the caller's model survives."""
+    return jax.tree_util.tree_map(
+        lambda a: jnp.array(a, copy=True) if eqx.is_array(a) else a, model
+    )
+
+
+def _shape_signature(batch: dict) -> tuple:
+    return tuple(sorted((name, tuple(value.shape)) for name, value in batch.items()))
+
+
+class TrainingRun:
+    """The state of one `fit` call. `train()` runs it and returns (model, history)."""
+
+    def __init__(self, trainer, model, train_batches, *, steps, key, eval_batches,
+                 checkpoint_dir, out_dir, resume, tokenizer, plot):  # fmt: skip
+        self.trainer = trainer
+        self.task = trainer.task
+        self.train_batches = train_batches
+        self.eval_batches = eval_batches
+        self.steps = steps
+        self.checkpoint_dir = None if checkpoint_dir is None else Path(checkpoint_dir)
+        self.out_dir = None if out_dir is None else Path(out_dir)
+        self.tokenizer = tokenizer
+        self.plot = plot
+        self._check_inputs(model, resume)
+        self.model = _fresh_copy(model)
+        self.opt_state = trainer.init_optimizer(self.model)
+        self.key = key
+        self.start = 0
+        self.last_checkpoint: Path | None = None
+        if resume:
+            self._resume()
+        self.log = MetricsLog(self.out_dir, resume_at=self.start if resume else None)
+        self.history = History(rows=list(self.log.previous))
+        self.done = self.start
+        self.pending: list[tuple[int, Any, int]] = []  # (step, StepOutput, tokens counted)
+        self.shapes: set[tuple] = set()
+        self.train_seconds = 0.0
+        self.train_tokens = 0
+        self.compile_seconds = 0.0
+        self.clock = time.perf_counter()
+        self.last_eval = self.last_saved = -1
+        if self.last_checkpoint is not None:  # resumed: that state is saved and maybe evaluated
+            self.last_saved = self.start
+            if any(r["split"] == "eval" and r["step"] == self.start for r in self.history.rows):
+                self.last_eval = self.start
+
+    # -- before anything compiles ---------------------------------------------------------------
+
+    def _check_inputs(self, model: eqx.Module, resume: bool) -> None:
+        task = self.task
+        task.check_model(model)
+        if not isinstance(self.steps, int) or self.steps < 1:
+            raise ValueError(f"steps must be a positive integer, got {self.steps!r}")
+        if len(self.train_batches) == 0:
+            raise ValueError("train_batches is empty: it yields no batches (len 0); check the data")
+        self._check_batch(self.train_batches.batch(0), model)
+        if self.eval_batches is not None:
+            if len(self.eval_batches) == 0:
+                raise ValueError("eval_batches is empty: it yields no batches (len 0)")
+            task.check_batch(self.eval_batches.batch(0), model)
+        if resume and self.checkpoint_dir is None:
+            raise ValueError("resume=True needs checkpoint_dir (where the checkpoints are)")
+        existing = (
+            None if self.checkpoint_dir is None else ckpt.latest_checkpoint(self.checkpoint_dir)
+        )
+        if existing is not None and not resume:
+            raise ValueError(
+                f"{self.checkpoint_dir} already holds checkpoints (newest: {existing.name}); "
+                "continue that run with resume=True (zoo train --resume) or train into a new "
+                "directory"
+            )
+        if self.plot and self.out_dir is None:
+            raise ValueError("plot=True needs out_dir (or checkpoint_dir) to write curves.png")
+
+    def _check_batch(self, batch: dict, model: eqx.Module) -> None:
+        self.task.check_batch(batch, model)
+        size = len(next(iter(batch.values())))
+        if size % self.trainer.accumulate != 0:
+            raise ValueError(
+                f"batch size {size} is not a multiple of accumulate={self.trainer.accumulate}; "
+                "choose a batch size that splits into equal micro-batches"
+            )
+
+    def _resume(self) -> None:
+        path = ckpt.latest_checkpoint(self.checkpoint_dir)
+        if path is None:
+            warnings.warn(
+                f"no checkpoint in {self.checkpoint_dir}: starting from step 0", stacklevel=4
+            )
+            return
+        saved = ckpt.load_checkpoint(path, model=self.model, opt_state=self.opt_state)
+        if saved.meta.get("train_batches") not in (None, len(self.train_batches)):
+            warnings.warn(
+                f"the training data has {len(self.train_batches)} batches per epoch but the "
+                f"checkpoint was trained with {saved.meta['train_batches']}: the batches after "
+                "resuming differ from those of the original run",
+                stacklevel=4,
+            )
+        self.model, self.opt_state, self.key = saved.model, saved.opt_state, saved.key
+        self.start = saved.data_position
+        self.last_checkpoint = path
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    def train(self) -> tuple[eqx.Module, History]:
+        trainer = self.trainer
+        progress = Progress(
+            total=self.steps, initial=self.start, enabled=trainer.progress, description="train"
+        )
+        self.progress = progress
+        started = time.perf_counter()
+        try:
+            for step in range(self.start, self.steps):
+                self._one_step(step)
+                progress.advance()
+                if self.done % trainer.log_every == 0:
+                    self.flush()
+                if trainer.eval_every and self.done % trainer.eval_every == 0:
+                    self.evaluate()
+                if trainer.checkpoint_every and self.done % trainer.checkpoint_every == 0:
+                    self.save()
+            self.flush()
+            if self.last_eval != self.done:
+                self.evaluate()
+            if self.last_saved != self.done:
+                self.save()
+        except KeyboardInterrupt:
+            self._save_on_interrupt()
+            raise
+        finally:
+            progress.close()
+        self._finish(time.perf_counter() - started)
+        return self.model, self.history
+
+    def _one_step(self, step: int) -> None:
+        batch = self.train_batches.batch(step)
+        self._check_batch(batch, self.model)
+        signature = _shape_signature(batch)
+        if self.shapes and signature not in self.shapes:
+            warnings.warn(
+                f"step {step + 1}: new batch shapes {dict(signature)} make XLA compile the step "
+                f"again (seen before: {[dict(s) for s in self.shapes]}); pad batches to fixed "
+                "shapes so the step compiles once",
+                stacklevel=4,
+            )
+        self.shapes.add(signature)
+        tokens = self.task.num_tokens(batch)
+        first = step == self.start
+        self.model, self.opt_state, output = self.trainer.train_step(
+            self.model, self.opt_state, batch, self.key, step
+        )
+        self.done = step + 1
+        if first:  # exclude compilation from the throughput
+            jax.block_until_ready(output)
+            now = time.perf_counter()
+            self.compile_seconds = now - self.clock
+            self.clock = now
+            tokens = 0
+        self.pending.append((self.done, output, tokens))
+
+    def flush(self) -> None:
+        """Fetch the pending step outputs: check them for NaN/inf and write one train row."""
+        if not self.pending:
+            return
+        steps, outputs, tokens = zip(*self.pending, strict=True)
+        self.pending = []
+        host = jax.device_get(list(outputs))
+        for step, output in zip(steps, host, strict=True):
+            loss, grad_norm = float(output.stats.loss), float(output.grad_norm)
+            if not (math.isfinite(loss) and math.isfinite(grad_norm)):
+                from zoo.train.trainer import TrainingDiverged
+
+                raise TrainingDiverged.at(step, loss, grad_norm, self.last_checkpoint)
+        total = Stats.zero()
+        for output in host:
+            total = total + output.stats
+        now = time.perf_counter()
+        elapsed, self.clock = now - self.clock, now
+        self.train_seconds += elapsed
+        self.train_tokens += sum(tokens)
+        summary = self.trainer.summarise(total)
+        rate = sum(tokens) / elapsed if sum(tokens) and elapsed > 0 else None
+        self._record("train", steps[-1], summary, rate, self.trainer.learning_rate(steps[-1]))
+        self.progress.show(loss=f"{summary['loss']:.4f}", tok_s=f"{rate or 0:,.0f}")
+
+    def _record(self, split: str, step: int, summary: dict, rate, lr) -> None:
+        row = {
+            "step": step,
+            "split": split,
+            "loss": clean(summary["loss"]),
+            "metric": clean(summary["metric"]),
+            "metric_name": summary["metric_name"],
+            "tokens_per_s": None if rate is None else round(rate, 1),
+            "lr": None if lr is None else clean(lr),
+        }
+        self.history.rows.append(row)
+        self.log.write(row)
+
+    def evaluate(self) -> None:
+        self.flush()
+        self.last_eval = self.done
+        if self.eval_batches is None:
+            return
+        started = time.perf_counter()
+        summary = self.trainer.evaluate(
+            self.model, self.eval_batches, limit=self.trainer.eval_limit
+        )
+        elapsed = time.perf_counter() - started
+        rate = summary["tokens"] / elapsed if elapsed > 0 else None
+        self._record("eval", self.done, summary, rate, None)
+        self.clock = time.perf_counter()  # evaluation time is not training time
+
+    def save(self) -> None:
+        self.flush()  # never save a state whose loss was not checked
+        self.last_saved = self.done
+        if self.checkpoint_dir is None:
+            return
+        extra = {
+            "task": repr(self.task),
+            "precision": self.trainer.precision,
+            "accumulate": self.trainer.accumulate,
+            "train_batches": len(self.train_batches),
+        }
+        self.last_checkpoint = ckpt.save_checkpoint(
+            self.checkpoint_dir,
+            step=self.done,
+            model=self.model,
+            opt_state=self.opt_state,
+            key=self.key,
+            extra=extra,
+            keep=self.trainer.keep,
+        )
+        self.clock = time.perf_counter()
+
+    def _save_on_interrupt(self) -> None:
+        if self.checkpoint_dir is None or self.last_saved == self.done:
+            return
+        try:
+            self.save()
+        except RuntimeError as error:  # interrupted inside a step: its inputs were donated
+            warnings.warn(f"could not save on interrupt ({error})", stacklevel=3)
+            return
+        print(
+            f"interrupted: saved {self.last_checkpoint}; continue with resume=True",
+            file=sys.stderr,
+        )
+
+    def _finish(self, wall_seconds: float) -> None:
+        trained = self.done - self.start
+        rate = self.train_tokens / self.train_seconds if self.train_tokens else None
+        self.history.summary = {
+            "steps": self.done,
+            "resumed_from": self.start,
+            "wall_seconds": round(wall_seconds, 2),
+            "compile_seconds": round(self.compile_seconds, 2),
+            "tokens_per_s": None if rate is None else round(rate, 1),
+            "final_train": self.history.last("train") if trained else None,
+            "final_eval": self.history.last("eval"),
+            "checkpoint": None if self.last_checkpoint is None else str(self.last_checkpoint),
+        }
+        if self.out_dir is not None:
+            from zoo.serialize import save
+
+            save(self.model, self.out_dir, tokenizer=self.tokenizer,
+                 extra={"training": self.history.summary})  # fmt: skip
+            if self.plot:
+                from zoo.train.plot import plot_history
+
+                plot_history(self.history, self.out_dir / "curves.png")

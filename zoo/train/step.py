@@ -1,0 +1,183 @@
+"""The jitted train and eval steps: forward, loss, gradient (accumulated), optax update.
+
+One `eqx.filter_jit` function does a whole optimiser step. The model and optimizer state are
+donated (their buffers are reused for the results), the batch axis comes first and nothing in
+the step refers to devices, so sharded inputs work unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Mapping
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import optax
+from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
+
+from zoo.tasks.base import Stats, Task
+
+# precision option -> the dtype forward and backward run in (master weights stay float32)
+PRECISIONS = {"fp32": jnp.float32, "bf16": jnp.bfloat16}
+
+
+class StepOutput(eqx.Module):
+    """What a train step reports: summed statistics and the gradient's global norm."""
+
+    stats: Stats
+    grad_norm: Float[Array, ""]
+
+
+def check_precision(precision: str) -> Any:
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {sorted(PRECISIONS)}, got {precision!r}")
+    return PRECISIONS[precision]
+
+
+def cast_floating(tree: Any, dtype: Any) -> Any:
+    """`tree` with every floating-point array cast to `dtype` (integers and the rest untouched)."""
+
+    def cast(leaf):
+        if eqx.is_inexact_array(leaf) and leaf.dtype != dtype:
+            return leaf.astype(dtype)
+        return leaf
+
+    return jax.tree_util.tree_map(cast, tree)
+
+
+def promotion_scope(precision: str):
+    """Where the step runs: bf16 compute needs JAX's standard dtype promotion.
+
+    `jax.nn.dot_product_attention` promotes bfloat16 queries with float32 internally, which
+    fails when a program sets `jax_numpy_dtype_promotion="strict"` (as the test-suite does).
+    """
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    return jax.numpy_dtype_promotion("standard")
+
+
+def _split_micro_batches(batch: Mapping[str, ArrayLike], accumulate: int) -> dict[str, Array]:
+    """`[batch, ...]` -> `[accumulate, batch // accumulate, ...]` (consecutive rows together)."""
+    return {
+        name: jnp.reshape(value, (accumulate, value.shape[0] // accumulate, *value.shape[1:]))
+        for name, value in batch.items()
+    }
+
+
+def make_train_step(task: Task, optimizer: Any, *, accumulate: int = 1, precision: str = "fp32"):
+    """`step((batch, key, step_index), model, opt_state) -> (model, opt_state, StepOutput)`.
+
+    The dropout key of step `s` is `fold_in(key, s)`, so a resumed run draws the same keys.
+    With `accumulate=k` the batch is cut into k micro-batches run one after another with
+    `lax.scan`; their summed statistics and gradients equal those of the whole batch.
+    """
+    compute_dtype = check_precision(precision)
+
+    def objective(params, static, batch, key):
+        model = cast_floating(eqx.combine(params, static), compute_dtype)
+        stats = task.statistics(model, batch, key=key)
+        return stats.loss_sum, stats
+
+    summed_gradient = jax.grad(objective, has_aux=True)
+
+    def gradients(params, static, batch, key):
+        if accumulate == 1:
+            return summed_gradient(params, static, batch, key)
+
+        def body(carry, micro):
+            grads, stats = carry
+            micro_batch, micro_key = micro
+            micro_grads, micro_stats = summed_gradient(params, static, micro_batch, micro_key)
+            return (jax.tree_util.tree_map(jnp.add, grads, micro_grads), stats + micro_stats), None
+
+        zero_grads = jax.tree_util.tree_map(jnp.zeros_like, params)
+        micro = (_split_micro_batches(batch, accumulate), jax.random.split(key, accumulate))
+        (grads, stats), _ = jax.lax.scan(body, (zero_grads, Stats.zero()), micro)
+        return grads, stats
+
+    @eqx.filter_jit(donate="all-except-first")
+    def train_step(inputs, model, opt_state):
+        batch, base_key, step_index = inputs
+        params, static = eqx.partition(model, eqx.is_inexact_array)
+        grads, stats = gradients(params, static, batch, jax.random.fold_in(base_key, step_index))
+        # The loss is loss_sum / weight and the weight does not depend on the parameters.
+        scale = 1.0 / jnp.maximum(stats.weight, 1.0)
+        grads = jax.tree_util.tree_map(lambda g: g * scale.astype(g.dtype), grads)
+        grad_norm = optax.tree.norm(grads)
+        # Optax mixes Python floats with integer step counts (`b1 ** count`).
+        with jax.numpy_dtype_promotion("standard"):
+            updates, opt_state = optimizer.update(grads, opt_state, params)
+        params = optax.apply_updates(params, updates)
+        return eqx.combine(params, static), opt_state, StepOutput(stats, grad_norm)
+
+    def run(
+        model: Any, opt_state: Any, batch: Mapping[str, Any], key: PRNGKeyArray, step: int
+    ) -> tuple[Any, Any, StepOutput]:
+        step_index: Int[Array, ""] = jnp.asarray(step, jnp.int32)
+        with promotion_scope(precision):
+            return train_step((dict(batch), key, step_index), model, opt_state)
+
+    return run
+
+
+def make_eval_step(task: Task, *, precision: str = "fp32"):
+    """`evaluate(model, batch) -> Stats`: deterministic (no dropout), in the compute dtype."""
+    compute_dtype = check_precision(precision)
+
+    @eqx.filter_jit
+    def eval_step(model, batch):
+        return task.statistics(cast_floating(model, compute_dtype), batch, key=None)
+
+    def run(model: Any, batch: Mapping[str, Any]) -> Stats:
+        with promotion_scope(precision):
+            return eval_step(model, dict(batch))
+
+    return run
+
+
+# Compiled steps are reused by every Trainer with interchangeable settings (a new Trainer in a
+# notebook, `zoo train --resume` run in-process), so XLA does not compile the same step twice.
+_SHARED: OrderedDict[Hashable, tuple[Callable, tuple]] = OrderedDict()
+_SHARED_SIZE = 16
+
+
+def _identity(obj: Any) -> Hashable:
+    """Equal for interchangeable objects: recorded settings or hashable attributes, else `id`."""
+    settings = getattr(obj, "settings", None)  # zoo.train.adamw records its arguments
+    if settings:
+        return (type(obj).__qualname__, settings)
+    try:
+        state = (type(obj), tuple(sorted(vars(obj).items())))
+        hash(state)
+    except TypeError:
+        return ("object", id(obj))
+    return state
+
+
+def _shared(key: Hashable, build: Callable[[], Callable], keep_alive: tuple) -> Callable:
+    if key not in _SHARED:
+        # `keep_alive` holds the objects whose ids may be in `key`, so no new object reuses one.
+        _SHARED[key] = (build(), keep_alive)
+        while len(_SHARED) > _SHARED_SIZE:
+            _SHARED.popitem(last=False)
+    _SHARED.move_to_end(key)
+    return _SHARED[key][0]
+
+
+def shared_train_step(task: Task, optimizer: Any, *, accumulate: int, precision: str) -> Callable:
+    """`make_train_step`, reused across calls with interchangeable task and optimizer."""
+    key = ("train", _identity(task), _identity(optimizer), accumulate, precision)
+    return _shared(
+        key,
+        lambda: make_train_step(task, optimizer, accumulate=accumulate, precision=precision),
+        (task, optimizer),
+    )
+
+
+def shared_eval_step(task: Task, *, precision: str) -> Callable:
+    """`make_eval_step`, reused across calls with an interchangeable task."""
+    key = ("eval", _identity(task), precision)
+    return _shared(key, lambda: make_eval_step(task, precision=precision), (task,))

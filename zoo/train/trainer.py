@@ -1,0 +1,183 @@
+"""`zoo.Trainer`: one trainer for every flavor, driven by a task and an optax optimizer."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import equinox as eqx
+import jax
+from jaxtyping import PRNGKeyArray
+
+from zoo.data.batches import BatchSource
+from zoo.tasks.base import Stats, Task
+from zoo.train.history import History
+from zoo.train.optim import adamw
+from zoo.train.step import check_precision, shared_eval_step, shared_train_step
+
+
+class TrainingDiverged(FloatingPointError):
+    """The loss or the gradient became NaN or infinite; `step` names the update."""
+
+    def __init__(self, message: str, step: int):
+        super().__init__(message)
+        self.step = step
+
+    @classmethod
+    def at(cls, step: int, loss: float, grad_norm: float, kept: Any) -> TrainingDiverged:
+        """The error for update `step`; `kept` is the last good checkpoint (or None)."""
+        if kept is not None:
+            saved = f"The last good checkpoint is kept: {kept}."
+        else:
+            saved = "No checkpoint was saved (pass checkpoint_dir to keep them)."
+        return cls(
+            f"training stopped at step {step}: the loss is {loss} and the gradient norm "
+            f"{grad_norm}. {saved} Lower the learning rate, lengthen the warmup, keep gradient "
+            "clipping on, or train in fp32.",
+            step,
+        )
+
+
+class Trainer:
+    """Train any zoo model with its task.
+
+    ```python
+    trainer = zoo.Trainer(zoo.tasks.LanguageModeling(), optimizer=zoo.train.adamw(lr=3e-4, warmup=200))
+    model, history = trainer.fit(model, train_batches, eval_batches=val_batches, steps=2000,
+                                 checkpoint_dir="runs/gpt", key=jax.random.key(0))
+    ```
+
+    Options:
+    - `precision`: "fp32", or "bf16" (bf16 forward/backward, fp32 master weights, loss and
+      softmax in fp32).
+    - `accumulate`: split each batch into this many micro-batches (gradient accumulation inside
+      the jitted step); the batch size must be a multiple of it.
+    - `log_every`: steps per train row in the history and `metrics.jsonl`; also how often the
+      loss is checked for NaN/inf (a host sync).
+    - `eval_every`: steps between evaluations (None: only at the end); `eval_limit`: at most
+      this many eval batches per evaluation (None: all of `len(eval_batches)`).
+    - `checkpoint_every`: steps between checkpoints (None: only at the end and on Ctrl-C);
+      `keep`: how many checkpoints to keep.
+    - `progress`: show a tqdm bar (only on a terminal).
+    """
+
+    def __init__(
+        self,
+        task: Task,
+        optimizer: Any = None,
+        *,
+        precision: str = "fp32",
+        accumulate: int = 1,
+        log_every: int = 10,
+        eval_every: int | None = None,
+        eval_limit: int | None = None,
+        checkpoint_every: int | None = None,
+        keep: int = 3,
+        progress: bool = True,
+    ):
+        if not isinstance(task, Task):
+            raise TypeError(
+                f"task must be a zoo.tasks.Task (e.g. zoo.tasks.LanguageModeling()), "
+                f"got {type(task).__name__}"
+            )
+        check_precision(precision)
+        for name, value in (("accumulate", accumulate), ("log_every", log_every), ("keep", keep)):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        for name, value in (
+            ("eval_every", eval_every),
+            ("eval_limit", eval_limit),
+            ("checkpoint_every", checkpoint_every),
+        ):
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
+        self.task = task
+        self.optimizer = adamw() if optimizer is None else optimizer
+        self.precision = precision
+        self.accumulate = accumulate
+        self.log_every = log_every
+        self.eval_every = eval_every
+        self.eval_limit = eval_limit
+        self.checkpoint_every = checkpoint_every
+        self.keep = keep
+        self.progress = progress
+        self.train_step = shared_train_step(
+            task, self.optimizer, accumulate=accumulate, precision=precision
+        )
+        self.eval_step = shared_eval_step(task, precision=precision)
+
+    def init_optimizer(self, model: eqx.Module) -> Any:
+        """The optimizer state for `model`'s floating-point arrays."""
+        with jax.numpy_dtype_promotion("standard"):
+            return self.optimizer.init(eqx.filter(model, eqx.is_inexact_array))
+
+    def learning_rate(self, step: int) -> float | None:
+        """The learning rate of update number `step` (1-based), if the optimizer exposes it."""
+        schedule = getattr(self.optimizer, "learning_rate", None)
+        return None if schedule is None else float(schedule(step - 1))
+
+    def evaluate(
+        self, model: eqx.Module, batches: BatchSource, *, limit: int | None = None
+    ) -> dict[str, Any]:
+        """Loss, metric and token count over `batches` (the first `limit`), without dropout."""
+        self.task.check_model(model)
+        count = len(batches)
+        if count == 0:
+            raise ValueError("eval_batches is empty: it yields no batches (len 0)")
+        count = count if limit is None else min(count, limit)
+        total, tokens = Stats.zero(), 0
+        for index in range(count):
+            batch = batches.batch(index)
+            self.task.check_batch(batch, model)
+            total = total + self.eval_step(model, batch)
+            tokens += self.task.num_tokens(batch)
+        return {**self.summarise(total), "tokens": tokens}
+
+    def summarise(self, stats: Stats) -> dict[str, Any]:
+        """Host floats of summed statistics: loss, the task's metric and its name."""
+        stats = jax.device_get(stats)
+        return {
+            "loss": float(stats.loss),
+            "metric": float(self.task.metric(stats)),
+            "metric_name": self.task.metric_name,
+        }
+
+    def fit(
+        self,
+        model: eqx.Module,
+        train_batches: BatchSource,
+        *,
+        steps: int,
+        key: PRNGKeyArray,
+        eval_batches: BatchSource | None = None,
+        checkpoint_dir: str | os.PathLike | None = None,
+        out_dir: str | os.PathLike | None = None,
+        resume: bool = False,
+        tokenizer: Any = None,
+        plot: bool = False,
+    ) -> tuple[eqx.Module, History]:
+        """Train for `steps` optimizer updates in total; returns the trained model and history.
+
+        Step `s` trains on `train_batches.batch(s)`. With `checkpoint_dir`, checkpoints go there
+        (every `checkpoint_every` steps, at the end, and on Ctrl-C); `resume=True` continues
+        from the newest one exactly where it stopped (model, optimizer, RNG, data position).
+        `out_dir` (default: `checkpoint_dir`) receives `metrics.jsonl`, the final model saved
+        with `zoo.save` (plus `tokenizer`) and, with `plot=True`, `curves.png`. The model
+        passed in is not modified.
+        """
+        from zoo.train.loop import TrainingRun
+
+        run = TrainingRun(
+            self,
+            model,
+            train_batches,
+            steps=steps,
+            key=key,
+            eval_batches=eval_batches,
+            checkpoint_dir=checkpoint_dir,
+            out_dir=checkpoint_dir if out_dir is None else out_dir,
+            resume=resume,
+            tokenizer=tokenizer,
+            plot=plot,
+        )
+        return run.train()
