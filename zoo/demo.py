@@ -55,7 +55,7 @@ SPECS = {
 
 
 @eqx.filter_jit
-def _argmax_predictions(model: eqx.Module, arrays: dict[str, Array]) -> tuple[Array, Array]:
+def _argmax_predictions(model: Any, arrays: dict[str, Array]) -> tuple[Array, Array]:
     """(predicted ids, scored positions) for every eval example, from one forward pass."""
     if "src" in arrays:
         targets = arrays["tgt"][:, 1:]
@@ -84,7 +84,7 @@ def exact_match(
     same prefix up to t and emits the wrong token there. One teacher-forced pass therefore gives
     greedy exact-match, not an approximation of it.
     """
-    right = np.asarray((predictions == references) | ~scored)
+    right = (np.asarray(predictions) == np.asarray(references)) | ~np.asarray(scored, bool)
     return right.reshape(right.shape[0], -1).all(axis=1)
 
 

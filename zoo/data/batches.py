@@ -5,7 +5,7 @@ A batch is a dict of `int32` numpy arrays with the batch axis first:
 | task | keys |
 | --- | --- |
 | classification | `tokens [batch, seq]`, `labels [batch]` (optional `token_types [batch, seq]`) |
-| language modelling | `tokens [batch, seq]` (the model reads `tokens[:, :-1]`, predicts `tokens[:, 1:]`) |
+| language modelling | `tokens [batch, seq]` (the model reads `tokens[:, :-1]`, predicts `tokens[:, 1:]`); optional `loss_mask [batch, seq]` (nonzero where a token is scored) |
 | translation | `src [batch, src]`, `tgt [batch, tgt]` (`tgt` = bos, tokens, eos, padding) |
 
 Padding uses the model's `pad_id`. A batch source is indexed by the training step, so a run

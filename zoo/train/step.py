@@ -62,7 +62,7 @@ def promotion_scope(precision: str):
 def _split_micro_batches(batch: Mapping[str, ArrayLike], accumulate: int) -> dict[str, Array]:
     """`[batch, ...]` -> `[accumulate, batch // accumulate, ...]` (consecutive rows together)."""
     return {
-        name: jnp.reshape(value, (accumulate, value.shape[0] // accumulate, *value.shape[1:]))
+        name: jnp.reshape(value, (accumulate, -1, *jnp.shape(value)[1:]))
         for name, value in batch.items()
     }
 

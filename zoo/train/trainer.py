@@ -84,13 +84,13 @@ class Trainer:
         for name, value in (("accumulate", accumulate), ("log_every", log_every), ("keep", keep)):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        for name, value in (
+        for name, optional in (
             ("eval_every", eval_every),
             ("eval_limit", eval_limit),
             ("checkpoint_every", checkpoint_every),
         ):
-            if value is not None and (not isinstance(value, int) or value < 1):
-                raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
+            if optional is not None and (not isinstance(optional, int) or optional < 1):
+                raise ValueError(f"{name} must be a positive integer or None, got {optional!r}")
         self.task = task
         self.optimizer = adamw() if optimizer is None else optimizer
         self.precision = precision
