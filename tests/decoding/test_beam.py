@@ -7,7 +7,7 @@ import pytest
 from decoding_reference import gpt_logits
 
 import zoo
-from zoo.decoding.beam import beam_search, length_penalty, repeat_beams
+from zoo.decoding.beam import beam_search, length_penalty
 from zoo.decoding.generate import beam_generate
 from zoo.decoding.loop import sample_loop
 
@@ -60,7 +60,7 @@ def stub_greedy():
 
 
 def stub_beam(beam_size, alpha):
-    state = repeat_beams(jnp.zeros((1,), jnp.int32), beam_size)
+    state = jnp.zeros((1,), jnp.int32)
     tokens, scores, _ = jax.jit(
         beam_search,
         static_argnums=0,

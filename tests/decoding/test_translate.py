@@ -19,11 +19,11 @@ MAX_LEN = 6
 
 def test_cached_logits_equal_full_recomputation_for_ragged_sources(translator):
     target = np.array([[BOS, 20, 21, 22], [BOS, 30, 31, 32], [BOS, 40, 41, 42]], np.int32)
-    states = eqx.filter_jit(start_translation)(translator, jnp.asarray(SRC), 4)
+    memory, caches = eqx.filter_jit(start_translation)(translator, jnp.asarray(SRC), 4)
     step = eqx.filter_jit(translator_step)
     cached = []
     for t in range(4):
-        logits, states = step(translator, jnp.asarray(target[:, t]), states)
+        logits, caches = step(translator, memory, jnp.asarray(target[:, t]), caches)
         cached.append(logits)
     cached = np.stack(cached, axis=1)
     for row in range(3):

@@ -112,18 +112,26 @@ def best_hypothesis(
     return tokens[best], scores[best]
 
 
-def repeat_beams(tree: Any, beam_size: int) -> Any:
-    """Copy every leaf `[batch, ...]` to `[batch, beams, ...]` (each beam starts the same)."""
+def map_rows(function: Callable[[Array, int], Array], tree: Any, row_axes: Any = 0) -> Any:
+    """Apply `function(leaf, axis)` to every leaf, `axis` being where the leaf keeps its rows.
 
-    def repeat(leaf):
-        return jnp.repeat(jnp.expand_dims(leaf, 1), beam_size, axis=1)
+    `row_axes` is an int or a prefix pytree of ints, like `jax.vmap`'s `in_axes`.
+    """
 
-    return jax.tree_util.tree_map(repeat, tree)
+    def on_subtree(axis, subtree):
+        return jax.tree_util.tree_map(lambda leaf: function(leaf, axis), subtree)
+
+    return jax.tree_util.tree_map(on_subtree, row_axes, tree)
 
 
-def reorder_beams(tree: Any, parents: Int[Array, "batch beams"]) -> Any:
-    """Leaf `[batch, beams, ...]` rows taken from the parent beams, per source."""
-    return jax.tree_util.tree_map(lambda leaf: jax.vmap(lambda x, p: x[p])(leaf, parents), tree)
+def repeat_rows(tree: Any, times: int, row_axes: Any = 0) -> Any:
+    """Each row repeated `times` times in place: row `b` becomes rows `b * times + k`."""
+    return map_rows(lambda leaf, axis: jnp.repeat(leaf, times, axis=axis), tree, row_axes)
+
+
+def take_rows(tree: Any, rows: Int[Array, " rows"], row_axes: Any = 0) -> Any:
+    """The given rows of every leaf, in that order."""
+    return map_rows(lambda leaf, axis: jnp.take(leaf, rows, axis=axis), tree, row_axes)
 
 
 def _keep_where(done: Array, old: Any, new: Any) -> Any:
@@ -144,17 +152,23 @@ def beam_search(
     eos_id: int | None,
     fill_id: int,
     alpha: float,
+    row_axes: Any = 0,
 ) -> tuple[Int[Array, "batch max_len"], Float[Array, " batch"], Int[Array, ""]]:
     """Beam search for a batch of sources; returns best tokens, their scores and steps run.
 
-    `state` has leaves `[batch, beams, ...]` (see `repeat_beams`); `step` feeds one token per
-    beam and returns next-token logits. `first_tokens` is what every beam feeds first (bos, or
-    a prompt's last token). Tokens after a hypothesis' `eos_id` are `fill_id`.
+    The decoder works on `batch * beam_size` rows, source `b`'s beams being rows
+    `b * beam_size + k`. `state` holds one row per source (leaf rows on `row_axes`, as vmap's
+    `in_axes`); it is repeated per beam here and reordered by parent beam after every step.
+    `step(tokens [rows], state) -> (logits [rows, vocab], state)` feeds one token per row.
+    `first_tokens` is what each source feeds first (bos, or a prompt's last token). Tokens after
+    a hypothesis' `eos_id` are `fill_id`.
     """
     batch = first_tokens.shape[0]
     start = Beams.start(beam_size, max_len, fill_id)
     beams = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (batch, *x.shape)), start)
-    tokens = jnp.repeat(first_tokens.astype(jnp.int32)[:, None], beam_size, axis=1)
+    tokens = jnp.repeat(first_tokens.astype(jnp.int32), beam_size)
+    state = repeat_rows(state, beam_size, row_axes)
+    first_row = (jnp.arange(batch, dtype=jnp.int32) * beam_size)[:, None]
     extend = jax.vmap(
         lambda b, lp, i: extend_beams(b, lp, i, eos_id=eos_id, alpha=alpha), in_axes=(0, 0, None)
     )
@@ -167,10 +181,12 @@ def beam_search(
         index, tokens, state, beams = carry
         logits, state = step(tokens, state)
         log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+        log_probs = log_probs.reshape(batch, beam_size, -1)
         new_beams, new_tokens, parents = extend(beams, log_probs, index)
         # Sources already done keep their beams; their (ignored) state evolves freely.
         new_beams = _keep_where(beams.done, beams, new_beams)
-        return index + 1, new_tokens, reorder_beams(state, parents), new_beams
+        state = take_rows(state, (first_row + parents).reshape(-1), row_axes)
+        return index + 1, new_tokens.reshape(-1), state, new_beams
 
     steps, _, _, beams = jax.lax.while_loop(
         keep_going, one_token, (jnp.int32(0), tokens, state, beams)

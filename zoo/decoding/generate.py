@@ -17,16 +17,16 @@ import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from zoo.decoding.batching import TokenBatch, pad_batch, sequence_lengths
-from zoo.decoding.beam import beam_search, repeat_beams
+from zoo.decoding.beam import beam_search
+from zoo.decoding.cache import ROW_AXES, CacheRows, step_rows
 from zoo.decoding.loop import fill_token, sample_loop
 from zoo.decoding.sampling import SamplingSettings
-from zoo.models.common import DecodeCache
 from zoo.models.gpt import GPT
 
 
 def start_gpt_decoding(
     model: GPT, prompts: Int[Array, "batch seq"], lengths: Int[Array, " batch"], max_len: int
-) -> DecodeCache:
+) -> CacheRows:
     """Prefill a cache of `max_len` positions per prompt; each index points at its last token.
 
     Feeding `prompts[b, lengths[b] - 1]` next (see `gpt_step`) gives the first new token's logits.
@@ -34,21 +34,21 @@ def start_gpt_decoding(
 
     def prefill(tokens, length):
         _, cache = model.extend(tokens, model.init_cache(max_len))
-        return eqx.tree_at(lambda c: c.index, cache, length - 1)
+        return CacheRows(cache.keys, cache.values, length - 1)
 
-    return jax.vmap(prefill)(prompts, lengths)
+    return jax.vmap(prefill, out_axes=ROW_AXES)(prompts, lengths)
 
 
 def gpt_step(
-    model: GPT, tokens: Int[Array, " batch"], cache: DecodeCache
-) -> tuple[Float[Array, "batch vocab"], DecodeCache]:
-    """Feed one token per sequence; returns the next-token logits and the grown cache."""
+    model: GPT, tokens: Int[Array, " rows"], caches: CacheRows
+) -> tuple[Float[Array, "rows vocab"], CacheRows]:
+    """Feed one token per sequence; returns the next-token logits and the grown caches."""
 
     def one(token, cache):
         logits, cache = model.extend(token[None], cache)
         return logits[0], cache
 
-    return jax.vmap(one)(tokens, cache)
+    return step_rows(one)(tokens, caches)
 
 
 def last_tokens(prompts: Int[Array, "batch seq"], lengths: Int[Array, " batch"]) -> Array:
@@ -57,12 +57,11 @@ def last_tokens(prompts: Int[Array, "batch seq"], lengths: Int[Array, " batch"])
 
 @eqx.filter_jit
 def _sample(model, prompts, lengths, key, values, max_new_tokens):
-    max_len = prompts.shape[1] + max_new_tokens - 1
-    cache = start_gpt_decoding(model, prompts, lengths, max_len)
     c = model.config
+    caches = start_gpt_decoding(model, prompts, lengths, prompts.shape[1] + max_new_tokens - 1)
     tokens, _ = sample_loop(
-        lambda tokens, cache: gpt_step(model, tokens, cache),
-        cache,
+        lambda tokens, caches: gpt_step(model, tokens, caches),
+        caches,
         last_tokens(prompts, lengths),
         max_new_tokens=max_new_tokens,
         values=values,
@@ -75,18 +74,18 @@ def _sample(model, prompts, lengths, key, values, max_new_tokens):
 
 @eqx.filter_jit
 def _beam(model, prompts, lengths, max_new_tokens, beam_size, alpha):
-    max_len = prompts.shape[1] + max_new_tokens - 1
-    cache = repeat_beams(start_gpt_decoding(model, prompts, lengths, max_len), beam_size)
     c = model.config
+    caches = start_gpt_decoding(model, prompts, lengths, prompts.shape[1] + max_new_tokens - 1)
     tokens, scores, _ = beam_search(
-        jax.vmap(lambda tokens, cache: gpt_step(model, tokens, cache)),
-        cache,
+        lambda tokens, caches: gpt_step(model, tokens, caches),
+        caches,
         last_tokens(prompts, lengths),
         beam_size=beam_size,
         max_len=max_new_tokens,
         eos_id=c.eos_id,
         fill_id=fill_token(c.pad_id, c.eos_id),
         alpha=alpha,
+        row_axes=ROW_AXES,
     )
     return tokens, scores
 

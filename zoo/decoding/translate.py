@@ -7,58 +7,87 @@ per beam and reordered; the cross-attention keys/values stay one copy per source
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, Bool, Float, Int
 
 from zoo.decoding.batching import TokenBatch, pad_batch, sequence_lengths
-from zoo.decoding.beam import beam_search, repeat_beams
+from zoo.decoding.beam import beam_search, map_rows
+from zoo.decoding.cache import ROW_AXES, CacheRows, to_cache, to_rows
 from zoo.decoding.loop import fill_token, sample_loop
-from zoo.models.common import DecodeCache
 from zoo.models.translator import Translator, TranslatorState
+
+
+class MemoryRows(NamedTuple):
+    """What decoding needs from each encoded source, layers first (see `zoo.decoding.cache`)."""
+
+    cross_keys: Float[Array, "layers batch src heads head_dim"]
+    cross_values: Float[Array, "layers batch src heads head_dim"]
+    source_valid: Bool[Array, "batch src"]
+
+
+MEMORY_AXES = MemoryRows(cross_keys=1, cross_values=1, source_valid=0)  # type: ignore[arg-type]
 
 
 def start_translation(
     model: Translator, src: Int[Array, "batch src"], max_len: int
-) -> TranslatorState:
-    """Encode every source and allocate a `max_len`-position decoder cache per source."""
-    return jax.vmap(lambda source: model.start_decoding(source, max_len))(src)
+) -> tuple[MemoryRows, CacheRows]:
+    """Encode every source once; allocate a `max_len`-position decoder cache per source."""
+
+    def start(source):
+        state = model.start_decoding(source, max_len)
+        memory = MemoryRows(state.cross_keys, state.cross_values, state.source_valid)
+        return memory, to_rows(state.cache)
+
+    return jax.vmap(start, out_axes=(MEMORY_AXES, ROW_AXES))(src)
 
 
 def translator_step(
-    model: Translator, tokens: Int[Array, " batch"], states: TranslatorState
-) -> tuple[Float[Array, "batch vocab"], TranslatorState]:
-    """Feed one target token per source; returns next-token logits and the new states."""
+    model: Translator,
+    memory: MemoryRows,
+    tokens: Int[Array, " rows"],
+    caches: CacheRows,
+    beams: int = 1,
+) -> tuple[Float[Array, "rows vocab"], CacheRows]:
+    """Feed one target token per row; returns next-token logits and the grown caches.
 
-    def one(token, state):
+    Rows are `batch * beams`, source `b` owning rows `b * beams + k`: every beam of a source
+    reads that source's single copy of the cross-attention keys and values.
+    """
+    batch = memory.source_valid.shape[0]
+
+    def one(source, token, row):
+        state = TranslatorState(
+            source.cross_keys, source.cross_values, source.source_valid, to_cache(row)
+        )
         logits, state = model.decode_step(token[None], state)
-        return logits[0], state
+        return logits[0], to_rows(state.cache)
 
-    return jax.vmap(one)(tokens, states)
+    per_beam = jax.vmap(one, in_axes=(None, 0, ROW_AXES), out_axes=(0, ROW_AXES))
+    per_source = jax.vmap(per_beam, in_axes=(MEMORY_AXES, 0, ROW_AXES), out_axes=(0, ROW_AXES))
 
+    def split(leaf, axis):
+        return leaf.reshape((*leaf.shape[:axis], batch, beams, *leaf.shape[axis + 1 :]))
 
-def _beam_step(model: Translator, sources: TranslatorState):
-    """A step over `[batch, beams]` that shares each source's cross keys/values across beams."""
+    def merge(leaf, axis):
+        return leaf.reshape((*leaf.shape[:axis], batch * beams, *leaf.shape[axis + 2 :]))
 
-    def per_source(source, tokens, caches):
-        def per_beam(token, cache):
-            state = eqx.tree_at(lambda s: s.cache, source, cache)
-            logits, state = model.decode_step(token[None], state)
-            return logits[0], state.cache
-
-        return jax.vmap(per_beam)(tokens, caches)
-
-    return lambda tokens, caches: jax.vmap(per_source)(sources, tokens, caches)
+    logits, caches = per_source(
+        memory, tokens.reshape(batch, beams), map_rows(split, caches, ROW_AXES)
+    )
+    return logits.reshape(batch * beams, -1), map_rows(merge, caches, ROW_AXES)
 
 
 @eqx.filter_jit
 def _greedy(model, src, max_len):
     c = model.config
-    states = start_translation(model, src, max_len)
+    memory, caches = start_translation(model, src, max_len)
     tokens, _ = sample_loop(
-        lambda tokens, states: translator_step(model, tokens, states),
-        states,
+        lambda tokens, caches: translator_step(model, memory, tokens, caches),
+        caches,
         jnp.full((src.shape[0],), c.bos_id, jnp.int32),
         max_new_tokens=max_len,
         values=None,
@@ -72,10 +101,9 @@ def _greedy(model, src, max_len):
 @eqx.filter_jit
 def _beam(model, src, max_len, beam_size, alpha):
     c = model.config
-    states = start_translation(model, src, max_len)
-    caches: DecodeCache = repeat_beams(states.cache, beam_size)
+    memory, caches = start_translation(model, src, max_len)
     tokens, scores, _ = beam_search(
-        _beam_step(model, states),
+        lambda tokens, caches: translator_step(model, memory, tokens, caches, beam_size),
         caches,
         jnp.full((src.shape[0],), c.bos_id, jnp.int32),
         beam_size=beam_size,
@@ -83,6 +111,7 @@ def _beam(model, src, max_len, beam_size, alpha):
         eos_id=c.eos_id,
         fill_id=fill_token(c.pad_id, c.eos_id),
         alpha=alpha,
+        row_axes=ROW_AXES,
     )
     return tokens, scores
 
