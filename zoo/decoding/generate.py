@@ -18,37 +18,38 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from zoo.decoding.batching import TokenBatch, pad_batch, sequence_lengths
 from zoo.decoding.beam import beam_search
-from zoo.decoding.cache import ROW_AXES, CacheRows, step_rows
 from zoo.decoding.loop import fill_token, sample_loop
 from zoo.decoding.sampling import SamplingSettings
+from zoo.models.common import DecodeCache
 from zoo.models.gpt import GPT
 
 
 def start_gpt_decoding(
     model: GPT, prompts: Int[Array, "batch seq"], lengths: Int[Array, " batch"], max_len: int
-) -> CacheRows:
+) -> DecodeCache:
     """Prefill a cache of `max_len` positions per prompt; each index points at its last token.
 
     Feeding `prompts[b, lengths[b] - 1]` next (see `gpt_step`) gives the first new token's logits.
+    The caches come back stacked on a leading `batch` axis.
     """
 
     def prefill(tokens, length):
         _, cache = model.extend(tokens, model.init_cache(max_len))
-        return CacheRows(cache.keys, cache.values, length - 1)
+        return eqx.tree_at(lambda c: c.index, cache, length - 1)
 
-    return jax.vmap(prefill, out_axes=ROW_AXES)(prompts, lengths)
+    return jax.vmap(prefill)(prompts, lengths)
 
 
 def gpt_step(
-    model: GPT, tokens: Int[Array, " rows"], caches: CacheRows
-) -> tuple[Float[Array, "rows vocab"], CacheRows]:
+    model: GPT, tokens: Int[Array, " rows"], caches: DecodeCache
+) -> tuple[Float[Array, "rows vocab"], DecodeCache]:
     """Feed one token per sequence; returns the next-token logits and the grown caches."""
 
     def one(token, cache):
         logits, cache = model.extend(token[None], cache)
         return logits[0], cache
 
-    return step_rows(one)(tokens, caches)
+    return jax.vmap(one)(tokens, caches)
 
 
 def last_tokens(prompts: Int[Array, "batch seq"], lengths: Int[Array, " batch"]) -> Array:
@@ -85,7 +86,6 @@ def _beam(model, prompts, lengths, max_new_tokens, beam_size, alpha):
         eos_id=c.eos_id,
         fill_id=fill_token(c.pad_id, c.eos_id),
         alpha=alpha,
-        row_axes=ROW_AXES,
     )
     return tokens, scores
 

@@ -15,43 +15,39 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from zoo.decoding.batching import TokenBatch, pad_batch, sequence_lengths
-from zoo.decoding.beam import beam_search, map_rows
-from zoo.decoding.cache import ROW_AXES, CacheRows, to_cache, to_rows
+from zoo.decoding.beam import beam_search
 from zoo.decoding.loop import fill_token, sample_loop
+from zoo.models.common import DecodeCache
 from zoo.models.translator import Translator, TranslatorState
 
 
-class MemoryRows(NamedTuple):
-    """What decoding needs from each encoded source, layers first (see `zoo.decoding.cache`)."""
+class SourceMemory(NamedTuple):
+    """What decoding needs from each encoded source (stacked on a leading `batch` axis)."""
 
-    cross_keys: Float[Array, "layers batch src heads head_dim"]
-    cross_values: Float[Array, "layers batch src heads head_dim"]
+    cross_keys: Float[Array, "batch layers src heads head_dim"]
+    cross_values: Float[Array, "batch layers src heads head_dim"]
     source_valid: Bool[Array, "batch src"]
-
-
-MEMORY_AXES = MemoryRows(cross_keys=1, cross_values=1, source_valid=0)  # type: ignore[arg-type]
 
 
 def start_translation(
     model: Translator, src: Int[Array, "batch src"], max_len: int
-) -> tuple[MemoryRows, CacheRows]:
+) -> tuple[SourceMemory, DecodeCache]:
     """Encode every source once; allocate a `max_len`-position decoder cache per source."""
 
     def start(source):
         state = model.start_decoding(source, max_len)
-        memory = MemoryRows(state.cross_keys, state.cross_values, state.source_valid)
-        return memory, to_rows(state.cache)
+        return SourceMemory(state.cross_keys, state.cross_values, state.source_valid), state.cache
 
-    return jax.vmap(start, out_axes=(MEMORY_AXES, ROW_AXES))(src)
+    return jax.vmap(start)(src)
 
 
 def translator_step(
     model: Translator,
-    memory: MemoryRows,
+    memory: SourceMemory,
     tokens: Int[Array, " rows"],
-    caches: CacheRows,
+    caches: DecodeCache,
     beams: int = 1,
-) -> tuple[Float[Array, "rows vocab"], CacheRows]:
+) -> tuple[Float[Array, "rows vocab"], DecodeCache]:
     """Feed one target token per row; returns next-token logits and the grown caches.
 
     Rows are `batch * beams`, source `b` owning rows `b * beams + k`: every beam of a source
@@ -59,26 +55,18 @@ def translator_step(
     """
     batch = memory.source_valid.shape[0]
 
-    def one(source, token, row):
-        state = TranslatorState(
-            source.cross_keys, source.cross_values, source.source_valid, to_cache(row)
-        )
+    def one(source, token, cache):
+        state = TranslatorState(*source, cache)
         logits, state = model.decode_step(token[None], state)
-        return logits[0], to_rows(state.cache)
+        return logits[0], state.cache
 
-    per_beam = jax.vmap(one, in_axes=(None, 0, ROW_AXES), out_axes=(0, ROW_AXES))
-    per_source = jax.vmap(per_beam, in_axes=(MEMORY_AXES, 0, ROW_AXES), out_axes=(0, ROW_AXES))
-
-    def split(leaf, axis):
-        return leaf.reshape((*leaf.shape[:axis], batch, beams, *leaf.shape[axis + 1 :]))
-
-    def merge(leaf, axis):
-        return leaf.reshape((*leaf.shape[:axis], batch * beams, *leaf.shape[axis + 2 :]))
-
-    logits, caches = per_source(
-        memory, tokens.reshape(batch, beams), map_rows(split, caches, ROW_AXES)
+    per_source = jax.vmap(jax.vmap(one, in_axes=(None, 0, 0)))
+    per_beam_rows = jax.tree_util.tree_map(
+        lambda leaf: leaf.reshape(batch, beams, *leaf.shape[1:]), (tokens, caches)
     )
-    return logits.reshape(batch * beams, -1), map_rows(merge, caches, ROW_AXES)
+    logits, caches = per_source(memory, *per_beam_rows)
+    caches = jax.tree_util.tree_map(lambda leaf: leaf.reshape(-1, *leaf.shape[2:]), caches)
+    return logits.reshape(batch * beams, -1), caches
 
 
 @eqx.filter_jit
@@ -111,7 +99,6 @@ def _beam(model, src, max_len, beam_size, alpha):
         eos_id=c.eos_id,
         fill_id=fill_token(c.pad_id, c.eos_id),
         alpha=alpha,
-        row_axes=ROW_AXES,
     )
     return tokens, scores
 
