@@ -7,6 +7,7 @@ The filter numbers travel as arrays, so changing `temperature`, `top_k` or `top_
 from __future__ import annotations
 
 from dataclasses import dataclass
+from numbers import Integral
 
 import jax
 import jax.numpy as jnp
@@ -24,7 +25,7 @@ class SamplingSettings:
     def __post_init__(self) -> None:
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0 (0 is greedy), got {self.temperature}")
-        if self.top_k is not None and (not isinstance(self.top_k, int) or self.top_k < 1):
+        if self.top_k is not None and (not isinstance(self.top_k, Integral) or self.top_k < 1):
             raise ValueError(f"top_k must be a positive integer or None, got {self.top_k!r}")
         if self.top_p is not None and not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"top_p must be in (0, 1] or None, got {self.top_p}")
@@ -39,7 +40,7 @@ class SamplingSettings:
             return None
         values = {"temperature": jnp.asarray(self.temperature, jnp.float32)}
         if self.top_k is not None:
-            values["top_k"] = jnp.asarray(self.top_k, jnp.int32)
+            values["top_k"] = jnp.asarray(int(self.top_k), jnp.int32)
         if self.top_p is not None:
             values["top_p"] = jnp.asarray(self.top_p, jnp.float32)
         return values
