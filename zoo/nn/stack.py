@@ -88,6 +88,8 @@ class LayerStack(eqx.Module):
                 return_weights=return_weights,
             )
 
+        if self.scan and cache is not None:
+            return self._scan_with_cache(body, x, (params, layer_keys, cross_kv), cache)
         per_layer = (params, layer_keys, cache, cross_kv)
         if self.scan:
             return jax.lax.scan(body, x, per_layer)
@@ -98,3 +100,24 @@ class LayerStack(eqx.Module):
             extras.append(extra)
         stacked = jax.tree_util.tree_map(lambda *leaves: jnp.stack(leaves), *extras)
         return x, stacked
+
+    def _scan_with_cache(self, body, x, per_layer, cache: KVCache):
+        """The scan for incremental decoding: the cache rides in the carry, not in `xs`/`ys`.
+
+        As a scanned input and output the whole cache would be rewritten at every decoding step
+        (and, under vmap, transposed); in the carry each layer updates its slice in place.
+        """
+
+        def cached_body(carry, layer_inputs):
+            h, keys, values, layer = carry
+            block_params, layer_key, layer_cross_kv = layer_inputs
+            layer_cache = KVCache(keys[layer], values[layer])
+            h, extra = body(h, (block_params, layer_key, layer_cache, layer_cross_kv))
+            assert extra.cache is not None
+            keys = keys.at[layer].set(extra.cache.keys)
+            values = values.at[layer].set(extra.cache.values)
+            return (h, keys, values, layer + 1), extra._replace(cache=None)
+
+        start = (x, cache.keys, cache.values, jnp.zeros((), jnp.int32))
+        (x, keys, values, _), extras = jax.lax.scan(cached_body, start, per_layer)
+        return x, extras._replace(cache=KVCache(keys, values))

@@ -1,0 +1,42 @@
+"""Class probabilities for a batch of sequences with a Classifier."""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Bool, Float, Int
+
+from zoo.decoding.batching import TokenBatch, pad_batch, sequence_lengths
+from zoo.models.classifier import Classifier
+
+
+@eqx.filter_jit
+def _probabilities(model, tokens, mask, token_types):
+    logits = jax.vmap(lambda t, m, tt: model(t, m, tt))(tokens, mask, token_types)
+    return jax.nn.softmax(logits.astype(jnp.float32), axis=-1)
+
+
+def classify(
+    model: Classifier,
+    token_batch: TokenBatch,
+    mask: Bool[Array, "batch seq"] | np.ndarray | None = None,
+    token_types: Int[Array, "batch seq"] | np.ndarray | None = None,
+) -> Float[Array, "batch classes"]:
+    """Softmax of the class logits of every sequence (inference: no dropout).
+
+    `token_batch` is `[batch, seq]` right-padded with `pad_id`, or a list of token lists (padded
+    here). `mask` (True = real token) overrides the padding found from `pad_id`.
+    """
+    if not isinstance(model, Classifier):
+        raise TypeError(f"classify needs a zoo.Classifier, got {type(model).__name__}")
+    batch = pad_batch(token_batch, model.config.pad_id, what="token_batch")
+    if mask is None:
+        sequence_lengths(batch, model.config.pad_id, what="token_batch")  # rejects empty rows
+    else:
+        mask = jnp.asarray(mask, bool)
+    if token_types is not None:
+        token_types = jnp.asarray(token_types)
+    tokens = jnp.asarray(batch)
+    return _probabilities(model, tokens, mask, token_types)

@@ -1,0 +1,162 @@
+"""Batch translation with a Translator: encode once, then decode greedily or with beam search.
+
+The encoder runs once per source and every decoder layer's cross-attention keys/values are
+computed once (`Translator.start_decoding`). With beams, only the self-attention cache is copied
+per beam and reordered; the cross-attention keys/values stay one copy per source.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float, Int
+
+from zoo.decoding.batching import TokenBatch, pad_batch, sequence_lengths
+from zoo.decoding.beam import beam_search
+from zoo.decoding.loop import fill_token, sample_loop
+from zoo.models.common import DecodeCache
+from zoo.models.translator import Translator, TranslatorState
+
+
+class SourceMemory(NamedTuple):
+    """What decoding needs from each encoded source (stacked on a leading `batch` axis)."""
+
+    cross_keys: Float[Array, "batch layers src heads head_dim"]
+    cross_values: Float[Array, "batch layers src heads head_dim"]
+    source_valid: Bool[Array, "batch src"]
+
+
+def start_translation(
+    model: Translator, src: Int[Array, "batch src"], max_len: int
+) -> tuple[SourceMemory, DecodeCache]:
+    """Encode every source once; allocate a `max_len`-position decoder cache per source."""
+
+    def start(source):
+        state = model.start_decoding(source, max_len)
+        return SourceMemory(state.cross_keys, state.cross_values, state.source_valid), state.cache
+
+    return jax.vmap(start)(src)
+
+
+def translator_step(
+    model: Translator,
+    memory: SourceMemory,
+    tokens: Int[Array, " rows"],
+    caches: DecodeCache,
+    beams: int = 1,
+) -> tuple[Float[Array, "rows vocab"], DecodeCache]:
+    """Feed one target token per row; returns next-token logits and the grown caches.
+
+    Rows are `batch * beams`, source `b` owning rows `b * beams + k`: every beam of a source
+    reads that source's single copy of the cross-attention keys and values.
+    """
+    batch = memory.source_valid.shape[0]
+
+    def one(source, token, cache):
+        state = TranslatorState(*source, cache)
+        logits, state = model.decode_step(token[None], state)
+        return logits[0], state.cache
+
+    per_source = jax.vmap(jax.vmap(one, in_axes=(None, 0, 0)))
+    per_beam_rows = jax.tree_util.tree_map(
+        lambda leaf: leaf.reshape(batch, beams, *leaf.shape[1:]), (tokens, caches)
+    )
+    logits, caches = per_source(memory, *per_beam_rows)
+    caches = jax.tree_util.tree_map(lambda leaf: leaf.reshape(-1, *leaf.shape[2:]), caches)
+    return logits.reshape(batch * beams, -1), caches
+
+
+@eqx.filter_jit
+def _greedy(model, src, max_len):
+    c = model.config
+    memory, caches = start_translation(model, src, max_len)
+    tokens, _ = sample_loop(
+        lambda tokens, caches: translator_step(model, memory, tokens, caches),
+        caches,
+        jnp.full((src.shape[0],), c.bos_id, jnp.int32),
+        max_new_tokens=max_len,
+        values=None,
+        key=None,
+        eos_id=c.eos_id,
+        fill_id=fill_token(c.pad_id, c.eos_id),
+    )
+    return tokens
+
+
+@eqx.filter_jit
+def _beam(model, src, max_len, beam_size, alpha):
+    c = model.config
+    memory, caches = start_translation(model, src, max_len)
+    tokens, scores, _ = beam_search(
+        lambda tokens, caches: translator_step(model, memory, tokens, caches, beam_size),
+        caches,
+        jnp.full((src.shape[0],), c.bos_id, jnp.int32),
+        beam_size=beam_size,
+        max_len=max_len,
+        eos_id=c.eos_id,
+        fill_id=fill_token(c.pad_id, c.eos_id),
+        alpha=alpha,
+    )
+    return tokens, scores
+
+
+def _prepare(model, src, max_len, beam_size):
+    if not isinstance(model, Translator):
+        raise TypeError(
+            f"translate needs a zoo.Translator, got {type(model).__name__}; "
+            "use zoo.generate for a GPT"
+        )
+    if not isinstance(beam_size, int) or beam_size < 1:
+        raise ValueError(f"beam_size must be a positive integer, got {beam_size!r}")
+    limit = model.config.max_positions
+    if not isinstance(max_len, int) or not 1 <= max_len <= limit:
+        raise ValueError(
+            f"max_len must be an integer in [1, max_positions={limit}], got {max_len!r}"
+        )
+    batch = pad_batch(src, model.config.pad_id, what="sources")
+    sequence_lengths(batch, model.config.pad_id, what="sources")  # rejects empty sources
+    if batch.shape[1] > limit:
+        raise ValueError(
+            f"sources have {batch.shape[1]} tokens but the model takes at most "
+            f"max_positions={limit}; truncate them"
+        )
+    return jnp.asarray(batch)
+
+
+def beam_translate(
+    model: Translator,
+    src: TokenBatch,
+    *,
+    max_len: int,
+    beam_size: int,
+    length_penalty: float = 0.6,
+) -> tuple[Int[Array, "batch max_len"], Float[Array, " batch"]]:
+    """Beam search translations and their scores (log-probability / GNMT length penalty)."""
+    batch = _prepare(model, src, max_len, beam_size)
+    return _beam(model, batch, max_len, beam_size, float(length_penalty))
+
+
+def translate(
+    model: Translator,
+    src: TokenBatch,
+    *,
+    max_len: int,
+    beam_size: int = 1,
+    length_penalty: float = 0.6,
+) -> Int[Array, "batch max_len"]:
+    """Translate a batch of sources; returns the target tokens after `bos_id`.
+
+    `src` is `[batch, src]` right-padded with `pad_id` (or a list of token lists). Decoding
+    starts from `bos_id`; `beam_size=1` is greedy, larger sizes run beam search with the GNMT
+    length penalty `((5 + length) / 6) ** length_penalty`. After `eos_id` the output holds
+    `pad_id` (or `eos_id` when the model has no pad token). Compiles once per (batch, source
+    width, max_len, beam_size).
+    """
+    batch = _prepare(model, src, max_len, beam_size)
+    if beam_size == 1:
+        return _greedy(model, batch, max_len)
+    tokens, _ = _beam(model, batch, max_len, beam_size, float(length_penalty))
+    return tokens
