@@ -1,0 +1,102 @@
+"""`zoo generate / translate / classify / plot-attention` on saved models, against the Python API."""
+
+import json
+import string
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import zoo
+from zoo.cli import main
+from zoo.data import CharTokenizer
+from zoo.decoding.text import classify_texts, generate_texts, translate_texts
+
+TOKENIZER = CharTokenizer(string.ascii_lowercase + " .!")
+
+
+def _saved(tmp_path_factory, preset, **overrides):
+    model = zoo.create(preset, key=jax.random.key(3), vocab_size=TOKENIZER.vocab_size, **overrides)
+    directory = tmp_path_factory.mktemp(preset)
+    zoo.save(model, directory, tokenizer=TOKENIZER)
+    return model, str(directory)
+
+
+@pytest.fixture(scope="module")
+def gpt_dir(tmp_path_factory):
+    return _saved(tmp_path_factory, "gpt-tiny")
+
+
+@pytest.fixture(scope="module")
+def translator_dir(tmp_path_factory):
+    return _saved(tmp_path_factory, "translator-tiny")
+
+
+@pytest.fixture(scope="module")
+def classifier_dir(tmp_path_factory):
+    return _saved(tmp_path_factory, "classifier-tiny", num_classes=3)
+
+
+def _json_lines(capsys):
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+
+def test_generate_prints_the_greedy_continuation(gpt_dir, capsys):
+    model, directory = gpt_dir
+    args = ["generate", directory, "--prompt", "hello", "--prompt", "ab", "--max-new-tokens", "7"]
+    assert main([*args, "--json"]) == 0
+    rows = _json_lines(capsys)
+    expected = generate_texts(model, TOKENIZER, ["hello", "ab"], max_new_tokens=7)
+    assert [row["output"] for row in rows] == expected
+    # greedy continuation of "hello", recomputed token by token with the full forward pass
+    ids = TOKENIZER.encode("hello")
+    for _ in range(7):
+        next_id = int(np.argmax(model(jnp.array(ids, jnp.int32))[-1]))
+        if next_id == TOKENIZER.eos_id:
+            break
+        ids.append(next_id)
+    assert rows[0]["output"] == TOKENIZER.decode(ids[5:])
+
+
+def test_translate_matches_python_api_and_beam_option(translator_dir, capsys):
+    model, directory = translator_dir
+    assert main(["translate", directory, "hey there", "abc", "--json", "--max-len", "9"]) == 0
+    rows = _json_lines(capsys)
+    assert [r["translation"] for r in rows] == translate_texts(
+        model, TOKENIZER, ["hey there", "abc"], max_len=9
+    )
+    assert main(["translate", directory, "abc", "--beam-size", "3", "--max-len", "9"]) == 0
+    beam = capsys.readouterr().out.strip()
+    assert beam == translate_texts(model, TOKENIZER, ["abc"], beam_size=3, max_len=9)[0]
+
+
+def test_classify_prints_argmax_and_probabilities(classifier_dir, capsys):
+    model, directory = classifier_dir
+    assert main(["classify", directory, "a gorgeous witty film", "dull", "--json"]) == 0
+    rows = _json_lines(capsys)
+    probs = classify_texts(model, TOKENIZER, ["a gorgeous witty film", "dull"])
+    for row, expected in zip(rows, probs):
+        np.testing.assert_allclose(row["probabilities"], expected, rtol=1e-5)
+        assert row["label"] == int(np.argmax(expected))
+        assert abs(sum(row["probabilities"]) - 1.0) < 1e-5
+
+
+def test_wrong_flavor_and_missing_directory_are_clear_errors(gpt_dir, tmp_path, capsys):
+    _, directory = gpt_dir
+    assert main(["translate", directory, "abc"]) == 2
+    assert "holds a gpt model; this command needs a translator" in capsys.readouterr().err
+    assert main(["classify", str(tmp_path / "nothing"), "abc"]) == 2
+    assert "not a model directory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["cross", "encoder"])
+def test_plot_attention_writes_one_panel_per_head(translator_dir, tmp_path, kind):
+    pytest.importorskip("matplotlib")
+    from PIL import Image
+
+    _, directory = translator_dir
+    out = tmp_path / f"{kind}.png"
+    assert main(["plot-attention", directory, "hey", "--out", str(out), "--kind", kind]) == 0
+    width, height = Image.open(out).size
+    assert width > 100 and height > 100

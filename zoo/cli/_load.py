@@ -1,0 +1,45 @@
+"""Load the model a command works on: a `zoo train` run directory, or `hf:NAME` / an HF folder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from zoo.models import flavor_of
+
+
+def load_model(spec: str, flavor: str | None = None) -> tuple[Any, Any]:
+    """`(model, tokenizer)` from a saved zoo model directory, `hf:NAME` or a HF checkpoint folder.
+
+    Raises if the model is not of `flavor` (when given) or comes without a tokenizer.
+    """
+    if spec.startswith("hf:"):
+        from zoo.interop import from_pretrained
+
+        model, tokenizer = from_pretrained(spec[3:], return_tokenizer=True)
+    else:
+        path = Path(spec)
+        config = path / "config.json"
+        if not config.is_file():
+            raise FileNotFoundError(
+                f"{spec} is not a model directory (no config.json): pass the --out directory of "
+                "`zoo train`, or hf:NAME for a HuggingFace checkpoint"
+            )
+        if "flavor" in json.loads(config.read_text(encoding="utf-8")):
+            from zoo.serialize import load_with_tokenizer
+
+            model, tokenizer = load_with_tokenizer(path)
+        else:
+            from zoo.interop import from_pretrained
+
+            model, tokenizer = from_pretrained(path, return_tokenizer=True)
+    found = flavor_of(model)
+    if flavor is not None and found != flavor:
+        raise ValueError(f"{spec} holds a {found} model; this command needs a {flavor}")
+    if tokenizer is None:
+        raise FileNotFoundError(
+            f"{spec} has no saved tokenizer, so text cannot be encoded; save the model with "
+            "zoo.save(model, dir, tokenizer=...)"
+        )
+    return model, tokenizer

@@ -1,0 +1,29 @@
+"""`zoo classify MODEL TEXT...`: class probabilities of texts with a trained classifier."""
+
+from __future__ import annotations
+
+import json
+
+
+def register(commands) -> None:
+    parser = commands.add_parser("classify", help="classify texts with a trained classifier")
+    parser.add_argument("model", help="model directory (zoo train --out) or hf:NAME")
+    parser.add_argument("text", nargs="+", help="texts to classify")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.set_defaults(run=run)
+
+
+def run(args) -> int:
+    from zoo.cli._load import load_model
+    from zoo.decoding.text import classify_texts
+
+    model, tokenizer = load_model(args.model, "classifier")
+    probabilities = classify_texts(model, tokenizer, args.text)
+    for text, probs in zip(args.text, probabilities):
+        label = int(probs.argmax())
+        if args.json:
+            row = {"text": text, "label": label, "probabilities": [float(p) for p in probs]}
+            print(json.dumps(row, ensure_ascii=False))
+        else:
+            print(f"{label}\t{float(probs[label]):.3f}\t{text}")
+    return 0

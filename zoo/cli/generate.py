@@ -1,0 +1,43 @@
+"""`zoo generate MODEL --prompt TEXT`: continue a prompt with a GPT."""
+
+from __future__ import annotations
+
+import json
+
+
+def register(commands) -> None:
+    parser = commands.add_parser("generate", help="continue a text prompt with a trained GPT")
+    parser.add_argument("model", help="model directory (zoo train --out) or hf:NAME")
+    parser.add_argument("--prompt", action="append", required=True, help="repeat for a batch")
+    parser.add_argument("--max-new-tokens", type=int, default=100)
+    parser.add_argument("--temperature", type=float, default=0.0, help="0 is greedy")
+    parser.add_argument("--top-k", type=int, default=None)
+    parser.add_argument("--top-p", type=float, default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    parser.set_defaults(run=run)
+
+
+def run(args) -> int:
+    import jax
+
+    from zoo.cli._load import load_model
+    from zoo.decoding.text import generate_texts
+
+    model, tokenizer = load_model(args.model, "gpt")
+    outputs = generate_texts(
+        model,
+        tokenizer,
+        args.prompt,
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        key=None if args.temperature == 0 else jax.random.key(args.seed),
+    )
+    for prompt, output in zip(args.prompt, outputs):
+        if args.json:
+            print(json.dumps({"prompt": prompt, "output": output}, ensure_ascii=False))
+        else:
+            print(prompt + output)
+    return 0

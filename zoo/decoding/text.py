@@ -1,0 +1,103 @@
+"""String in, string out: the decoding functions behind a model's tokenizer.
+
+These are what `zoo generate`, `zoo translate` and `zoo classify` run on a saved model
+(`zoo.serialize.load_with_tokenizer`) or a pretrained one (`zoo.from_pretrained(...,
+return_tokenizer=True)`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from jaxtyping import PRNGKeyArray
+
+from zoo.data.pair import source_tokenizer, target_tokenizer
+from zoo.data.tokenizer import Tokenizer
+from zoo.decoding.classify import classify
+from zoo.decoding.generate import generate
+from zoo.decoding.translate import translate
+from zoo.models import GPT, Classifier, Translator
+
+
+def encode_texts(
+    tokenizer: Tokenizer, texts: Sequence[str], limit: int, *, truncate: bool = False, **special
+) -> np.ndarray:
+    """Right-padded `[len(texts), longest]` ids; longer than `limit` is an error or cut."""
+    if not texts:
+        raise ValueError("no texts given")
+    rows = [tokenizer.encode(text, **special) for text in texts]
+    if truncate:
+        rows = [row[:limit] for row in rows]
+    too_long = [i for i, row in enumerate(rows) if len(row) > limit]
+    if too_long:
+        raise ValueError(
+            f"text {too_long[0]} has {len(rows[too_long[0]])} tokens; the model takes at most "
+            f"{limit} here: shorten it"
+        )
+    if any(len(row) == 0 for row in rows):
+        raise ValueError("an empty text has no tokens to start from")
+    width = max(len(row) for row in rows)
+    batch = np.full((len(rows), width), tokenizer.pad_id, dtype=np.int32)
+    for i, row in enumerate(rows):
+        batch[i, : len(row)] = row
+    return batch
+
+
+def generate_texts(
+    model: GPT,
+    tokenizer: Tokenizer,
+    prompts: Sequence[str],
+    *,
+    max_new_tokens: int,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    key: PRNGKeyArray | None = None,
+) -> list[str]:
+    """Each prompt's continuation, decoded (the prompt itself not repeated)."""
+    limit = model.config.max_positions - max_new_tokens
+    batch = encode_texts(tokenizer, prompts, limit)
+    lengths = np.array([len(tokenizer.encode(p)) for p in prompts], np.int32)
+    tokens = generate(
+        model,
+        batch,
+        lengths=lengths,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        key=key,
+    )
+    return [tokenizer.decode(np.asarray(row).tolist()) for row in tokens]
+
+
+def translate_texts(
+    model: Translator,
+    tokenizer: Tokenizer,
+    sources: Sequence[str],
+    *,
+    beam_size: int = 1,
+    length_penalty: float = 0.6,
+    max_len: int = 64,
+) -> list[str]:
+    """Each source sentence translated and detokenized through the target tokenizer."""
+    source = source_tokenizer(tokenizer)
+    batch = encode_texts(source, sources, model.config.max_positions, add_eos=True)
+    max_len = min(max_len, model.config.max_positions - 1)
+    tokens = translate(
+        model, batch, beam_size=beam_size, length_penalty=length_penalty, max_len=max_len
+    )
+    target = target_tokenizer(tokenizer)
+    return [target.decode(np.asarray(row).tolist()) for row in tokens]
+
+
+def classify_texts(model: Classifier, tokenizer: Tokenizer, texts: Sequence[str]) -> np.ndarray:
+    """Class probabilities `[len(texts), classes]`, encoded as in training (bos first).
+
+    Texts longer than the model's `max_positions` are cut, as in training.
+    """
+    add_bos = tokenizer.bos_id is not None
+    limit = model.config.max_positions
+    batch = encode_texts(tokenizer, texts, limit, truncate=True, add_bos=add_bos)
+    return np.asarray(classify(model, batch))
