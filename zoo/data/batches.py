@@ -32,6 +32,20 @@ class BatchSource(Protocol):
     def batch(self, step: int) -> Batch: ...
 
 
+def check_examples(sizes: dict[str, int], batch_size: int, drop_last: bool) -> int:
+    """The common number of examples of named columns, checked against the batch size."""
+    num = next(iter(sizes.values()), 0)
+    if any(size != num for size in sizes.values()):
+        raise ValueError(f"columns disagree on the number of examples: {sizes}")
+    if num == 0:
+        raise ValueError("no examples: the dataset (or this split) is empty")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if drop_last and num < batch_size:
+        raise ValueError(f"only {num} examples for batch_size={batch_size}; lower the batch size")
+    return num
+
+
 class ArrayBatches:
     """Fixed-size batches from in-memory arrays, reshuffled every epoch with a seed.
 
@@ -51,17 +65,7 @@ class ArrayBatches:
         sizes = {name: len(a) for name, a in arrays.items()}
         if not sizes:
             raise ValueError("ArrayBatches needs at least one array")
-        num = next(iter(sizes.values()))
-        if any(n != num for n in sizes.values()):
-            raise ValueError(f"arrays disagree on the number of examples: {sizes}")
-        if num == 0:
-            raise ValueError("no examples: the dataset (or this split) is empty")
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        if drop_last and num < batch_size:
-            raise ValueError(
-                f"only {num} examples for batch_size={batch_size}; lower the batch size"
-            )
+        num = check_examples(sizes, batch_size, drop_last)
         self.arrays = {name: np.asarray(a) for name, a in arrays.items()}
         self.batch_size = batch_size
         self.shuffle = shuffle

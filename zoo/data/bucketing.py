@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from zoo.data.batches import Batch
+from zoo.data.batches import Batch, check_examples
 from zoo.data.ragged import Ragged
 
 
@@ -40,17 +40,7 @@ class BucketedBatches:
     ):
         sizes = {name: len(rows) for name, rows in sequences.items()}
         sizes |= {name: len(values) for name, values in (extras or {}).items()}
-        num = next(iter(sizes.values()), 0)
-        if any(size != num for size in sizes.values()):
-            raise ValueError(f"sequences disagree on the number of examples: {sizes}")
-        if num == 0:
-            raise ValueError("no examples: the dataset (or this split) is empty")
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        if drop_last and num < batch_size:
-            raise ValueError(
-                f"only {num} examples for batch_size={batch_size}; lower the batch size"
-            )
+        num = check_examples(sizes, batch_size, drop_last)
         self.lengths = tuple(sorted(int(length) for length in bucket_lengths))
         longest = np.max(np.stack([rows.lengths for rows in sequences.values()]), axis=0)
         if longest.max() > self.lengths[-1]:

@@ -187,11 +187,32 @@ def tokenizer_from_dict(
     return _KINDS[kind].from_saved(data["state"], directory)
 
 
-class CharTokenizer(Tokenizer):
+class VocabularyTokenizer(Tokenizer):
+    """A tokenizer with its own vocabulary: ids 0-3 are <pad>, <bos>, <eos>, <unk>."""
+
+    SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
+
+    @property
+    def pad_id(self) -> int:
+        return 0
+
+    @property
+    def bos_id(self) -> int:
+        return 1
+
+    @property
+    def eos_id(self) -> int:
+        return 2
+
+    @property
+    def unk_id(self) -> int:
+        return 3
+
+
+class CharTokenizer(VocabularyTokenizer):
     """One id per character. Ids 0-3 are <pad>, <bos>, <eos>, <unk>; characters follow."""
 
     kind = "char"
-    SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
 
     def __init__(self, chars: Iterable[str]):
         unique = sorted(set(chars))
@@ -213,22 +234,6 @@ class CharTokenizer(Tokenizer):
     @property
     def vocab_size(self) -> int:
         return len(self.SPECIALS) + len(self.chars)
-
-    @property
-    def pad_id(self) -> int:
-        return 0
-
-    @property
-    def bos_id(self) -> int:
-        return 1
-
-    @property
-    def eos_id(self) -> int:
-        return 2
-
-    @property
-    def unk_id(self) -> int:
-        return 3
 
     def _encode(self, text: str) -> list[int]:
         unk = self.unk_id  # once: a property call per character is slow on long texts

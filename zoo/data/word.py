@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from zoo.data.tokenizer import Tokenizer
+from zoo.data.tokenizer import VocabularyTokenizer
 
 # A word is a run of letters/digits, possibly with inner apostrophes ("don't", "film's");
 # anything else that is not a space is a piece on its own.
@@ -50,14 +50,13 @@ def join_words(pieces: Sequence[str]) -> str:
     return "".join(out)
 
 
-class WordTokenizer(Tokenizer):
+class WordTokenizer(VocabularyTokenizer):
     """One id per word. Ids 0-3 are <pad>, <bos>, <eos>, <unk>; words follow, most frequent first.
 
     Build one with `WordTokenizer.from_corpus(texts, min_freq=2)`.
     """
 
     kind = "word"
-    SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
 
     def __init__(self, words: Sequence[str], *, lowercase: bool = False, nfkc: bool = True):
         words = list(words)
@@ -119,22 +118,6 @@ class WordTokenizer(Tokenizer):
     @property
     def vocab_size(self) -> int:
         return len(self.SPECIALS) + len(self.words)
-
-    @property
-    def pad_id(self) -> int:
-        return 0
-
-    @property
-    def bos_id(self) -> int:
-        return 1
-
-    @property
-    def eos_id(self) -> int:
-        return 2
-
-    @property
-    def unk_id(self) -> int:
-        return 3
 
     def _encode(self, text: str) -> list[int]:
         # normalize_text and split_words, inlined: this runs once per example of a corpus.
