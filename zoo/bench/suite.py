@@ -1,0 +1,181 @@
+"""Run benchmark rows: the peer (if asked) and then zoo on each `BenchSpec`, into report rows."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from zoo import presets
+from zoo.bench.hardware import (
+    PEER_PACKAGES,
+    ZOO_PACKAGES,
+    device_info,
+    peak_bf16,
+    peak_memory,
+    versions,
+)
+from zoo.bench.report import add_ratios, new_row, now_utc
+from zoo.bench.run_zoo import measure_zoo
+from zoo.bench.workload import FLAVORS, BenchSpec, defaults_for
+
+PEERS = ("torch",)
+
+
+def attention_for(choice: str, platform: str, precision: str) -> str | None:
+    """The attention implementation for `--attention`: "auto" is cuDNN for bf16 on a GPU.
+
+    cuDNN's fused attention takes only half-precision inputs; elsewhere None lets JAX choose.
+    """
+    if choice == "auto":
+        return "cudnn" if platform == "gpu" and precision == "bf16" else None
+    return choice
+
+
+def plan(
+    platform: str,
+    *,
+    flavors: list[str] | None = None,
+    preset_names: list[str] | None = None,
+    batch: int | None = None,
+    seq: int | None = None,
+    precision: str | None = None,
+    attention: str = "auto",
+    decode_prompt: int | None = None,
+    decode_tokens: int | None = None,
+    steps: int | None = None,
+    warmup: int | None = None,
+    **options: Any,
+) -> list[BenchSpec]:
+    """The rows of a `zoo bench` run; what is not given comes from the device's defaults.
+
+    Presets pick the rows when given (and must belong to `flavors`, if those are given too);
+    otherwise each flavor (all by default) runs its default preset for the device. `options`
+    go to `BenchSpec` as they are (pad_vocab, layers, dropout, seed).
+    """
+    defaults = defaults_for(platform)
+    for flavor in flavors or []:
+        if flavor not in FLAVORS:
+            raise ValueError(f"unknown flavor {flavor!r}; choose from {FLAVORS}")
+    if preset_names:
+        names = list(preset_names)
+        for name in names:
+            if flavors and presets.get(name).flavor not in flavors:
+                raise ValueError(
+                    f"preset {name!r} is a {presets.get(name).flavor}, not a "
+                    f"{' or '.join(flavors)}; drop --flavor or pick a matching preset"
+                )
+    else:
+        names = [defaults.presets[flavor] for flavor in (flavors or FLAVORS)]
+    precision = precision or defaults.precision
+    specs = []
+    for name in names:
+        preset = presets.get(name)
+        max_positions = preset.config.max_positions
+        prompt = decode_prompt or min(defaults.decode_prompt, max_positions // 2)
+        new_tokens = defaults.decode_tokens if decode_tokens is None else decode_tokens
+        if decode_tokens is None:
+            new_tokens = min(new_tokens, max_positions - prompt)
+        specs.append(
+            BenchSpec(
+                preset=name,
+                batch=batch or defaults.batch[preset.flavor],
+                seq=seq or min(defaults.seq[preset.flavor], max_positions),
+                precision=precision,
+                attention=attention_for(attention, platform, precision),
+                decode_prompt=prompt,
+                decode_tokens=new_tokens,
+                steps=steps or defaults.steps,
+                warmup=defaults.warmup if warmup is None else warmup,
+                **options,
+            )
+        )
+    return specs
+
+
+def run_spec(
+    spec: BenchSpec,
+    *,
+    peer: str | None = None,
+    peer_compile: bool = False,
+    date: str | None = None,
+    first: bool = True,
+) -> dict[str, Any]:
+    """Measure one row: the peer first (its cached memory is then released), then zoo."""
+    device = device_info()
+    config = spec.config()
+    row = new_row(
+        flavor=spec.flavor,
+        preset=spec.preset,
+        batch=spec.batch,
+        seq=spec.seq,
+        tokens_per_step=spec.tokens_per_step(),
+        precision=spec.precision,
+        layers="scan" if config.scan_layers else "unroll",
+        attention=config.attention_implementation,
+        vocab_size=config.vocab_size,
+        dropout=spec.dropout,
+        steps=spec.steps,
+        warmup=spec.warmup,
+        device=device["device"],
+        date=date or now_utc(),
+    )
+    if peer is not None:
+        if peer not in PEERS:
+            raise ValueError(f"unknown peer {peer!r}; choose from {PEERS}")
+        from zoo.bench import peer_torch
+
+        torch_device = peer_torch.torch_device(device["platform"])
+        row.update(peer_torch.measure_peer(spec, torch_device, compile=peer_compile))
+        peer_torch.release_memory(torch_device)
+    else:
+        row["peer_reason"] = "no peer requested (--peer torch)"
+    before, _ = peak_memory()
+    row.update(measure_zoo(spec, peak_bf16(device["device_kind"], device["platform"])))
+    if not first and before is not None and row["peak_memory_bytes"] == before:
+        row["peak_memory_reason"] = (
+            "upper bound: an earlier row in this process set the peak; "
+            "bench one preset per process for its own peak"
+        )
+    return finite(add_ratios(row))
+
+
+def finite(row: dict[str, Any]) -> dict[str, Any]:
+    """NaN and infinities become null, so the row is valid JSON."""
+    return {
+        name: None if isinstance(value, float) and not math.isfinite(value) else value
+        for name, value in row.items()
+    }
+
+
+def git_commit(directory: Path | None = None) -> str | None:
+    """The checked-out commit of the zoo sources, if they are a git checkout."""
+    directory = directory or Path(__file__).resolve().parent
+    try:
+        done = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=directory, capture_output=True, text=True, timeout=5
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (done.stdout.strip() or None) if done.returncode == 0 else None
+
+
+def run_meta(command: str, date: str, *, peer: str | None) -> dict[str, Any]:
+    """What a results file says about its run: when, how, where, with which versions."""
+    import zoo
+
+    device = device_info()
+    peak = peak_bf16(device["device_kind"], device["platform"])
+    packages = ZOO_PACKAGES + (PEER_PACKAGES if peer else ())
+    return {
+        "date": date,
+        "command": command,
+        "device": device,
+        "peak_bf16_tflops": peak.tflops,
+        "peak_name": peak.name,
+        "versions": {"zoo": zoo.__version__, **versions(*packages)},
+        "git_commit": git_commit(),
+        "python_executable": sys.executable,
+    }
