@@ -57,7 +57,7 @@ def peak_bf16(device_kind: str, platform_name: str) -> Peak:
     )
 
 
-def mfu(flops_per_step: float, step_seconds: float, peak: Peak) -> float | None:
+def mfu(flops_per_step: int | float, step_seconds: float, peak: Peak) -> float | None:
     """Model FLOPs utilisation: achieved FLOP/s over the device's dense bf16 peak."""
     if peak.tflops is None:
         return None
