@@ -49,7 +49,7 @@ def test_mfu_arithmetic():
 
 def test_this_machine():
     info = device_info()
-    assert set(info) == {"device", "device_kind", "platform", "device_count"}
+    assert set(info) == {"device", "device_kind", "platform", "device_count", "cpu_cores"}
     memory, reason = peak_memory()
     assert (memory is None) != (reason is None)
     found = versions("jax", "not-a-package-zoo-knows")

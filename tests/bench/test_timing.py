@@ -6,7 +6,14 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from zoo.bench.timing import BACKEND_COMPILE_EVENT, COMPILE_EVENTS, CompileClock, time_calls
+from zoo.bench.timing import (
+    BACKEND_COMPILE_EVENT,
+    COMPILE_EVENTS,
+    CompileClock,
+    Timed,
+    interleave,
+    time_calls,
+)
 
 
 def test_nested_spans_count_once():
@@ -45,3 +52,19 @@ def test_bad_counts_raise():
         time_calls(lambda s: s, None, steps=0, warmup=0)
     with pytest.raises(ValueError, match="warmup"):
         time_calls(lambda s: s, None, steps=1, warmup=-1)
+
+
+def test_interleave_spreads_calls_over_rounds():
+    order = []
+
+    def timer(name):
+        timed = Timed(lambda state: order.append(name), wait=lambda _: None)
+        timed.start(warmup=0)
+        return timed
+
+    first, second = timer("a"), timer("b")
+    order.clear()
+    interleave([first, second], steps=5, rounds=3)
+    # 2 calls per round, the last round tops up to 5 each
+    assert order == ["a", "a", "b", "b", "a", "a", "b", "b", "a", "b"]
+    assert len(first.samples_s) == len(second.samples_s) == 5

@@ -11,12 +11,13 @@ row = run_spec(BenchSpec(preset="gpt-tiny", batch=16, seq=64), peer="torch")
 | --- | --- |
 | `workload` | `BenchSpec` (preset, shapes, precision), device defaults, the random batch |
 | `run_zoo` | the trainer's jitted step, a jitted vmapped forward, a greedy KV-cache decode |
-| `peer_torch` | the same work on HuggingFace transformers (optional `bench` extra) |
+| `peer_models` | HuggingFace transformers models mirroring zoo configs, their AdamW and loss |
+| `peer_torch` | the same work timed on the peer (optional `bench` extra) |
 | `flops` | model FLOPs per token (6N + 12 L H Q T) and the encoder-decoder count |
 | `hardware` | device name, dense bf16 peak table, MFU, peak memory, versions |
-| `timing` | warm-up, `block_until_ready`, median; compile time from JAX's events |
+| `timing` | warm-up, `block_until_ready`, interleaved rounds, median; compile time |
 | `report` | row fields, the table, the results JSON |
-| `suite` | rows from options, peer then zoo per row |
+| `suite` | rows from options; per row, zoo and peer timed in turns |
 """
 
 from zoo.bench.flops import FlopCount, decoder_flops_per_token, train_flops

@@ -80,14 +80,23 @@ def device_info(device: jax.Device | None = None) -> dict:
     """Name, kind and platform of `device` (default: the first device JAX sees)."""
     device = jax.devices()[0] if device is None else device
     name = device.device_kind
+    cores = usable_cores()
     if device.platform == "cpu":
-        name = f"{cpu_name()} ({os.cpu_count()} logical cores)"
+        name = f"{cpu_name()} ({cores} of {os.cpu_count()} cores)"
     return {
         "device": name,
         "device_kind": device.device_kind,
         "platform": device.platform,
         "device_count": jax.device_count(),
+        "cpu_cores": cores,
     }
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on (`taskset` and cgroups narrow them)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def peak_memory(device: jax.Device | None = None) -> tuple[int | None, str | None]:

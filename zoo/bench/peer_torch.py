@@ -1,266 +1,143 @@
-"""The PyTorch peer: HuggingFace transformers models of the zoo model's shapes, timed the same way.
+"""The PyTorch peer, timed like zoo: train step, forward and greedy decoding on the same batch.
 
-| zoo flavor | peer model |
-| --- | --- |
-| gpt | `GPT2LMHeadModel` |
-| classifier | `BertForSequenceClassification` |
-| translator | `MarianMTModel` |
-
-Each peer is built from a config that mirrors the zoo config (widths, depth, heads, vocabulary,
-positions, activation, dropout), randomly initialised, with `attn_implementation="sdpa"`. It
-trains on the same batch with the same loss (fp32 cross-entropy over the same positions), the
-same gradient clipping and the same AdamW (decay on weight matrices only), under bf16 autocast
-when the precision is bf16. Needs the `bench` extra: `pip install 'zoo[bench]'`.
+The peer (`zoo.bench.peer_models`) trains on the same batch with the same loss (fp32
+cross-entropy over the same positions), the same gradient clipping and the same AdamW (decay on
+weight matrices only), under bf16 autocast when the precision is bf16; `torch.compile` is
+optional. Needs the `bench` extra: `pip install 'zoo[bench]'`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
-from zoo.bench.timing import time_calls
+from zoo.bench.peer_models import PeerTask, adamw, build_peer, import_torch
+from zoo.bench.timing import Timed
 from zoo.bench.workload import BenchSpec, make_batch, make_prompts
 
-# zoo activation -> transformers activation name
-ACTIVATIONS = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu", "silu": "silu"}
-MODEL_CLASSES = {
-    "gpt": "GPT2LMHeadModel",
-    "classifier": "BertForSequenceClassification",
-    "translator": "MarianMTModel",
-}
 
+class PeerRun:
+    """The peer side of a row: train steps (eager, and compiled if asked), forwards, decoding.
 
-def import_torch():
-    """(torch, transformers), or an ImportError that says how to install them."""
-    try:
-        import torch
-        import transformers
-    except ImportError as error:
-        raise ImportError(
-            f"--peer torch needs torch and transformers ({error}); "
-            "install them with pip install 'zoo[bench]'"
-        ) from error
-    return torch, transformers
+    Mirrors `run_zoo.ZooRun`: `timers` are started by `start`, sampled (interleaved with the
+    zoo's), and `fields` gives the row's peer fields.
+    """
 
-
-def hf_config(config: Any, flavor: str) -> Any:
-    """A transformers config with the shapes of the zoo `config`."""
-    _, transformers = import_torch()
-    common = dict(vocab_size=config.vocab_size, attn_implementation="sdpa")
-    activation = ACTIVATIONS[config.activation]
-    if flavor == "gpt":
-        return transformers.GPT2Config(
-            n_positions=config.max_positions,
-            n_embd=config.d_model,
-            n_layer=config.num_layers,
-            n_head=config.num_heads,
-            n_inner=config.d_ff,
-            activation_function=activation,
-            resid_pdrop=config.dropout,
-            embd_pdrop=config.dropout,
-            attn_pdrop=config.attention_dropout,
-            layer_norm_epsilon=config.layer_norm_eps,
-            tie_word_embeddings=config.tie_embeddings,
-            bos_token_id=config.bos_id,
-            eos_token_id=config.eos_id,
-            pad_token_id=config.pad_id,
-            **common,
-        )
-    if flavor == "classifier":
-        return transformers.BertConfig(
-            hidden_size=config.d_model,
-            num_hidden_layers=config.num_layers,
-            num_attention_heads=config.num_heads,
-            intermediate_size=config.d_ff,
-            hidden_act=activation,
-            max_position_embeddings=config.max_positions,
-            type_vocab_size=max(config.type_vocab_size, 1),
-            layer_norm_eps=config.layer_norm_eps,
-            hidden_dropout_prob=config.dropout,
-            attention_probs_dropout_prob=config.attention_dropout,
-            num_labels=config.num_classes,
-            pad_token_id=config.pad_id or 0,
-            **common,
-        )
-    return transformers.MarianConfig(
-        d_model=config.d_model,
-        encoder_layers=config.num_layers,
-        decoder_layers=config.decoder_layers,
-        encoder_attention_heads=config.num_heads,
-        decoder_attention_heads=config.num_heads,
-        encoder_ffn_dim=config.d_ff,
-        decoder_ffn_dim=config.d_ff,
-        activation_function=activation,
-        max_position_embeddings=config.max_positions,
-        dropout=config.dropout,
-        attention_dropout=config.attention_dropout,
-        activation_dropout=config.dropout,
-        scale_embedding=config.scale_embeddings,
-        share_encoder_decoder_embeddings=config.share_embeddings,
-        tie_word_embeddings=config.tie_output,
-        pad_token_id=config.pad_id or 0,
-        decoder_start_token_id=config.bos_id,
-        eos_token_id=config.eos_id,
-        **common,
-    )
-
-
-def build_peer(config: Any, flavor: str, *, seed: int = 0) -> Any:
-    """The randomly initialised transformers model that mirrors `config`."""
-    torch, transformers = import_torch()
-    torch.manual_seed(seed)
-    return getattr(transformers, MODEL_CLASSES[flavor])(hf_config(config, flavor))
-
-
-def adamw(model: Any, *, lr: float = 1e-4, weight_decay: float = 0.01, fused: bool = False):
-    """torch AdamW with zoo's decay mask: weight matrices decay; biases, norms, embeddings not."""
-    torch, _ = import_torch()
-    embeddings = {
-        id(p) for m in model.modules() if isinstance(m, torch.nn.Embedding) for p in m.parameters()
-    }
-    decay, rest = [], []
-    for parameter in model.parameters():
-        if not parameter.requires_grad:
-            continue
-        matrix = parameter.ndim == 2 and id(parameter) not in embeddings
-        (decay if matrix else rest).append(parameter)
-    groups = [
-        {"params": decay, "weight_decay": weight_decay},
-        {"params": rest, "weight_decay": 0.0},
-    ]
-    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999), eps=1e-8, fused=fused)
-
-
-class PeerTask:
-    """Forward and loss of one flavor on torch tensors, mirroring `zoo.tasks`."""
-
-    def __init__(self, flavor: str, config: Any, batch: dict[str, np.ndarray], device: str):
+    def __init__(self, spec: BenchSpec, device: str, *, compile: bool = False):
         torch, _ = import_torch()
-        self.flavor = flavor
-        self.pad_id = config.pad_id
-        self.batch = {
-            name: torch.as_tensor(value).long().to(device) for name, value in batch.items()
-        }
+        self.spec, self.device = spec, device
+        self.cuda = device.startswith("cuda")
+        config = spec.config()
+        model = build_peer(config, spec.flavor, seed=spec.seed).to(device)
+        self.model = model
+        task = PeerTask(spec.flavor, config, make_batch(spec), device)
+        optimizer = adamw(model, fused=self.cuda)
+        enabled = spec.precision == "bf16"
+        kind = device.split(":")[0]
 
-    def inputs(self) -> dict[str, Any]:
-        """Keyword arguments of the peer model (what the zoo model reads)."""
-        b = self.batch
-        if self.flavor == "gpt":
-            return {"input_ids": b["tokens"][:, :-1]}
-        if self.flavor == "classifier":
-            mask = None if self.pad_id is None else (b["tokens"] != self.pad_id).long()
-            return {"input_ids": b["tokens"], "attention_mask": mask}
-        mask = None if self.pad_id is None else (b["src"] != self.pad_id).long()
-        return {
-            "input_ids": b["src"],
-            "attention_mask": mask,
-            "decoder_input_ids": b["tgt"][:, :-1],
-        }
+        def autocast():
+            return torch.autocast(kind, dtype=torch.bfloat16, enabled=enabled)
 
-    def loss(self, logits: Any) -> Any:
-        """Mean fp32 cross-entropy over the scored positions (targets that are not padding)."""
-        torch, _ = import_torch()
-        b = self.batch
-        if self.flavor == "classifier":
-            return torch.nn.functional.cross_entropy(logits.float(), b["labels"])
-        targets = b["tokens"][:, 1:] if self.flavor == "gpt" else b["tgt"][:, 1:]
-        ignore = -100 if self.pad_id is None else self.pad_id
-        return torch.nn.functional.cross_entropy(
-            logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=ignore
-        )
+        self.autocast = autocast
+        modules = {"eager": model}
+        if compile:
+            modules["compiled"] = torch.compile(model)
+        self.timers: dict[str, Timed] = {}
+        self.compile_error: str | None = None
+        for mode, module in modules.items():
 
+            def train(_, module=module):
+                model.train()
+                optimizer.zero_grad(set_to_none=True)
+                with autocast():
+                    loss = task.loss(module(**task.inputs()).logits)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                optimizer.step()
+                return loss.detach()
 
-def measure_peer(spec: BenchSpec, device: str, *, compile: bool = False) -> dict[str, Any]:
-    """Time the peer's train step, forward and (GPT) greedy decoding; return the peer's fields."""
-    torch, _ = import_torch()
-    cuda = device.startswith("cuda")
-    config = spec.config()
-    model = build_peer(config, spec.flavor, seed=spec.seed).to(device)
-    task = PeerTask(spec.flavor, config, make_batch(spec), device)
-    bf16 = spec.precision == "bf16"
+            def infer(_, module=module):
+                model.eval()
+                with torch.inference_mode(), autocast():
+                    return module(**task.inputs()).logits
 
-    def autocast():
-        return torch.autocast(device.split(":")[0], dtype=torch.bfloat16, enabled=bf16)
+            self.timers[f"train_{mode}"] = Timed(train, wait=self.wait)
+            self.timers[f"inference_{mode}"] = Timed(infer, wait=self.wait)
+        if spec.decodes:
+            prompts = torch.as_tensor(make_prompts(spec)).long().to(device)
+            self.timers["decode"] = Timed(lambda _: self.decode(prompts), wait=self.wait)
 
-    def wait(_):
-        if cuda:
+    def wait(self, _: Any) -> None:
+        if self.cuda:
+            torch, _ = import_torch()
             torch.cuda.synchronize()
 
-    if cuda:
-        torch.cuda.reset_peak_memory_stats()
-    timing = dict(steps=spec.steps, warmup=spec.warmup, wait=wait)
-    modes = {"eager": model}
-    if compile:
-        modes["compiled"] = torch.compile(model)
-    fields: dict[str, Any] = dict(
-        peer="torch",
-        peer_model=type(model).__name__,
-        peer_attention=model.config._attn_implementation,
-        peer_params=sum(p.numel() for p in model.parameters()),
-    )
-    optimizer = adamw(model, fused=cuda)
-    train_speed, infer_speed = {}, {}
-    for mode, module in modes.items():
-
-        def train(_, module=module):
-            optimizer.zero_grad(set_to_none=True)
-            with autocast():
-                loss = task.loss(module(**task.inputs()).logits)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            return loss.detach()
-
-        model.train()
-        train_time, loss = time_calls(train, None, **timing)
-        train_speed[mode] = spec.tokens_per_step() / train_time.median_s
-        fields[f"peer_{mode}_tokens_per_s"] = train_speed[mode]
-        if mode == "compiled":
-            fields["peer_compile_s"] = train_time.first_s - train_time.median_s
-        fields["peer_loss"] = float(loss)
-
-        def infer(_, module=module):
-            with torch.inference_mode(), autocast():
-                return module(**task.inputs()).logits
-
-        model.eval()
-        infer_time, _ = time_calls(infer, None, **timing)
-        infer_speed[mode] = spec.tokens_per_step() / infer_time.median_s
-
-    best = max(train_speed, key=train_speed.__getitem__)
-    fields.update(
-        peer_mode=best,
-        peer_tokens_per_s=train_speed[best],
-        peer_inference_tokens_per_s=max(infer_speed.values()),
-    )
-    fields.update(measure_peer_decode(spec, model, device, autocast, wait))
-    fields["peer_peak_memory_bytes"] = int(torch.cuda.max_memory_allocated()) if cuda else None
-    return fields
-
-
-def measure_peer_decode(spec: BenchSpec, model: Any, device: str, autocast, wait) -> dict:
-    """Greedy decoding with the model's KV cache (`past_key_values`), eager: the peer of
-    `run_zoo.make_greedy_decode`."""
-    if not spec.decodes:
-        return {"peer_decode_tokens_per_s": None}
-    torch, _ = import_torch()
-    prompts = torch.as_tensor(make_prompts(spec)).long().to(device)
-
-    def decode(_):
-        with torch.inference_mode(), autocast():
-            out = model(input_ids=prompts, use_cache=True)
+    def decode(self, prompts: Any) -> Any:
+        """Greedy decoding with the model's KV cache (`past_key_values`), eager: the peer of
+        `run_zoo.make_greedy_decode`."""
+        torch, _ = import_torch()
+        self.model.eval()
+        with torch.inference_mode(), self.autocast():
+            out = self.model(input_ids=prompts, use_cache=True)
             token = out.logits[:, -1].argmax(-1, keepdim=True)
             generated = [token]
-            for _ in range(spec.decode_tokens - 1):
-                out = model(input_ids=token, past_key_values=out.past_key_values, use_cache=True)
+            for _ in range(self.spec.decode_tokens - 1):
+                cache = out.past_key_values
+                out = self.model(input_ids=token, past_key_values=cache, use_cache=True)
                 token = out.logits[:, -1].argmax(-1, keepdim=True)
                 generated.append(token)
             return torch.cat(generated, dim=1)
 
-    model.eval()
-    timing, _ = time_calls(decode, None, steps=spec.steps, warmup=spec.warmup, wait=wait)
-    return {"peer_decode_tokens_per_s": spec.batch * spec.decode_tokens / timing.median_s}
+    def start(self) -> None:
+        """First call and warm-up of each timer (torch.compile compiles here)."""
+        torch, _ = import_torch()
+        if self.cuda:
+            torch.cuda.reset_peak_memory_stats()
+        for name, timer in list(self.timers.items()):
+            try:
+                timer.start(self.spec.warmup)
+            except Exception as error:  # torch.compile can fail where eager runs; keep eager
+                if not name.endswith("_compiled"):
+                    raise
+                self.compile_error = f"torch.compile failed: {type(error).__name__}: {error}"
+                del self.timers[name]
+
+    def fields(self) -> dict[str, Any]:
+        torch, _ = import_torch()
+        spec, tokens = self.spec, self.spec.tokens_per_step()
+        train = {
+            mode: tokens / self.timers[f"train_{mode}"].median_s
+            for mode in ("eager", "compiled")
+            if f"train_{mode}" in self.timers
+        }
+        inference = [
+            tokens / timer.median_s for name, timer in self.timers.items() if name.startswith("inf")
+        ]
+        best = max(train, key=train.__getitem__)
+        fields: dict[str, Any] = dict(
+            peer="torch",
+            peer_model=type(self.model).__name__,
+            peer_attention=self.model.config._attn_implementation,
+            peer_params=sum(p.numel() for p in self.model.parameters()),
+            peer_threads=torch.get_num_threads(),
+            peer_eager_tokens_per_s=train["eager"],
+            peer_compiled_tokens_per_s=train.get("compiled"),
+            peer_mode=best,
+            peer_tokens_per_s=train[best],
+            peer_loss=float(self.timers[f"train_{best}"].state),
+            peer_inference_tokens_per_s=max(inference),
+            peer_peak_memory_bytes=int(torch.cuda.max_memory_allocated()) if self.cuda else None,
+        )
+        if self.compile_error:
+            fields["peer_reason"] = self.compile_error
+        if "train_compiled" in self.timers:
+            compiled = self.timers["train_compiled"]
+            assert compiled.first_s is not None
+            fields["peer_compile_s"] = compiled.first_s - compiled.median_s
+        decode = self.timers.get("decode")
+        fields["peer_decode_tokens_per_s"] = (
+            None if decode is None else spec.batch * spec.decode_tokens / decode.median_s
+        )
+        return fields
 
 
 def torch_device(jax_platform: str) -> str:

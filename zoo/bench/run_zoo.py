@@ -13,7 +13,7 @@ import jax.numpy as jnp
 from zoo import presets, tasks
 from zoo.bench.flops import train_flops
 from zoo.bench.hardware import Peak, mfu, peak_memory
-from zoo.bench.timing import time_calls
+from zoo.bench.timing import Timed
 from zoo.bench.workload import BenchSpec, make_batch, make_prompts
 from zoo.train import PRECISIONS, adamw, cast_floating
 from zoo.train.step import make_train_step
@@ -71,69 +71,92 @@ def make_greedy_decode(
     return decode
 
 
-def measure_zoo(spec: BenchSpec, peak: Peak) -> dict[str, Any]:
-    """Time the train step, the forward and (GPT) decoding of `spec`; return the zoo's fields."""
-    config = spec.config()
-    key = jax.random.key(spec.seed)
-    model = presets.build(config, key=key)
-    flops = train_flops(model, spec.batch, spec.seq)
-    task = tasks.for_flavor(spec.flavor)
-    optimizer = adamw(lr=1e-4)
-    opt_state = optimizer.init(eqx.filter(model, eqx.is_inexact_array))
-    train_step = make_train_step(task, optimizer, precision=spec.precision)
-    batch = {name: jnp.asarray(value) for name, value in make_batch(spec).items()}
-    step_numbers = itertools.count()
+class ZooRun:
+    """The zoo side of a row: the train step, the forward and (GPT) decoding, ready to time.
 
-    def train(state):
-        model, opt_state, _ = state
-        return train_step(model, opt_state, batch, key, next(step_numbers))
+    `timers` are started (compiled, warmed up) by `start`, then sampled, possibly interleaved
+    with the peer's; `fields` turns the timings into the row's zoo fields. The forward and the
+    decoder read the model the train step has just produced (the step donates the old one).
+    """
 
-    timing = dict(steps=spec.steps, warmup=spec.warmup)
-    train_time, (model, _, output) = time_calls(train, (model, opt_state, None), **timing)
-    step_s = train_time.median_s
-    fields: dict[str, Any] = dict(
-        params=presets.count_params(model),
-        flop_params=flops.params,
-        flops_per_token=flops.flops_per_token,
-        tokens_per_step=spec.tokens_per_step(),
-        train_step_s=step_s,
-        tokens_per_s=spec.tokens_per_step() / step_s,
-        mfu=mfu(flops.flops_per_step, step_s, peak),
-        mfu_reason=peak.reason,
-        compile_s=train_time.compile_s,
-        first_step_s=train_time.first_s,
-        loss=float(output.stats.loss),
-    )
+    def __init__(self, spec: BenchSpec, peak: Peak):
+        self.spec = spec
+        self.peak = peak
+        config = spec.config()
+        key = jax.random.key(spec.seed)
+        model = presets.build(config, key=key)
+        self.params = presets.count_params(model)
+        self.flops = train_flops(model, spec.batch, spec.seq)
+        optimizer = adamw(lr=1e-4)
+        opt_state = optimizer.init(eqx.filter(model, eqx.is_inexact_array))
+        train_step = make_train_step(
+            tasks.for_flavor(spec.flavor), optimizer, precision=spec.precision
+        )
+        batch = {name: jnp.asarray(value) for name, value in make_batch(spec).items()}
+        step_numbers = itertools.count()
 
-    # bf16 attention promotes internally, which JAX's strict promotion mode refuses.
-    with jax.numpy_dtype_promotion("standard"):
+        def train(state):
+            model, opt_state, _ = state
+            return train_step(model, opt_state, batch, key, next(step_numbers))
+
+        self.train = Timed(train, (model, opt_state, None))
         forward = make_forward(spec.precision)
         inputs = model_inputs(spec.flavor, batch)
-        infer_time, _ = time_calls(lambda _: forward(model, inputs), None, **timing)
-        fields.update(
-            inference_step_s=infer_time.median_s,
-            inference_tokens_per_s=spec.tokens_per_step() / infer_time.median_s,
-            inference_compile_s=infer_time.compile_s,
+        self.timers = {
+            "train": self.train,
+            "inference": Timed(lambda _: forward(self.model, inputs)),
+        }
+        if spec.decodes:
+            decode = make_greedy_decode(spec.decode_prompt, spec.decode_tokens, spec.precision)
+            prompts = jnp.asarray(make_prompts(spec))
+            self.timers["decode"] = Timed(lambda _: decode(self.model, prompts))
+
+    @property
+    def model(self) -> Any:
+        """The latest model: what the last train step returned."""
+        return self.train.state[0]
+
+    def start(self) -> None:
+        """First (compiling) call and warm-up of each timer, the train step first."""
+        # bf16 attention promotes internally, which JAX's strict promotion mode refuses; the
+        # train step sets its own scope.
+        with jax.numpy_dtype_promotion("standard"):
+            for timer in self.timers.values():
+                timer.start(self.spec.warmup)
+
+    def fields(self) -> dict[str, Any]:
+        spec, train = self.spec, self.train
+        step_s = train.median_s
+        tokens = spec.tokens_per_step()
+        inference = self.timers["inference"]
+        fields: dict[str, Any] = dict(
+            params=self.params,
+            flop_params=self.flops.params,
+            flops_per_token=self.flops.flops_per_token,
+            tokens_per_step=tokens,
+            train_step_s=step_s,
+            tokens_per_s=tokens / step_s,
+            mfu=mfu(self.flops.flops_per_step, step_s, self.peak),
+            mfu_reason=self.peak.reason,
+            compile_s=train.compile_s,
+            first_step_s=train.first_s,
+            loss=float(train.state[2].stats.loss),
+            inference_step_s=inference.median_s,
+            inference_tokens_per_s=tokens / inference.median_s,
+            inference_compile_s=inference.compile_s,
         )
-        fields.update(measure_decode(spec, model))
-
-    memory, reason = peak_memory()
-    fields.update(peak_memory_bytes=memory, peak_memory_reason=reason)
-    return fields
-
-
-def measure_decode(spec: BenchSpec, model: Any) -> dict[str, Any]:
-    """Greedy KV-cache decoding of `decode_tokens` after a `decode_prompt`-token prompt (GPT)."""
-    if not spec.decodes:
-        why = "KV-cache decoding is measured for the GPT" if spec.flavor != "gpt" else "disabled"
-        return dict(decode_tokens_per_s=None, decode_compile_s=None, decode_reason=why)
-    decode = make_greedy_decode(spec.decode_prompt, spec.decode_tokens, spec.precision)
-    prompts = jnp.asarray(make_prompts(spec))
-    timing, _ = time_calls(
-        lambda _: decode(model, prompts), None, steps=spec.steps, warmup=spec.warmup
-    )
-    return dict(
-        decode_tokens_per_s=spec.batch * spec.decode_tokens / timing.median_s,
-        decode_compile_s=timing.compile_s,
-        decode_reason=None,
-    )
+        decode = self.timers.get("decode")
+        if decode is None:
+            why = (
+                "disabled" if spec.flavor == "gpt" else "KV-cache decoding is measured for the GPT"
+            )
+            fields.update(decode_tokens_per_s=None, decode_compile_s=None, decode_reason=why)
+        else:
+            fields.update(
+                decode_tokens_per_s=spec.batch * spec.decode_tokens / decode.median_s,
+                decode_compile_s=decode.compile_s,
+                decode_reason=None,
+            )
+        memory, reason = peak_memory()
+        fields.update(peak_memory_bytes=memory, peak_memory_reason=reason)
+        return fields

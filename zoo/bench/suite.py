@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+import jax
 
 from zoo import presets
 from zoo.bench.hardware import (
@@ -18,7 +21,8 @@ from zoo.bench.hardware import (
     versions,
 )
 from zoo.bench.report import add_ratios, new_row, now_utc
-from zoo.bench.run_zoo import measure_zoo
+from zoo.bench.run_zoo import ZooRun
+from zoo.bench.timing import interleave
 from zoo.bench.workload import FLAVORS, BenchSpec, defaults_for
 
 PEERS = ("torch",)
@@ -103,7 +107,11 @@ def run_spec(
     date: str | None = None,
     first: bool = True,
 ) -> dict[str, Any]:
-    """Measure one row: the peer first (its cached memory is then released), then zoo."""
+    """Measure one row: start (compile, warm up) the peer and zoo, then time them in turns.
+
+    The timed calls of every measurement (train, forward, decode; zoo and peer) are spread over
+    `spec.rounds` rounds, so a change in the machine's load hits both sides alike.
+    """
     device = device_info()
     config = spec.config()
     row = new_row(
@@ -119,21 +127,34 @@ def run_spec(
         dropout=spec.dropout,
         steps=spec.steps,
         warmup=spec.warmup,
+        rounds=spec.rounds,
         device=device["device"],
         date=date or now_utc(),
     )
+    runs: list[Any] = []
+    torch_device = None
     if peer is not None:
         if peer not in PEERS:
             raise ValueError(f"unknown peer {peer!r}; choose from {PEERS}")
         from zoo.bench import peer_torch
 
         torch_device = peer_torch.torch_device(device["platform"])
-        row.update(peer_torch.measure_peer(spec, torch_device, compile=peer_compile))
-        peer_torch.release_memory(torch_device)
+        runs.append(peer_torch.PeerRun(spec, torch_device, compile=peer_compile))
     else:
         row["peer_reason"] = "no peer requested (--peer torch)"
     before, _ = peak_memory()
-    row.update(measure_zoo(spec, peak_bf16(device["device_kind"], device["platform"])))
+    runs.append(ZooRun(spec, peak_bf16(device["device_kind"], device["platform"])))
+    # bf16 attention promotes internally, which JAX's strict promotion mode refuses.
+    with jax.numpy_dtype_promotion("standard"):
+        for run in runs:
+            run.start()
+        timers = [timer for run in runs for timer in run.timers.values()]
+        interleave(timers, steps=spec.steps, rounds=spec.rounds)
+    for run in runs:
+        row.update(run.fields())
+    if torch_device is not None:
+        runs.clear()
+        peer_torch.release_memory(torch_device)
     if not first and before is not None and row["peak_memory_bytes"] == before:
         row["peak_memory_reason"] = (
             "upper bound: an earlier row in this process set the peak; "
@@ -177,5 +198,7 @@ def run_meta(command: str, date: str, *, peer: str | None) -> dict[str, Any]:
         "peak_name": peak.name,
         "versions": {"zoo": zoo.__version__, **versions(*packages)},
         "git_commit": git_commit(),
+        # other work on the machine skews timings; the 1/5/15-minute load says how much
+        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "python_executable": sys.executable,
     }

@@ -1,11 +1,12 @@
-"""How zoo times things: warm-up, `block_until_ready`, median; compile time from JAX's events."""
+"""How zoo times things: warm-up, `block_until_ready`, interleaved rounds, median; compile time
+from JAX's events."""
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -61,17 +62,67 @@ class CompileClock:
         )
 
 
-@dataclass(frozen=True)
-class Timing:
-    """Wall-clock seconds of repeated calls: the first (compiling) call and the timed ones."""
+class Timed:
+    """A call to time again and again: `state = call(state)`, done when `wait(state)` returns.
 
-    first_s: float  # the first call, compile included
-    compile_s: float  # trace + lower + compile inside the first call (0.0 where nothing compiles)
-    samples_s: tuple[float, ...]  # each timed call, after the warm-up
+    `start` makes the first (compiling) call under a `CompileClock` and the untimed warm-up
+    calls; `sample` adds timed calls. `wait` blocks until the device is done:
+    `jax.block_until_ready`, or `torch.cuda.synchronize` for the peer.
+    """
+
+    def __init__(
+        self,
+        call: Callable[[Any], Any],
+        state: Any = None,
+        *,
+        wait: Callable[[Any], Any] = jax.block_until_ready,
+    ):
+        self.call = call
+        self.state = state
+        self.wait = wait
+        self.first_s: float | None = None  # the first call, compile included
+        self.compile_s = 0.0  # trace + lower + compile inside the first call (JAX only)
+        self.samples_s: list[float] = []  # every timed call
+
+    def _run(self) -> float:
+        start = time.perf_counter()
+        self.state = self.call(self.state)
+        self.wait(self.state)
+        return time.perf_counter() - start
+
+    def start(self, warmup: int) -> None:
+        if warmup < 0:
+            raise ValueError(f"warmup must be >= 0, got {warmup}")
+        with CompileClock() as clock:
+            self.first_s = self._run()
+        self.compile_s = clock.total
+        for _ in range(warmup):
+            self._run()
+
+    def sample(self, count: int) -> None:
+        for _ in range(count):
+            self.samples_s.append(self._run())
 
     @property
     def median_s(self) -> float:
+        if not self.samples_s:
+            raise ValueError("no timed calls yet: call sample() after start()")
         return statistics.median(self.samples_s)
+
+
+def interleave(timers: list[Timed], *, steps: int, rounds: int) -> None:
+    """Give every timer `steps` timed calls, spread over `rounds` rounds that visit each in turn.
+
+    On a shared machine the load changes from one second to the next; interleaving lets the
+    zoo and its peer (and train, forward and decode) see the same load, so their ratio holds
+    even when the absolute numbers wander.
+    """
+    if steps < 1 or rounds < 1:
+        raise ValueError(f"steps and rounds must be >= 1, got steps={steps}, rounds={rounds}")
+    per_round = math.ceil(steps / rounds)
+    for _ in range(rounds):
+        for timer in timers:
+            timer.sample(min(per_round, steps - len(timer.samples_s)))
 
 
 def time_calls(
@@ -81,30 +132,14 @@ def time_calls(
     steps: int,
     warmup: int,
     wait: Callable[[Any], Any] = jax.block_until_ready,
-) -> tuple[Timing, Any]:
-    """Call `state = call(state)` 1 + warmup + steps times; time each call until `wait` returns.
+) -> tuple[Timed, Any]:
+    """Time one call on its own: first call, `warmup` untimed calls, `steps` timed calls.
 
-    The first call is timed with a `CompileClock`, the next `warmup` calls are not recorded and
-    the median of the last `steps` is the result. `wait` blocks until the device is done
-    (`jax.block_until_ready`, or `torch.cuda.synchronize` for the peer). Returns the timing and
-    the final state.
+    Returns the `Timed` (median in `median_s`, compile in `compile_s`) and the final state.
     """
     if steps < 1:
         raise ValueError(f"steps must be >= 1 timed calls, got {steps}")
-    if warmup < 0:
-        raise ValueError(f"warmup must be >= 0, got {warmup}")
-    start = time.perf_counter()
-    with CompileClock() as clock:
-        state = call(state)
-        wait(state)
-    first = time.perf_counter() - start
-    for _ in range(warmup):
-        state = call(state)
-        wait(state)
-    samples = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        state = call(state)
-        wait(state)
-        samples.append(time.perf_counter() - start)
-    return Timing(first, clock.total, tuple(samples)), state
+    timer = Timed(call, state, wait=wait)
+    timer.start(warmup)
+    timer.sample(steps)
+    return timer, timer.state

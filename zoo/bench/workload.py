@@ -77,6 +77,7 @@ class BenchSpec:
     precision: str = "fp32"  # fp32 | bf16: the compute dtype (weights stay float32)
     steps: int = 20  # timed calls; the result is their median
     warmup: int = 3  # untimed calls after the first (compiling) one
+    rounds: int = 5  # the timed calls are spread over this many rounds, zoo and peer in turn
     pad_vocab: bool = False  # round the vocabulary up to a multiple of 64
     layers: str | None = None  # scan | unroll; None keeps the preset's `scan_layers`
     attention: str | None = None  # jax.nn.dot_product_attention implementation: None|xla|cudnn
@@ -91,7 +92,7 @@ class BenchSpec:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
         if self.layers is not None and self.layers not in LAYER_MODES:
             raise ValueError(f"layers must be one of {LAYER_MODES}, got {self.layers!r}")
-        for name in ("batch", "seq", "steps"):
+        for name in ("batch", "seq", "steps", "rounds"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.warmup < 0 or self.decode_tokens < 0 or self.decode_prompt < 1:

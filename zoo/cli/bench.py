@@ -71,6 +71,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     how = parser.add_argument_group("how to time")
     how.add_argument("--steps", type=int, help="timed calls per measurement (median reported)")
     how.add_argument("--warmup", type=int, help="untimed calls after the compiling one")
+    how.add_argument(
+        "--rounds",
+        type=int,
+        default=5,
+        help="spread the timed calls over this many rounds, zoo and peer in turn",
+    )
     how.add_argument("--seed", type=int, default=0, help="data and parameter seed")
     peer = parser.add_argument_group("peer")
     peer.add_argument(
@@ -134,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
     from zoo.bench.hardware import device_info
 
     if args.peer:
-        from zoo.bench.peer_torch import import_torch
+        from zoo.bench.peer_models import import_torch
 
         try:
             import_torch()
@@ -158,6 +164,7 @@ def run(args: argparse.Namespace) -> int:
         layers=args.layers,
         dropout=args.dropout,
         seed=args.seed,
+        rounds=args.rounds,
     )
     date = report.now_utc()
     rows = []
