@@ -100,6 +100,7 @@ class ZooRun:
             return train_step(model, opt_state, batch, key, next(step_numbers))
 
         self.train = Timed(train, (model, opt_state, None))
+        self.decode_error: str | None = None
         forward = make_forward(spec.precision)
         inputs = model_inputs(spec.flavor, batch)
         self.timers = {
@@ -121,8 +122,15 @@ class ZooRun:
         # bf16 attention promotes internally, which JAX's strict promotion mode refuses; the
         # train step sets its own scope.
         with jax.numpy_dtype_promotion("standard"):
-            for timer in self.timers.values():
-                timer.start(self.spec.warmup)
+            for name, timer in list(self.timers.items()):
+                try:
+                    timer.start(self.spec.warmup)
+                except Exception as error:
+                    if name != "decode":
+                        raise
+                    # Decoding is a side measurement: its failure goes into the row.
+                    self.decode_error = f"decode failed: {type(error).__name__}: {error}"
+                    del self.timers[name]
 
     def fields(self) -> dict[str, Any]:
         spec, train = self.spec, self.train

@@ -106,11 +106,14 @@ def run_spec(
     peer_compile: bool = False,
     date: str | None = None,
     first: bool = True,
+    sequential: bool = False,
 ) -> dict[str, Any]:
     """Measure one row: start (compile, warm up) the peer and zoo, then time them in turns.
 
     The timed calls of every measurement (train, forward, decode; zoo and peer) are spread over
-    `spec.rounds` rounds, so a change in the machine's load hits both sides alike.
+    `spec.rounds` rounds, so a change in the machine's load hits both sides alike. With
+    `sequential`, the peer is timed alone and its memory released before zoo starts (for
+    accelerators that cannot hold both).
     """
     device = device_info()
     config = spec.config()
@@ -131,36 +134,53 @@ def run_spec(
         device=device["device"],
         date=date or now_utc(),
     )
-    runs: list[Any] = []
-    torch_device = None
-    if peer is not None:
+    before, _ = peak_memory()
+    peak = peak_bf16(device["device_kind"], device["platform"])
+    if peer is None:
+        row["peer_reason"] = "no peer requested (--peer torch)"
+        row.update(_timed([ZooRun(spec, peak)], spec)[0])
+    else:
         if peer not in PEERS:
             raise ValueError(f"unknown peer {peer!r}; choose from {PEERS}")
         from zoo.bench import peer_torch
 
         torch_device = peer_torch.torch_device(device["platform"])
-        runs.append(peer_torch.PeerRun(spec, torch_device, compile=peer_compile))
-    else:
-        row["peer_reason"] = "no peer requested (--peer torch)"
-    before, _ = peak_memory()
-    runs.append(ZooRun(spec, peak_bf16(device["device_kind"], device["platform"])))
-    # bf16 attention promotes internally, which JAX's strict promotion mode refuses.
-    with jax.numpy_dtype_promotion("standard"):
-        for run in runs:
-            run.start()
-        timers = [timer for run in runs for timer in run.timers.values()]
-        interleave(timers, steps=spec.steps, rounds=spec.rounds)
-    for run in runs:
-        row.update(run.fields())
-    if torch_device is not None:
-        runs.clear()
-        peer_torch.release_memory(torch_device)
+        peer_run = peer_torch.PeerRun(spec, torch_device, compile=peer_compile)
+        if sequential:
+            row.update(_timed([peer_run], spec)[0])
+            del peer_run
+            peer_torch.release_memory(torch_device)
+            row.update(_timed([ZooRun(spec, peak)], spec)[0])
+        else:
+            for fields in _timed([peer_run, ZooRun(spec, peak)], spec):
+                row.update(fields)
+            del peer_run
+            peer_torch.release_memory(torch_device)
     if not first and before is not None and row["peak_memory_bytes"] == before:
         row["peak_memory_reason"] = (
             "upper bound: an earlier row in this process set the peak; "
             "bench one preset per process for its own peak"
         )
     return finite(add_ratios(row))
+
+
+def _timed(runs: list[Any], spec: BenchSpec) -> list[dict[str, Any]]:
+    """Start every run, time all their calls in interleaved rounds, return each run's fields."""
+    # bf16 attention promotes internally, which JAX's strict promotion mode refuses.
+    with jax.numpy_dtype_promotion("standard"):
+        for run in runs:
+            try:
+                run.start()
+            except Exception as error:
+                if spec.attention != "cudnn":
+                    raise
+                raise RuntimeError(
+                    f"{spec.preset} failed with cuDNN attention ({type(error).__name__}: {error}); "
+                    "rerun with --attention xla"
+                ) from error
+        timers = [timer for run in runs for timer in run.timers.values()]
+        interleave(timers, steps=spec.steps, rounds=spec.rounds)
+    return [run.fields() for run in runs]
 
 
 def finite(row: dict[str, Any]) -> dict[str, Any]:

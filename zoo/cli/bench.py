@@ -89,6 +89,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also time the peer under torch.compile (the faster mode is compared)",
     )
+    peer.add_argument(
+        "--sequential",
+        action="store_true",
+        help="time the peer alone and free its memory before zoo (default: in turns)",
+    )
     out = parser.add_argument_group("output")
     out.add_argument("--json", action="store_true", help="print rows as JSON lines")
     out.add_argument(
@@ -172,7 +177,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"zoo bench: {spec.preset} {spec.batch}x{spec.seq} {spec.precision}", file=sys.stderr)
         rows.append(
             suite.run_spec(
-                spec, peer=args.peer, peer_compile=args.peer_compile, date=date, first=index == 0
+                spec,
+                peer=args.peer,
+                peer_compile=args.peer_compile,
+                sequential=args.sequential,
+                date=date,
+                first=index == 0,
             )
         )
     if args.json:
