@@ -82,6 +82,7 @@ class Timed:
         self.wait = wait
         self.first_s: float | None = None  # the first call, compile included
         self.compile_s = 0.0  # trace + lower + compile inside the first call (JAX only)
+        self.backend_compile_s = 0.0  # the XLA compile alone
         self.samples_s: list[float] = []  # every timed call
 
     def _run(self) -> float:
@@ -96,6 +97,7 @@ class Timed:
         with CompileClock() as clock:
             self.first_s = self._run()
         self.compile_s = clock.total
+        self.backend_compile_s = clock.backend
         for _ in range(warmup):
             self._run()
 
