@@ -114,7 +114,8 @@ def adamw(model: Any, *, lr: float = 1e-4, weight_decay: float = 0.01, fused: bo
     embeddings = {
         id(p) for m in model.modules() if isinstance(m, torch.nn.Embedding) for p in m.parameters()
     }
-    decay, rest = [], []
+    decay: list[Any] = []
+    rest: list[Any] = []
     for parameter in model.parameters():
         if not parameter.requires_grad:
             continue

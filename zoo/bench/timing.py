@@ -34,9 +34,9 @@ class CompileClock:
     def __init__(self) -> None:
         self.spans: list[tuple[str, float, float]] = []
 
-    def _listen(self, event: str, start: float, end: float, **_: Any) -> None:
+    def _listen(self, event: str, start_time: float, end_time: float, **_: str | int) -> None:
         if event in COMPILE_EVENTS:
-            self.spans.append((event, start, end))
+            self.spans.append((event, start_time, end_time))
 
     def __enter__(self) -> CompileClock:
         jax.monitoring.register_event_time_span_listener(self._listen)
@@ -57,9 +57,8 @@ class CompileClock:
 
     @property
     def backend(self) -> float:
-        return sum(
-            end - start for event, start, end in self.spans if event == BACKEND_COMPILE_EVENT
-        )
+        spans = [end - start for event, start, end in self.spans if event == BACKEND_COMPILE_EVENT]
+        return float(sum(spans))
 
 
 class Timed:

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from zoo import presets
-from zoo.models import TransformerConfig
+from zoo.models import ClassifierConfig, TransformerConfig, TranslatorConfig
 
 FLAVORS = ("gpt", "classifier", "translator")
 PRECISIONS = ("fp32", "bf16")
@@ -147,8 +147,8 @@ class BenchSpec:
 def _token_ids(rng: np.random.Generator, shape: tuple[int, ...], vocab: int, pad_id: int | None):
     """Uniform ids in [0, vocab) that avoid `pad_id`, so every position is a real token."""
     if pad_id is None:
-        return rng.integers(0, vocab, shape, dtype=np.int32)
-    ids = rng.integers(0, vocab - 1, shape, dtype=np.int32)
+        return rng.integers(0, vocab, shape).astype(np.int32)
+    ids = rng.integers(0, vocab - 1, shape).astype(np.int32)
     return ids + (ids >= pad_id).astype(np.int32)
 
 
@@ -162,13 +162,13 @@ def make_batch(spec: BenchSpec) -> dict[str, np.ndarray]:
     config = presets.get(spec.preset).config
     rng = np.random.default_rng(spec.seed)
     vocab, pad_id = config.vocab_size, config.pad_id
-    if spec.flavor == "gpt":
-        return {"tokens": _token_ids(rng, (spec.batch, spec.seq + 1), vocab, pad_id)}
-    if spec.flavor == "classifier":
+    if isinstance(config, ClassifierConfig):
         return {
             "tokens": _token_ids(rng, (spec.batch, spec.seq), vocab, pad_id),
-            "labels": rng.integers(0, config.num_classes, (spec.batch,), dtype=np.int32),
+            "labels": rng.integers(0, config.num_classes, (spec.batch,)).astype(np.int32),
         }
+    if not isinstance(config, TranslatorConfig):
+        return {"tokens": _token_ids(rng, (spec.batch, spec.seq + 1), vocab, pad_id)}
     target_vocab = config.tgt_vocab
     return {
         "src": _token_ids(rng, (spec.batch, spec.seq), vocab, pad_id),
