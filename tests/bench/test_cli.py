@@ -38,6 +38,7 @@ def test_gpt_tiny_json_rows_and_results_file(tmp_path, capsys):
     assert "--steps 3" in meta["command"] and "--json" in meta["command"]
     assert {"jax", "jaxlib", "equinox"} <= set(meta["versions"])
     assert meta["device"]["platform"] == "cpu" and meta["date"]
+    assert meta["git_dirty"] in (True, False, None)
 
 
 def test_bad_options_are_clear_errors(tmp_path, capsys):

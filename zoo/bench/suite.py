@@ -191,16 +191,25 @@ def finite(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def git_commit(directory: Path | None = None) -> str | None:
-    """The checked-out commit of the zoo sources, if they are a git checkout."""
+def git_state(directory: Path | None = None) -> tuple[str | None, bool | None]:
+    """(checked-out commit, whether tracked files differ from it) of the zoo sources, if they
+    are a git checkout; (None, None) otherwise."""
     directory = directory or Path(__file__).resolve().parent
-    try:
-        done = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=directory, capture_output=True, text=True, timeout=5
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return (done.stdout.strip() or None) if done.returncode == 0 else None
+
+    def git(*words: str) -> str | None:
+        try:
+            done = subprocess.run(
+                ["git", *words], cwd=directory, capture_output=True, text=True, timeout=5
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    if not commit:
+        return None, None
+    changes = git("status", "--porcelain", "--untracked-files=no")
+    return commit, None if changes is None else bool(changes)
 
 
 def run_meta(command: str, date: str, *, peer: str | None) -> dict[str, Any]:
@@ -210,6 +219,7 @@ def run_meta(command: str, date: str, *, peer: str | None) -> dict[str, Any]:
     device = device_info()
     peak = peak_bf16(device["device_kind"], device["platform"])
     packages = ZOO_PACKAGES + (PEER_PACKAGES if peer else ())
+    commit, dirty = git_state()
     return {
         "date": date,
         "command": command,
@@ -217,7 +227,8 @@ def run_meta(command: str, date: str, *, peer: str | None) -> dict[str, Any]:
         "peak_bf16_tflops": peak.tflops,
         "peak_name": peak.name,
         "versions": {"zoo": zoo.__version__, **versions(*packages)},
-        "git_commit": git_commit(),
+        "git_commit": commit,
+        "git_dirty": dirty,
         # other work on the machine skews timings; the 1/5/15-minute load says how much
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "python_executable": sys.executable,
