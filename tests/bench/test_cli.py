@@ -1,0 +1,67 @@
+"""`zoo bench` end to end on CPU, in-process (no timing is asserted)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import zoo.cli
+from zoo.bench.report import FIELDS
+
+SMALL = ["--batch", "2", "--seq", "16", "--warmup", "0", "--decode-prompt", "4"]
+SMALL += ["--decode-tokens", "4"]
+
+
+def results(directory):
+    (path,) = directory.glob("bench-*.json")
+    return json.loads(path.read_text())
+
+
+@pytest.mark.slow
+def test_gpt_tiny_json_rows_and_results_file(tmp_path, capsys):
+    argv = ["bench", "--flavor", "gpt", "--preset", "gpt-tiny", "--steps", "3", *SMALL]
+    assert zoo.cli.main([*argv, "--json", "--out", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    (row,) = [json.loads(line) for line in lines]
+    assert list(row) == list(FIELDS)
+    assert (row["flavor"], row["preset"], row["batch"], row["seq"]) == ("gpt", "gpt-tiny", 2, 16)
+    assert row["tokens_per_s"] > 0 and row["inference_tokens_per_s"] > 0
+    assert row["decode_tokens_per_s"] > 0 and row["compile_s"] > 0
+    assert row["flops_per_token"] == 6 * 104192 + 12 * 2 * 4 * 16 * 16
+    assert row["mfu"] is None and row["mfu_reason"]  # CPU: no peak, and a reason
+    assert row["peer"] is None and row["ratio"] is None
+    saved = results(tmp_path)
+    assert saved["rows"] == [row]
+    meta = saved["meta"]
+    assert meta["command"].startswith("zoo bench --flavor gpt --preset gpt-tiny --batch 2")
+    assert "--steps 3" in meta["command"] and "--json" in meta["command"]
+    assert {"jax", "jaxlib", "equinox"} <= set(meta["versions"])
+    assert meta["device"]["platform"] == "cpu" and meta["date"]
+    assert meta["git_dirty"] in (True, False, None)
+
+
+def test_bad_options_are_clear_errors(tmp_path, capsys):
+    argv = ["bench", "--flavor", "gpt", "--preset", "classifier-tiny", "--no-save"]
+    assert zoo.cli.main(argv) == 2
+    assert "is a classifier" in capsys.readouterr().err
+    assert zoo.cli.main(["bench", "--preset", "gpt-tiny", "--seq", "1000", "--no-save"]) == 2
+    assert "max_positions" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.hf
+def test_peer_torch_on_gpt_tiny(tmp_path, capsys):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    argv = ["bench", "--preset", "gpt-tiny", "--steps", "2", *SMALL, "--peer", "torch"]
+    assert zoo.cli.main([*argv, "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "peer tok/s" in out and "ratio" in out
+    (row,) = results(tmp_path)["rows"]
+    assert row["peer"] == "torch" and row["peer_model"] == "GPT2LMHeadModel"
+    assert row["peer_attention"] == "sdpa" and row["peer_params"] == row["params"]
+    assert row["peer_tokens_per_s"] > 0 and row["peer_decode_tokens_per_s"] > 0
+    assert row["ratio"] == pytest.approx(row["tokens_per_s"] / row["peer_tokens_per_s"])
+    assert abs(row["loss"] - row["peer_loss"]) < 0.5  # same data, same init scale: ln(64) ~ 4.16
+    assert {"torch", "transformers"} <= set(results(tmp_path)["meta"]["versions"])

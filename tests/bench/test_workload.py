@@ -1,0 +1,79 @@
+"""Benchmark specs, device defaults and the random batches both frameworks get."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from zoo.bench.suite import attention_for, plan
+from zoo.bench.workload import BenchSpec, make_batch, make_prompts
+
+
+def test_batches_have_the_task_formats_and_no_padding():
+    gpt = make_batch(BenchSpec(preset="gpt-tiny", batch=3, seq=8))
+    assert gpt["tokens"].shape == (3, 9) and gpt["tokens"].dtype == np.int32
+    assert gpt["tokens"].min() >= 1  # gpt-tiny pads with 0
+    classifier = make_batch(BenchSpec(preset="classifier-tiny", batch=3, seq=8))
+    assert classifier["tokens"].shape == (3, 8) and classifier["labels"].shape == (3,)
+    assert set(np.unique(classifier["labels"])) <= {0, 1}
+    translator = make_batch(BenchSpec(preset="translator-tiny", batch=3, seq=8))
+    assert translator["src"].shape == (3, 8) and translator["tgt"].shape == (3, 9)
+    assert make_prompts(BenchSpec(preset="gpt-tiny", batch=3, seq=8, decode_prompt=5)).shape == (
+        3,
+        5,
+    )
+
+
+def test_spec_changes_the_config():
+    spec = BenchSpec(preset="gpt2", batch=1, seq=8, pad_vocab=True, layers="unroll", dropout=0.1)
+    config = spec.config()
+    assert config.vocab_size == 50304  # 50257 rounded up to a multiple of 64
+    assert config.scan_layers is False
+    assert config.dropout == config.attention_dropout == 0.1
+    # the data still uses the preset's own ids
+    assert make_batch(spec)["tokens"].max() < 50257
+    assert BenchSpec(preset="translator-tiny", batch=2, seq=8).tokens_per_step() == 2 * 2 * 8
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        (dict(seq=129), "exceeds max_positions=128"),
+        (dict(precision="fp16"), "precision must be one of"),
+        (dict(batch=0), "batch must be >= 1"),
+        (dict(layers="loop"), "layers must be one of"),
+        (dict(decode_prompt=100, decode_tokens=100), "exceed max_positions"),
+    ],
+)
+def test_bad_specs_say_what_is_wrong(changes, message):
+    with pytest.raises(ValueError, match=message):
+        BenchSpec(**{"preset": "gpt-tiny", "batch": 2, "seq": 8, **changes})
+
+
+def test_unknown_preset_suggests_names():
+    with pytest.raises(KeyError, match="gpt-tiny"):
+        BenchSpec(preset="gpt-tinyy", batch=2, seq=8)
+
+
+def test_plan_uses_the_device_defaults():
+    cpu = plan("cpu")
+    assert [s.preset for s in cpu] == ["gpt-tiny", "classifier-tiny", "translator-tiny"]
+    assert {(s.batch, s.seq, s.precision, s.attention) for s in cpu} == {(16, 64, "fp32", None)}
+    gpu = plan("gpu", flavors=["gpt"])
+    assert [(s.preset, s.batch, s.seq, s.precision) for s in gpu] == [("gpt2", 16, 1024, "bf16")]
+    assert gpu[0].attention == "cudnn"
+    # a tiny preset on a GPU keeps to its max_positions
+    assert plan("gpu", preset_names=["gpt-tiny"])[0].seq == 128
+    assert plan("cpu", preset_names=["gpt2"], seq=32, steps=2)[0].steps == 2
+
+
+def test_plan_refuses_a_preset_of_another_flavor():
+    with pytest.raises(ValueError, match="is a classifier"):
+        plan("cpu", flavors=["gpt"], preset_names=["classifier-tiny"])
+
+
+def test_attention_choice():
+    assert attention_for("auto", "gpu", "bf16") == "cudnn"
+    assert attention_for("auto", "gpu", "fp32") is None
+    assert attention_for("auto", "cpu", "bf16") is None
+    assert attention_for("xla", "gpu", "bf16") == "xla"

@@ -1,0 +1,167 @@
+"""The PyTorch peer's models, optimizer and loss: HuggingFace transformers mirrors of zoo configs.
+
+| zoo flavor | peer model |
+| --- | --- |
+| gpt | `GPT2LMHeadModel` |
+| classifier | `BertForSequenceClassification` |
+| translator | `MarianMTModel` |
+
+Each peer is built from a config that mirrors the zoo config (widths, depth, heads, vocabulary,
+positions, activation, dropout), randomly initialised, with `attn_implementation="sdpa"`.
+Needs the `bench` extra: `pip install 'zoo[bench]'`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+# zoo activation -> transformers activation name
+ACTIVATIONS = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu", "silu": "silu"}
+MODEL_CLASSES = {
+    "gpt": "GPT2LMHeadModel",
+    "classifier": "BertForSequenceClassification",
+    "translator": "MarianMTModel",
+}
+
+
+def import_torch():
+    """(torch, transformers), or an ImportError that says how to install them."""
+    try:
+        import torch
+        import transformers
+    except ImportError as error:
+        raise ImportError(
+            f"--peer torch needs torch and transformers ({error}); "
+            "install them with pip install 'zoo[bench]'"
+        ) from error
+    return torch, transformers
+
+
+def hf_config(config: Any, flavor: str) -> Any:
+    """A transformers config with the shapes of the zoo `config`."""
+    _, transformers = import_torch()
+    common = dict(vocab_size=config.vocab_size, attn_implementation="sdpa")
+    activation = ACTIVATIONS[config.activation]
+    if flavor == "gpt":
+        return transformers.GPT2Config(
+            n_positions=config.max_positions,
+            n_embd=config.d_model,
+            n_layer=config.num_layers,
+            n_head=config.num_heads,
+            n_inner=config.d_ff,
+            activation_function=activation,
+            resid_pdrop=config.dropout,
+            embd_pdrop=config.dropout,
+            attn_pdrop=config.attention_dropout,
+            layer_norm_epsilon=config.layer_norm_eps,
+            tie_word_embeddings=config.tie_embeddings,
+            bos_token_id=config.bos_id,
+            eos_token_id=config.eos_id,
+            pad_token_id=config.pad_id,
+            **common,
+        )
+    if flavor == "classifier":
+        return transformers.BertConfig(
+            hidden_size=config.d_model,
+            num_hidden_layers=config.num_layers,
+            num_attention_heads=config.num_heads,
+            intermediate_size=config.d_ff,
+            hidden_act=activation,
+            max_position_embeddings=config.max_positions,
+            type_vocab_size=max(config.type_vocab_size, 1),
+            layer_norm_eps=config.layer_norm_eps,
+            hidden_dropout_prob=config.dropout,
+            attention_probs_dropout_prob=config.attention_dropout,
+            num_labels=config.num_classes,
+            pad_token_id=config.pad_id or 0,
+            **common,
+        )
+    return transformers.MarianConfig(
+        d_model=config.d_model,
+        encoder_layers=config.num_layers,
+        decoder_layers=config.decoder_layers,
+        encoder_attention_heads=config.num_heads,
+        decoder_attention_heads=config.num_heads,
+        encoder_ffn_dim=config.d_ff,
+        decoder_ffn_dim=config.d_ff,
+        activation_function=activation,
+        max_position_embeddings=config.max_positions,
+        dropout=config.dropout,
+        attention_dropout=config.attention_dropout,
+        activation_dropout=config.dropout,
+        scale_embedding=config.scale_embeddings,
+        share_encoder_decoder_embeddings=config.share_embeddings,
+        tie_word_embeddings=config.tie_output,
+        pad_token_id=config.pad_id or 0,
+        decoder_start_token_id=config.bos_id,
+        eos_token_id=config.eos_id,
+        **common,
+    )
+
+
+def build_peer(config: Any, flavor: str, *, seed: int = 0) -> Any:
+    """The randomly initialised transformers model that mirrors `config`."""
+    torch, transformers = import_torch()
+    torch.manual_seed(seed)
+    return getattr(transformers, MODEL_CLASSES[flavor])(hf_config(config, flavor))
+
+
+def adamw(model: Any, *, lr: float = 1e-4, weight_decay: float = 0.01, fused: bool = False):
+    """torch AdamW with zoo's decay mask: weight matrices decay; biases, norms, embeddings not."""
+    torch, _ = import_torch()
+    embeddings = {
+        id(p) for m in model.modules() if isinstance(m, torch.nn.Embedding) for p in m.parameters()
+    }
+    decay: list[Any] = []
+    rest: list[Any] = []
+    for parameter in model.parameters():
+        if not parameter.requires_grad:
+            continue
+        matrix = parameter.ndim == 2 and id(parameter) not in embeddings
+        (decay if matrix else rest).append(parameter)
+    groups = [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": rest, "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999), eps=1e-8, fused=fused)
+
+
+class PeerTask:
+    """Forward and loss of one flavor on torch tensors, mirroring `zoo.tasks`."""
+
+    def __init__(self, flavor: str, config: Any, batch: dict[str, np.ndarray], device: str):
+        torch, _ = import_torch()
+        self.flavor = flavor
+        self.pad_id = config.pad_id
+        self.batch = {
+            name: torch.as_tensor(value).long().to(device) for name, value in batch.items()
+        }
+
+    def inputs(self) -> dict[str, Any]:
+        """Keyword arguments of the peer model (what the zoo model reads)."""
+        b = self.batch
+        if self.flavor == "gpt":
+            return {"input_ids": b["tokens"][:, :-1]}
+        if self.flavor == "classifier":
+            mask = None if self.pad_id is None else (b["tokens"] != self.pad_id).long()
+            return {"input_ids": b["tokens"], "attention_mask": mask}
+        mask = None if self.pad_id is None else (b["src"] != self.pad_id).long()
+        return {
+            "input_ids": b["src"],
+            "attention_mask": mask,
+            "decoder_input_ids": b["tgt"][:, :-1],
+        }
+
+    def loss(self, logits: Any) -> Any:
+        """Mean fp32 cross-entropy over the scored positions (targets that are not padding)."""
+        torch, _ = import_torch()
+        b = self.batch
+        if self.flavor == "classifier":
+            return torch.nn.functional.cross_entropy(logits.float(), b["labels"])
+        targets = b["tokens"][:, 1:] if self.flavor == "gpt" else b["tgt"][:, 1:]
+        ignore = -100 if self.pad_id is None else self.pad_id
+        return torch.nn.functional.cross_entropy(
+            logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=ignore
+        )

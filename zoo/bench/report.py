@@ -1,0 +1,152 @@
+"""Benchmark rows: their fields, the table `zoo bench` prints, and the JSON it writes."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+# Every field of a row, in order, with what it means. A field that cannot be measured is null,
+# with a `*_reason` field saying why.
+FIELDS: dict[str, str] = {
+    "flavor": "gpt | classifier | translator",
+    "preset": "the zoo preset",
+    "batch": "sequences (translator: pairs) per step",
+    "seq": "positions the model reads per sequence (translator: source and target each)",
+    "tokens_per_step": "positions read per step: batch x seq (translator: batch x 2 seq)",
+    "precision": "compute dtype: fp32 | bf16 (weights and optimizer state stay float32)",
+    "layers": "scan | unroll: how the layer stack runs",
+    "attention": "jax.nn.dot_product_attention implementation (null: XLA's default)",
+    "vocab_size": "vocabulary of the benchmarked model (padded with --pad-vocab)",
+    "dropout": "dropout and attention dropout of both models",
+    "steps": "timed calls per measurement (the median is reported)",
+    "warmup": "untimed calls after the first, compiling, call",
+    "rounds": "rounds the timed calls are spread over, zoo and peer in turn",
+    "params": "all parameters of the zoo model",
+    "flop_params": "N of the FLOP count: parameters without position embeddings",
+    "flops_per_token": "training FLOPs per token (6N + 12 L H Q T; see zoo.bench.flops)",
+    "train_step_s": "median seconds of one train step (forward, backward, AdamW)",
+    "tokens_per_s": "training tokens per second: tokens_per_step / train_step_s",
+    "mfu": "model FLOPs utilisation against the device's dense bf16 peak",
+    "mfu_reason": "why mfu is null",
+    "compile_s": "trace + lower + XLA compile of the train step",
+    "first_step_s": "wall time of the first train step, compile included",
+    "loss": "training loss after the timed steps (a sanity check: near ln(vocab) at init)",
+    "inference_step_s": "median seconds of the jitted, vmapped forward",
+    "inference_tokens_per_s": "forward tokens per second",
+    "inference_compile_s": "trace + lower + XLA compile of the forward",
+    "decode_tokens_per_s": "generated tokens per second, greedy with the KV cache (GPT)",
+    "decode_compile_s": "trace + lower + XLA compile of the decode loop",
+    "decode_reason": "why decode_tokens_per_s is null",
+    "peak_memory_bytes": "peak device memory of the process (device.memory_stats())",
+    "peak_memory_reason": "why peak_memory_bytes is null or only an upper bound",
+    "peer": "the peer framework (torch) or null",
+    "peer_model": "the transformers class of the peer",
+    "peer_attention": "the peer's attention implementation",
+    "peer_params": "parameters of the peer model",
+    "peer_threads": "torch intra-op threads (torch.get_num_threads())",
+    "peer_eager_tokens_per_s": "peer training tokens per second, eager",
+    "peer_compiled_tokens_per_s": "peer training tokens per second with torch.compile",
+    "peer_compile_s": "first compiled peer step minus a timed one",
+    "peer_mode": "eager | compiled: the faster peer, used for the ratios",
+    "peer_tokens_per_s": "training tokens per second of the faster peer mode",
+    "peer_loss": "the peer's training loss after the timed steps",
+    "peer_inference_tokens_per_s": "peer forward tokens per second (faster mode)",
+    "peer_decode_tokens_per_s": "peer greedy KV-cache decoding, tokens per second (eager)",
+    "peer_peak_memory_bytes": "torch.cuda.max_memory_allocated() (null on CPU)",
+    "peer_reason": "why the peer fields (or the compiled ones) are null",
+    "ratio": "tokens_per_s / peer_tokens_per_s (> 1: zoo is faster)",
+    "inference_ratio": "inference_tokens_per_s / peer_inference_tokens_per_s",
+    "decode_ratio": "decode_tokens_per_s / peer_decode_tokens_per_s",
+    "device": "the device the row ran on",
+    "date": "when the run started (UTC, ISO 8601)",
+}
+
+
+def new_row(**values: Any) -> dict[str, Any]:
+    """A row with every field (null where not given); unknown fields raise."""
+    unknown = sorted(set(values) - set(FIELDS))
+    if unknown:
+        raise KeyError(f"unknown benchmark field(s) {unknown}; known: {list(FIELDS)}")
+    return {name: values.get(name) for name in FIELDS}
+
+
+def add_ratios(row: dict[str, Any]) -> dict[str, Any]:
+    """Fill `ratio`, `inference_ratio` and `decode_ratio` where both sides were measured."""
+    pairs = {
+        "ratio": ("tokens_per_s", "peer_tokens_per_s"),
+        "inference_ratio": ("inference_tokens_per_s", "peer_inference_tokens_per_s"),
+        "decode_ratio": ("decode_tokens_per_s", "peer_decode_tokens_per_s"),
+    }
+    for name, (ours, theirs) in pairs.items():
+        if row.get(ours) and row.get(theirs):
+            row[name] = row[ours] / row[theirs]
+    return row
+
+
+def _count(value: float | None) -> str:
+    if value is None:
+        return "-"
+    for limit, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if value >= limit:
+            return f"{value / limit:.3g}{suffix}"
+    return f"{value:.3g}"
+
+
+def _bytes(value: int | None) -> str:
+    return "-" if value is None else f"{value / 2**30:.2f} GiB"
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """The rows as a fixed-width text table."""
+    with_peer = any(row.get("peer") for row in rows)
+    columns = [
+        ("flavor", 10, lambda r: r["flavor"]),
+        ("preset", 16, lambda r: r["preset"]),
+        ("batch x seq", 11, lambda r: f"{r['batch']}x{r['seq']}"),
+        ("prec", 4, lambda r: r["precision"]),
+        ("train tok/s", 11, lambda r: _count(r["tokens_per_s"])),
+        ("MFU", 6, lambda r: "-" if r["mfu"] is None else f"{100 * r['mfu']:.1f}%"),
+        ("infer tok/s", 11, lambda r: _count(r["inference_tokens_per_s"])),
+        ("decode tok/s", 12, lambda r: _count(r["decode_tokens_per_s"])),
+        ("peak mem", 10, lambda r: _bytes(r["peak_memory_bytes"])),
+        ("compile s", 9, lambda r: f"{r['compile_s']:.1f}"),
+    ]
+    if with_peer:
+        columns += [
+            ("peer tok/s", 10, lambda r: _count(r["peer_tokens_per_s"])),
+            ("ratio", 6, lambda r: "-" if r["ratio"] is None else f"{r['ratio']:.2f}x"),
+            ("infer ratio", 11, lambda r: _ratio(r["inference_ratio"])),
+            ("decode ratio", 12, lambda r: _ratio(r["decode_ratio"])),
+        ]
+    header = "  ".join(f"{name:>{width}}" for name, width, _ in columns)
+    lines = [header, "-" * len(header)]
+    for row in rows:
+        lines.append("  ".join(f"{cell(row):>{width}}" for _, width, cell in columns))
+    return "\n".join(lines)
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def now_utc() -> str:
+    return datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat()
+
+
+def result_path(directory: Path, date: str, device: dict[str, Any]) -> Path:
+    """`bench-<date>-<platform>[-<device kind>].json` under `directory`."""
+    stamp = re.sub(r"[^0-9T]", "", date)[:15]
+    kind = "" if device["platform"] == "cpu" else "-" + device["device_kind"]
+    slug = re.sub(r"[^a-z0-9]+", "-", f"{device['platform']}{kind}".lower()).strip("-")
+    return directory / f"bench-{stamp}-{slug}.json"
+
+
+def write_results(directory: Path, rows: list[dict[str, Any]], meta: dict[str, Any]) -> Path:
+    """Write `{"meta": ..., "rows": [...]}` as JSON under `directory`; return the file."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = result_path(directory, meta["date"], meta["device"])
+    path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+    return path

@@ -1,0 +1,170 @@
+"""Measure zoo on one `BenchSpec`: the trainer's train step, a jitted forward, KV-cache decoding."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from zoo import presets, tasks
+from zoo.bench.flops import train_flops
+from zoo.bench.hardware import Peak, mfu, peak_memory
+from zoo.bench.timing import Timed
+from zoo.bench.workload import BenchSpec, make_batch, make_prompts
+from zoo.train import PRECISIONS, adamw, cast_floating
+from zoo.train.step import make_train_step
+
+
+def model_inputs(flavor: str, batch: dict[str, jax.Array]) -> tuple[jax.Array, ...]:
+    """The arrays the model reads in a training step: what the inference forward is given."""
+    if flavor == "gpt":
+        return (batch["tokens"][:, :-1],)
+    if flavor == "classifier":
+        return (batch["tokens"],)
+    return batch["src"], batch["tgt"][:, :-1]
+
+
+def make_forward(precision: str) -> Callable[..., jax.Array]:
+    """A jitted batched forward: fp32 weights cast to the compute dtype, `jax.vmap` over examples."""
+    compute = PRECISIONS[precision]
+
+    @eqx.filter_jit
+    def forward(model, inputs):
+        return jax.vmap(cast_floating(model, compute))(*inputs)
+
+    return forward
+
+
+def make_greedy_decode(
+    prompt_len: int, new_tokens: int, precision: str
+) -> Callable[..., jax.Array]:
+    """A jitted greedy decoder: prefill `prompt_len` tokens, then `lax.scan` over `GPT.extend`.
+
+    Returns `int32[batch, new_tokens]`. A deliberately small loop for timing, not a generation
+    library: no sampling, no stop tokens.
+    """
+    compute = PRECISIONS[precision]
+
+    @eqx.filter_jit
+    def decode(model, prompts):
+        model = cast_floating(model, compute)
+
+        def one(prompt):
+            cache = model.init_cache(prompt_len + new_tokens, dtype=compute)
+            logits, cache = model.extend(prompt, cache)
+            first = jnp.argmax(logits[-1]).astype(jnp.int32)
+
+            def body(carry, _):
+                token, cache = carry
+                logits, cache = model.extend(token[None], cache)
+                return (jnp.argmax(logits[-1]).astype(jnp.int32), cache), token
+
+            (last, _), tokens = jax.lax.scan(body, (first, cache), None, length=new_tokens - 1)
+            return jnp.concatenate([tokens, last[None]])
+
+        return jax.vmap(one)(prompts)
+
+    return decode
+
+
+class ZooRun:
+    """The zoo side of a row: the train step, the forward and (GPT) decoding, ready to time.
+
+    `timers` are started (compiled, warmed up) by `start`, then sampled, possibly interleaved
+    with the peer's; `fields` turns the timings into the row's zoo fields. The forward and the
+    decoder read the model the train step has just produced (the step donates the old one).
+    """
+
+    def __init__(self, spec: BenchSpec, peak: Peak):
+        self.spec = spec
+        self.peak = peak
+        config = spec.config()
+        key = jax.random.key(spec.seed)
+        model = presets.build(config, key=key)
+        self.params = presets.count_params(model)
+        self.flops = train_flops(model, spec.batch, spec.seq)
+        optimizer = adamw(lr=1e-4)
+        opt_state = optimizer.init(eqx.filter(model, eqx.is_inexact_array))
+        train_step = make_train_step(
+            tasks.for_flavor(spec.flavor), optimizer, precision=spec.precision
+        )
+        batch = {name: jnp.asarray(value) for name, value in make_batch(spec).items()}
+        step_numbers = itertools.count()
+
+        def train(state):
+            model, opt_state, _ = state
+            return train_step(model, opt_state, batch, key, next(step_numbers))
+
+        self.train = Timed(train, (model, opt_state, None))
+        self.decode_error: str | None = None
+        forward = make_forward(spec.precision)
+        inputs = model_inputs(spec.flavor, batch)
+        self.timers = {
+            "train": self.train,
+            "inference": Timed(lambda _: forward(self.model, inputs)),
+        }
+        if spec.decodes:
+            decode = make_greedy_decode(spec.decode_prompt, spec.decode_tokens, spec.precision)
+            prompts = jnp.asarray(make_prompts(spec))
+            self.timers["decode"] = Timed(lambda _: decode(self.model, prompts))
+
+    @property
+    def model(self) -> Any:
+        """The latest model: what the last train step returned."""
+        return self.train.state[0]
+
+    def start(self) -> None:
+        """First (compiling) call and warm-up of each timer, the train step first."""
+        # bf16 attention promotes internally, which JAX's strict promotion mode refuses; the
+        # train step sets its own scope.
+        with jax.numpy_dtype_promotion("standard"):
+            for name, timer in list(self.timers.items()):
+                try:
+                    timer.start(self.spec.warmup)
+                except Exception as error:
+                    if name != "decode":
+                        raise
+                    # Decoding is a side measurement: its failure goes into the row.
+                    self.decode_error = f"decode failed: {type(error).__name__}: {error}"
+                    del self.timers[name]
+
+    def fields(self) -> dict[str, Any]:
+        spec, train = self.spec, self.train
+        step_s = train.median_s
+        tokens = spec.tokens_per_step()
+        inference = self.timers["inference"]
+        fields: dict[str, Any] = dict(
+            params=self.params,
+            flop_params=self.flops.params,
+            flops_per_token=self.flops.flops_per_token,
+            tokens_per_step=tokens,
+            train_step_s=step_s,
+            tokens_per_s=tokens / step_s,
+            mfu=mfu(self.flops.flops_per_step, step_s, self.peak),
+            mfu_reason=self.peak.reason,
+            compile_s=train.compile_s,
+            first_step_s=train.first_s,
+            loss=float(train.state[2].stats.loss),
+            inference_step_s=inference.median_s,
+            inference_tokens_per_s=tokens / inference.median_s,
+            inference_compile_s=inference.compile_s,
+        )
+        decode = self.timers.get("decode")
+        if decode is None:
+            why = (
+                "disabled" if spec.flavor == "gpt" else "KV-cache decoding is measured for the GPT"
+            )
+            fields.update(decode_tokens_per_s=None, decode_compile_s=None, decode_reason=why)
+        else:
+            fields.update(
+                decode_tokens_per_s=spec.batch * spec.decode_tokens / decode.median_s,
+                decode_compile_s=decode.compile_s,
+                decode_reason=None,
+            )
+        memory, reason = peak_memory()
+        fields.update(peak_memory_bytes=memory, peak_memory_reason=reason)
+        return fields

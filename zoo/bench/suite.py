@@ -1,0 +1,235 @@
+"""Run benchmark rows: the peer (if asked) and then zoo on each `BenchSpec`, into report rows."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import jax
+
+from zoo import presets
+from zoo.bench.hardware import (
+    PEER_PACKAGES,
+    ZOO_PACKAGES,
+    device_info,
+    peak_bf16,
+    peak_memory,
+    versions,
+)
+from zoo.bench.report import add_ratios, new_row, now_utc
+from zoo.bench.run_zoo import ZooRun
+from zoo.bench.timing import interleave
+from zoo.bench.workload import FLAVORS, BenchSpec, defaults_for
+
+PEERS = ("torch",)
+
+
+def attention_for(choice: str, platform: str, precision: str) -> str | None:
+    """The attention implementation for `--attention`: "auto" is cuDNN for bf16 on a GPU.
+
+    cuDNN's fused attention takes only half-precision inputs; elsewhere None lets JAX choose.
+    """
+    if choice == "auto":
+        return "cudnn" if platform == "gpu" and precision == "bf16" else None
+    return choice
+
+
+def plan(
+    platform: str,
+    *,
+    flavors: list[str] | None = None,
+    preset_names: list[str] | None = None,
+    batch: int | None = None,
+    seq: int | None = None,
+    precision: str | None = None,
+    attention: str = "auto",
+    decode_prompt: int | None = None,
+    decode_tokens: int | None = None,
+    steps: int | None = None,
+    warmup: int | None = None,
+    **options: Any,
+) -> list[BenchSpec]:
+    """The rows of a `zoo bench` run; what is not given comes from the device's defaults.
+
+    Presets pick the rows when given (and must belong to `flavors`, if those are given too);
+    otherwise each flavor (all by default) runs its default preset for the device. `options`
+    go to `BenchSpec` as they are (pad_vocab, layers, dropout, seed).
+    """
+    defaults = defaults_for(platform)
+    for flavor in flavors or []:
+        if flavor not in FLAVORS:
+            raise ValueError(f"unknown flavor {flavor!r}; choose from {FLAVORS}")
+    if preset_names:
+        names = list(preset_names)
+        for name in names:
+            if flavors and presets.get(name).flavor not in flavors:
+                raise ValueError(
+                    f"preset {name!r} is a {presets.get(name).flavor}, not a "
+                    f"{' or '.join(flavors)}; drop --flavor or pick a matching preset"
+                )
+    else:
+        names = [defaults.presets[flavor] for flavor in (flavors or FLAVORS)]
+    precision = precision or defaults.precision
+    specs = []
+    for name in names:
+        preset = presets.get(name)
+        max_positions = preset.config.max_positions
+        prompt = decode_prompt or min(defaults.decode_prompt, max_positions // 2)
+        new_tokens = defaults.decode_tokens if decode_tokens is None else decode_tokens
+        if decode_tokens is None:
+            new_tokens = min(new_tokens, max_positions - prompt)
+        specs.append(
+            BenchSpec(
+                preset=name,
+                batch=batch or defaults.batch[preset.flavor],
+                seq=seq or min(defaults.seq[preset.flavor], max_positions),
+                precision=precision,
+                attention=attention_for(attention, platform, precision),
+                decode_prompt=prompt,
+                decode_tokens=new_tokens,
+                steps=steps or defaults.steps,
+                warmup=defaults.warmup if warmup is None else warmup,
+                **options,
+            )
+        )
+    return specs
+
+
+def run_spec(
+    spec: BenchSpec,
+    *,
+    peer: str | None = None,
+    peer_compile: bool = False,
+    date: str | None = None,
+    first: bool = True,
+    sequential: bool = False,
+) -> dict[str, Any]:
+    """Measure one row: start (compile, warm up) the peer and zoo, then time them in turns.
+
+    The timed calls of every measurement (train, forward, decode; zoo and peer) are spread over
+    `spec.rounds` rounds, so a change in the machine's load hits both sides alike. With
+    `sequential`, the peer is timed alone and its memory released before zoo starts (for
+    accelerators that cannot hold both).
+    """
+    device = device_info()
+    config = spec.config()
+    row = new_row(
+        flavor=spec.flavor,
+        preset=spec.preset,
+        batch=spec.batch,
+        seq=spec.seq,
+        tokens_per_step=spec.tokens_per_step(),
+        precision=spec.precision,
+        layers="scan" if config.scan_layers else "unroll",
+        attention=config.attention_implementation,
+        vocab_size=config.vocab_size,
+        dropout=spec.dropout,
+        steps=spec.steps,
+        warmup=spec.warmup,
+        rounds=spec.rounds,
+        device=device["device"],
+        date=date or now_utc(),
+    )
+    before, _ = peak_memory()
+    peak = peak_bf16(device["device_kind"], device["platform"])
+    if peer is None:
+        row["peer_reason"] = "no peer requested (--peer torch)"
+        row.update(_timed([ZooRun(spec, peak)], spec)[0])
+    else:
+        if peer not in PEERS:
+            raise ValueError(f"unknown peer {peer!r}; choose from {PEERS}")
+        from zoo.bench import peer_torch
+
+        torch_device = peer_torch.torch_device(device["platform"])
+        peer_run = peer_torch.PeerRun(spec, torch_device, compile=peer_compile)
+        if sequential:
+            row.update(_timed([peer_run], spec)[0])
+            del peer_run
+            peer_torch.release_memory(torch_device)
+            row.update(_timed([ZooRun(spec, peak)], spec)[0])
+        else:
+            for fields in _timed([peer_run, ZooRun(spec, peak)], spec):
+                row.update(fields)
+            del peer_run
+            peer_torch.release_memory(torch_device)
+    if not first and before is not None and row["peak_memory_bytes"] == before:
+        row["peak_memory_reason"] = (
+            "upper bound: an earlier row in this process set the peak; "
+            "bench one preset per process for its own peak"
+        )
+    return finite(add_ratios(row))
+
+
+def _timed(runs: list[Any], spec: BenchSpec) -> list[dict[str, Any]]:
+    """Start every run, time all their calls in interleaved rounds, return each run's fields."""
+    # bf16 attention promotes internally, which JAX's strict promotion mode refuses.
+    with jax.numpy_dtype_promotion("standard"):
+        for run in runs:
+            try:
+                run.start()
+            except Exception as error:
+                if spec.attention != "cudnn":
+                    raise
+                raise RuntimeError(
+                    f"{spec.preset} failed with cuDNN attention ({type(error).__name__}: {error}); "
+                    "rerun with --attention xla"
+                ) from error
+        timers = [timer for run in runs for timer in run.timers.values()]
+        interleave(timers, steps=spec.steps, rounds=spec.rounds)
+    return [run.fields() for run in runs]
+
+
+def finite(row: dict[str, Any]) -> dict[str, Any]:
+    """NaN and infinities become null, so the row is valid JSON."""
+    return {
+        name: None if isinstance(value, float) and not math.isfinite(value) else value
+        for name, value in row.items()
+    }
+
+
+def git_state(directory: Path | None = None) -> tuple[str | None, bool | None]:
+    """(checked-out commit, whether tracked files differ from it) of the zoo sources, if they
+    are a git checkout; (None, None) otherwise."""
+    directory = directory or Path(__file__).resolve().parent
+
+    def git(*words: str) -> str | None:
+        try:
+            done = subprocess.run(
+                ["git", *words], cwd=directory, capture_output=True, text=True, timeout=5
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    if not commit:
+        return None, None
+    changes = git("status", "--porcelain", "--untracked-files=no")
+    return commit, None if changes is None else bool(changes)
+
+
+def run_meta(command: str, date: str, *, peer: str | None) -> dict[str, Any]:
+    """What a results file says about its run: when, how, where, with which versions."""
+    import zoo
+
+    device = device_info()
+    peak = peak_bf16(device["device_kind"], device["platform"])
+    packages = ZOO_PACKAGES + (PEER_PACKAGES if peer else ())
+    commit, dirty = git_state()
+    return {
+        "date": date,
+        "command": command,
+        "device": device,
+        "peak_bf16_tflops": peak.tflops,
+        "peak_name": peak.name,
+        "versions": {"zoo": zoo.__version__, **versions(*packages)},
+        "git_commit": commit,
+        "git_dirty": dirty,
+        # other work on the machine skews timings; the 1/5/15-minute load says how much
+        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "python_executable": sys.executable,
+    }

@@ -1,0 +1,146 @@
+"""How zoo times things: warm-up, `block_until_ready`, interleaved rounds, median; compile time
+from JAX's events."""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.monitoring
+
+# The events JAX records while it turns a Python function into an executable: tracing to a
+# jaxpr, lowering to MLIR, and the XLA compile. Nested jits record nested spans, so the clock
+# adds up the union of the spans rather than their sum.
+COMPILE_EVENTS = (
+    "/jax/core/compile/jaxpr_trace_duration",
+    "/jax/core/compile/jaxpr_to_mlir_module_duration",
+    "/jax/core/compile/backend_compile_duration",
+)
+BACKEND_COMPILE_EVENT = COMPILE_EVENTS[-1]
+
+
+class CompileClock:
+    """Seconds JAX spends tracing, lowering and compiling inside a `with` block.
+
+    `total` is trace + lower + XLA compile (the union of their time spans); `backend` is the
+    XLA compile alone. Used around the first call of a jitted function, which is where JAX
+    compiles it; this works for functions we do not own (the trainer's step) too.
+    """
+
+    def __init__(self) -> None:
+        self.spans: list[tuple[str, float, float]] = []
+
+    def _listen(self, event: str, start_time: float, end_time: float, **_: str | int) -> None:
+        if event in COMPILE_EVENTS:
+            self.spans.append((event, start_time, end_time))
+
+    def __enter__(self) -> CompileClock:
+        jax.monitoring.register_event_time_span_listener(self._listen)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        jax.monitoring.unregister_event_time_span_listener(self._listen)
+
+    @property
+    def total(self) -> float:
+        covered, reach = 0.0, float("-inf")
+        for _, start, end in sorted(self.spans, key=lambda span: span[1]):
+            if end <= reach:
+                continue
+            covered += end - max(start, reach)
+            reach = end
+        return covered
+
+    @property
+    def backend(self) -> float:
+        spans = [end - start for event, start, end in self.spans if event == BACKEND_COMPILE_EVENT]
+        return float(sum(spans))
+
+
+class Timed:
+    """A call to time again and again: `state = call(state)`, done when `wait(state)` returns.
+
+    `start` makes the first (compiling) call under a `CompileClock` and the untimed warm-up
+    calls; `sample` adds timed calls. `wait` blocks until the device is done:
+    `jax.block_until_ready`, or `torch.cuda.synchronize` for the peer.
+    """
+
+    def __init__(
+        self,
+        call: Callable[[Any], Any],
+        state: Any = None,
+        *,
+        wait: Callable[[Any], Any] = jax.block_until_ready,
+    ):
+        self.call = call
+        self.state = state
+        self.wait = wait
+        self.first_s: float | None = None  # the first call, compile included
+        self.compile_s = 0.0  # trace + lower + compile inside the first call (JAX only)
+        self.backend_compile_s = 0.0  # the XLA compile alone
+        self.samples_s: list[float] = []  # every timed call
+
+    def _run(self) -> float:
+        start = time.perf_counter()
+        self.state = self.call(self.state)
+        self.wait(self.state)
+        return time.perf_counter() - start
+
+    def start(self, warmup: int) -> None:
+        if warmup < 0:
+            raise ValueError(f"warmup must be >= 0, got {warmup}")
+        with CompileClock() as clock:
+            self.first_s = self._run()
+        self.compile_s = clock.total
+        self.backend_compile_s = clock.backend
+        for _ in range(warmup):
+            self._run()
+
+    def sample(self, count: int) -> None:
+        for _ in range(count):
+            self.samples_s.append(self._run())
+
+    @property
+    def median_s(self) -> float:
+        if not self.samples_s:
+            raise ValueError("no timed calls yet: call sample() after start()")
+        return statistics.median(self.samples_s)
+
+
+def interleave(timers: list[Timed], *, steps: int, rounds: int) -> None:
+    """Give every timer `steps` timed calls, spread over `rounds` rounds that visit each in turn.
+
+    On a shared machine the load changes from one second to the next; interleaving lets the
+    zoo and its peer (and train, forward and decode) see the same load, so their ratio holds
+    even when the absolute numbers wander.
+    """
+    if steps < 1 or rounds < 1:
+        raise ValueError(f"steps and rounds must be >= 1, got steps={steps}, rounds={rounds}")
+    per_round = math.ceil(steps / rounds)
+    for _ in range(rounds):
+        for timer in timers:
+            timer.sample(min(per_round, steps - len(timer.samples_s)))
+
+
+def time_calls(
+    call: Callable[[Any], Any],
+    state: Any,
+    *,
+    steps: int,
+    warmup: int,
+    wait: Callable[[Any], Any] = jax.block_until_ready,
+) -> tuple[Timed, Any]:
+    """Time one call on its own: first call, `warmup` untimed calls, `steps` timed calls.
+
+    Returns the `Timed` (median in `median_s`, compile in `compile_s`) and the final state.
+    """
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1 timed calls, got {steps}")
+    timer = Timed(call, state, wait=wait)
+    timer.start(warmup)
+    timer.sample(steps)
+    return timer, timer.state
