@@ -45,10 +45,16 @@ def explicit_path(query, key, value, mask=None, *, return_weights=False, **optio
     return output, (weights if return_weights else None)
 
 
+def fused_path(query, key, value, mask=None, **options):
+    """zoo's attention forced onto `jax.nn.dot_product_attention` (XLA) on every device."""
+    options["implementation"] = options.get("implementation") or "xla"
+    return FUSED(query, key, value, mask, **options)
+
+
 @contextlib.contextmanager
 def attention_path(path: str):
     """Route `MultiHeadAttention` to the "fused" or the "explicit" path while tracing."""
-    attention.dot_product_attention = FUSED if path == "fused" else explicit_path
+    attention.dot_product_attention = fused_path if path == "fused" else explicit_path
     try:
         yield
     finally:

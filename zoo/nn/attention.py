@@ -97,9 +97,11 @@ def dot_product_attention(
 ) -> tuple[Float[Array, "seq heads head_dim"], Float[Array, "heads seq kv_seq"] | None]:
     """Scaled dot-product attention for one example; returns (output, weights or None).
 
-    Without dropout and without `return_weights`, this runs `jax.nn.dot_product_attention`
-    (XLA on CPU, cuDNN flash attention on a GPU with `implementation="cudnn"`). Otherwise it
-    computes the weights explicitly. Both paths give zero output for fully masked queries.
+    Two paths with the same result. The explicit one computes the weights (float32 softmax of
+    einsum scores) and is used for attention dropout, for `return_weights`, and on the CPU by
+    default, where its backward pass is faster. Otherwise `jax.nn.dot_product_attention` runs:
+    `implementation="xla"` forces it on any device, `"cudnn"` asks for the cuDNN flash kernel
+    on an NVIDIA GPU. Both paths give zero output for fully masked queries.
     """
     dropout_active = (
         dropout is not None
@@ -107,7 +109,8 @@ def dot_product_attention(
         and not dropout.inference
         and dropout.rate > 0.0
     )
-    if return_weights or dropout_active:
+    explicit_by_default = implementation is None and jax.default_backend() == "cpu"
+    if return_weights or dropout_active or explicit_by_default:
         weights = attention_weights(query, key, mask)
         if dropout is not None:
             weights = dropout(weights, key=dropout_key)

@@ -16,7 +16,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Bool, Float, Int, Key, PRNGKeyArray
+from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray
 
 
 class Stats(eqx.Module):
@@ -85,7 +85,7 @@ def weighted_stats(
     )
 
 
-def example_keys(key: PRNGKeyArray | None, batch_size: int) -> Key[Array, " batch"] | None:
+def example_keys(key: PRNGKeyArray | None, batch_size: int) -> Array | None:
     """One dropout key per example (None stays None: no dropout)."""
     return None if key is None else jax.random.split(key, batch_size)
 
