@@ -74,7 +74,8 @@ def test_check_freeze_counts_and_errors(key):
     counts = check_freeze(model, parse_freeze("embeddings,layers:1"))
     assert counts["embeddings"] == 64 * 64 + 128 * 64
     per_block = sum(
-        leaf.size // 2 for leaf in jax.tree_util.tree_leaves(eqx.filter(model.encoder.blocks, eqx.is_array))
+        leaf.size // 2
+        for leaf in jax.tree_util.tree_leaves(eqx.filter(model.encoder.blocks, eqx.is_array))
     )
     assert counts["layers:1-1"] == per_block
     with pytest.raises(ValueError, match="has only 2 blocks"):

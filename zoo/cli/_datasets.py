@@ -74,6 +74,4 @@ def load_task_data(
     if tokenizer is None:
         tokenizer = getattr(args, "init_tokenizer", None) or args.tokenizer
     options = data_options(args, flavor, batch_size) | extra
-    return zoo.data.from_hf(
-        dataset, task=TASK_OF_FLAVOR[flavor], tokenizer=tokenizer, **options
-    )
+    return zoo.data.from_hf(dataset, task=TASK_OF_FLAVOR[flavor], tokenizer=tokenizer, **options)

@@ -39,7 +39,9 @@ def _load(directory: str) -> tuple[Any, Any, str]:
 
     model, tokenizer = load_with_tokenizer(directory)
     if tokenizer is None:
-        raise ValueError(f"{directory} holds no tokenizer (zoo_tokenizer.json); save it with the model")
+        raise ValueError(
+            f"{directory} holds no tokenizer (zoo_tokenizer.json); save it with the model"
+        )
     return model, tokenizer, zoo.models.flavor_of(model)
 
 
@@ -69,7 +71,8 @@ def _classes(model: Any, batches: list[dict]) -> tuple[list[int], list[int]]:
     def predict(model, tokens):
         return jnp.argmax(jax.vmap(model)(tokens), axis=-1)
 
-    labels, predictions = [], []
+    labels: list[int] = []
+    predictions: list[int] = []
     for batch in batches:
         labels.extend(int(label) for label in batch["labels"])
         predictions.extend(int(p) for p in predict(model, jnp.asarray(batch["tokens"])))
@@ -84,7 +87,7 @@ def _bleu(model: Any, tokenizer: Any, args: argparse.Namespace, split: Any) -> d
     rows = split if args.limit is None else split.select(range(min(args.limit, len(split))))
     sources, references = rows[source_column], rows[target_column]
     length = model.config.max_positions
-    hypotheses = []
+    hypotheses: list[str] = []
     for start in range(0, len(sources), args.batch_size):
         src = source_tokenizer(tokenizer).encode_batch(
             sources[start : start + args.batch_size], length=length, add_eos=True

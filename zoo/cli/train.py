@@ -75,6 +75,7 @@ def _files(scheme: str) -> DataHandler:
         from zoo.cli._datasets import load_task_data
 
         data = load_task_data(f"{scheme}:{rest}", flavor, args, batch_size=args.batch_size)
+        args.data_num_classes = data.num_classes
         return data.train, data.validation, data.tokenizer
 
     return handler
@@ -132,7 +133,8 @@ def register(commands) -> None:
         "--init", help="start from a zoo model directory, a HF checkpoint folder or a hub name"
     )
     parser.add_argument(
-        "--freeze", help="parameters not to train, e.g. embeddings,layers:0-5 (see zoo.train.freeze)"
+        "--freeze",
+        help="parameters not to train, e.g. embeddings,layers:0-5 (see zoo.train.freeze)",
     )
     parser.add_argument("--data", required=True, help="SCHEME:NAME, e.g. synthetic:addition")
     parser.add_argument("--steps", type=int, help="total optimizer updates (default: preset's)")
@@ -163,63 +165,15 @@ def register(commands) -> None:
     parser.set_defaults(run=run)
 
 
-def _preset_flavor(args: argparse.Namespace) -> str:
-    import zoo
-
-    if args.preset is None:
-        if args.init is None:
-            raise ValueError("zoo train needs --preset NAME (see `zoo presets`) or --init PATH")
-        return args.flavor
-    preset = zoo.presets.get(args.preset)
-    if preset.flavor != args.flavor:
-        raise ValueError(
-            f"preset {args.preset!r} is a {preset.flavor}, not a {args.flavor}; pick a "
-            f"{args.flavor} preset (see `zoo presets`)"
-        )
-    return preset.flavor
-
-
-def build_model(args: argparse.Namespace, model_key: Any) -> tuple[Any, Any, Any, Any]:
-    """(model, train source, eval source, tokenizer) for the command line in `args`."""
-    import zoo
-    from zoo.train.warm_start import load_init, with_classes
-
-    initial, args.init_tokenizer = (None, None) if args.init is None else load_init(args.init)
-    if initial is not None:
-        if zoo.models.flavor_of(initial) != args.flavor:
-            raise ValueError(
-                f"--init {args.init} holds a {zoo.models.flavor_of(initial)}, not a {args.flavor}"
-            )
-        if args.max_len is None:
-            args.max_len = initial.config.max_positions
-    train, evaluation, tokenizer = resolve_data(args.data, args.flavor, args)
-    overrides = model_overrides(args.flavor, tokenizer, train, [])
-    if initial is None:
-        if args.data.partition(":")[0] in FILE_SCHEMES and args.max_len is not None:
-            overrides["max_positions"] = args.max_len
-        overrides |= model_overrides(args.flavor, None, train, args.set)
-        return zoo.create(args.preset, key=model_key, **overrides), train, evaluation, tokenizer
-    if args.set:
-        raise ValueError("--set changes a fresh model's config; it cannot be used with --init")
-    config = initial.config
-    if overrides.get("vocab_size", 0) > config.vocab_size:
-        raise ValueError(
-            f"the data's tokenizer has {overrides['vocab_size']} tokens but the --init model "
-            f"only {config.vocab_size}; train with the model's own tokenizer"
-        )
-    if args.flavor == "classifier" and "num_classes" in overrides:
-        initial = with_classes(initial, overrides["num_classes"], key=model_key)
-    return initial, train, evaluation, tokenizer
-
-
 def run(args: argparse.Namespace) -> int:
     import jax
 
     import zoo
+    from zoo.cli._build import build_model, check_preset
     from zoo.train import TrainingDiverged
     from zoo.train.freeze import check_freeze, freeze, parse_freeze
 
-    _preset_flavor(args)
+    check_preset(args)
     filled = fill_defaults(args, args.preset or "", args.flavor)
     if filled and not args.json:
         shown = ", ".join(f"{name}={value}" for name, value in filled.items())

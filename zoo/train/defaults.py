@@ -55,13 +55,13 @@ PRESET_DEFAULTS: dict[str, dict[str, Any]] = {
         "min_freq": 2,
     },
     "gpt-small": {
-        "steps": 1000,
-        "batch_size": 32,
+        "steps": 900,
+        "batch_size": 16,
         "lr": 2e-3,
         "schedule": "cosine",
         "warmup": 50,
         "weight_decay": 0.1,
-        "eval_every": 250,
+        "eval_every": 300,
         "max_len": 128,
         "tokenizer": "char",
     },
@@ -82,4 +82,7 @@ def fill_defaults(args: Any, preset: str, flavor: str) -> dict[str, Any]:
             filled[name] = value
         elif not hasattr(args, name):
             setattr(args, name, value)
+    if "warmup" in filled and "steps" not in filled and args.warmup >= args.steps:
+        # a short run asked for by --steps: keep the warmup a tenth of it
+        args.warmup = filled["warmup"] = max(1, args.steps // 10)
     return filled

@@ -55,7 +55,8 @@ def parse_freeze(spec: str) -> tuple[FreezeGroup, ...]:
         try:
             first, last = int(first_text), int(last_text or first_text)
         except ValueError:
-            raise ValueError(f"--freeze {part!r}: write the blocks as {name}:A-B, e.g. {name}:0-5")
+            message = f"--freeze {part!r}: write the blocks as {name}:A-B, e.g. {name}:0-5"
+            raise ValueError(message) from None
         if not 0 <= first <= last:
             raise ValueError(f"--freeze {part!r}: need 0 <= A <= B")
         groups.append(FreezeGroup(name, first, last))
@@ -73,7 +74,7 @@ def _in_stack(path: str, stack: str) -> bool:
 def _block_axis_frozen(path: str, num_blocks: int, groups: tuple[FreezeGroup, ...]) -> np.ndarray:
     frozen = np.zeros(num_blocks, bool)
     for group in groups:
-        if group.first is not None and _in_stack(path, group.name):
+        if group.first is not None and group.last is not None and _in_stack(path, group.name):
             frozen[group.first : group.last + 1] = True
     return frozen
 
@@ -90,7 +91,7 @@ def _whole(path: str, groups: tuple[FreezeGroup, ...]) -> bool:
 
 
 def freeze_labels(params: Any, groups: tuple[FreezeGroup, ...]) -> Any:
-    """"frozen" or "train" for every array leaf of `params` (a model or its filtered arrays)."""
+    """ "frozen" or "train" for every array leaf of `params` (a model or its filtered arrays)."""
 
     def label(path, leaf):
         return "frozen" if _whole(_path_name(path), groups) else "train"
@@ -118,8 +119,7 @@ def check_freeze(model: eqx.Module, groups: tuple[FreezeGroup, ...]) -> dict[str
     """Frozen element count per group; a group that matches nothing raises with the names."""
     params = eqx.filter(model, eqx.is_inexact_array)
     named = {
-        _path_name(path): leaf
-        for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]
+        _path_name(path): leaf for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]
     }
     counts = {}
     for group in groups:
@@ -141,7 +141,9 @@ def check_freeze(model: eqx.Module, groups: tuple[FreezeGroup, ...]) -> dict[str
                 f"--freeze {group.name!r} matches no parameter; groups: embeddings, "
                 f"layers:A-B, encoder:A-B, decoder:A-B, or a path prefix ({', '.join(tops)})"
             )
-        counts[group.name if group.first is None else f"{group.name}:{group.first}-{group.last}"] = count
+        counts[
+            group.name if group.first is None else f"{group.name}:{group.first}-{group.last}"
+        ] = count
     return counts
 
 
@@ -155,6 +157,6 @@ def freeze(optimizer: Any, spec: str) -> Optimizer:
         ),
         _zero_frozen_blocks(groups),
     )
-    settings = tuple(getattr(optimizer, "settings", ())) + (("freeze", groups),)
+    settings = (*getattr(optimizer, "settings", ()), ("freeze", groups))
     learning_rate = getattr(optimizer, "learning_rate", None)
     return Optimizer(masked.init, masked.update, learning_rate, settings)
