@@ -13,22 +13,25 @@ from zoo.train.freeze import check_freeze, freeze, parse_freeze
 
 
 def _steps(model, optimizer, steps=3):
-    params = eqx.filter(model, eqx.is_inexact_array)
-    state = optimizer.init(params)
     tokens = jnp.array([[1, 5, 9, 4, 0, 0], [1, 7, 7, 3, 8, 2]], jnp.int32)
     labels = jnp.array([0, 1], jnp.int32)
 
-    @eqx.filter_grad
-    def grads(model):
+    def loss(model):
         logits = jax.vmap(model)(tokens)
         picked = jnp.take_along_axis(jax.nn.log_softmax(logits), labels[:, None], axis=1)
         return -jnp.mean(picked)
 
-    for _ in range(steps):
+    @eqx.filter_jit
+    def step(model, state):
         with jax.numpy_dtype_promotion("standard"):  # optax's bias correction: float ** int
+            grads = eqx.filter_grad(loss)(model)
             params = eqx.filter(model, eqx.is_array)
-            updates, state = optimizer.update(grads(model), state, params)
-        model = eqx.apply_updates(model, updates)
+            updates, state = optimizer.update(grads, state, params)
+        return eqx.apply_updates(model, updates), state
+
+    state = optimizer.init(eqx.filter(model, eqx.is_inexact_array))
+    for _ in range(steps):
+        model, state = step(model, state)
     return model
 
 
