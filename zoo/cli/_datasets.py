@@ -65,12 +65,14 @@ def load_task_data(
     *,
     batch_size: int,
     tokenizer: Any = None,
+    dataset: Any = None,
     **extra: Any,
 ) -> Any:
     """`zoo.data.TaskData` for `spec` (SCHEME:REST, a file scheme) and the flavor's task."""
     import zoo.data
 
-    dataset = zoo.data.load_spec(spec, streaming=args.streaming)
+    if dataset is None:
+        dataset = zoo.data.load_spec(spec, streaming=args.streaming)
     if tokenizer is None:
         tokenizer = getattr(args, "init_tokenizer", None) or args.tokenizer
     options = data_options(args, flavor, batch_size) | extra

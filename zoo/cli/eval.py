@@ -115,14 +115,18 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     model, tokenizer, flavor = _load(args.model)
     if args.max_len is None:
         args.max_len = model.config.max_positions
-    extra: dict[str, Any] = {"validation_split": args.split}
     if args.split == "train":
         raise ValueError("--split train: evaluate on a held-out split (validation, test)")
+    dataset = zoo.data.load_spec(args.data, streaming=args.streaming)
+    # no validation split: the part `zoo train` held out (same seed and fraction)
+    held_out = args.split == "validation" and args.split not in dataset
+    extra: dict[str, Any] = {} if held_out else {"validation_split": args.split}
     if flavor == "classifier":
         extra["num_classes"] = model.config.num_classes
     data = load_task_data(
-        args.data, flavor, args, batch_size=args.batch_size, tokenizer=tokenizer, **extra
-    )
+        args.data, flavor, args, batch_size=args.batch_size, tokenizer=tokenizer,
+        dataset=dataset, **extra,
+    )  # fmt: skip
     task = zoo.tasks.for_flavor(flavor)
     stats, batches = _statistics(model, task, data.validation)
     scored = max(float(stats.weight), 1.0)
@@ -131,7 +135,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         "model": args.model,
         "flavor": flavor,
         "data": args.data,
-        "split": args.split,
+        "split": args.split if not held_out else "validation (held out of train)",
         "loss": loss,
     }
     if flavor == "classifier":
@@ -145,7 +149,6 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         result["perplexity"] = math.exp(loss)
     else:
         result["token_accuracy"] = float(stats.accuracy)
-        dataset = zoo.data.load_spec(args.data)
         result |= _bleu(model, tokenizer, args, dataset[args.split])
     return result
 
