@@ -66,6 +66,23 @@ register(
     ),
     "2-layer GPT for tests and the demo",
 )
+register(
+    "gpt-small",
+    GPTConfig(
+        vocab_size=128,
+        d_model=128,
+        num_heads=4,
+        num_layers=4,
+        d_ff=512,
+        max_positions=128,
+        pad_id=0,
+        bos_id=1,
+        eos_id=2,
+        dropout=0.0,
+        attention_dropout=0.0,
+    ),
+    "4-layer character GPT that trains on a CPU (tiny_shakespeare)",
+)
 register("gpt2", _gpt2(768, 12, 12), "GPT-2 small shapes (124M)")
 register("gpt2-medium", _gpt2(1024, 24, 16), "GPT-2 medium shapes (355M)")
 register("gpt2-large", _gpt2(1280, 36, 20), "GPT-2 large shapes (774M)")
@@ -89,6 +106,25 @@ register(
     ),
     "2-layer encoder classifier for tests and the demo",
 )
+register(
+    "classifier-small",
+    ClassifierConfig(
+        vocab_size=8192,
+        d_model=128,
+        num_heads=4,
+        num_layers=2,
+        d_ff=256,
+        max_positions=64,
+        norm_first=True,
+        embedding_norm=False,
+        pooling="mean",
+        pooler=False,
+        type_vocab_size=0,
+        dropout=0.3,
+        attention_dropout=0.1,
+    ),
+    "2-layer encoder classifier that trains on a CPU (rotten_tomatoes)",
+)
 register("bert-base", ClassifierConfig(), "BERT-base uncased shapes (110M)")
 register(
     "bert-large",
@@ -109,6 +145,22 @@ register(
         **_TINY,
     ),
     "2+2-layer translator for tests and the demo",
+)
+register(
+    "translator-small",
+    TranslatorConfig(
+        vocab_size=8192,
+        d_model=256,
+        num_heads=4,
+        num_layers=3,
+        d_ff=1024,
+        max_positions=64,
+        norm_first=True,
+        dropout=0.1,
+        attention_dropout=0.0,
+        layer_norm_eps=1e-6,
+    ),
+    "3+3-layer pre-LN translator that trains on a CPU (Multi30k)",
 )
 register(
     "transformer-base",

@@ -38,7 +38,7 @@ def test_train_then_resume(tmp_path, capsys):
 def test_bad_data_specs_are_explained(tmp_path, capsys):
     base = ["train", "gpt", "--preset", "gpt-tiny", "--steps", "1", "--out", str(tmp_path)]
     assert main([*base, "--data", "json:file.jsonl"]) == 2
-    assert "unknown data scheme 'json'" in capsys.readouterr().err
+    assert "file.jsonl does not exist" in capsys.readouterr().err
     assert main([*base, "--data", "addition"]) == 2
     assert "is not SCHEME:NAME" in capsys.readouterr().err
     assert main([*base, "--data", "synthetic:rot13"]) == 2

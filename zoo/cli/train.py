@@ -15,6 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from zoo.cli._datasets import FILE_SCHEMES, add_data_options
+from zoo.train.defaults import fill_defaults
+
 FLAVORS = ("classifier", "gpt", "translator")
 
 # scheme -> handler(rest, flavor, args) -> (train source, eval source or None, tokenizer)
@@ -67,6 +70,21 @@ def _synthetic(name: str, flavor: str, args: argparse.Namespace) -> tuple[Any, A
     return train, evaluation, data.tokenizer
 
 
+def _files(scheme: str) -> DataHandler:
+    def handler(rest: str, flavor: str, args: argparse.Namespace) -> tuple[Any, Any, Any]:
+        from zoo.cli._datasets import load_task_data
+
+        data = load_task_data(f"{scheme}:{rest}", flavor, args, batch_size=args.batch_size)
+        args.data_num_classes = data.num_classes
+        return data.train, data.validation, data.tokenizer
+
+    return handler
+
+
+for _scheme in FILE_SCHEMES:
+    data_scheme(_scheme)(_files(_scheme))
+
+
 def _config_value(text: str) -> Any:
     try:
         return json.loads(text)
@@ -79,6 +97,13 @@ def model_overrides(flavor: str, tokenizer: Any, train: Any, settings: list[str]
     overrides: dict[str, Any] = {}
     if tokenizer is not None:
         overrides.update(vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id)
+        source = getattr(tokenizer, "source", None)
+        if flavor == "translator" and source is not None:
+            overrides.update(
+                vocab_size=source.vocab_size,
+                target_vocab_size=tokenizer.vocab_size,
+                share_embeddings=False,
+            )
         if flavor != "classifier":
             for name in ("bos_id", "eos_id"):
                 if getattr(tokenizer, name, None) is not None:
@@ -103,25 +128,30 @@ def register(commands) -> None:
         "train", help="train a model: checkpoints, resume, metrics.jsonl, final model"
     )
     parser.add_argument("flavor", choices=FLAVORS)
-    parser.add_argument("--preset", required=True, help="model preset (see `zoo presets`)")
+    parser.add_argument("--preset", help="model preset (see `zoo presets`); optional with --init")
+    parser.add_argument(
+        "--init", help="start from a zoo model directory, a HF checkpoint folder or a hub name"
+    )
+    parser.add_argument(
+        "--freeze",
+        help="parameters not to train, e.g. embeddings,layers:0-5 (see zoo.train.freeze)",
+    )
     parser.add_argument("--data", required=True, help="SCHEME:NAME, e.g. synthetic:addition")
-    parser.add_argument("--steps", type=int, required=True, help="total optimizer updates")
+    parser.add_argument("--steps", type=int, help="total optimizer updates (default: preset's)")
     parser.add_argument("--out", required=True, help="run directory")
     parser.add_argument("--resume", action="store_true", help="continue from the newest checkpoint")
     parser.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--lr", type=float, default=1e-3, help="peak learning rate")
-    parser.add_argument(
-        "--schedule", choices=("inverse_sqrt", "cosine", "constant"), default="inverse_sqrt"
-    )
-    parser.add_argument("--warmup", type=int, default=100, help="linear warmup steps")
-    parser.add_argument("--weight-decay", type=float, default=0.01)
+    parser.add_argument("--batch-size", type=int)
+    parser.add_argument("--lr", type=float, help="peak learning rate")
+    parser.add_argument("--schedule", choices=("inverse_sqrt", "cosine", "constant"))
+    parser.add_argument("--warmup", type=int, help="linear warmup steps")
+    parser.add_argument("--weight-decay", type=float)
     parser.add_argument("--clip-norm", type=float, default=1.0, help="0 turns clipping off")
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
     parser.add_argument("--accumulate", type=int, default=1, help="micro-batches per step")
-    parser.add_argument("--label-smoothing", type=float, default=0.0, help="translator only")
+    parser.add_argument("--label-smoothing", type=float, help="translator only")
     parser.add_argument("--log-every", type=int, default=10)
-    parser.add_argument("--eval-every", type=int, default=None, help="default: at the end")
+    parser.add_argument("--eval-every", type=int, help="default: preset's, else at the end")
     parser.add_argument("--eval-limit", type=int, default=None, help="eval batches per eval")
     parser.add_argument("--checkpoint-every", type=int, default=None, help="default: at the end")
     parser.add_argument("--keep", type=int, default=3, help="checkpoints to keep")
@@ -131,6 +161,7 @@ def register(commands) -> None:
     )
     parser.add_argument("--plot", action="store_true", help="write DIR/curves.png (matplotlib)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_data_options(parser)
     parser.set_defaults(run=run)
 
 
@@ -138,18 +169,17 @@ def run(args: argparse.Namespace) -> int:
     import jax
 
     import zoo
+    from zoo.cli._build import build_model, check_preset
     from zoo.train import TrainingDiverged
+    from zoo.train.freeze import check_freeze, freeze, parse_freeze
 
-    preset = zoo.presets.get(args.preset)
-    if preset.flavor != args.flavor:
-        raise ValueError(
-            f"preset {args.preset!r} is a {preset.flavor}, not a {args.flavor}; pick a "
-            f"{args.flavor} preset (see `zoo presets`)"
-        )
-    train, evaluation, tokenizer = resolve_data(args.data, args.flavor, args)
-    overrides = model_overrides(args.flavor, tokenizer, train, args.set)
+    check_preset(args)
+    filled = fill_defaults(args, args.preset or "", args.flavor)
+    if filled and not args.json:
+        shown = ", ".join(f"{name}={value}" for name, value in filled.items())
+        print(f"zoo train: defaults: {shown}", file=sys.stderr)
     model_key, train_key = jax.random.split(jax.random.key(args.seed))
-    model = zoo.create(args.preset, key=model_key, **overrides)
+    model, train, evaluation, tokenizer = build_model(args, model_key)
     options = {"label_smoothing": args.label_smoothing} if args.flavor == "translator" else {}
     optimizer = zoo.train.adamw(
         args.lr,
@@ -159,6 +189,10 @@ def run(args: argparse.Namespace) -> int:
         weight_decay=args.weight_decay,
         clip_norm=args.clip_norm or None,
     )
+    if args.freeze:
+        counts = check_freeze(model, parse_freeze(args.freeze))
+        print(f"zoo train: frozen parameters: {counts}", file=sys.stderr)
+        optimizer = freeze(optimizer, args.freeze)
     trainer = zoo.Trainer(
         zoo.tasks.for_flavor(args.flavor, **options),
         optimizer,

@@ -1,0 +1,166 @@
+"""`zoo eval MODEL_DIR --data SPEC --split NAME [--json]`: a trained model's metrics on a split.
+
+| flavor | metrics |
+| --- | --- |
+| classifier | loss, accuracy, confusion matrix (rows: true class, columns: predicted) |
+| gpt | loss (nats per token), perplexity |
+| translator | loss, token accuracy, BLEU (sacrebleu, detokenized) of greedy or beam translations |
+
+The data is tokenized with the model's own tokenizer (saved beside it by `zoo train`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from typing import Any
+
+from zoo.cli._datasets import FILE_SCHEMES, add_data_options, load_task_data
+
+
+def register(commands) -> None:
+    parser = commands.add_parser("eval", help="evaluate a trained model on a dataset split")
+    parser.add_argument("model", help="a directory written by `zoo train` or `zoo.save`")
+    parser.add_argument("--data", required=True, help="json:DIR, hf:NAME, csv:, parquet:, text:")
+    parser.add_argument("--split", default="validation", help="split to evaluate (validation)")
+    parser.add_argument("--json", action="store_true", help="print the metrics as JSON")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--beam-size", type=int, default=1, help="translator: 1 is greedy")
+    parser.add_argument("--limit", type=int, default=None, help="translator: first N examples")
+    parser.add_argument("--seed", type=int, default=0)
+    add_data_options(parser)
+    parser.set_defaults(run=run)
+
+
+def _load(directory: str) -> tuple[Any, Any, str]:
+    import zoo
+    from zoo.serialize import load_with_tokenizer
+
+    model, tokenizer = load_with_tokenizer(directory)
+    if tokenizer is None:
+        raise ValueError(
+            f"{directory} holds no tokenizer (zoo_tokenizer.json); save it with the model"
+        )
+    return model, tokenizer, zoo.models.flavor_of(model)
+
+
+def _statistics(model: Any, task: Any, source: Any) -> tuple[Any, list[dict]]:
+    import equinox as eqx
+
+    @eqx.filter_jit
+    def stats(model, batch):
+        return task.statistics(model, batch)
+
+    total, batches = None, []
+    for index in range(len(source)):
+        batch = source.batch(index)
+        task.check_batch(batch, model)
+        part = stats(model, batch)
+        total = part if total is None else total + part
+        batches.append(batch)
+    return total, batches
+
+
+def _classes(model: Any, batches: list[dict]) -> tuple[list[int], list[int]]:
+    import equinox as eqx
+    import jax
+    import jax.numpy as jnp
+
+    @eqx.filter_jit
+    def predict(model, tokens):
+        return jnp.argmax(jax.vmap(model)(tokens), axis=-1)
+
+    labels: list[int] = []
+    predictions: list[int] = []
+    for batch in batches:
+        labels.extend(int(label) for label in batch["labels"])
+        predictions.extend(int(p) for p in predict(model, jnp.asarray(batch["tokens"])))
+    return labels, predictions
+
+
+def _bleu(model: Any, tokenizer: Any, args: argparse.Namespace, split: Any) -> dict[str, Any]:
+    from zoo.cli._translate import cut_at_eos, translate_batch
+    from zoo.data import bleu, source_tokenizer
+
+    source_column, target_column = args.source or "de", args.target or "en"
+    rows = split if args.limit is None else split.select(range(min(args.limit, len(split))))
+    sources, references = rows[source_column], rows[target_column]
+    length = model.config.max_positions
+    hypotheses: list[str] = []
+    for start in range(0, len(sources), args.batch_size):
+        src = source_tokenizer(tokenizer).encode_batch(
+            sources[start : start + args.batch_size], length=length, add_eos=True
+        )
+        out = translate_batch(model, src, max_len=length, beam_size=args.beam_size)
+        hypotheses.extend(tokenizer.decode(cut_at_eos(ids, model.config.eos_id)) for ids in out)
+    return {
+        "bleu": bleu(hypotheses, references),
+        "examples": len(hypotheses),
+        "beam_size": args.beam_size,
+        "samples": [
+            {"source": s, "reference": r, "hypothesis": h}
+            for s, r, h in list(zip(sources, references, hypotheses))[:3]
+        ],
+    }
+
+
+def evaluate(args: argparse.Namespace) -> dict[str, Any]:
+    """The metrics `zoo eval` prints, as a dict."""
+    import zoo
+    from zoo.data import confusion_matrix
+
+    if args.data.partition(":")[0] not in FILE_SCHEMES:
+        raise ValueError(f"--data {args.data!r}: zoo eval reads {', '.join(FILE_SCHEMES)} specs")
+    model, tokenizer, flavor = _load(args.model)
+    if args.max_len is None:
+        args.max_len = model.config.max_positions
+    if args.split == "train":
+        raise ValueError("--split train: evaluate on a held-out split (validation, test)")
+    dataset = zoo.data.load_spec(args.data, streaming=args.streaming)
+    # no validation split: the part `zoo train` held out (same seed and fraction)
+    held_out = args.split == "validation" and args.split not in dataset
+    extra: dict[str, Any] = {} if held_out else {"validation_split": args.split}
+    if flavor == "classifier":
+        extra["num_classes"] = model.config.num_classes
+    data = load_task_data(
+        args.data, flavor, args, batch_size=args.batch_size, tokenizer=tokenizer,
+        dataset=dataset, **extra,
+    )  # fmt: skip
+    task = zoo.tasks.for_flavor(flavor)
+    stats, batches = _statistics(model, task, data.validation)
+    scored = max(float(stats.weight), 1.0)
+    loss = float(stats.nll_sum) / scored
+    result: dict[str, Any] = {
+        "model": args.model,
+        "flavor": flavor,
+        "data": args.data,
+        "split": args.split if not held_out else "validation (held out of train)",
+        "loss": loss,
+    }
+    if flavor == "classifier":
+        labels, predictions = _classes(model, batches)
+        result["examples"] = len(labels)
+        result["accuracy"] = sum(a == b for a, b in zip(labels, predictions)) / len(labels)
+        matrix = confusion_matrix(labels, predictions, num_classes=model.config.num_classes)
+        result["confusion_matrix"] = matrix.tolist()
+    elif flavor == "gpt":
+        result["tokens"] = int(stats.weight)
+        result["perplexity"] = math.exp(loss)
+    else:
+        result["token_accuracy"] = float(stats.accuracy)
+        result |= _bleu(model, tokenizer, args, dataset[args.split])
+    return result
+
+
+def run(args: argparse.Namespace) -> int:
+    result = evaluate(args)
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    for name, value in result.items():
+        if name != "samples":
+            print(f"{name:>16}: {value}")
+    for sample in result.get("samples", []):
+        print(f"  {sample['source']}\n    -> {sample['hypothesis']}\n    == {sample['reference']}")
+    return 0

@@ -1,0 +1,75 @@
+"""Starting training from trained weights: a zoo model directory or a HuggingFace checkpoint.
+
+`load_init(path)` reads a directory written by `zoo.save` / `zoo train` (its `config.json`
+names a zoo flavor), else hands the path or hub name to `zoo.from_pretrained`. `with_classes`
+gives a classifier a new, freshly initialised head when the data has another number of classes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import equinox as eqx
+import jax
+from jaxtyping import PRNGKeyArray
+
+from zoo.serialize import _path_name
+
+logger = logging.getLogger(__name__)
+
+
+def _is_zoo_dir(folder: Path) -> bool:
+    config = folder / "config.json"
+    if not config.is_file():
+        return False
+    try:
+        return "flavor" in json.loads(config.read_text())
+    except json.JSONDecodeError:
+        return False
+
+
+def load_init(path: str) -> tuple[eqx.Module, Any]:
+    """`(model, tokenizer or None)` from a zoo directory, a HF checkpoint folder or a hub name."""
+    import zoo
+    from zoo.serialize import load_with_tokenizer
+
+    folder = Path(path)
+    if folder.is_dir() and _is_zoo_dir(folder):
+        return load_with_tokenizer(folder)
+    if folder.is_dir():
+        return zoo.from_pretrained(str(folder), return_tokenizer=True)
+    looks_local = path.startswith((".", "/", "~")) or path.count("/") > 1 or folder.suffix
+    if looks_local or folder.exists():
+        raise FileNotFoundError(
+            f"--init {path}: no such model directory; pass a directory written by `zoo train` "
+            "or `zoo.save`, a HuggingFace checkpoint folder, or a hub name such as gpt2"
+        )
+    return zoo.from_pretrained(path, return_tokenizer=True)
+
+
+def with_classes(model: eqx.Module, num_classes: int, *, key: PRNGKeyArray) -> eqx.Module:
+    """`model` with `num_classes` outputs: the same weights, a new head if the count differs."""
+    import zoo
+
+    config = model.config  # type: ignore[attr-defined]
+    if config.num_classes == num_classes:
+        return model
+    fresh = zoo.presets.build(config.replace(num_classes=num_classes), key=key)
+    old_leaves = {
+        _path_name(path): leaf for path, leaf in jax.tree_util.tree_flatten_with_path(model)[0]
+    }
+    paths_and_leaves, treedef = jax.tree_util.tree_flatten_with_path(fresh)
+    leaves = [
+        leaf if _path_name(path).startswith("head") else old_leaves[_path_name(path)]
+        for path, leaf in paths_and_leaves
+    ]
+    logger.warning(
+        "the data has %d classes and the initial model %d: the classification head is "
+        "re-initialised (every other weight is kept)",
+        num_classes,
+        config.num_classes,
+    )
+    return jax.tree_util.tree_unflatten(treedef, leaves)
