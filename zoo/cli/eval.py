@@ -80,8 +80,10 @@ def _classes(model: Any, batches: list[dict]) -> tuple[list[int], list[int]]:
 
 
 def _bleu(model: Any, tokenizer: Any, args: argparse.Namespace, split: Any) -> dict[str, Any]:
-    from zoo.cli._translate import cut_at_eos, translate_batch
+    import numpy as np
+
     from zoo.data import bleu, source_tokenizer
+    from zoo.decoding import translate
 
     source_column, target_column = args.source or "de", args.target or "en"
     rows = split if args.limit is None else split.select(range(min(args.limit, len(split))))
@@ -92,8 +94,8 @@ def _bleu(model: Any, tokenizer: Any, args: argparse.Namespace, split: Any) -> d
         src = source_tokenizer(tokenizer).encode_batch(
             sources[start : start + args.batch_size], length=length, add_eos=True
         )
-        out = translate_batch(model, src, max_len=length, beam_size=args.beam_size)
-        hypotheses.extend(tokenizer.decode(cut_at_eos(ids, model.config.eos_id)) for ids in out)
+        out = np.asarray(translate(model, src, beam_size=args.beam_size, max_len=length))
+        hypotheses.extend(tokenizer.decode(ids.tolist()) for ids in out)  # stops at eos
     return {
         "bleu": bleu(hypotheses, references),
         "examples": len(hypotheses),
