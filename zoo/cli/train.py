@@ -3,7 +3,9 @@
 Writes `DIR/metrics.jsonl`, checkpoints under `DIR/checkpoints/` and the final model (with its
 tokenizer) in `DIR/`, loadable with `zoo.load(DIR)`. `--resume` continues from the newest
 checkpoint exactly where it stopped. Data comes from `--data SCHEME:REST`; `resolve_data`
-dispatches on the scheme (`synthetic:rot13|addition|majority` is built in).
+dispatches on the scheme: `synthetic:rot13|addition|majority`, and `hf:`, `json:`, `csv:`,
+`parquet:`, `text:` through `zoo.data.load_spec` + `zoo.data.from_hf`. Options left out come
+from the preset's row in `zoo.train.defaults`; `--init` and `--freeze` fine-tune.
 """
 
 from __future__ import annotations
@@ -136,7 +138,11 @@ def register(commands) -> None:
         "--freeze",
         help="parameters not to train, e.g. embeddings,layers:0-5 (see zoo.train.freeze)",
     )
-    parser.add_argument("--data", required=True, help="SCHEME:NAME, e.g. synthetic:addition")
+    parser.add_argument(
+        "--data",
+        required=True,
+        help="SCHEME:NAME: synthetic:addition, hf:rotten_tomatoes, json:DIR, text:FILE, ...",
+    )
     parser.add_argument("--steps", type=int, help="total optimizer updates (default: preset's)")
     parser.add_argument("--out", required=True, help="run directory")
     parser.add_argument("--resume", action="store_true", help="continue from the newest checkpoint")
