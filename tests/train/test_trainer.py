@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 
 import jax
 import jax.numpy as jnp
@@ -121,6 +123,27 @@ def test_nan_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(tmp_pat
         latest_checkpoint(tmp_path), model=model, opt_state=trainer.init_optimizer(model)
     )
     assert all(np.isfinite(a).all() for a in params(restored.model).values())
+
+
+def test_ctrl_c_inside_a_step_waits_for_the_step_and_saves_it(tmp_path, model, trainer):
+    interrupted = sharing(trainer, checkpoint_every=100)
+
+    def step_hit_by_sigint_at_3(model, opt_state, batch, key, step):
+        if step + 1 == 3:  # SIGINT arrives while update 3 runs (its inputs are being donated)
+            os.kill(os.getpid(), signal.SIGINT)
+        return trainer.train_step(model, opt_state, batch, key, step)
+
+    interrupted.train_step = step_hit_by_sigint_at_3
+    with pytest.raises(KeyboardInterrupt):
+        interrupted.fit(
+            model, lm_batches(), steps=10, key=jax.random.key(0), checkpoint_dir=tmp_path
+        )
+    assert latest_checkpoint(tmp_path).name == "step_00000003"  # update 3 finished and was saved
+    restored = load_checkpoint(
+        latest_checkpoint(tmp_path), model=model, opt_state=trainer.init_optimizer(model)
+    )
+    assert restored.data_position == 3
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handler restored
 
 
 def test_final_model_loads_bit_for_bit_with_its_tokenizer(tmp_path, model, trainer):

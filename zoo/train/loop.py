@@ -16,6 +16,7 @@ import jax.numpy as jnp
 from zoo.tasks.base import Stats
 from zoo.train import checkpoint as ckpt
 from zoo.train.history import History, MetricsLog, Progress, clean
+from zoo.train.interrupts import StepBoundaryInterrupts
 
 
 def _fresh_copy(model: eqx.Module) -> eqx.Module:
@@ -131,9 +132,12 @@ class TrainingRun:
         )
         self.progress = progress
         started = time.perf_counter()
+        interrupts = StepBoundaryInterrupts()
         try:
             for step in range(self.start, self.steps):
-                self._one_step(step)
+                with interrupts:
+                    self._one_step(step)
+                interrupts.check()
                 progress.advance()
                 if self.done % trainer.log_every == 0:
                     self.flush()
