@@ -11,6 +11,7 @@ from __future__ import annotations
 import signal
 import threading
 from types import FrameType
+from typing import Any
 
 
 class StepBoundaryInterrupts:
@@ -18,7 +19,7 @@ class StepBoundaryInterrupts:
 
     def __init__(self) -> None:
         self.requested = False
-        self._previous = None
+        self._previous: Any = None
 
     def __enter__(self) -> StepBoundaryInterrupts:
         # Signal handlers can only be installed from the main thread.
@@ -39,3 +40,4 @@ class StepBoundaryInterrupts:
     def __exit__(self, *exc_info: object) -> None:
         if self._previous is not None:
             signal.signal(signal.SIGINT, self._previous)
+            self._previous = None
