@@ -221,3 +221,27 @@ def test_plotting_without_matplotlib_says_how_to_install_it(tmp_path, monkeypatc
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes `import matplotlib` fail
     with pytest.raises(ImportError, match=r"pip install 'zoo\[plot\]'"):
         plot_history(History(), tmp_path / "curves.png")
+
+
+class TwoShapes:
+    """Batches of length 8 on even steps and 12 on odd ones; `lengths` declares buckets."""
+
+    def __init__(self, declare_buckets):
+        self.short, self.long = lm_batches(length=8), lm_batches(length=12)
+        if declare_buckets:
+            self.lengths = (8, 12)
+
+    def __len__(self):
+        return len(self.short)
+
+    def batch(self, step):
+        return (self.short if step % 2 == 0 else self.long).batch(step)
+
+
+@pytest.mark.parametrize("declare_buckets", [False, True])
+def test_a_new_batch_shape_warns_unless_the_source_declares_its_buckets(
+    model, trainer, declare_buckets, recwarn
+):
+    sharing(trainer).fit(model, TwoShapes(declare_buckets), steps=3, key=jax.random.key(0))
+    compiles = [w for w in recwarn if "make XLA compile the step again" in str(w.message)]
+    assert len(compiles) == (0 if declare_buckets else 1)
