@@ -26,18 +26,22 @@ CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 
 
-def _path_name(path: tuple) -> str:
+def path_parts(path: tuple) -> list[str]:
+    """The attribute names, dict keys and sequence indices of a pytree key path."""
     parts = []
     for entry in path:
-        if isinstance(entry, jax.tree_util.GetAttrKey):
-            parts.append(entry.name)
-        elif isinstance(entry, jax.tree_util.SequenceKey):
-            parts.append(str(entry.idx))
-        elif isinstance(entry, jax.tree_util.DictKey):
-            parts.append(str(entry.key))
+        for attribute in ("name", "key", "idx"):  # GetAttrKey, DictKey, SequenceKey
+            if hasattr(entry, attribute):
+                parts.append(str(getattr(entry, attribute)))
+                break
         else:
             parts.append(str(entry))
-    return ".".join(parts)
+    return parts
+
+
+def path_name(path: tuple) -> str:
+    """A pytree key path as a dotted name: `layers.blocks.self_attention.query_proj.weight`."""
+    return ".".join(path_parts(path))
 
 
 def _is_slot(leaf: Any) -> bool:
@@ -48,7 +52,7 @@ def named_arrays(model: eqx.Module) -> dict[str, Any]:
     """Every array leaf of `model` (or shape, after `filter_eval_shape`) keyed by its path."""
     arrays = eqx.filter(model, _is_slot)
     flat, _ = jax.tree_util.tree_flatten_with_path(arrays)
-    return {_path_name(path): leaf for path, leaf in flat}
+    return {path_name(path): leaf for path, leaf in flat}
 
 
 def model_config_dict(model: eqx.Module) -> dict[str, Any]:

@@ -16,6 +16,7 @@ import numpy as np
 
 from zoo.interop.convert import CheckpointMismatch
 from zoo.interop.rules import Shape
+from zoo.serialize import path_parts
 
 STACK_FIELD = "blocks"  # LayerStack.blocks: arrays with a leading `layers` axis
 
@@ -24,21 +25,9 @@ def _is_leaf_array(x: Any) -> bool:
     return isinstance(x, jax.Array | np.ndarray | jax.ShapeDtypeStruct)
 
 
-def _path_names(path: tuple[Any, ...]) -> list[str]:
-    names = []
-    for entry in path:
-        for attr in ("name", "key", "idx"):
-            if hasattr(entry, attr):
-                names.append(str(getattr(entry, attr)))
-                break
-        else:
-            raise TypeError(f"unexpected pytree path entry {entry!r}")
-    return names
-
-
 def _leaf_names(path: tuple[Any, ...], shape: Shape) -> list[tuple[str, int | None]]:
     """The flat key(s) of one leaf: one per layer for stacked leaves (with the layer index)."""
-    parts = _path_names(path)
+    parts = path_parts(path)
     if STACK_FIELD not in parts:
         return [(".".join(parts), None)]
     at = parts.index(STACK_FIELD)

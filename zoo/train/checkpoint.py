@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import PRNGKeyArray
 
-from zoo.serialize import fill, model_config_dict, named_arrays
+from zoo.serialize import fill, model_config_dict, named_arrays, path_name
 
 MODEL_FILE = "model.safetensors"
 OPTIMIZER_FILE = "optimizer.safetensors"
@@ -76,23 +76,10 @@ def latest_checkpoint(directory: str | os.PathLike) -> Path | None:
     return found[-1][1] if found else None
 
 
-def _leaf_name(path: tuple) -> str:
-    """`[0].mu.embedder.token_weight` -> `0.mu.embedder.token_weight`."""
-    parts = []
-    for entry in path:
-        for attribute in ("name", "key", "idx"):  # GetAttrKey, DictKey, SequenceKey
-            if hasattr(entry, attribute):
-                parts.append(str(getattr(entry, attribute)))
-                break
-        else:
-            parts.append(str(entry))
-    return ".".join(parts)
-
-
 def state_arrays(tree: Any) -> dict[str, Any]:
     """Every array leaf of a pytree (e.g. an optimizer state) keyed by its path."""
     flat, _ = jax.tree_util.tree_flatten_with_path(tree)
-    return {_leaf_name(path): leaf for path, leaf in flat if eqx.is_array(leaf)}
+    return {path_name(path): leaf for path, leaf in flat if eqx.is_array(leaf)}
 
 
 def fill_state(skeleton: Any, tensors: dict[str, np.ndarray], source: str) -> Any:
@@ -113,7 +100,7 @@ def fill_state(skeleton: Any, tensors: dict[str, np.ndarray], source: str) -> An
         replaced[name] = jnp.asarray(value, dtype=slot.dtype)
     flat, treedef = jax.tree_util.tree_flatten_with_path(skeleton)
     return jax.tree_util.tree_unflatten(
-        treedef, [replaced.get(_leaf_name(path), leaf) for path, leaf in flat]
+        treedef, [replaced.get(path_name(path), leaf) for path, leaf in flat]
     )
 
 

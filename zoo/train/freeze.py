@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from zoo.serialize import _path_name
+from zoo.serialize import path_name
 from zoo.train.optim import Optimizer
 
 STACKS = ("layers", "encoder", "decoder")
@@ -94,7 +94,7 @@ def freeze_labels(params: Any, groups: tuple[FreezeGroup, ...]) -> Any:
     """ "frozen" or "train" for every array leaf of `params` (a model or its filtered arrays)."""
 
     def label(path, leaf):
-        return "frozen" if _whole(_path_name(path), groups) else "train"
+        return "frozen" if _whole(path_name(path), groups) else "train"
 
     return jax.tree_util.tree_map_with_path(label, params)
 
@@ -104,7 +104,7 @@ def _zero_frozen_blocks(groups: tuple[FreezeGroup, ...]) -> optax.GradientTransf
         def zero(path, update):
             if update is None or update.ndim == 0:
                 return update
-            frozen = _block_axis_frozen(_path_name(path), update.shape[0], groups)
+            frozen = _block_axis_frozen(path_name(path), update.shape[0], groups)
             if not frozen.any():
                 return update
             shape = (update.shape[0],) + (1,) * (update.ndim - 1)
@@ -119,7 +119,7 @@ def check_freeze(model: eqx.Module, groups: tuple[FreezeGroup, ...]) -> dict[str
     """Frozen element count per group; a group that matches nothing raises with the names."""
     params = eqx.filter(model, eqx.is_inexact_array)
     named = {
-        _path_name(path): leaf for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]
+        path_name(path): leaf for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]
     }
     counts = {}
     for group in groups:

@@ -16,7 +16,7 @@ import equinox as eqx
 import jax
 from jaxtyping import PRNGKeyArray
 
-from zoo.serialize import _path_name
+from zoo.serialize import path_name
 
 logger = logging.getLogger(__name__)
 
@@ -59,11 +59,11 @@ def with_classes(model: eqx.Module, num_classes: int, *, key: PRNGKeyArray) -> e
         return model
     fresh = zoo.presets.build(config.replace(num_classes=num_classes), key=key)
     old_leaves = {
-        _path_name(path): leaf for path, leaf in jax.tree_util.tree_flatten_with_path(model)[0]
+        path_name(path): leaf for path, leaf in jax.tree_util.tree_flatten_with_path(model)[0]
     }
     paths_and_leaves, treedef = jax.tree_util.tree_flatten_with_path(fresh)
     leaves = [
-        leaf if _path_name(path).startswith("head") else old_leaves[_path_name(path)]
+        leaf if path_name(path).startswith("head") else old_leaves[path_name(path)]
         for path, leaf in paths_and_leaves
     ]
     logger.warning(
