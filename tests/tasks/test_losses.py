@@ -142,3 +142,34 @@ def test_losses_are_float32_for_bfloat16_logits():
     model = NextTokenStub(table, SimpleNamespace(pad_id=0))
     loss, _ = LanguageModeling()(model, {"tokens": np.array([[1, 3, 4]], np.int32)})
     assert loss.dtype == jnp.float32
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_token_losses_match_log_softmax_gather_and_argmax(smoothing):
+    """The log-sum-exp form equals the textbook one, gradients included, and ties go to argmax."""
+    from zoo.tasks.base import token_losses
+
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(4, 5, 11)).astype(np.float32) * 3
+    logits[0, 0, [2, 7]] = 50.0  # a tie for the top: argmax picks index 2
+    logits[0, 1, :] = 0.0  # all equal: argmax picks index 0
+    targets = rng.integers(0, 11, (4, 5)).astype(np.int32)
+    targets[0, 0], targets[0, 1], targets[0, 2] = 7, 0, int(np.argmax(logits[0, 2]))
+
+    def reference(x):
+        log_probs = jax.nn.log_softmax(x, axis=-1)
+        nll = -jnp.take_along_axis(log_probs, jnp.asarray(targets)[..., None], axis=-1)[..., 0]
+        objective = (1 - smoothing) * nll - smoothing * jnp.mean(log_probs, axis=-1)
+        return objective, nll, jnp.argmax(x, axis=-1) == targets
+
+    ours = token_losses(jnp.asarray(logits), jnp.asarray(targets), smoothing)
+    expected = reference(jnp.asarray(logits))
+    np.testing.assert_allclose(ours[0], expected[0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(ours[1], expected[1], rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(ours[2], expected[2])
+    assert not bool(ours[2][0, 0]) and bool(ours[2][0, 1]) and bool(ours[2][0, 2])
+    grad_ours = jax.grad(lambda x: jnp.sum(token_losses(x, jnp.asarray(targets), smoothing)[0]))
+    grad_ref = jax.grad(lambda x: jnp.sum(reference(x)[0]))
+    np.testing.assert_allclose(
+        grad_ours(jnp.asarray(logits)), grad_ref(jnp.asarray(logits)), rtol=1e-5, atol=1e-6
+    )

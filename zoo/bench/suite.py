@@ -24,6 +24,7 @@ from zoo.bench.report import add_ratios, new_row, now_utc
 from zoo.bench.run_zoo import ZooRun
 from zoo.bench.timing import interleave
 from zoo.bench.workload import FLAVORS, BenchSpec, defaults_for
+from zoo.host import allocator_note
 
 PEERS = ("torch",)
 
@@ -231,5 +232,7 @@ def run_meta(command: str, date: str, *, peer: str | None) -> dict[str, Any]:
         "git_dirty": dirty,
         # other work on the machine skews timings; the 1/5/15-minute load says how much
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        # both zoo and the peer run in this process, under the same allocator setting
+        "host_allocator": allocator_note(),
         "python_executable": sys.executable,
     }

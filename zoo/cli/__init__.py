@@ -7,6 +7,8 @@ import importlib
 import pkgutil
 import sys
 
+from zoo.host import tune_host_allocator
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -29,6 +31,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        tune_host_allocator()
         return int(args.run(args) or 0)
     except (ValueError, KeyError, FileNotFoundError, TypeError) as error:
         message = error.args[0] if isinstance(error, KeyError) and error.args else error

@@ -10,6 +10,7 @@ import jax
 from jaxtyping import PRNGKeyArray
 
 from zoo.data.batches import BatchSource
+from zoo.host import tune_host_allocator
 from zoo.tasks.base import Stats, Task
 from zoo.train.history import History
 from zoo.train.optim import adamw
@@ -167,6 +168,9 @@ class Trainer:
         """
         from zoo.train.loop import TrainingRun
 
+        if jax.default_backend() == "cpu":
+            # reuse freed step memory (see zoo.host); ZOO_MALLOC_TOP_PAD_MB=0 opts out
+            tune_host_allocator()
         run = TrainingRun(
             self,
             model,
