@@ -25,6 +25,9 @@ class Preset:
 
 
 _TINY: dict[str, Any] = dict(dropout=0.0, attention_dropout=0.0, layer_norm_eps=1e-5)
+# The CPU presets recompute elementwise work in the backward where that measured faster on a
+# CPU (benchmarks/remat.py): GPT and classifier presets, translator-small; not translator-tiny.
+_CPU_REMAT: dict[str, Any] = dict(remat="dots")
 
 _PRESETS: dict[str, Preset] = {}
 
@@ -62,6 +65,7 @@ register(
         pad_id=0,
         bos_id=1,
         eos_id=2,
+        **_CPU_REMAT,
         **_TINY,
     ),
     "2-layer GPT for tests and the demo",
@@ -79,6 +83,7 @@ register(
         bos_id=1,
         eos_id=2,
         dropout=0.0,
+        **_CPU_REMAT,
         attention_dropout=0.0,
     ),
     "4-layer character GPT that trains on a CPU (tiny_shakespeare)",
@@ -102,6 +107,7 @@ register(
         pooling="mean",
         pooler=False,
         type_vocab_size=0,
+        **_CPU_REMAT,
         **_TINY,
     ),
     "2-layer encoder classifier for tests and the demo",
@@ -121,6 +127,7 @@ register(
         pooler=False,
         type_vocab_size=0,
         dropout=0.3,
+        **_CPU_REMAT,
         attention_dropout=0.1,
     ),
     "2-layer encoder classifier that trains on a CPU (rotten_tomatoes)",
@@ -158,6 +165,7 @@ register(
         norm_first=True,
         dropout=0.1,
         attention_dropout=0.0,
+        **_CPU_REMAT,
         layer_norm_eps=1e-6,
     ),
     "3+3-layer pre-LN translator that trains on a CPU (Multi30k)",

@@ -33,6 +33,10 @@ def test_spec_changes_the_config():
     # the data still uses the preset's own ids
     assert make_batch(spec)["tokens"].max() < 50257
     assert BenchSpec(preset="translator-tiny", batch=2, seq=8).tokens_per_step() == 2 * 2 * 8
+    # remat: None keeps the preset's, "none" turns it off
+    assert BenchSpec(preset="gpt-tiny", batch=1, seq=8).config().remat == "dots"
+    assert BenchSpec(preset="gpt-tiny", batch=1, seq=8, remat="none").config().remat is None
+    assert BenchSpec(preset="gpt2", batch=1, seq=8, remat="full").config().remat == "full"
 
 
 @pytest.mark.parametrize(
@@ -42,6 +46,7 @@ def test_spec_changes_the_config():
         (dict(precision="fp16"), "precision must be one of"),
         (dict(batch=0), "batch must be >= 1"),
         (dict(layers="loop"), "layers must be one of"),
+        (dict(remat="some"), "remat must be one of"),
         (dict(decode_prompt=100, decode_tokens=100), "exceed max_positions"),
     ],
 )

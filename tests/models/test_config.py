@@ -13,6 +13,7 @@ from zoo import ClassifierConfig, GPTConfig, TranslatorConfig
         (GPTConfig, dict(pad_id=50257), "pad_id=50257 is outside the vocabulary"),
         (GPTConfig, dict(positions="rotary"), "positions must be one of"),
         (GPTConfig, dict(dtype="float8"), "dtype must be one of"),
+        (GPTConfig, dict(remat="some"), "remat must be one of"),
         (ClassifierConfig, dict(num_classes=0), "num_classes must be a positive integer"),
         (ClassifierConfig, dict(pooling="max"), "pooling must be one of"),
         (

@@ -40,3 +40,35 @@ def test_dropout_keys_differ_per_layer_and_no_key_is_deterministic(key):
     assert not np.allclose(a, b)
     frozen = eqx.nn.inference_mode(stack)
     np.testing.assert_allclose(frozen(x, key=jax.random.key(1))[0], stack(x)[0], atol=1e-6)
+
+
+def test_remat_changes_neither_outputs_nor_gradients(key):
+    """Recomputing in the backward pass is an execution choice: same values, same gradients."""
+    import jax.numpy as jnp
+    import pytest
+
+    x = jax.random.normal(key, (4, 8))
+    mask = attention_mask(4, None, num_keys=4, causal=True)
+
+    def loss(stack, x):
+        out, _ = stack(x, mask=mask, key=jax.random.key(3))
+        return jnp.sum(jnp.sin(out))
+
+    results = {}
+    for remat in (None, "dots", "full"):
+        for scan in (True, False):
+            stack = LayerStack(
+                lambda k: TransformerBlock(8, 2, 16, dropout=0.1, key=k),
+                3,
+                scan=scan,
+                remat=remat,
+                key=key,
+            )
+            results[remat, scan] = eqx.filter_value_and_grad(loss)(stack, x)
+    value, grads = results[None, True]
+    for other_value, other_grads in results.values():
+        np.testing.assert_allclose(other_value, value, rtol=1e-5)
+        for a, b in zip(jax.tree_util.tree_leaves(other_grads), jax.tree_util.tree_leaves(grads)):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+    with pytest.raises(ValueError, match="remat must be one of"):
+        LayerStack(lambda k: TransformerBlock(8, 2, 16, key=k), 2, remat="most", key=key)

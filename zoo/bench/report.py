@@ -18,6 +18,7 @@ FIELDS: dict[str, str] = {
     "tokens_per_step": "positions read per step: batch x seq (translator: batch x 2 seq)",
     "precision": "compute dtype: fp32 | bf16 (weights and optimizer state stay float32)",
     "layers": "scan | unroll: how the layer stack runs",
+    "remat": "none | dots | full: what the backward pass recomputes (zoo.nn.stack)",
     "attention": "jax.nn.dot_product_attention implementation (null: XLA's default)",
     "vocab_size": "vocabulary of the benchmarked model (padded with --pad-vocab)",
     "dropout": "dropout and attention dropout of both models",

@@ -58,7 +58,7 @@ def plan(
 
     Presets pick the rows when given (and must belong to `flavors`, if those are given too);
     otherwise each flavor (all by default) runs its default preset for the device. `options`
-    go to `BenchSpec` as they are (pad_vocab, layers, dropout, seed).
+    go to `BenchSpec` as they are (pad_vocab, layers, remat, dropout, seed).
     """
     defaults = defaults_for(platform)
     for flavor in flavors or []:
@@ -126,6 +126,7 @@ def run_spec(
         tokens_per_step=spec.tokens_per_step(),
         precision=spec.precision,
         layers="scan" if config.scan_layers else "unroll",
+        remat=config.remat or "none",
         attention=config.attention_implementation,
         vocab_size=config.vocab_size,
         dropout=spec.dropout,

@@ -16,6 +16,7 @@ from zoo.models import ClassifierConfig, TransformerConfig, TranslatorConfig
 FLAVORS = ("gpt", "classifier", "translator")
 PRECISIONS = ("fp32", "bf16")
 LAYER_MODES = ("scan", "unroll")
+REMAT_MODES = ("none", "dots", "full")
 ATTENTION_CHOICES = ("auto", "xla", "cudnn")
 VOCAB_MULTIPLE = 64  # --pad-vocab rounds the vocabulary up to a multiple of this
 
@@ -80,6 +81,7 @@ class BenchSpec:
     rounds: int = 5  # the timed calls are spread over this many rounds, zoo and peer in turn
     pad_vocab: bool = False  # round the vocabulary up to a multiple of 64
     layers: str | None = None  # scan | unroll; None keeps the preset's `scan_layers`
+    remat: str | None = None  # none | dots | full; None keeps the preset's `remat`
     attention: str | None = None  # jax.nn.dot_product_attention implementation: None|xla|cudnn
     dropout: float = 0.0  # dropout and attention dropout of both models
     decode_prompt: int = 16  # prompt length of the GPT decode measurement
@@ -92,6 +94,8 @@ class BenchSpec:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
         if self.layers is not None and self.layers not in LAYER_MODES:
             raise ValueError(f"layers must be one of {LAYER_MODES}, got {self.layers!r}")
+        if self.remat is not None and self.remat not in REMAT_MODES:
+            raise ValueError(f"remat must be one of {REMAT_MODES}, got {self.remat!r}")
         for name in ("batch", "seq", "steps", "rounds"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -135,6 +139,8 @@ class BenchSpec:
                 changes["target_vocab_size"] = round_up(target, VOCAB_MULTIPLE)
         if self.layers is not None:
             changes["scan_layers"] = self.layers == "scan"
+        if self.remat is not None:
+            changes["remat"] = None if self.remat == "none" else self.remat
         if self.attention is not None:
             changes["attention_implementation"] = self.attention
         return base.replace(**changes)

@@ -51,6 +51,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="run the layer stack with lax.scan or unrolled (default: the preset's)",
     )
     what.add_argument(
+        "--remat",
+        choices=("none", "dots", "full"),
+        help="recompute in the backward: nothing, elementwise work, whole layers "
+        "(default: the preset's)",
+    )
+    what.add_argument(
         "--attention",
         choices=("auto", "xla", "cudnn"),
         default="auto",
@@ -167,6 +173,7 @@ def run(args: argparse.Namespace) -> int:
         warmup=args.warmup,
         pad_vocab=args.pad_vocab,
         layers=args.layers,
+        remat=args.remat,
         dropout=args.dropout,
         seed=args.seed,
         rounds=args.rounds,

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 
 from zoo.nn.embedding import POSITION_KINDS, SINUSOID_LAYOUTS
 from zoo.nn.feedforward import ACTIVATIONS
+from zoo.nn.stack import REMAT_CHOICES
 
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -40,6 +41,7 @@ class TransformerConfig:
     init_std: float = 0.02  # std of the normal init of weight matrices and embeddings
     scan_layers: bool = True  # run layers with lax.scan (fast compile); False unrolls them
     attention_implementation: str | None = None  # jax.nn.dot_product_attention: None|xla|cudnn
+    remat: str | None = None  # rematerialise in the backward: None | "dots" | "full" (zoo.nn.stack)
     dtype: str = "float32"  # parameter dtype
 
     def __post_init__(self) -> None:
@@ -78,6 +80,8 @@ class TransformerConfig:
                 "attention_implementation must be None, 'xla' or 'cudnn', "
                 f"got {self.attention_implementation!r}"
             )
+        if self.remat not in REMAT_CHOICES:
+            raise ValueError(f"remat must be one of {REMAT_CHOICES}, got {self.remat!r}")
         self._check_token_id("pad_id", self.pad_id)
 
     def _check_token_id(self, name: str, value: int | None, vocab: int | None = None) -> None:

@@ -65,6 +65,7 @@ class GPT(eqx.Module):
             lambda k: TransformerBlock(c.d_model, c.num_heads, c.d_ff, key=k, **c.block_kwargs()),
             c.num_layers,
             scan=c.scan_layers,
+            remat=c.remat,
             key=layers_key,
         )
         self.final_norm = (

@@ -109,6 +109,7 @@ class Translator(eqx.Module):
             lambda k: TransformerBlock(c.d_model, c.num_heads, c.d_ff, key=k, **c.block_kwargs()),
             c.num_layers,
             scan=c.scan_layers,
+            remat=c.remat,
             key=keys[2],
         )
         self.decoder = LayerStack(
@@ -117,6 +118,7 @@ class Translator(eqx.Module):
             ),
             c.decoder_layers,
             scan=c.scan_layers,
+            remat=c.remat,
             key=keys[3],
         )
 

@@ -17,6 +17,15 @@ from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 from zoo.nn.attention import KVCache
 from zoo.nn.block import BlockExtras, TransformerBlock
 
+# What the backward pass recomputes instead of keeping (`jax.checkpoint` policies per layer):
+# None keeps every intermediate; "dots" keeps the matrix products and recomputes the cheap
+# elementwise work (norms, activations, softmax); "full" keeps only each layer's input.
+REMAT_POLICIES = {
+    "dots": jax.checkpoint_policies.dots_saveable,
+    "full": jax.checkpoint_policies.nothing_saveable,
+}
+REMAT_CHOICES = (None, *REMAT_POLICIES)
+
 
 class LayerStack(eqx.Module):
     """`num_layers` blocks applied in sequence to one example; batch with `jax.vmap`."""
@@ -24,6 +33,7 @@ class LayerStack(eqx.Module):
     blocks: TransformerBlock
     num_layers: int = eqx.field(static=True)
     scan: bool = eqx.field(static=True)
+    remat: str | None = eqx.field(static=True)
 
     def __init__(
         self,
@@ -31,11 +41,15 @@ class LayerStack(eqx.Module):
         num_layers: int,
         *,
         scan: bool = True,
+        remat: str | None = None,
         key: PRNGKeyArray,
     ):
+        if remat not in REMAT_CHOICES:
+            raise ValueError(f"remat must be one of {REMAT_CHOICES}, got {remat!r}")
         self.blocks = eqx.filter_vmap(make_block)(jax.random.split(key, num_layers))
         self.num_layers = num_layers
         self.scan = scan
+        self.remat = remat
 
     def layer(self, index: int) -> TransformerBlock:
         """Block number `index` as a standalone module (for inspection and weight conversion)."""
@@ -90,6 +104,8 @@ class LayerStack(eqx.Module):
 
         if self.scan and cache is not None:
             return self._scan_with_cache(body, x, (params, layer_keys, cross_kv), cache)
+        if self.remat is not None and cache is None:
+            body = jax.checkpoint(body, policy=REMAT_POLICIES[self.remat])
         per_layer = (params, layer_keys, cache, cross_kv)
         if self.scan:
             return jax.lax.scan(body, x, per_layer)
