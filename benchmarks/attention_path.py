@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import zoo.nn.attention as attention
 from zoo import presets, tasks
 from zoo.bench.report import now_utc
-from zoo.bench.suite import run_meta
+from zoo.bench.suite import write_script_results
 from zoo.bench.timing import Timed, interleave
 from zoo.bench.workload import BenchSpec, make_batch
 from zoo.train import adamw
@@ -109,12 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         }
         print(json.dumps(row), file=sys.stderr)
         rows.append(row)
-    command = "python benchmarks/attention_path.py " + " ".join(argv or sys.argv[1:])
-    meta = run_meta(command.strip(), date, peer=None)
-    args.out.mkdir(parents=True, exist_ok=True)
-    stamp = date.replace("-", "").replace(":", "")[:15]
-    path = args.out / f"attention_path-{stamp}-{meta['device']['platform']}.json"
-    path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+    argv = sys.argv[1:] if argv is None else argv
+    path = write_script_results("attention_path", rows, date, argv, args.out)
     print(f"{'preset':<16} {'batch x seq':>11} {'fused ms':>9} {'explicit ms':>11} {'speedup':>8}")
     for row in rows:
         print(

@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from zoo.bench.report import now_utc
-from zoo.bench.suite import run_meta
+from zoo.bench.suite import write_script_results
 from zoo.nn.attention import attention_mask, dot_product_attention
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -163,12 +163,8 @@ def main(argv: list[str] | None = None) -> int:
         if len(shape) != 4:
             parser.error(f"--shapes takes batch,seq,heads,head_dim; got {text!r}")
         rows += measure(shape, args.steps, args.rounds)  # type: ignore[arg-type]
-    command = "python benchmarks/attention_vmap.py " + " ".join(argv or sys.argv[1:])
-    meta = run_meta(command.strip(), date, peer=None)
-    args.out.mkdir(parents=True, exist_ok=True)
-    stamp = date.replace("-", "").replace(":", "")[:15]
-    path = args.out / f"attention_vmap-{stamp}-{meta['device']['platform']}.json"
-    path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+    argv = sys.argv[1:] if argv is None else argv
+    path = write_script_results("attention_vmap", rows, date, argv, args.out)
     print(
         f"{'shape (b,s,h,d)':<16} {'variant':<15} {'pass':<17} {'ms':>9} "
         f"{'same compute ops':>16} {'copies+transposes':>17}"

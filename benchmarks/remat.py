@@ -24,7 +24,7 @@ from pathlib import Path
 from zoo.bench.hardware import device_info, peak_bf16
 from zoo.bench.report import now_utc
 from zoo.bench.run_zoo import ZooRun
-from zoo.bench.suite import run_meta
+from zoo.bench.suite import write_script_results
 from zoo.bench.timing import interleave
 from zoo.bench.workload import REMAT_MODES, BenchSpec
 from zoo.host import tune_host_allocator
@@ -85,12 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         }
         print(json.dumps(row), file=sys.stderr)
         rows.append(row)
-    command = "python benchmarks/remat.py " + " ".join(argv or sys.argv[1:])
-    meta = run_meta(command.strip(), date, peer=None)
-    args.out.mkdir(parents=True, exist_ok=True)
-    stamp = date.replace("-", "").replace(":", "")[:15]
-    path = args.out / f"remat-{stamp}-{meta['device']['platform']}.json"
-    path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+    argv = sys.argv[1:] if argv is None else argv
+    path = write_script_results("remat", rows, date, argv, args.out)
     header = "".join(f"{mode + ' ms':>11}" for mode in args.modes)
     print(f"{'preset':<18}{'batch x seq':>12}{header}  fastest")
     for row in rows:

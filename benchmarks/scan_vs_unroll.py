@@ -28,7 +28,7 @@ import jax.numpy as jnp
 
 from zoo import presets, tasks
 from zoo.bench.report import now_utc
-from zoo.bench.suite import run_meta
+from zoo.bench.suite import write_script_results
 from zoo.bench.timing import Timed, interleave
 from zoo.bench.workload import BenchSpec, make_batch
 from zoo.train import adamw
@@ -102,12 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     date = now_utc()
     rows = [row for preset in args.presets for row in measure(preset, args)]
-    command = "python benchmarks/scan_vs_unroll.py " + " ".join(argv or sys.argv[1:])
-    meta = run_meta(command.strip(), date, peer=None)
-    args.out.mkdir(parents=True, exist_ok=True)
-    stamp = date.replace("-", "").replace(":", "")[:15]
-    path = args.out / f"scan_vs_unroll-{stamp}-{meta['device']['platform']}.json"
-    path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+    argv = sys.argv[1:] if argv is None else argv
+    path = write_script_results("scan_vs_unroll", rows, date, argv, args.out)
     nan = float("nan")
     print(
         f"{'preset':<10} {'layers':<7} {'fwd trace+lower':>15} {'fwd compile':>11} "

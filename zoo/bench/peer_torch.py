@@ -40,6 +40,10 @@ class PeerRun:
         self.autocast = autocast
         modules = {"eager": model}
         if compile:
+            # Dynamo's recompile limit counts per code object over the whole process, and the
+            # HF models share wrapper functions: without a reset, later rows silently fall back
+            # to eager once earlier rows have used up the limit.
+            torch._dynamo.reset()
             modules["compiled"] = torch.compile(model)
         self.timers: dict[str, Timed] = {}
         self.compile_error: str | None = None

@@ -137,17 +137,19 @@ def now_utc() -> str:
     return datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat()
 
 
-def result_path(directory: Path, date: str, device: dict[str, Any]) -> Path:
-    """`bench-<date>-<platform>[-<device kind>].json` under `directory`."""
+def result_path(directory: Path, date: str, device: dict[str, Any], name: str = "bench") -> Path:
+    """`<name>-<date>-<platform>[-<device kind>].json` under `directory`."""
     stamp = re.sub(r"[^0-9T]", "", date)[:15]
     kind = "" if device["platform"] == "cpu" else "-" + device["device_kind"]
     slug = re.sub(r"[^a-z0-9]+", "-", f"{device['platform']}{kind}".lower()).strip("-")
-    return directory / f"bench-{stamp}-{slug}.json"
+    return directory / f"{name}-{stamp}-{slug}.json"
 
 
-def write_results(directory: Path, rows: list[dict[str, Any]], meta: dict[str, Any]) -> Path:
+def write_results(
+    directory: Path, rows: list[dict[str, Any]], meta: dict[str, Any], name: str = "bench"
+) -> Path:
     """Write `{"meta": ..., "rows": [...]}` as JSON under `directory`; return the file."""
     directory.mkdir(parents=True, exist_ok=True)
-    path = result_path(directory, meta["date"], meta["device"])
+    path = result_path(directory, meta["date"], meta["device"], name)
     path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
     return path

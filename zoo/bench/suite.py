@@ -20,7 +20,7 @@ from zoo.bench.hardware import (
     peak_memory,
     versions,
 )
-from zoo.bench.report import add_ratios, new_row, now_utc
+from zoo.bench.report import add_ratios, new_row, now_utc, write_results
 from zoo.bench.run_zoo import ZooRun
 from zoo.bench.timing import interleave
 from zoo.bench.workload import FLAVORS, BenchSpec, defaults_for
@@ -237,3 +237,11 @@ def run_meta(command: str, date: str, *, peer: str | None) -> dict[str, Any]:
         "host_allocator": allocator_note(),
         "python_executable": sys.executable,
     }
+
+
+def write_script_results(
+    name: str, rows: list[dict[str, Any]], date: str, argv: list[str], directory: Path
+) -> Path:
+    """Results of `benchmarks/<name>.py` (run with `argv`) as `<name>-<date>-<device>.json`."""
+    command = " ".join([f"python benchmarks/{name}.py", *argv])
+    return write_results(directory, rows, run_meta(command, date, peer=None), name=name)
