@@ -42,4 +42,4 @@ def test_glibc_takes_the_pad_once(fresh):
     assert host.tune_host_allocator() == 64
     fresh.setenv(host.ENV_VAR, "128")  # already applied in this process: unchanged
     assert host.tune_host_allocator() == 64
-    assert "M_TOP_PAD = 64 MiB" in host.allocator_note()
+    assert "top pad and mmap threshold 64 MiB, trim threshold 128 MiB" in host.allocator_note()
