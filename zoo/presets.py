@@ -65,8 +65,8 @@ register(
         pad_id=0,
         bos_id=1,
         eos_id=2,
-        **_CPU_REMAT,
         **_TINY,
+        **_CPU_REMAT,
     ),
     "2-layer GPT for tests and the demo",
 )
@@ -83,8 +83,8 @@ register(
         bos_id=1,
         eos_id=2,
         dropout=0.0,
-        **_CPU_REMAT,
         attention_dropout=0.0,
+        **_CPU_REMAT,
     ),
     "4-layer character GPT that trains on a CPU (tiny_shakespeare)",
 )
@@ -107,8 +107,8 @@ register(
         pooling="mean",
         pooler=False,
         type_vocab_size=0,
-        **_CPU_REMAT,
         **_TINY,
+        **_CPU_REMAT,
     ),
     "2-layer encoder classifier for tests and the demo",
 )
@@ -127,8 +127,8 @@ register(
         pooler=False,
         type_vocab_size=0,
         dropout=0.3,
-        **_CPU_REMAT,
         attention_dropout=0.1,
+        **_CPU_REMAT,
     ),
     "2-layer encoder classifier that trains on a CPU (rotten_tomatoes)",
 )
@@ -165,8 +165,8 @@ register(
         norm_first=True,
         dropout=0.1,
         attention_dropout=0.0,
-        **_CPU_REMAT,
         layer_norm_eps=1e-6,
+        **_CPU_REMAT,
     ),
     "3+3-layer pre-LN translator that trains on a CPU (Multi30k)",
 )

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-# zoo activation -> transformers activation name
-ACTIVATIONS = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu", "silu": "silu"}
+from zoo.interop.architecture import activation_dropout, export_activation
+
 MODEL_CLASSES = {
     "gpt": "GPT2LMHeadModel",
     "classifier": "BertForSequenceClassification",
@@ -43,7 +43,7 @@ def hf_config(config: Any, flavor: str) -> Any:
     """A transformers config with the shapes of the zoo `config`."""
     _, transformers = import_torch()
     common = dict(vocab_size=config.vocab_size, attn_implementation="sdpa")
-    activation = ACTIVATIONS[config.activation]
+    activation = export_activation(config)
     if flavor == "gpt":
         return transformers.GPT2Config(
             n_positions=config.max_positions,
@@ -90,7 +90,7 @@ def hf_config(config: Any, flavor: str) -> Any:
         max_position_embeddings=config.max_positions,
         dropout=config.dropout,
         attention_dropout=config.attention_dropout,
-        activation_dropout=config.dropout,
+        activation_dropout=activation_dropout(config),
         scale_embedding=config.scale_embeddings,
         share_encoder_decoder_embeddings=config.share_embeddings,
         tie_word_embeddings=config.tie_output,
