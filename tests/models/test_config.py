@@ -11,7 +11,7 @@ from zoo import ClassifierConfig, GPTConfig, TranslatorConfig
         (GPTConfig, dict(dropout=-0.1), r"dropout must be in \[0, 1\)"),
         (GPTConfig, dict(num_layers=0), "num_layers must be a positive integer"),
         (GPTConfig, dict(pad_id=50257), "pad_id=50257 is outside the vocabulary"),
-        (GPTConfig, dict(positions="rotary"), "positions must be one of"),
+        (GPTConfig, dict(positions="alibi"), "positions must be one of"),
         (GPTConfig, dict(dtype="float8"), "dtype must be one of"),
         (GPTConfig, dict(remat="some"), "remat must be one of"),
         (ClassifierConfig, dict(num_classes=0), "num_classes must be a positive integer"),

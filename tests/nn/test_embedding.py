@@ -69,4 +69,4 @@ def test_token_ids_outside_vocab_raise_eagerly_and_under_jit(bad):
 
 def test_unknown_position_kind(key):
     with pytest.raises(ValueError, match="unknown position kind"):
-        Embedder(10, 4, 8, position_kind="rotary", key=key)
+        Embedder(10, 4, 8, position_kind="alibi", key=key)

@@ -24,8 +24,8 @@ from zoo.models.translator import Translator, TranslatorState
 class SourceMemory(NamedTuple):
     """What decoding needs from each encoded source (stacked on a leading `batch` axis)."""
 
-    cross_keys: Float[Array, "batch layers src heads head_dim"]
-    cross_values: Float[Array, "batch layers src heads head_dim"]
+    cross_keys: Float[Array, "batch layers src kv_heads head_dim"]
+    cross_values: Float[Array, "batch layers src kv_heads head_dim"]
     source_valid: Bool[Array, "batch src"]
 
 

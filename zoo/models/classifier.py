@@ -16,7 +16,7 @@ from zoo.nn.block import BlockExtras, TransformerBlock
 from zoo.nn.dropout import Dropout, split_optional
 from zoo.nn.embedding import Embedder, check_token_ids
 from zoo.nn.linear import Linear
-from zoo.nn.norm import LayerNorm
+from zoo.nn.norm import Norm
 from zoo.nn.stack import LayerStack
 
 POOLINGS = ("first", "mean")
@@ -65,7 +65,7 @@ class Classifier(eqx.Module):
     config: ClassifierConfig = eqx.field(static=True)
     embedder: Embedder
     encoder: LayerStack
-    final_norm: LayerNorm | None
+    final_norm: Norm | None
     pooler: Linear | None
     head_dropout: Dropout
     head: Linear
@@ -89,11 +89,7 @@ class Classifier(eqx.Module):
             remat=c.remat,
             key=layers_key,
         )
-        self.final_norm = (
-            LayerNorm(c.d_model, eps=c.layer_norm_eps, dtype=c.param_dtype)
-            if c.norm_first
-            else None
-        )
+        self.final_norm = c.make_norm() if c.norm_first else None
         linear_kwargs = dict(init_std=c.init_std, dtype=c.param_dtype)
         self.pooler = (
             Linear(c.d_model, c.d_model, key=pooler_key, **linear_kwargs) if c.pooler else None

@@ -12,8 +12,8 @@ from zoo.nn.embedding import check_token_ids
 class DecodeCache(eqx.Module):
     """Self-attention keys/values of every decoder layer plus how many positions are filled."""
 
-    keys: Float[Array, "layers max_len heads head_dim"]
-    values: Float[Array, "layers max_len heads head_dim"]
+    keys: Float[Array, "layers max_len kv_heads head_dim"]
+    values: Float[Array, "layers max_len kv_heads head_dim"]
     index: Int[Array, ""]
 
 
@@ -52,6 +52,17 @@ def valid_positions(
     if pad_id is None:
         return None
     return tokens != pad_id
+
+
+def token_positions(key_valid: Bool[Array, " seq"] | None, num_tokens: int) -> Int[Array, " seq"]:
+    """Absolute position of every token, counting real tokens only.
+
+    Without padding that is 0, 1, 2, ...; right padding leaves the real tokens' positions alone;
+    left padding shifts them back to start at 0. Padding positions repeat a neighbour's.
+    """
+    if key_valid is None:
+        return jnp.arange(num_tokens)
+    return jnp.maximum(jnp.cumsum(key_valid.astype(jnp.int32)) - 1, 0)
 
 
 def check_cache_room(index: Array, new: int, capacity: int, max_positions: int) -> Array:

@@ -10,7 +10,9 @@ from typing import Any
 import jax.numpy as jnp
 
 from zoo.nn.embedding import POSITION_KINDS, SINUSOID_LAYOUTS
-from zoo.nn.feedforward import ACTIVATIONS
+from zoo.nn.feedforward import ACTIVATIONS, FEED_FORWARD_KINDS
+from zoo.nn.norm import NORM_KINDS, Norm, make_norm
+from zoo.nn.rotary import ROPE_SCALINGS, RotaryEmbedding
 from zoo.nn.stack import REMAT_CHOICES
 
 DTYPES = ("float32", "bfloat16", "float16")
@@ -22,19 +24,36 @@ class TransformerConfig:
 
     vocab_size: int = 32000  # token ids are in [0, vocab_size)
     d_model: int = 512  # model width
-    num_heads: int = 8  # attention heads; must divide d_model
+    num_heads: int = 8  # attention (query) heads; must divide d_model unless head_dim is set
+    num_kv_heads: int | None = None  # key/value heads (GQA, must divide num_heads); None: num_heads
+    attention_head_dim: int | None = None  # per-head width; None: d_model // num_heads (Qwen3: 128)
     num_layers: int = 6  # transformer blocks (the encoder's, for a translator)
     d_ff: int = 2048  # hidden width of the position-wise feed-forward network
+    feed_forward: str = "dense"  # dense | gated (act(gate) * up: SwiGLU with silu, GeGLU with gelu)
     max_positions: int = 512  # longest sequence the model accepts
     pad_id: int | None = 0  # padding token id; None: no padding (every position is real)
     dropout: float = 0.1  # dropout on embeddings, residual branches (and feed-forward hidden)
     attention_dropout: float = 0.1  # dropout on attention weights
     activation_dropout: float | None = None  # dropout on the feed-forward hidden (None: dropout)
     activation: str = "gelu"  # relu | gelu (erf) | gelu_tanh | silu
-    norm_first: bool = True  # True: pre-LN (GPT-2); False: post-LN (the paper, BERT)
-    layer_norm_eps: float = 1e-5  # LayerNorm epsilon (BERT uses 1e-12)
+    norm: str = (
+        "layernorm"  # layernorm | rmsnorm (Llama, Mistral, Qwen) in every block and at the end
+    )
+    norm_first: bool = True  # True: pre-norm (GPT-2, Llama); False: post-norm (the paper, BERT)
+    layer_norm_eps: float = 1e-5  # epsilon of every norm (BERT uses 1e-12, Qwen 1e-6)
     use_bias: bool = True  # biases in attention and feed-forward projections
-    positions: str = "learned"  # learned | sinusoidal
+    qkv_bias: bool | None = None  # biases on query/key/value projections (Qwen2); None: use_bias
+    attention_output_bias: bool | None = None  # bias on the attention output; None: use_bias
+    feed_forward_bias: bool | None = None  # biases in the feed-forward; None: use_bias
+    qk_norm: bool = False  # RMSNorm on each head's queries and keys before rotary (Qwen3)
+    sliding_window: int | None = None  # decoder self-attention sees the last N positions (Mistral)
+    positions: str = "learned"  # learned | sinusoidal (added to embeddings) | rotary (in attention)
+    rope_theta: float = 10000.0  # rotary base: pair i turns by position * theta^(-2i/head_dim)
+    rope_scaling: str | None = None  # None | linear | llama3: stretch rotary to longer contexts
+    rope_factor: float = 1.0  # rotary scaling factor (linear and llama3)
+    rope_low_freq_factor: float = 1.0  # llama3 scaling: wavelengths above original/low are scaled
+    rope_high_freq_factor: float = 4.0  # llama3 scaling: wavelengths below original/high are kept
+    rope_original_max_positions: int = 8192  # llama3 scaling: the context it was trained for
     sinusoid_layout: str = "interleaved"  # interleaved (the paper) | concatenated (Marian)
     scale_embeddings: bool = False  # multiply token embeddings by sqrt(d_model)
     embedding_norm: bool = False  # LayerNorm right after the embeddings (BERT)
@@ -50,11 +69,13 @@ class TransformerConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if self.d_model % self.num_heads != 0:
+        if self.attention_head_dim is None and self.d_model % self.num_heads != 0:
             raise ValueError(
                 f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}; pick "
-                f"num_heads from the divisors of d_model, e.g. {_divisors(self.d_model)}"
+                f"num_heads from the divisors of d_model, e.g. {_divisors(self.d_model)}, or "
+                "set attention_head_dim"
             )
+        self._check_attention_parts()
         for name in ("dropout", "attention_dropout", "activation_dropout"):
             value = getattr(self, name)
             if value is not None and not 0.0 <= value < 1.0:
@@ -84,6 +105,42 @@ class TransformerConfig:
             raise ValueError(f"remat must be one of {REMAT_CHOICES}, got {self.remat!r}")
         self._check_token_id("pad_id", self.pad_id)
 
+    def _check_attention_parts(self) -> None:
+        """Validate the fields that choose the modern parts (GQA, rotary, norms, gating)."""
+        for name in ("num_kv_heads", "attention_head_dim", "sliding_window"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value <= 0):
+                raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
+        if self.num_heads % self.kv_heads != 0:
+            raise ValueError(
+                f"num_kv_heads={self.num_kv_heads} must divide num_heads={self.num_heads}: each "
+                "key/value head serves the same number of query heads; 1 is multi-query attention"
+            )
+        if self.norm not in NORM_KINDS:
+            raise ValueError(f"norm must be one of {NORM_KINDS}, got {self.norm!r}")
+        if self.feed_forward not in FEED_FORWARD_KINDS:
+            raise ValueError(
+                f"feed_forward must be one of {FEED_FORWARD_KINDS}, got {self.feed_forward!r}"
+            )
+        if self.positions == "rotary" and self.head_dim % 2 != 0:
+            raise ValueError(f"rotary positions need an even head_dim, got {self.head_dim}")
+        if self.rope_scaling not in ROPE_SCALINGS:
+            raise ValueError(
+                f"rope_scaling must be one of {ROPE_SCALINGS}, got {self.rope_scaling!r}"
+            )
+        if not self.rope_theta > 0 or not self.rope_factor > 0:
+            raise ValueError(
+                f"rope_theta and rope_factor must be positive, got {self.rope_theta}, "
+                f"{self.rope_factor}"
+            )
+        if self.rope_scaling == "llama3" and not (
+            0 < self.rope_low_freq_factor < self.rope_high_freq_factor
+        ):
+            raise ValueError(
+                "llama3 rope scaling needs 0 < rope_low_freq_factor < rope_high_freq_factor, got "
+                f"{self.rope_low_freq_factor} and {self.rope_high_freq_factor}"
+            )
+
     def _check_token_id(self, name: str, value: int | None, vocab: int | None = None) -> None:
         vocab = self.vocab_size if vocab is None else vocab
         if value is not None and not 0 <= value < vocab:
@@ -91,8 +148,29 @@ class TransformerConfig:
 
     @property
     def head_dim(self) -> int:
-        """Width of one attention head."""
+        """Width of one attention head: `attention_head_dim`, else d_model // num_heads."""
+        if self.attention_head_dim is not None:
+            return self.attention_head_dim
         return self.d_model // self.num_heads
+
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads: `num_kv_heads`, else one per query head."""
+        return self.num_heads if self.num_kv_heads is None else self.num_kv_heads
+
+    def rotary(self) -> RotaryEmbedding | None:
+        """The rotary embedding the attention applies, or None for added positions."""
+        if self.positions != "rotary":
+            return None
+        return RotaryEmbedding(
+            self.head_dim,
+            self.rope_theta,
+            scaling=self.rope_scaling,
+            factor=self.rope_factor,
+            low_freq_factor=self.rope_low_freq_factor,
+            high_freq_factor=self.rope_high_freq_factor,
+            original_max_positions=self.rope_original_max_positions,
+        )
 
     @property
     def param_dtype(self):
@@ -102,9 +180,18 @@ class TransformerConfig:
         """Keyword arguments of `zoo.nn.TransformerBlock` taken from this config."""
         return dict(
             activation=self.activation,
+            gated=self.feed_forward == "gated",
+            norm=self.norm,
             norm_first=self.norm_first,
             layer_norm_eps=self.layer_norm_eps,
             use_bias=self.use_bias,
+            num_kv_heads=self.num_kv_heads,
+            head_dim=self.attention_head_dim,
+            qkv_bias=self.qkv_bias,
+            attention_output_bias=self.attention_output_bias,
+            feed_forward_bias=self.feed_forward_bias,
+            qk_norm=self.qk_norm,
+            rotary=self.rotary(),
             dropout=self.dropout,
             attention_dropout=self.attention_dropout,
             activation_dropout=self.activation_dropout,
@@ -112,6 +199,10 @@ class TransformerConfig:
             init_std=self.init_std,
             dtype=self.param_dtype,
         )
+
+    def make_norm(self) -> Norm:
+        """A norm of this config's kind and width (a model's final norm)."""
+        return make_norm(self.norm, self.d_model, eps=self.layer_norm_eps, dtype=self.param_dtype)
 
     def embedder_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of `zoo.nn.Embedder` taken from this config."""

@@ -1,4 +1,9 @@
-"""Decoder-only GPT: token + learned positions -> causal blocks -> LayerNorm -> vocabulary."""
+"""Decoder-only GPT: token embeddings -> causal blocks -> final norm -> vocabulary.
+
+One class for GPT-2 and for today's decoders (Llama, Mistral, Qwen2, Qwen3, SmolLM): they differ
+only in config fields that pick parts (`norm`, `positions`, `feed_forward`, `num_kv_heads`,
+`qkv_bias`, `qk_norm`, `sliding_window`, ...). See `zoo.presets` for each family's settings.
+"""
 
 from __future__ import annotations
 
@@ -9,14 +14,20 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
-from zoo.models.common import DecodeCache, check_cache_room, check_tokens, valid_positions
+from zoo.models.common import (
+    DecodeCache,
+    check_cache_room,
+    check_tokens,
+    token_positions,
+    valid_positions,
+)
 from zoo.models.config import TransformerConfig
 from zoo.nn.attention import KVCache, attention_mask
 from zoo.nn.block import BlockExtras, TransformerBlock
 from zoo.nn.dropout import split_optional
 from zoo.nn.embedding import Embedder
 from zoo.nn.linear import Linear
-from zoo.nn.norm import LayerNorm
+from zoo.nn.norm import Norm
 from zoo.nn.stack import LayerStack
 
 
@@ -33,6 +44,7 @@ class GPTConfig(TransformerConfig):
     pad_id: int | None = None  # GPT-2 has no padding token
     bos_id: int | None = None  # token that starts a document, if any
     eos_id: int | None = None  # token that ends a document: generation stops on it
+    stop_ids: tuple[int, ...] = ()  # more ids that end generation (Llama 3: <|eot_id|>, ...)
     activation: str = "gelu_tanh"  # GPT-2's "gelu_new"
     tie_embeddings: bool = True  # output projection = token embedding transposed
 
@@ -40,6 +52,16 @@ class GPTConfig(TransformerConfig):
         super().__post_init__()
         self._check_token_id("bos_id", self.bos_id)
         self._check_token_id("eos_id", self.eos_id)
+        if not isinstance(self.stop_ids, tuple):  # a list read from JSON: keep configs hashable
+            object.__setattr__(self, "stop_ids", tuple(self.stop_ids))
+        for stop_id in self.stop_ids:
+            self._check_token_id("stop_ids", stop_id)
+
+    @property
+    def end_ids(self) -> tuple[int, ...]:
+        """Every id that ends a generated sequence: `eos_id` first, then `stop_ids`."""
+        first = () if self.eos_id is None else (self.eos_id,)
+        return first + tuple(i for i in self.stop_ids if i != self.eos_id)
 
 
 class GPT(eqx.Module):
@@ -51,7 +73,7 @@ class GPT(eqx.Module):
     config: GPTConfig = eqx.field(static=True)
     embedder: Embedder
     layers: LayerStack
-    final_norm: LayerNorm | None
+    final_norm: Norm | None
     head: Linear | None
 
     def __init__(self, config: GPTConfig, *, key: PRNGKeyArray):
@@ -68,11 +90,7 @@ class GPT(eqx.Module):
             remat=c.remat,
             key=layers_key,
         )
-        self.final_norm = (
-            LayerNorm(c.d_model, eps=c.layer_norm_eps, dtype=c.param_dtype)
-            if c.norm_first
-            else None
-        )
+        self.final_norm = c.make_norm() if c.norm_first else None
         self.head = (
             None
             if c.tie_embeddings
@@ -108,19 +126,29 @@ class GPT(eqx.Module):
         num_tokens = tokens.shape[0]
         embed_key, layers_key = split_optional(key, 2)
         index = jnp.zeros((), jnp.int32) if cache is None else cache.index
-        x = self.embedder(tokens, index + jnp.arange(num_tokens), key=embed_key)
         layer_cache = None
         if cache is None:
             key_valid = valid_positions(tokens, c.pad_id, mask)
-            attn_mask = attention_mask(num_tokens, key_valid, causal=True, num_keys=num_tokens)
+            positions = token_positions(key_valid, num_tokens)
+            attn_mask = attention_mask(
+                num_tokens, key_valid, causal=True, num_keys=num_tokens, window=c.sliding_window
+            )
         else:
+            positions = index + jnp.arange(num_tokens)
             layer_cache = KVCache(cache.keys, cache.values)
             attn_mask = attention_mask(
-                num_tokens, None, num_keys=cache.keys.shape[1], causal=True, query_offset=index
+                num_tokens,
+                None,
+                num_keys=cache.keys.shape[1],
+                causal=True,
+                query_offset=index,
+                window=c.sliding_window,
             )
+        x = self.embedder(tokens, positions, key=embed_key)
         x, extras = self.layers(
             x,
             mask=attn_mask,
+            positions=positions,
             cache=layer_cache,
             cache_index=index,
             key=layers_key,
@@ -135,7 +163,11 @@ class GPT(eqx.Module):
         *,
         key: PRNGKeyArray | None = None,
     ) -> Float[Array, "seq vocab"]:
-        """Next-token logits at every position. `mask` (True = real token) overrides `pad_id`."""
+        """Next-token logits at every position. `mask` (True = real token) overrides `pad_id`.
+
+        Positions count real tokens only, so a left-padded sequence gets the positions it would
+        have without its padding (as HuggingFace's generation computes them).
+        """
         logits, _ = self._run(tokens, mask, key=key)
         return logits
 
@@ -148,13 +180,23 @@ class GPT(eqx.Module):
         return extras.self_weights
 
     def init_cache(self, max_len: int | None = None, dtype=None) -> DecodeCache:
-        """An empty KV cache for `max_len` positions (default `max_positions`)."""
+        """An empty KV cache for `max_len` positions (default `max_positions`).
+
+        It holds `[layers, max_len, kv_heads, head_dim]` keys and values: one cached token costs
+        `2 * num_layers * kv_heads * head_dim * dtype.itemsize` bytes (`kv_cache_bytes_per_token`).
+        """
         max_len = self.config.max_positions if max_len is None else max_len
         if max_len > self.config.max_positions:
             raise ValueError(f"max_len={max_len} exceeds max_positions={self.config.max_positions}")
         dtype = self.config.param_dtype if dtype is None else dtype
         kv = self.layers.init_cache(max_len, dtype)
         return DecodeCache(kv.keys, kv.values, jnp.zeros((), jnp.int32))
+
+    def kv_cache_bytes_per_token(self, dtype=None) -> int:
+        """Bytes one cached token takes: keys and values of every layer's key/value heads."""
+        c = self.config
+        itemsize = jnp.dtype(c.param_dtype if dtype is None else dtype).itemsize
+        return 2 * c.num_layers * c.kv_heads * c.head_dim * itemsize
 
     def extend(
         self, tokens: Int[Array, " seq"], cache: DecodeCache

@@ -16,7 +16,7 @@ from zoo.nn.block import BlockExtras, TransformerBlock
 from zoo.nn.dropout import split_optional
 from zoo.nn.embedding import Embedder
 from zoo.nn.linear import Linear
-from zoo.nn.norm import LayerNorm
+from zoo.nn.norm import Norm
 from zoo.nn.stack import LayerStack
 
 
@@ -67,8 +67,8 @@ class TranslatorConfig(TransformerConfig):
 class TranslatorState(eqx.Module):
     """Everything incremental decoding needs about one source: cross keys/values and the cache."""
 
-    cross_keys: Float[Array, "layers src heads head_dim"]
-    cross_values: Float[Array, "layers src heads head_dim"]
+    cross_keys: Float[Array, "layers src kv_heads head_dim"]
+    cross_values: Float[Array, "layers src kv_heads head_dim"]
     source_valid: Bool[Array, " src"]
     cache: DecodeCache
 
@@ -84,9 +84,9 @@ class Translator(eqx.Module):
     source_embedder: Embedder
     target_embedder: Embedder
     encoder: LayerStack
-    encoder_norm: LayerNorm | None
+    encoder_norm: Norm | None
     decoder: LayerStack
-    decoder_norm: LayerNorm | None
+    decoder_norm: Norm | None
     output_proj: Linear | None
     output_bias: Float[Array, " vocab"] | None
 
@@ -122,11 +122,8 @@ class Translator(eqx.Module):
             key=keys[3],
         )
 
-        def norm():
-            return LayerNorm(c.d_model, eps=c.layer_norm_eps, dtype=c.param_dtype)
-
-        self.encoder_norm = norm() if c.norm_first else None
-        self.decoder_norm = norm() if c.norm_first else None
+        self.encoder_norm = c.make_norm() if c.norm_first else None
+        self.decoder_norm = c.make_norm() if c.norm_first else None
         self.output_proj = (
             None
             if c.tie_output

@@ -13,7 +13,8 @@ from zoo.nn.dropout import Dropout
 from zoo.nn.embedding import Embedder, check_token_ids, sinusoidal_positions
 from zoo.nn.feedforward import ACTIVATIONS, FeedForward
 from zoo.nn.linear import Linear
-from zoo.nn.norm import LayerNorm
+from zoo.nn.norm import LayerNorm, RMSNorm, make_norm
+from zoo.nn.rotary import RotaryEmbedding, rotary_inverse_frequencies
 from zoo.nn.stack import LayerStack
 
 __all__ = [
@@ -27,11 +28,15 @@ __all__ = [
     "LayerStack",
     "Linear",
     "MultiHeadAttention",
+    "RMSNorm",
+    "RotaryEmbedding",
     "TransformerBlock",
     "attention_mask",
     "attention_weights",
     "causal_mask",
     "check_token_ids",
     "dot_product_attention",
+    "make_norm",
+    "rotary_inverse_frequencies",
     "sinusoidal_positions",
 ]

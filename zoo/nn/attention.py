@@ -16,6 +16,8 @@ from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 from zoo.nn.dropout import Dropout
 from zoo.nn.linear import Linear
+from zoo.nn.norm import RMSNorm
+from zoo.nn.rotary import RotaryEmbedding
 
 # --------------------------------------------------------------------------------------------
 # masks: True means "this query may attend to this key"
@@ -36,13 +38,18 @@ def attention_mask(
     num_keys: int | None = None,
     causal: bool = False,
     query_offset: Int[Array, ""] | int = 0,
+    window: int | None = None,
 ) -> Bool[Array, "seq kv_seq"] | None:
     """Combine a key-padding mask and a causal mask into one `[seq, kv_seq]` mask.
 
     `key_valid[j]` is False for padding keys. With `causal=True`, query `i` sits at absolute
     position `query_offset + i` and sees keys at positions `<= query_offset + i` (the offset is
-    how far a KV cache is already filled). Returns None when nothing is masked.
+    how far a KV cache is already filled). A sliding `window` (causal only, Mistral) keeps the
+    last `window` of those: keys at positions `> query_position - window`. Returns None when
+    nothing is masked.
     """
+    if window is not None and not causal:
+        raise ValueError("a sliding window needs causal=True")
     if key_valid is None and not causal:
         return None
     if num_keys is None:
@@ -52,7 +59,10 @@ def attention_mask(
     mask = jnp.ones((num_queries, num_keys), dtype=bool)
     if causal:
         query_positions = query_offset + jnp.arange(num_queries)
-        mask = causal_mask(query_positions, jnp.arange(num_keys))
+        key_positions = jnp.arange(num_keys)
+        mask = causal_mask(query_positions, key_positions)
+        if window is not None:
+            mask = mask & (key_positions[None, :] > query_positions[:, None] - window)
     if key_valid is not None:
         mask = mask & key_valid[None, :]
     return mask
@@ -63,18 +73,38 @@ def attention_mask(
 # --------------------------------------------------------------------------------------------
 
 
+def _groups(query: Array, key: Array) -> int:
+    """How many query heads share each key/value head (1 without grouped-query attention)."""
+    heads, kv_heads = query.shape[1], key.shape[1]
+    if heads % kv_heads != 0:
+        raise ValueError(
+            f"{heads} query heads cannot share {kv_heads} key/value heads: the number of "
+            "key/value heads must divide the number of query heads"
+        )
+    return heads // kv_heads
+
+
 def attention_weights(
     query: Float[Array, "seq heads head_dim"],
-    key: Float[Array, "kv_seq heads head_dim"],
+    key: Float[Array, "kv_seq kv_heads head_dim"],
     mask: Bool[Array, "seq kv_seq"] | None = None,
 ) -> Float[Array, "heads seq kv_seq"]:
     """softmax(q k^T / sqrt(head_dim)) per head, in float32.
 
-    Masked keys get weight exactly 0. A query whose keys are all masked gets an all-zero row
-    (finite values and gradients, never NaN).
+    With grouped-query attention (`kv_heads < heads`), query head `h` reads key head
+    `h // (heads // kv_heads)`; the shared keys are never copied. Masked keys get weight exactly
+    0. A query whose keys are all masked gets an all-zero row (finite values and gradients,
+    never NaN).
     """
     scale = 1.0 / math.sqrt(query.shape[-1])
-    scores = jnp.einsum("qhd,khd->hqk", query, key).astype(jnp.float32) * scale
+    group = _groups(query, key)
+    if group == 1:
+        scores = jnp.einsum("qhd,khd->hqk", query, key)
+    else:
+        seq, heads, head_dim = query.shape
+        grouped = query.reshape(seq, key.shape[1], group, head_dim)
+        scores = jnp.einsum("qkgd,skd->kgqs", grouped, key).reshape(heads, seq, key.shape[0])
+    scores = scores.astype(jnp.float32) * scale
     if mask is None:
         return jax.nn.softmax(scores, axis=-1)
     # A finite fill keeps fully masked rows finite (uniform), and the final `where` zeroes them.
@@ -84,10 +114,22 @@ def attention_weights(
     return jnp.where(mask[None, :, :], weights, jnp.zeros_like(weights))
 
 
+def _weighted_values(
+    weights: Float[Array, "heads seq kv_seq"], value: Float[Array, "kv_seq kv_heads head_dim"]
+) -> Float[Array, "seq heads head_dim"]:
+    heads, seq, kv_seq = weights.shape
+    kv_heads = value.shape[1]
+    if heads == kv_heads:
+        return jnp.einsum("hqk,khd->qhd", weights, value)
+    grouped = weights.reshape(kv_heads, heads // kv_heads, seq, kv_seq)
+    output = jnp.einsum("kgqs,skd->qkgd", grouped, value)
+    return output.reshape(seq, heads, value.shape[2])
+
+
 def dot_product_attention(
     query: Float[Array, "seq heads head_dim"],
-    key: Float[Array, "kv_seq heads head_dim"],
-    value: Float[Array, "kv_seq heads head_dim"],
+    key: Float[Array, "kv_seq kv_heads head_dim"],
+    value: Float[Array, "kv_seq kv_heads head_dim"],
     mask: Bool[Array, "seq kv_seq"] | None = None,
     *,
     dropout: Dropout | None = None,
@@ -101,7 +143,8 @@ def dot_product_attention(
     einsum scores) and is used for attention dropout, for `return_weights`, and on the CPU by
     default, where its backward pass is faster. Otherwise `jax.nn.dot_product_attention` runs:
     `implementation="xla"` forces it on any device, `"cudnn"` asks for the cuDNN flash kernel
-    on an NVIDIA GPU. Both paths give zero output for fully masked queries.
+    on an NVIDIA GPU. Both paths give zero output for fully masked queries, and both take
+    fewer key/value heads than query heads (grouped-query attention).
     """
     dropout_active = (
         dropout is not None
@@ -114,7 +157,7 @@ def dot_product_attention(
         weights = attention_weights(query, key, mask)
         if dropout is not None:
             weights = dropout(weights, key=dropout_key)
-        output = jnp.einsum("hqk,khd->qhd", weights.astype(value.dtype), value)
+        output = _weighted_values(weights.astype(value.dtype), value)
         return output, (weights if return_weights else None)
 
     # jax's own kernel mixes bf16 and f32 internally, which strict promotion would reject.
@@ -138,20 +181,24 @@ def dot_product_attention(
 
 
 class KVCache(eqx.Module):
-    """Keys and values of one self-attention layer, preallocated to `max_len` positions."""
+    """Keys and values of one self-attention layer, preallocated to `max_len` positions.
 
-    keys: Float[Array, "*layers max_len heads head_dim"]
-    values: Float[Array, "*layers max_len heads head_dim"]
+    It holds the key/value heads only: with grouped-query attention that is `kv_heads`, fewer
+    than the query heads, and nothing is repeated per query head.
+    """
+
+    keys: Float[Array, "*layers max_len kv_heads head_dim"]
+    values: Float[Array, "*layers max_len kv_heads head_dim"]
 
     @staticmethod
-    def empty(max_len: int, num_heads: int, head_dim: int, dtype=jnp.float32) -> KVCache:
-        shape = (max_len, num_heads, head_dim)
+    def empty(max_len: int, num_kv_heads: int, head_dim: int, dtype=jnp.float32) -> KVCache:
+        shape = (max_len, num_kv_heads, head_dim)
         return KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype))
 
     def write(
         self,
-        new_keys: Float[Array, "seq heads head_dim"],
-        new_values: Float[Array, "seq heads head_dim"],
+        new_keys: Float[Array, "seq kv_heads head_dim"],
+        new_values: Float[Array, "seq kv_heads head_dim"],
         index: Int[Array, ""] | int,
     ) -> KVCache:
         """Store `seq` new positions starting at position `index`."""
@@ -173,14 +220,22 @@ class MultiHeadAttention(eqx.Module):
 
     Batch with `jax.vmap`. Query, key, value and output projections are separate `Linear`s so
     that self- and cross-attention share one code path and pretrained weights map one-to-one.
+    The parts that tell today's families apart are options of this one class:
+    `num_kv_heads < num_heads` (grouped-query attention; 1 is multi-query), an explicit
+    `head_dim`, biases per projection (`qkv_bias`, `output_bias`), `qk_norm` (an RMSNorm over
+    each head of the queries and keys, Qwen3) and `rotary` (positions as rotations, Llama).
     """
 
     query_proj: Linear
     key_proj: Linear
     value_proj: Linear
     output_proj: Linear
+    query_norm: RMSNorm | None
+    key_norm: RMSNorm | None
+    rotary: RotaryEmbedding | None
     dropout: Dropout
     num_heads: int = eqx.field(static=True)
+    num_kv_heads: int = eqx.field(static=True)
     head_dim: int = eqx.field(static=True)
     implementation: str | None = eqx.field(static=True)
 
@@ -189,9 +244,15 @@ class MultiHeadAttention(eqx.Module):
         d_model: int,
         num_heads: int,
         *,
+        num_kv_heads: int | None = None,
         head_dim: int | None = None,
         kv_dim: int | None = None,
         use_bias: bool = True,
+        qkv_bias: bool | None = None,
+        output_bias: bool | None = None,
+        qk_norm: bool = False,
+        norm_eps: float = 1e-6,
+        rotary: RotaryEmbedding | None = None,
         dropout_rate: float = 0.0,
         implementation: str | None = None,
         init_std: float = 0.02,
@@ -205,38 +266,74 @@ class MultiHeadAttention(eqx.Module):
                     "choose num_heads dividing d_model or pass head_dim explicitly"
                 )
             head_dim = d_model // num_heads
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        if num_kv_heads < 1 or num_heads % num_kv_heads != 0:
+            raise ValueError(
+                f"num_kv_heads={num_kv_heads} must divide num_heads={num_heads} "
+                "(num_kv_heads=1 is multi-query attention)"
+            )
+        if rotary is not None and rotary.head_dim != head_dim:
+            raise ValueError(f"rotary head_dim={rotary.head_dim} differs from head_dim={head_dim}")
         kv_dim = d_model if kv_dim is None else kv_dim
-        inner = num_heads * head_dim
         q_key, k_key, v_key, o_key = jax.random.split(key, 4)
-        common = dict(use_bias=use_bias, init_std=init_std, dtype=dtype)
-        self.query_proj = Linear(d_model, inner, key=q_key, **common)
-        self.key_proj = Linear(kv_dim, inner, key=k_key, **common)
-        self.value_proj = Linear(kv_dim, inner, key=v_key, **common)
-        self.output_proj = Linear(inner, d_model, key=o_key, **common)
+        common = dict(init_std=init_std, dtype=dtype)
+        in_bias = use_bias if qkv_bias is None else qkv_bias
+        out_bias = use_bias if output_bias is None else output_bias
+        self.query_proj = Linear(
+            d_model, num_heads * head_dim, use_bias=in_bias, key=q_key, **common
+        )
+        self.key_proj = Linear(
+            kv_dim, num_kv_heads * head_dim, use_bias=in_bias, key=k_key, **common
+        )
+        self.value_proj = Linear(
+            kv_dim, num_kv_heads * head_dim, use_bias=in_bias, key=v_key, **common
+        )
+        self.output_proj = Linear(
+            num_heads * head_dim, d_model, use_bias=out_bias, key=o_key, **common
+        )
+        self.query_norm = RMSNorm(head_dim, eps=norm_eps, dtype=dtype) if qk_norm else None
+        self.key_norm = RMSNorm(head_dim, eps=norm_eps, dtype=dtype) if qk_norm else None
+        self.rotary = rotary
         self.dropout = Dropout(dropout_rate)
         self.num_heads = num_heads
+        self.num_kv_heads = num_kv_heads
         self.head_dim = head_dim
         self.implementation = implementation
 
-    def _split_heads(self, x: Float[Array, "seq inner"]) -> Float[Array, "seq heads head_dim"]:
-        return x.reshape(x.shape[0], self.num_heads, self.head_dim)
+    def _split_heads(self, x: Float[Array, "seq inner"], heads: int) -> Array:
+        return x.reshape(x.shape[0], heads, self.head_dim)
 
-    def project_query(self, x: Float[Array, "seq d_model"]) -> Float[Array, "seq heads head_dim"]:
-        return self._split_heads(self.query_proj(x))
+    def _position(
+        self, x: Array, norm: RMSNorm | None, positions: Int[Array, " seq"] | None
+    ) -> Array:
+        """QK-norm, then the rotary rotation (positions default to 0, 1, ...)."""
+        if norm is not None:
+            x = norm(x)
+        if self.rotary is not None:
+            positions = jnp.arange(x.shape[0]) if positions is None else positions
+            x = self.rotary(x, positions)
+        return x
+
+    def project_query(
+        self, x: Float[Array, "seq d_model"], positions: Int[Array, " seq"] | None = None
+    ) -> Float[Array, "seq heads head_dim"]:
+        """Queries of `x`; with rotary, rotated by `positions` (absolute token indices)."""
+        query = self._split_heads(self.query_proj(x), self.num_heads)
+        return self._position(query, self.query_norm, positions)
 
     def project_key_value(
-        self, context: Float[Array, "kv_seq d_kv"]
-    ) -> tuple[Float[Array, "kv_seq heads head_dim"], Float[Array, "kv_seq heads head_dim"]]:
+        self, context: Float[Array, "kv_seq d_kv"], positions: Int[Array, " kv_seq"] | None = None
+    ) -> tuple[Float[Array, "kv_seq kv_heads head_dim"], Float[Array, "kv_seq kv_heads head_dim"]]:
         """Keys and values of `context`: computed once per source for cross-attention."""
-        return self._split_heads(self.key_proj(context)), self._split_heads(
-            self.value_proj(context)
-        )
+        keys = self._split_heads(self.key_proj(context), self.num_kv_heads)
+        values = self._split_heads(self.value_proj(context), self.num_kv_heads)
+        return self._position(keys, self.key_norm, positions), values
 
     def attend(
         self,
         query: Float[Array, "seq heads head_dim"],
-        keys: Float[Array, "kv_seq heads head_dim"],
-        values: Float[Array, "kv_seq heads head_dim"],
+        keys: Float[Array, "kv_seq kv_heads head_dim"],
+        values: Float[Array, "kv_seq kv_heads head_dim"],
         mask: Bool[Array, "seq kv_seq"] | None = None,
         *,
         key: PRNGKeyArray | None = None,
@@ -262,9 +359,13 @@ class MultiHeadAttention(eqx.Module):
         context: Float[Array, "kv_seq d_kv"] | None = None,
         *,
         mask: Bool[Array, "seq kv_seq"] | None = None,
+        positions: Int[Array, " seq"] | None = None,
         key: PRNGKeyArray | None = None,
     ) -> Float[Array, "seq d_model"]:
-        """Self-attention over `x`, or cross-attention from `x` to `context`."""
-        keys, values = self.project_key_value(x if context is None else context)
-        output, _ = self.attend(self.project_query(x), keys, values, mask, key=key)
+        """Self-attention over `x` (at `positions`), or cross-attention from `x` to `context`."""
+        if context is None:
+            keys, values = self.project_key_value(x, positions)
+        else:
+            keys, values = self.project_key_value(context)
+        output, _ = self.attend(self.project_query(x, positions), keys, values, mask, key=key)
         return output

@@ -2,8 +2,8 @@
 
 An encoder block is a `TransformerBlock` without cross-attention run with a padding mask; a
 decoder block runs with a causal mask and, in a translator, cross-attends to the encoder memory.
-LayerNorm sits before each sub-layer (`norm_first=True`, GPT-2) or after the residual sum
-(`norm_first=False`, the original Transformer and BERT).
+The norm (LayerNorm or RMSNorm) sits before each sub-layer (`norm_first=True`, GPT-2, Llama)
+or after the residual sum (`norm_first=False`, the original Transformer and BERT).
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 from zoo.nn.attention import KVCache, MultiHeadAttention
 from zoo.nn.dropout import Dropout, split_optional
 from zoo.nn.feedforward import FeedForward
-from zoo.nn.norm import LayerNorm
+from zoo.nn.norm import Norm, make_norm
+from zoo.nn.rotary import RotaryEmbedding
 
 
 class BlockExtras(NamedTuple):
@@ -34,11 +35,11 @@ class TransformerBlock(eqx.Module):
     """A transformer layer for one sequence `[seq, d_model]`; batch with `jax.vmap`."""
 
     self_attention: MultiHeadAttention
-    self_attention_norm: LayerNorm
+    self_attention_norm: Norm
     cross_attention: MultiHeadAttention | None
-    cross_attention_norm: LayerNorm | None
+    cross_attention_norm: Norm | None
     feed_forward: FeedForward
-    feed_forward_norm: LayerNorm
+    feed_forward_norm: Norm
     dropout: Dropout
     norm_first: bool = eqx.field(static=True)
 
@@ -50,9 +51,18 @@ class TransformerBlock(eqx.Module):
         *,
         cross_attention: bool = False,
         activation: str = "gelu",
+        gated: bool = False,
+        norm: str = "layernorm",
         norm_first: bool = True,
         layer_norm_eps: float = 1e-5,
         use_bias: bool = True,
+        num_kv_heads: int | None = None,
+        head_dim: int | None = None,
+        qkv_bias: bool | None = None,
+        attention_output_bias: bool | None = None,
+        feed_forward_bias: bool | None = None,
+        qk_norm: bool = False,
+        rotary: RotaryEmbedding | None = None,
         dropout: float = 0.0,
         attention_dropout: float = 0.0,
         activation_dropout: float | None = None,
@@ -63,21 +73,28 @@ class TransformerBlock(eqx.Module):
     ):
         self_key, cross_key, ff_key = jax.random.split(key, 3)
         attention_kwargs = dict(
+            num_kv_heads=num_kv_heads,
+            head_dim=head_dim,
             use_bias=use_bias,
+            qkv_bias=qkv_bias,
+            output_bias=attention_output_bias,
+            qk_norm=qk_norm,
+            norm_eps=layer_norm_eps,
             dropout_rate=attention_dropout,
             implementation=attention_implementation,
             init_std=init_std,
             dtype=dtype,
         )
         self.self_attention = MultiHeadAttention(
-            d_model, num_heads, key=self_key, **attention_kwargs
+            d_model, num_heads, rotary=rotary, key=self_key, **attention_kwargs
         )
-        self.self_attention_norm = LayerNorm(d_model, eps=layer_norm_eps, dtype=dtype)
+        self.self_attention_norm = make_norm(norm, d_model, eps=layer_norm_eps, dtype=dtype)
         if cross_attention:
+            # positions enter through the self-attention: cross-attention keys are not rotated
             self.cross_attention = MultiHeadAttention(
                 d_model, num_heads, key=cross_key, **attention_kwargs
             )
-            self.cross_attention_norm = LayerNorm(d_model, eps=layer_norm_eps, dtype=dtype)
+            self.cross_attention_norm = make_norm(norm, d_model, eps=layer_norm_eps, dtype=dtype)
         else:
             self.cross_attention = None
             self.cross_attention_norm = None
@@ -85,20 +102,21 @@ class TransformerBlock(eqx.Module):
             d_model,
             d_ff,
             activation=activation,
-            use_bias=use_bias,
+            gated=gated,
+            use_bias=use_bias if feed_forward_bias is None else feed_forward_bias,
             dropout_rate=dropout if activation_dropout is None else activation_dropout,
             init_std=init_std,
             dtype=dtype,
             key=ff_key,
         )
-        self.feed_forward_norm = LayerNorm(d_model, eps=layer_norm_eps, dtype=dtype)
+        self.feed_forward_norm = make_norm(norm, d_model, eps=layer_norm_eps, dtype=dtype)
         self.dropout = Dropout(dropout)
         self.norm_first = norm_first
 
     def _residual(
         self,
         x: Array,
-        norm: LayerNorm,
+        norm: Norm,
         sublayer: Callable[[Array, PRNGKeyArray | None], tuple[Array, Any]],
         key: PRNGKeyArray | None,
     ) -> tuple[Array, Any]:
@@ -114,6 +132,7 @@ class TransformerBlock(eqx.Module):
         x: Float[Array, "seq d_model"],
         *,
         mask: Bool[Array, "seq kv_seq"] | None = None,
+        positions: Int[Array, " seq"] | None = None,
         cross_kv: tuple[Array, Array] | None = None,
         cross_mask: Bool[Array, "seq src"] | None = None,
         cache: KVCache | None = None,
@@ -123,20 +142,24 @@ class TransformerBlock(eqx.Module):
     ) -> tuple[Float[Array, "seq d_model"], BlockExtras]:
         """Run the layer.
 
-        `mask` is the self-attention mask (padding and/or causal). With `cache`, the new keys and
-        values are written at `cache_index` and the queries attend to the whole cache (`mask` is
-        then `[seq, max_len]`). `cross_kv` are the encoder memory's projected keys and values for
-        this layer's cross-attention (see `MultiHeadAttention.project_key_value`).
+        `mask` is the self-attention mask (padding and/or causal). `positions` are the absolute
+        positions of the `seq` tokens for rotary attention (default: `cache_index + 0, 1, ...`).
+        With `cache`, the new keys and values are written at `cache_index` and the queries attend
+        to the whole cache (`mask` is then `[seq, max_len]`). `cross_kv` are the encoder memory's
+        projected keys and values for this layer's cross-attention (see
+        `MultiHeadAttention.project_key_value`).
         """
         self_key, cross_key, ff_key = split_optional(key, 3)
+        if positions is None:
+            positions = cache_index + jnp.arange(x.shape[0])
 
         def self_attend(h, k):
-            keys, values = self.self_attention.project_key_value(h)
+            keys, values = self.self_attention.project_key_value(h, positions)
             new_cache = None
             if cache is not None:
                 new_cache = cache.write(keys, values, cache_index)
                 keys, values = new_cache.keys, new_cache.values
-            query = self.self_attention.project_query(h)
+            query = self.self_attention.project_query(h, positions)
             out, weights = self.self_attention.attend(
                 query, keys, values, mask, key=k, return_weights=return_weights
             )

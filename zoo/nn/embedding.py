@@ -12,7 +12,9 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 from zoo.nn.dropout import Dropout
 from zoo.nn.norm import LayerNorm
 
-POSITION_KINDS = ("learned", "sinusoidal")
+# learned and sinusoidal positions are added to the token embeddings; rotary positions are
+# applied inside attention (zoo.nn.rotary), so the embedder adds nothing for them.
+POSITION_KINDS = ("learned", "sinusoidal", "rotary")
 SINUSOID_LAYOUTS = ("interleaved", "concatenated")
 
 
@@ -122,7 +124,7 @@ class Embedder(eqx.Module):
         x = table[tokens] * self.scale if self.scale != 1.0 else table[tokens]
         if self.position_weight is not None:
             x = x + self.position_weight[positions]
-        else:
+        elif self.position_kind == "sinusoidal":
             x = x + sinusoidal_positions(
                 positions, self.d_model, layout=self.sinusoid_layout
             ).astype(x.dtype)

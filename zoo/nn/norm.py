@@ -1,4 +1,8 @@
-"""Layer normalisation over the feature axis, computed in float32 whatever the input dtype."""
+"""Normalisation over the feature axis, computed in float32 whatever the input dtype.
+
+Two kinds, chosen by a config's `norm` field: `LayerNorm` (GPT-2, BERT, the paper) centres and
+scales; `RMSNorm` (Llama, Mistral, Qwen, T5) only scales by the root mean square and has no bias.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,13 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
+
+NORM_KINDS = ("layernorm", "rmsnorm")
+
+
+def _row(vector: Array, ndim: int) -> Array:
+    """`vector` as float32, shaped to broadcast over `ndim - 1` leading axes (no rank promotion)."""
+    return vector.astype(jnp.float32).reshape((*(1,) * (ndim - 1), -1))
 
 
 class LayerNorm(eqx.Module):
@@ -26,6 +37,39 @@ class LayerNorm(eqx.Module):
         mean = jnp.mean(x32, axis=-1, keepdims=True)
         var = jnp.mean(jnp.square(x32 - mean), axis=-1, keepdims=True)
         normed = (x32 - mean) * jax.lax.rsqrt(var + self.eps)
-        lead = (1,) * (x.ndim - 1)
-        scaled = normed * self.weight.astype(jnp.float32).reshape((*lead, -1))
-        return (scaled + self.bias.astype(jnp.float32).reshape((*lead, -1))).astype(x.dtype)
+        scaled = normed * _row(self.weight, x.ndim)
+        return (scaled + _row(self.bias, x.ndim)).astype(x.dtype)
+
+
+class RMSNorm(eqx.Module):
+    """`x / sqrt(mean(x^2) + eps) * weight` over the last axis (no centring, no bias).
+
+    The statistics and the multiplication by `weight` run in float32 even for bf16 inputs and
+    weights; only the result is cast back to the input dtype. Works on any leading axes, so it
+    also normalises each attention head (`[seq, heads, head_dim]`, Qwen3's QK-norm).
+    """
+
+    weight: Float[Array, " dim"]
+    eps: float = eqx.field(static=True)
+
+    def __init__(self, dim: int, *, eps: float = 1e-6, dtype=jnp.float32):
+        self.weight = jnp.ones((dim,), dtype)
+        self.eps = eps
+
+    def __call__(self, x: Float[Array, "*lead dim"]) -> Float[Array, "*lead dim"]:
+        x32 = x.astype(jnp.float32)
+        mean_square = jnp.mean(jnp.square(x32), axis=-1, keepdims=True)
+        normed = x32 * jax.lax.rsqrt(mean_square + self.eps)
+        return (normed * _row(self.weight, x.ndim)).astype(x.dtype)
+
+
+Norm = LayerNorm | RMSNorm
+
+
+def make_norm(kind: str, dim: int, *, eps: float, dtype=jnp.float32) -> Norm:
+    """A `LayerNorm` or an `RMSNorm` of width `dim`, by the config name `kind`."""
+    if kind == "layernorm":
+        return LayerNorm(dim, eps=eps, dtype=dtype)
+    if kind == "rmsnorm":
+        return RMSNorm(dim, eps=eps, dtype=dtype)
+    raise ValueError(f"unknown norm {kind!r}; choose one of {NORM_KINDS}")

@@ -67,9 +67,14 @@ class LayerStack(eqx.Module):
         return eqx.filter_vmap(project)(self.blocks)
 
     def init_cache(self, max_len: int, dtype=jnp.float32) -> KVCache:
-        """An empty self-attention cache for every layer: `[layers, max_len, heads, head_dim]`."""
+        """An empty self-attention cache for every layer: `[layers, max_len, kv_heads, head_dim]`.
+
+        It stores the key/value heads only (fewer than the query heads under grouped-query
+        attention), so one cached token takes
+        `2 * layers * kv_heads * head_dim * dtype.itemsize` bytes (keys and values).
+        """
         attention = self.blocks.self_attention
-        shape = (self.num_layers, max_len, attention.num_heads, attention.head_dim)
+        shape = (self.num_layers, max_len, attention.num_kv_heads, attention.head_dim)
         return KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype))
 
     def __call__(
@@ -77,6 +82,7 @@ class LayerStack(eqx.Module):
         x: Float[Array, "seq d_model"],
         *,
         mask: Bool[Array, "seq kv_seq"] | None = None,
+        positions: Int[Array, " seq"] | None = None,
         cross_kv: tuple[Array, Array] | None = None,
         cross_mask: Bool[Array, "seq src"] | None = None,
         cache: KVCache | None = None,
@@ -84,7 +90,10 @@ class LayerStack(eqx.Module):
         key: PRNGKeyArray | None = None,
         return_weights: bool = False,
     ) -> tuple[Float[Array, "seq d_model"], BlockExtras]:
-        """Run every layer. Extras (cache, attention weights) come back stacked on `layers`."""
+        """Run every layer. Extras (cache, attention weights) come back stacked on `layers`.
+
+        `positions` (absolute token positions, for rotary attention) are the same in every layer.
+        """
         params, static = eqx.partition(self.blocks, eqx.is_array)
         layer_keys = None if key is None else jax.random.split(key, self.num_layers)
 
@@ -94,6 +103,7 @@ class LayerStack(eqx.Module):
             return block(
                 h,
                 mask=mask,
+                positions=positions,
                 cross_kv=layer_cross_kv,
                 cross_mask=cross_mask,
                 cache=layer_cache,
