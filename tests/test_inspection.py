@@ -103,5 +103,5 @@ def test_plot_confusion_matrix_annotates_every_cell(tmp_path):
 def test_plots_without_matplotlib_say_how_to_install_it(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
-    with pytest.raises(ImportError, match=r"pip install 'zoo\[plot\]'"):
+    with pytest.raises(ImportError, match=r"pip install 'jax-transformer-zoo\[plot\]'"):
         plot_confusion_matrix(np.eye(2), ["a", "b"], tmp_path / "c.png")

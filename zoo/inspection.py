@@ -1,8 +1,9 @@
 """Looking inside models: attention weights per layer and head, and plots of them.
 
 `attention_maps` works for every flavor and for one example or a batch (decided by the rank of
-the first input). The plots need matplotlib (`pip install 'zoo[plot]'`), imported only when a
-plot is drawn; they use matplotlib's object API, so no GUI backend or global state is touched.
+the first input). The plots need matplotlib (`pip install 'jax-transformer-zoo[plot]'`),
+imported only when a plot is drawn; they use matplotlib's object API, so no GUI backend or
+global state is touched.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from zoo.extras import pip_install
 from zoo.models import GPT, Classifier, Translator
 
 AttentionMaps = (
@@ -66,7 +68,7 @@ def _figure_class():
         from matplotlib.figure import Figure
     except ImportError as error:
         raise ImportError(
-            "plotting needs matplotlib, which is not installed: pip install 'zoo[plot]'"
+            f"plotting needs matplotlib, which is not installed: {pip_install('plot')}"
         ) from error
     return Figure
 

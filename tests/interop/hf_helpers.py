@@ -10,9 +10,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="HF parity tests need torch: pip install 'zoo[hf]'")
+from zoo.extras import pip_install
+
+torch = pytest.importorskip("torch", reason=f"HF parity tests need torch: {pip_install('hf')}")
 transformers = pytest.importorskip(
-    "transformers", reason="HF parity tests need transformers: pip install 'zoo[hf]'"
+    "transformers", reason=f"HF parity tests need transformers: {pip_install('hf')}"
 )
 
 LOGIT_TOL = 1e-4  # full model, float32

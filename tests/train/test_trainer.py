@@ -219,7 +219,7 @@ def test_plotting_without_matplotlib_says_how_to_install_it(tmp_path, monkeypatc
     from zoo.train.plot import plot_history
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes `import matplotlib` fail
-    with pytest.raises(ImportError, match=r"pip install 'zoo\[plot\]'"):
+    with pytest.raises(ImportError, match=r"pip install 'jax-transformer-zoo\[plot\]'"):
         plot_history(History(), tmp_path / "curves.png")
 
 

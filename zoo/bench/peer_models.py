@@ -8,7 +8,7 @@
 
 Each peer is built from a config that mirrors the zoo config (widths, depth, heads, vocabulary,
 positions, activation, dropout), randomly initialised, with `attn_implementation="sdpa"`.
-Needs the `bench` extra: `pip install 'zoo[bench]'`.
+Needs the `bench` extra: `pip install 'jax-transformer-zoo[bench]'`.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from zoo.extras import pip_install
 from zoo.interop.architecture import activation_dropout, export_activation
 
 MODEL_CLASSES = {
@@ -34,7 +35,7 @@ def import_torch():
     except ImportError as error:
         raise ImportError(
             f"--peer torch needs torch and transformers ({error}); "
-            "install them with pip install 'zoo[bench]'"
+            f"install them with {pip_install('bench')}"
         ) from error
     return torch, transformers
 

@@ -3,7 +3,7 @@
 The peer (`zoo.bench.peer_models`) trains on the same batch with the same loss (fp32
 cross-entropy over the same positions), the same gradient clipping and the same AdamW (decay on
 weight matrices only), under bf16 autocast when the precision is bf16; `torch.compile` is
-optional. Needs the `bench` extra: `pip install 'zoo[bench]'`.
+optional. Needs the `bench` extra: `pip install 'jax-transformer-zoo[bench]'`.
 """
 
 from __future__ import annotations

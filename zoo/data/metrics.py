@@ -7,6 +7,8 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
+from zoo.extras import pip_install
+
 
 def _class_ids(values: npt.ArrayLike, name: str) -> np.ndarray:
     array = np.asarray(values)
@@ -59,7 +61,7 @@ def bleu(hypotheses: Sequence[str], references: Sequence[str] | Sequence[Sequenc
         import sacrebleu
     except ImportError as error:
         raise ImportError(
-            "BLEU needs sacrebleu: pip install 'zoo[bleu]' (or pip install sacrebleu)"
+            f"BLEU needs sacrebleu: {pip_install('bleu')} (or pip install sacrebleu)"
         ) from error
     hypotheses = list(hypotheses)
     per_hypothesis = [[ref] if isinstance(ref, str) else list(ref) for ref in references]

@@ -8,7 +8,7 @@
 - `pretrained_tokenizer(name_or_dir)`: tiktoken for GPT-2, the HuggingFace tokenizer otherwise.
 
 Loading safetensors needs neither torch nor transformers; `from_hf`, `to_hf` and the BERT and
-Marian tokenizers do (`pip install 'zoo[hf]'`).
+Marian tokenizers do (`pip install 'jax-transformer-zoo[hf]'`).
 """
 
 from zoo.interop.architecture import UnsupportedConfig, UnsupportedExport

@@ -15,6 +15,8 @@ import ml_dtypes
 import numpy as np
 from safetensors.numpy import load_file, save_file
 
+from zoo.extras import pip_install
+
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
 INDEX = "model.safetensors.index.json"
@@ -29,7 +31,7 @@ TOKENIZER_PATTERNS = [
     "*.spm",
     "*.model",
 ]
-INSTALL_HF = "pip install 'zoo[hf]'"
+INSTALL_HF = pip_install("hf")
 
 
 def resolve(

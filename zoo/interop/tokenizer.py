@@ -2,8 +2,9 @@
 
 GPT-2 uses tiktoken's `gpt2` encoding with the checkpoint's own 50257-id vocabulary
 (`TiktokenTokenizer("gpt2", pretrained=True)`); BERT and MarianMT use their HuggingFace
-tokenizer through `transformers.AutoTokenizer` (optional: `pip install 'zoo[hf]'`), wrapped in
-`HFTokenizer`. Both save next to a model and come back with `zoo.data.load_tokenizer`.
+tokenizer through `transformers.AutoTokenizer` (optional:
+`pip install 'jax-transformer-zoo[hf]'`), wrapped in `HFTokenizer`. Both save next to a
+model and come back with `zoo.data.load_tokenizer`.
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
-"""Training curves as a PNG (matplotlib is optional: `pip install 'zoo[plot]'`)."""
+"""Training curves as a PNG (matplotlib is optional: `pip install 'jax-transformer-zoo[plot]'`)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
+from zoo.extras import pip_install
 from zoo.train.history import History
 
 
@@ -13,7 +14,7 @@ def _pyplot():
         import matplotlib
     except ImportError:
         raise ImportError(
-            "plotting training curves needs matplotlib: pip install 'zoo[plot]'"
+            f"plotting training curves needs matplotlib: {pip_install('plot')}"
         ) from None
     matplotlib.use("Agg")  # files only, no display needed
     import matplotlib.pyplot as plt
