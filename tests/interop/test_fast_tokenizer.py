@@ -245,6 +245,22 @@ def test_bos_token_outside_the_vocabulary_is_refused(tmp_path):
         pretrained_tokenizer(tmp_path)
 
 
+def test_odd_special_tokens_are_refused_or_explained(tmp_path):
+    mistral_folder(tmp_path)
+    config_path = tmp_path / "tokenizer_config.json"
+    config = json.loads(config_path.read_text())
+    config_path.write_text(json.dumps({**config, "eos_token": 2}))
+    with pytest.raises(ValueError, match=r'eos_token should be a token string or \{"content"'):
+        pretrained_tokenizer(tmp_path)
+    config_path.write_text(json.dumps({**config, "eos_token": None}))
+    for name in ("generation_config.json", "config.json", "special_tokens_map.json"):
+        (tmp_path / name).write_text('{"model_type": "mistral"}')
+    tok = pretrained_tokenizer(tmp_path)
+    assert (tok.eos_id, tok.eos_ids) == (None, ())
+    with pytest.raises(ValueError, match=r'neither a pad token nor an eos token.*"pad_token"'):
+        tok.pad_id
+
+
 def test_config_eos_ids_outside_the_vocabulary_are_left_out_with_a_warning(tmp_path, caplog):
     qwen_folder(tmp_path)
     generation_path = tmp_path / "generation_config.json"

@@ -95,7 +95,10 @@ class FastTokenizer(Tokenizer):
         if self.pad_token_id is not None:
             return self.pad_token_id
         if self.eos_id is None:
-            raise ValueError("this tokenizer has neither a pad token nor an eos token to pad with")
+            raise ValueError(
+                f"this tokenizer has neither a pad token nor an eos token to pad with: name one "
+                f'in {TOKENIZER_CONFIG} ("pad_token": "<token>") or pass lengths instead of padding'
+            )
         return self.eos_id
 
     @property
@@ -226,9 +229,9 @@ def special_ids(tokenizer: Any, folder: Path, config: dict[str, Any]) -> dict[st
     }
 
 
-def _token_texts(config: dict[str, Any]) -> dict[str, str | None]:
+def _token_texts(config: dict[str, Any]) -> dict[str, Any]:
     """`{role: token text or None}` for the roles `config` names (`"bos_token": ...`)."""
-    found: dict[str, str | None] = {}
+    found: dict[str, Any] = {}
     for role in ROLES:
         if f"{role}_token" in config:
             value = config[f"{role}_token"]
@@ -236,9 +239,14 @@ def _token_texts(config: dict[str, Any]) -> dict[str, str | None]:
     return found
 
 
-def _token_id(tokenizer: Any, text: str | None, role: str, folder: Path) -> int | None:
+def _token_id(tokenizer: Any, text: Any, role: str, folder: Path) -> int | None:
     if text is None:
         return None
+    if not isinstance(text, str):
+        raise ValueError(
+            f'{folder}: {role}_token should be a token string or {{"content": "<token>"}}, '
+            f"found {text!r}"
+        )
     token_id = tokenizer.token_to_id(text)
     if token_id is None:
         raise ValueError(
