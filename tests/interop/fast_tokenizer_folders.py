@@ -1,4 +1,4 @@
-"""Tiny tokenizer folders laid out like the hub snapshots of Llama 3, Qwen2.5 and Mistral.
+"""Tiny tokenizer folders laid out like the hub snapshots of Llama 3, Qwen2.5, Mistral, SmolLM2.
 
 Each trains a small BPE with the tokenizers library on `SAMPLE` (no network) and writes
 `tokenizer.json`, `tokenizer_config.json`, `special_tokens_map.json`, `generation_config.json`
@@ -261,9 +261,69 @@ def mistral_folder(folder: Path, *, metaspace: bool = False) -> Path:
     )
 
 
+def smollm2_folder(folder: Path) -> Path:
+    """SmolLM2 instruct (model_type llama): its specials are ids 0-2, digits split one by one.
+
+    Its `tokenizer_class` is GPT2Tokenizer, which transformers 5 rebuilds with GPT-2's own
+    pre-tokenizer, dropping the `Digits` step of `tokenizer.json` (huggingface/transformers#45812):
+    `PreTrainedTokenizerFast`, which reads the file as it is, is the reference here.
+    """
+    tokenizer = tokenizers.Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
+    )
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        special_tokens=QWEN_SPECIALS,
+    )
+    tokenizer.train_from_iterator(SAMPLE * 3, trainer)
+    ids = {text: tokenizer.token_to_id(text) for text in QWEN_SPECIALS}  # 0, 1, 2
+    return _write(
+        folder,
+        tokenizer,
+        {
+            "tokenizer_config.json": {
+                "add_prefix_space": False,
+                "added_tokens_decoder": _added_tokens_decoder(ids),
+                "additional_special_tokens": ["<|im_start|>", "<|im_end|>"],
+                "bos_token": "<|im_start|>",
+                "clean_up_tokenization_spaces": False,
+                "eos_token": "<|im_end|>",
+                "model_max_length": 8192,
+                "pad_token": "<|im_end|>",
+                "tokenizer_class": "GPT2Tokenizer",
+                "unk_token": "<|endoftext|>",
+                "vocab_size": 49152,
+            },
+            "special_tokens_map.json": {
+                "bos_token": {"content": "<|im_start|>", "lstrip": False, "normalized": False},
+                "eos_token": {"content": "<|im_end|>", "lstrip": False, "normalized": False},
+                "pad_token": {"content": "<|im_end|>", "lstrip": False, "normalized": False},
+                "unk_token": {"content": "<|endoftext|>", "lstrip": False, "normalized": False},
+            },
+            "generation_config.json": {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 2},
+            "config.json": {
+                "model_type": "llama",
+                "bos_token_id": 1,
+                "eos_token_id": 2,
+                "vocab_size": 400,
+            },
+        },
+    )
+
+
 FOLDERS = {
     "llama3": llama3_folder,
     "qwen2": qwen_folder,
     "mistral": mistral_folder,
     "mistral-metaspace": lambda folder: mistral_folder(folder, metaspace=True),
+    "smollm2": smollm2_folder,
 }
+# Families whose tokenizer.json transformers 5's AutoTokenizer does not follow (see smollm2_folder).
+READ_AS_IS = {"smollm2"}

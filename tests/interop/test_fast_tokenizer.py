@@ -15,7 +15,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fast_tokenizer_folders import FOLDERS, SAMPLE, llama3_folder, mistral_folder, qwen_folder
+from fast_tokenizer_folders import (
+    FOLDERS,
+    READ_AS_IS,
+    SAMPLE,
+    llama3_folder,
+    mistral_folder,
+    qwen_folder,
+)
 
 import zoo
 from zoo.data import load_tokenizer
@@ -33,8 +40,17 @@ def folders(tmp_path_factory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def auto(folders):
+    """transformers' tokenizer of each folder: AutoTokenizer, or the file as it is where
+    transformers 5's AutoTokenizer rebuilds the pipeline differently (READ_AS_IS)."""
     transformers = pytest.importorskip("transformers", reason="needs transformers (zoo[hf])")
-    return {name: transformers.AutoTokenizer.from_pretrained(str(f)) for name, f in folders.items()}
+    return {
+        name: (
+            transformers.PreTrainedTokenizerFast
+            if name in READ_AS_IS
+            else transformers.AutoTokenizer
+        ).from_pretrained(str(folder))
+        for name, folder in folders.items()
+    }
 
 
 @pytest.mark.hf
@@ -63,7 +79,7 @@ def test_add_bos_adds_what_auto_tokenizer_adds(folders, auto, family):
     if tok.adds_bos:  # Llama 3 (post-processor), Mistral (add_bos_token)
         assert tok.encode(text, add_bos=True) == with_specials
         assert with_specials[0] == tok.bos_id
-    else:  # Qwen has no bos token: asking for one says so
+    if tok.bos_id is None:  # Qwen has no bos token: asking for one says so
         with pytest.raises(ValueError, match="no bos_id"):
             tok.encode(text, add_bos=True)
 
@@ -121,6 +137,14 @@ def test_qwen_special_ids_come_from_its_tokenizer_config(folders):
     )
     assert tok.special_ids == {end, im_start, im_end}
     assert tok.vocab_size == tok.tokenizer.get_vocab_size() == 403  # 400 BPE + 3 specials
+
+
+def test_smollm2_specials_lead_the_vocabulary_and_digits_split(folders):
+    tok = pretrained_tokenizer(folders["smollm2"])
+    assert (tok.unk_id, tok.bos_id, tok.eos_ids, tok.pad_id, tok.adds_bos) == (0, 1, (2,), 2, False)
+    ids = tok.encode("in 2024")
+    assert [tok.tokenizer.id_to_token(i) for i in ids[-4:]] == ["2", "0", "2", "4"]
+    assert tok.decode([1, *ids, 2, 0]) == "in 2024"
 
 
 def test_mistral_has_unk_and_byte_fallback(folders):
