@@ -8,6 +8,7 @@ its vocabulary size, encodes batches to fixed-length padded arrays, and saves it
 from __future__ import annotations
 
 import abc
+import importlib
 import json
 import os
 import tempfile
@@ -20,6 +21,8 @@ import numpy.typing as npt
 
 TOKENIZER_FILE = "zoo_tokenizer.json"  # not "tokenizer.json": that is HF's fast-tokenizer file
 _KINDS: dict[str, type[Tokenizer]] = {}
+# Kinds defined outside zoo.data, registered when their module is first imported.
+_KIND_MODULES = {"hf": "zoo.interop.tokenizer", "tokenizer.json": "zoo.interop.fast_tokenizer"}
 
 
 class Tokenizer(abc.ABC):
@@ -54,6 +57,11 @@ class Tokenizer(abc.ABC):
     @property
     def unk_id(self) -> int | None:
         return None
+
+    @property
+    def eos_ids(self) -> tuple[int, ...]:
+        """Every id that ends a text, `eos_id` first (Llama 3 instruct stops on three)."""
+        return () if self.eos_id is None else (self.eos_id,)
 
     @abc.abstractmethod
     def _encode(self, text: str) -> list[int]:
@@ -97,11 +105,15 @@ class Tokenizer(abc.ABC):
         """`encode` of every text, in one call (tokenizers that can encode batches faster do)."""
         prefix = [_required(self.bos_id, "bos_id")] if add_bos else []
         suffix = [_required(self.eos_id, "eos_id")] if add_eos else []
-        return [[*prefix, *self._encode(text), *suffix] for text in texts]
+        return [[*prefix, *ids, *suffix] for ids in self._encode_many(texts)]
+
+    def _encode_many(self, texts: Sequence[str]) -> list[list[int]]:
+        """`_encode` of every text (a tokenizer with a faster batch encoder overrides this)."""
+        return [self._encode(text) for text in texts]
 
     def decode(self, ids: Iterable[int] | npt.ArrayLike, *, skip_special: bool = True) -> str:
-        """Text of `ids` (a list or a 1-D array); stops at the first eos and drops pad/bos when
-        `skip_special`."""
+        """Text of `ids` (a list or a 1-D array); stops at the first of `eos_ids` and drops
+        `special_ids` (pad, bos, eos) when `skip_special`."""
         array = np.asarray(ids if hasattr(ids, "shape") else list(ids))  # type: ignore[arg-type]
         if array.ndim != 1:
             raise ValueError(f"decode takes one sequence of ids (1-D), got shape {array.shape}")
@@ -110,8 +122,8 @@ class Tokenizer(abc.ABC):
             # Some tokenizers (gpt2) use one id for bos and eos: a leading bos is not the end.
             if self.bos_id is not None and ids[:1] == [self.bos_id]:
                 ids = ids[1:]
-            if self.eos_id is not None and self.eos_id in ids:
-                ids = ids[: ids.index(self.eos_id)]
+            ends = set(self.eos_ids)
+            ids = next((ids[:at] for at, i in enumerate(ids) if i in ends), ids)
             special = self.special_ids
             ids = [i for i in ids if i not in special]
         return self._decode(ids)
@@ -182,6 +194,8 @@ def tokenizer_from_dict(
 ) -> Tokenizer:
     """Rebuild a tokenizer from `tokenizer_to_dict` output; `source` names it in errors."""
     kind = data.get("kind")
+    if kind not in _KINDS and kind in _KIND_MODULES:
+        importlib.import_module(_KIND_MODULES[kind])
     if kind not in _KINDS:
         raise ValueError(f"unknown tokenizer kind {kind!r} in {source}; known: {sorted(_KINDS)}")
     return _KINDS[kind].from_saved(data["state"], directory)

@@ -1,0 +1,286 @@
+"""HuggingFace fast tokenizers (`tokenizer.json`): Llama, Mistral, Qwen and SmolLM2 checkpoints.
+
+`tokenizer.json` holds the whole pipeline (normalizer, pre-tokenizer, BPE model, decoder,
+post-processor) and is read with the `tokenizers` library alone, without transformers. The
+special tokens come from beside it, the way transformers reads them:
+
+- bos, eos, pad and unk token strings (or `{"content": ...}` dicts) from
+  `tokenizer_config.json`, with `special_tokens_map.json` filling in the ones it lacks; they are
+  resolved to ids through the vocabulary and its added tokens;
+- without a bos or eos token there, the `bos_token_id` / `eos_token_id` of
+  `generation_config.json`, then of `config.json`;
+- every `eos_token_id` of `generation_config.json` and `config.json` (an int or a list) joins
+  `eos_ids`, after the tokenizer's own eos.
+
+Checkpoints without a pad token (Llama 3, Mistral) pad with their eos id, so padding is told
+apart by length, not by id (as for GPT-2).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from zoo.data.tokenizer import Tokenizer, write_text_atomic
+from zoo.interop.files import CONFIG, INSTALL_HF
+
+TOKENIZER_JSON = "tokenizer.json"
+TOKENIZER_CONFIG = "tokenizer_config.json"
+SPECIAL_TOKENS_MAP = "special_tokens_map.json"
+GENERATION_CONFIG = "generation_config.json"
+ROLES = ("bos", "eos", "pad", "unk")
+DOWNLOAD_HINT = (
+    "download it with the checkpoint: `huggingface-cli download NAME --include 'tokenizer*' "
+    "'special_tokens_map.json' 'generation_config.json' 'config.json' --local-dir DIR`"
+)
+
+logger = logging.getLogger("zoo.interop")
+
+
+class FastTokenizer(Tokenizer):
+    """A `tokenizers.Tokenizer` (read from `tokenizer.json`) with the checkpoint's special ids.
+
+    `encode` gives the text's ids only (the file's own post-processor, which adds Llama's bos,
+    is not applied); `add_bos`/`add_eos` add them as every zoo tokenizer does, and `adds_bos`
+    says whether the checkpoint's tokenizer puts bos first (Llama, Mistral: yes; Qwen: no).
+    `decode(ids)` stops at the first of `eos_ids` and drops every special token.
+    """
+
+    kind = "tokenizer.json"
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        *,
+        bos_id: int | None = None,
+        eos_ids: Sequence[int] = (),
+        pad_token_id: int | None = None,
+        unk_id: int | None = None,
+        adds_bos: bool = False,
+        tokenizer_config: dict[str, Any] | None = None,
+    ):
+        self.tokenizer = tokenizer
+        self._vocab_size = vocabulary_size(tokenizer)
+        self._bos_id, self._eos_ids = bos_id, tuple(eos_ids)
+        self.pad_token_id, self._unk_id, self.adds_bos = pad_token_id, unk_id, adds_bos
+        self.tokenizer_config = tokenizer_config or {}
+        added = tokenizer.get_added_tokens_decoder()
+        self._added_special = {int(i) for i, token in added.items() if token.special}
+
+    @classmethod
+    def from_folder(cls, folder: str | os.PathLike) -> FastTokenizer:
+        """The tokenizer of a checkpoint folder holding `tokenizer.json` (see the module doc)."""
+        folder = Path(folder)
+        tokenizer = read_tokenizer_json(folder)
+        config = read_json(folder / TOKENIZER_CONFIG)
+        ids = special_ids(tokenizer, folder, config)
+        adds_bos = config.get("add_bos_token")
+        if not isinstance(adds_bos, bool):  # Llama 3: its post-processor adds bos
+            with_specials = tokenizer.encode("", add_special_tokens=True).ids
+            adds_bos = ids["bos_id"] is not None and with_specials[:1] == [ids["bos_id"]]
+        return cls(tokenizer, **ids, adds_bos=adds_bos, tokenizer_config=config)
+
+    @property
+    def vocab_size(self) -> int:
+        """One past the largest id, added tokens included (the model may have more rows)."""
+        return self._vocab_size
+
+    @property
+    def pad_id(self) -> int:
+        """The pad token; without one (Llama 3, Mistral), the eos id: mask padding by length."""
+        if self.pad_token_id is not None:
+            return self.pad_token_id
+        if self.eos_id is None:
+            raise ValueError(
+                f"this tokenizer has neither a pad token nor an eos token to pad with: name one "
+                f'in {TOKENIZER_CONFIG} ("pad_token": "<token>") or pass lengths instead of padding'
+            )
+        return self.eos_id
+
+    @property
+    def bos_id(self) -> int | None:
+        return self._bos_id
+
+    @property
+    def eos_id(self) -> int | None:
+        return self._eos_ids[0] if self._eos_ids else None
+
+    @property
+    def eos_ids(self) -> tuple[int, ...]:
+        return self._eos_ids
+
+    @property
+    def unk_id(self) -> int | None:
+        return self._unk_id
+
+    @property
+    def special_ids(self) -> set[int]:
+        """pad, bos, every eos, and every added token marked special (`<|im_start|>`, ...)."""
+        return {*super().special_ids, *self._eos_ids, *self._added_special}
+
+    def _encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
+
+    def _encode_many(self, texts: Sequence[str]) -> list[list[int]]:
+        """The tokenizers library encodes a batch in parallel."""
+        encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=False)
+        return [list(encoding.ids) for encoding in encodings]
+
+    def _decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=False)
+
+    def save(self, directory: str | os.PathLike) -> Path:
+        """`tokenizer.json` and `tokenizer_config.json` (which transformers reads too), and
+        `zoo_tokenizer.json` with the special ids."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(directory / TOKENIZER_JSON, self.tokenizer.to_str())
+        if self.tokenizer_config:
+            text = json.dumps(self.tokenizer_config, indent=2, ensure_ascii=False)
+            write_text_atomic(directory / TOKENIZER_CONFIG, text)
+        return super().save(directory)
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "bos_id": self._bos_id,
+            "eos_ids": list(self._eos_ids),
+            "pad_token_id": self.pad_token_id,
+            "unk_id": self._unk_id,
+            "adds_bos": self.adds_bos,
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> FastTokenizer:
+        raise ValueError(
+            f"a FastTokenizer is rebuilt from its folder ({TOKENIZER_JSON} beside the state): "
+            "use load_tokenizer(folder)"
+        )
+
+    @classmethod
+    def from_saved(cls, state: dict[str, Any], directory: Path | None) -> FastTokenizer:
+        if directory is None:
+            return cls.from_state(state)
+        return cls(
+            read_tokenizer_json(directory),
+            tokenizer_config=read_json(directory / TOKENIZER_CONFIG),
+            **state,
+        )
+
+
+def read_tokenizer_json(folder: Path) -> Any:
+    """`folder/tokenizer.json` as a `tokenizers.Tokenizer`, with errors that say what to do."""
+    try:
+        import tokenizers
+    except ImportError as error:
+        raise ImportError(
+            f"the tokenizer in {folder} ({TOKENIZER_JSON}) loads with the tokenizers library: "
+            f"{INSTALL_HF}"
+        ) from error
+    path = folder / TOKENIZER_JSON
+    if not path.is_file():
+        hint = ""
+        if (folder / "tokenizer.model").is_file():
+            hint = (
+                "; or write it from tokenizer.model once with transformers: "
+                "`AutoTokenizer.from_pretrained(DIR).save_pretrained(DIR)`"
+            )
+        raise FileNotFoundError(f"{folder} has no {TOKENIZER_JSON}: {DOWNLOAD_HINT}{hint}")
+    try:
+        return tokenizers.Tokenizer.from_file(str(path))
+    except Exception as error:  # the Rust side raises a bare Exception
+        raise ValueError(
+            f"{path} is damaged: the tokenizers library cannot read it ({error}); {DOWNLOAD_HINT}"
+        ) from error
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """A JSON object file, or {} when the file does not exist."""
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path} is damaged: it is not valid JSON ({error})") from error
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} should hold a JSON object, found {type(data).__name__}")
+    return data
+
+
+def special_ids(tokenizer: Any, folder: Path, config: dict[str, Any]) -> dict[str, Any]:
+    """`bos_id`, `eos_ids`, `pad_token_id`, `unk_id` of the checkpoint in `folder` (see the
+    module doc); `config` is its `tokenizer_config.json`."""
+    tokens = {**_token_texts(read_json(folder / SPECIAL_TOKENS_MAP)), **_token_texts(config)}
+    ids = {role: _token_id(tokenizer, tokens.get(role), role, folder) for role in ROLES}
+    model_configs = [read_json(folder / GENERATION_CONFIG), read_json(folder / CONFIG)]
+    bos_ids = _ids([ids["bos"]])
+    if "bos" not in tokens:  # Qwen's `"bos_token": null` means none, whatever config.json says
+        bos_ids = _config_ids(model_configs, "bos_token_id")[:1]
+    eos_ids = [*_ids([ids["eos"]]), *_config_ids(model_configs, "eos_token_id")]
+    size = vocabulary_size(tokenizer)
+    return {
+        "bos_id": next(iter(_inside(bos_ids, size, "bos_token_id", folder)), None),
+        "eos_ids": _inside(list(dict.fromkeys(eos_ids)), size, "eos_token_id", folder),
+        "pad_token_id": ids["pad"],
+        "unk_id": ids["unk"],
+    }
+
+
+def _token_texts(config: dict[str, Any]) -> dict[str, Any]:
+    """`{role: token text or None}` for the roles `config` names (`"bos_token": ...`)."""
+    found: dict[str, Any] = {}
+    for role in ROLES:
+        if f"{role}_token" in config:
+            value = config[f"{role}_token"]
+            found[role] = value.get("content") if isinstance(value, dict) else value
+    return found
+
+
+def _token_id(tokenizer: Any, text: Any, role: str, folder: Path) -> int | None:
+    if text is None:
+        return None
+    if not isinstance(text, str):
+        raise ValueError(
+            f'{folder}: {role}_token should be a token string or {{"content": "<token>"}}, '
+            f"found {text!r}"
+        )
+    token_id = tokenizer.token_to_id(text)
+    if token_id is None:
+        raise ValueError(
+            f"{folder}: the {role} token {text!r} named in {TOKENIZER_CONFIG} or "
+            f"{SPECIAL_TOKENS_MAP} is neither in the vocabulary of {TOKENIZER_JSON} nor among "
+            f"its added tokens; correct {role}_token to a token of {TOKENIZER_JSON} (or add "
+            "it there), or check that the files belong to the same checkpoint"
+        )
+    return int(token_id)
+
+
+def _config_ids(configs: list[dict[str, Any]], name: str) -> list[int]:
+    """The ids `name` holds in `configs` (each an int, a list of ints or absent), in order."""
+    found: list[int] = []
+    for config in configs:
+        value = config.get(name)
+        found.extend(_ids(value if isinstance(value, list) else [value]))
+    return found
+
+
+def _ids(values: Sequence[int | None]) -> list[int]:
+    return [int(value) for value in values if value is not None]
+
+
+def _inside(ids: list[int], size: int, name: str, folder: Path) -> list[int]:
+    """`ids` inside the vocabulary; the others are left out with a warning."""
+    for value in ids:
+        if not 0 <= value < size:
+            logger.warning(
+                "%s: %s %d is outside the vocabulary [0, %d); left out", folder, name, value, size
+            )
+    return [value for value in ids if 0 <= value < size]
+
+
+def vocabulary_size(tokenizer: Any) -> int:
+    """One past the largest id of a `tokenizers.Tokenizer`, added tokens included."""
+    return max(tokenizer.get_vocab(with_added_tokens=True).values()) + 1
