@@ -1,0 +1,388 @@
+"""Llama, Mistral, Qwen2 and Qwen3 (`*ForCausalLM`, `*Model`) <-> `zoo.GPT`.
+
+The four share one layout: RMSNorm before each sub-layer, rotary positions, a SwiGLU MLP
+(`gate_proj`, `up_proj`, `down_proj`) and grouped-query attention with separate `q/k/v/o_proj`.
+They differ in a few switches, each a zoo config field:
+
+| family  | attention biases               | QK-norm | sliding window       |
+| ------- | ------------------------------ | ------- | -------------------- |
+| llama   | q/k/v/o if `attention_bias`    | no      | no                   |
+| mistral | none                           | no      | `sliding_window`     |
+| qwen2   | q/k/v always, o never          | no      | only if every layer  |
+| qwen3   | q/k/v/o if `attention_bias`    | yes     | only if every layer  |
+
+SmolLM2 checkpoints are `LlamaForCausalLM`. Config files come in two spellings: the hub's
+`rope_theta` + `rope_scaling` and transformers 5's `rope_parameters`; both are read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from zoo.interop.architecture import (
+    Architecture,
+    HFConfig,
+    UnsupportedExport,
+    export_activation,
+    logger,
+    require_fields,
+)
+from zoo.interop.rules import KeyMap, Rule, Shape, rule
+from zoo.models import GPTConfig
+
+# transformers' LlamaConfig defaults; the other families override a few
+LLAMA_DEFAULTS: dict[str, Any] = dict(
+    vocab_size=32000,
+    hidden_size=4096,
+    intermediate_size=11008,
+    num_hidden_layers=32,
+    num_attention_heads=32,
+    num_key_value_heads=None,
+    head_dim=None,
+    hidden_act="silu",
+    max_position_embeddings=2048,
+    initializer_range=0.02,
+    rms_norm_eps=1e-6,
+    bos_token_id=1,
+    eos_token_id=2,
+    pad_token_id=None,
+    tie_word_embeddings=False,
+    rope_theta=10000.0,
+    rope_scaling=None,
+    attention_bias=False,
+    attention_dropout=0.0,
+    mlp_bias=False,
+    pretraining_tp=1,
+)
+ROPE_TYPES = {"default": None, "linear": "linear", "llama3": "llama3"}
+
+
+class LlamaFamily(Architecture[GPTConfig]):
+    """What the four decoder families share; subclasses set names and their switches."""
+
+    prefix = "model."
+    zoo_config_class = GPTConfig
+    qkv_bias_always = False  # Qwen2: q/k/v biases whatever the config says, no output bias
+    has_attention_bias_option = True  # config.json `attention_bias` (Llama, Qwen3)
+    has_qk_norm = False  # Qwen3
+    window_option = "none"  # none | mistral (`sliding_window`) | qwen (`use_sliding_window`)
+    extra_defaults: dict[str, Any] = {}
+
+    def hf_defaults(self) -> dict[str, Any]:
+        return {**LLAMA_DEFAULTS, **self.extra_defaults}
+
+    # -- reading config.json ------------------------------------------------------------------
+
+    def _rope(self, hf: HFConfig) -> dict[str, Any]:
+        params = hf["rope_parameters"]
+        if params is None:
+            params = dict(hf["rope_scaling"] or {})
+            params.setdefault("rope_theta", hf["rope_theta"])
+        kind = params.get("rope_type", params.get("type", "default"))
+        if kind not in ROPE_TYPES:
+            hf.refuse(
+                "rope_scaling",
+                f"rope type {kind!r} is not implemented; zoo implements {sorted(ROPE_TYPES)}",
+            )
+        fields: dict[str, Any] = dict(
+            positions="rotary",
+            rope_theta=float(params.get("rope_theta", hf["rope_theta"])),
+            rope_scaling=ROPE_TYPES[kind],
+        )
+        if kind in ("linear", "llama3"):
+            fields["rope_factor"] = float(params["factor"])
+        if kind == "llama3":
+            fields["rope_low_freq_factor"] = float(params["low_freq_factor"])
+            fields["rope_high_freq_factor"] = float(params["high_freq_factor"])
+            fields["rope_original_max_positions"] = int(params["original_max_position_embeddings"])
+        if params.get("partial_rotary_factor", 1.0) != 1.0:
+            hf.refuse("rope_parameters", "zoo rotates the whole head (partial_rotary_factor=1)")
+        return fields
+
+    def _window(self, hf: HFConfig, num_layers: int) -> int | None:
+        if self.window_option == "mistral":
+            return hf["sliding_window"]
+        if self.window_option != "qwen" or not hf["use_sliding_window"]:
+            return None
+        layer_types = hf["layer_types"] or [
+            "sliding_attention" if i >= hf["max_window_layers"] else "full_attention"
+            for i in range(num_layers)
+        ]
+        if all(t == "full_attention" for t in layer_types):
+            return None
+        if all(t == "sliding_attention" for t in layer_types):
+            return hf["sliding_window"]
+        hf.refuse(
+            "use_sliding_window",
+            f"a sliding window on some layers only (max_window_layers={hf['max_window_layers']}) "
+            "is not implemented; zoo applies one window to every layer",
+        )
+        return None
+
+    def _token_ids(self, hf: HFConfig, vocab: int) -> dict[str, Any]:
+        eos = hf["eos_token_id"]
+        eos_list = [i for i in (eos if isinstance(eos, list) else [eos]) if i is not None]
+        inside = [i for i in eos_list if 0 <= i < vocab]
+        if len(inside) != len(eos_list):
+            logger.warning("%s: eos ids %s outside the vocabulary are dropped", self.name, eos_list)
+        pad = hf["pad_token_id"]
+        return dict(
+            bos_id=hf.token_id("bos_token_id", vocab),
+            eos_id=inside[0] if inside else None,
+            stop_ids=tuple(inside[1:]),
+            # The checkpoint's padding is positional (attention_mask), never by id; zoo keeps the
+            # pad id only for batching, as an id that is not also the end of a document.
+            pad_id=pad if isinstance(pad, int) and 0 <= pad < vocab and pad not in inside else None,
+        )
+
+    def zoo_fields(self, hf: HFConfig, shapes: Mapping[str, Shape]) -> dict[str, Any]:
+        heads = hf["num_attention_heads"]
+        d_model = hf["hidden_size"]
+        num_layers = hf["num_hidden_layers"]
+        attention_bias = bool(hf["attention_bias"]) if self.has_attention_bias_option else False
+        if hf["attention_dropout"]:
+            logger.info("%s: attention dropout %s kept", self.name, hf["attention_dropout"])
+        vocab = hf["vocab_size"]
+        return dict(
+            vocab_size=vocab,
+            d_model=d_model,
+            num_heads=heads,
+            num_kv_heads=hf["num_key_value_heads"] or heads,
+            attention_head_dim=hf["head_dim"] or d_model // heads,
+            num_layers=num_layers,
+            d_ff=hf["intermediate_size"],
+            feed_forward="gated",
+            activation=hf.activation("hidden_act"),
+            max_positions=hf["max_position_embeddings"],
+            norm="rmsnorm",
+            norm_first=True,
+            layer_norm_eps=hf["rms_norm_eps"],
+            use_bias=False,
+            qkv_bias=True if self.qkv_bias_always else attention_bias,
+            attention_output_bias=attention_bias,
+            feed_forward_bias=bool(hf["mlp_bias"]),
+            qk_norm=self.has_qk_norm,
+            sliding_window=self._window(hf, num_layers),
+            dropout=0.0,
+            attention_dropout=float(hf["attention_dropout"] or 0.0),
+            activation_dropout=0.0,
+            init_std=hf["initializer_range"],
+            tie_embeddings=bool(hf["tie_word_embeddings"]),
+            embedding_norm=False,
+            scale_embeddings=False,
+            **self._rope(hf),
+            **self._token_ids(hf, vocab),
+        )
+
+    # -- writing config.json -------------------------------------------------------------------
+
+    def hf_config(self, config: GPTConfig) -> dict[str, Any]:
+        require_fields(
+            config,
+            self.export_class,
+            norm="rmsnorm",
+            norm_first=True,
+            positions="rotary",
+            feed_forward="gated",
+            qk_norm=self.has_qk_norm,
+            embedding_norm=False,
+            scale_embeddings=False,
+        )
+        qkv_bias = config.use_bias if config.qkv_bias is None else config.qkv_bias
+        out_bias = (
+            config.use_bias if config.attention_output_bias is None else config.attention_output_bias
+        )
+        mlp_bias = config.use_bias if config.feed_forward_bias is None else config.feed_forward_bias
+        if self.qkv_bias_always:
+            require_fields(config, self.export_class, qkv_bias=True, attention_output_bias=False)
+        elif qkv_bias != out_bias:
+            raise UnsupportedExport(
+                f"{self.export_class} has one attention_bias for q/k/v and o, but this model has "
+                f"qkv_bias={qkv_bias} and attention_output_bias={out_bias}"
+            )
+        if config.dropout:
+            logger.warning(
+                "%s has no residual dropout: dropout %s is not exported (inference is unaffected)",
+                self.export_class,
+                config.dropout,
+            )
+        out: dict[str, Any] = dict(
+            model_type=self.model_type,
+            architectures=[self.export_class],
+            vocab_size=config.vocab_size,
+            hidden_size=config.d_model,
+            intermediate_size=config.d_ff,
+            num_hidden_layers=config.num_layers,
+            num_attention_heads=config.num_heads,
+            num_key_value_heads=config.kv_heads,
+            head_dim=config.head_dim,
+            hidden_act=export_activation(config),
+            max_position_embeddings=config.max_positions,
+            initializer_range=config.init_std,
+            rms_norm_eps=config.layer_norm_eps,
+            tie_word_embeddings=config.tie_embeddings,
+            attention_dropout=config.attention_dropout,
+            bos_token_id=config.bos_id,
+            eos_token_id=list(config.end_ids) if config.stop_ids else config.eos_id,
+            pad_token_id=config.pad_id,
+            rope_theta=config.rope_theta,
+            rope_scaling=self._export_rope(config),
+        )
+        if self.has_attention_bias_option:
+            out["attention_bias"] = bool(qkv_bias)
+        if self.name == "llama":
+            out["mlp_bias"] = bool(mlp_bias)
+        elif mlp_bias:
+            raise UnsupportedExport(f"{self.export_class} has no feed-forward biases")
+        out.update(self._export_window(config))
+        return out
+
+    def _export_rope(self, config: GPTConfig) -> dict[str, Any] | None:
+        if config.rope_scaling is None:
+            return None
+        scaling: dict[str, Any] = dict(rope_type=config.rope_scaling, factor=config.rope_factor)
+        if config.rope_scaling == "llama3":
+            scaling.update(
+                low_freq_factor=config.rope_low_freq_factor,
+                high_freq_factor=config.rope_high_freq_factor,
+                original_max_position_embeddings=config.rope_original_max_positions,
+            )
+        return scaling
+
+    def _export_window(self, config: GPTConfig) -> dict[str, Any]:
+        window = config.sliding_window
+        if self.window_option == "mistral":
+            return dict(sliding_window=window)
+        if self.window_option == "qwen":
+            return dict(
+                use_sliding_window=window is not None,
+                sliding_window=window,
+                max_window_layers=0 if window is not None else config.num_layers,
+            )
+        if window is not None:
+            raise UnsupportedExport(f"{self.export_class} has no sliding window")
+        return {}
+
+    # -- weights -------------------------------------------------------------------------------
+
+    def key_map(self, config: GPTConfig, shapes: Mapping[str, Shape] | None = None) -> KeyMap:
+        tied = ("lm_head.weight",) if config.tie_embeddings else ()
+        rules = [rule("model.embed_tokens.weight", "embedder.token_weight", aliases=tied)]
+        qkv_bias = config.use_bias if config.qkv_bias is None else config.qkv_bias
+        out_bias = (
+            config.use_bias if config.attention_output_bias is None else config.attention_output_bias
+        )
+        mlp_bias = config.use_bias if config.feed_forward_bias is None else config.feed_forward_bias
+        projections = [
+            ("self_attn.q_proj", "self_attention.query_proj", qkv_bias),
+            ("self_attn.k_proj", "self_attention.key_proj", qkv_bias),
+            ("self_attn.v_proj", "self_attention.value_proj", qkv_bias),
+            ("self_attn.o_proj", "self_attention.output_proj", out_bias),
+            ("mlp.gate_proj", "feed_forward.gate", mlp_bias),
+            ("mlp.up_proj", "feed_forward.hidden", mlp_bias),
+            ("mlp.down_proj", "feed_forward.output", mlp_bias),
+        ]
+        for i in range(config.num_layers):
+            hf, zoo = f"model.layers.{i}.", f"layers.{i}."
+            rules += [
+                rule(f"{hf}input_layernorm.weight", f"{zoo}self_attention_norm.weight"),
+                rule(f"{hf}post_attention_layernorm.weight", f"{zoo}feed_forward_norm.weight"),
+            ]
+            for hf_name, zoo_name, bias in projections:
+                rules.append(rule(f"{hf}{hf_name}.weight", f"{zoo}{zoo_name}.weight"))
+                if bias:
+                    rules.append(rule(f"{hf}{hf_name}.bias", f"{zoo}{zoo_name}.bias"))
+            if config.qk_norm:
+                rules += [
+                    rule(f"{hf}self_attn.q_norm.weight", f"{zoo}self_attention.query_norm.weight"),
+                    rule(f"{hf}self_attn.k_norm.weight", f"{zoo}self_attention.key_norm.weight"),
+                ]
+        rules.append(rule("model.norm.weight", "final_norm.weight"))
+        if not config.tie_embeddings:
+            rules.append(rule("lm_head.weight", "head.weight"))
+        # rotary frequencies that older checkpoints saved as buffers: zoo computes them
+        ignore = (r"model\.(layers\.\d+\.self_attn\.)?rotary_emb\.inv_freq",)
+        return KeyMap(rules, ignore=ignore)
+
+
+class Llama(LlamaFamily):
+    name = "llama"
+    model_type = "llama"
+    loads = ("LlamaForCausalLM", "LlamaModel")
+    export_class = "LlamaForCausalLM"
+    config_class = "LlamaConfig"
+
+
+class Mistral(LlamaFamily):
+    name = "mistral"
+    model_type = "mistral"
+    loads = ("MistralForCausalLM", "MistralModel")
+    export_class = "MistralForCausalLM"
+    config_class = "MistralConfig"
+    has_attention_bias_option = False
+    window_option = "mistral"
+    extra_defaults = dict(
+        intermediate_size=14336,
+        num_key_value_heads=8,
+        max_position_embeddings=4096 * 32,
+        sliding_window=4096,
+    )
+
+
+class Qwen2(LlamaFamily):
+    name = "qwen2"
+    model_type = "qwen2"
+    loads = ("Qwen2ForCausalLM", "Qwen2Model")
+    export_class = "Qwen2ForCausalLM"
+    config_class = "Qwen2Config"
+    qkv_bias_always = True
+    has_attention_bias_option = False
+    window_option = "qwen"
+    extra_defaults = dict(
+        vocab_size=151936,
+        intermediate_size=22016,
+        num_key_value_heads=32,
+        max_position_embeddings=32768,
+        bos_token_id=None,
+        eos_token_id=None,
+        use_sliding_window=False,
+        sliding_window=4096,
+        max_window_layers=28,
+        layer_types=None,
+    )
+
+
+class Qwen3(Qwen2):
+    name = "qwen3"
+    model_type = "qwen3"
+    loads = ("Qwen3ForCausalLM", "Qwen3Model")
+    export_class = "Qwen3ForCausalLM"
+    config_class = "Qwen3Config"
+    qkv_bias_always = False
+    has_attention_bias_option = True
+    has_qk_norm = True
+    extra_defaults = dict(Qwen2.extra_defaults, head_dim=128)
+
+
+DECODER_FAMILIES = (Llama(), Mistral(), Qwen2(), Qwen3())
+
+
+def decoder_family_for(config: GPTConfig) -> LlamaFamily:
+    """The HuggingFace family a rotary zoo GPT exports to: the simplest that expresses it."""
+    qkv_bias = config.use_bias if config.qkv_bias is None else config.qkv_bias
+    out_bias = (
+        config.use_bias if config.attention_output_bias is None else config.attention_output_bias
+    )
+    llama, mistral, qwen2, qwen3 = DECODER_FAMILIES
+    if config.qk_norm:
+        return qwen3
+    if qkv_bias and not out_bias:
+        return qwen2
+    if config.sliding_window is not None:
+        return mistral
+    return llama
+
+
+__all__ = ["DECODER_FAMILIES", "Llama", "LlamaFamily", "Mistral", "Qwen2", "Qwen3"]
+_ = Rule  # re-exported names stay importable from one place
