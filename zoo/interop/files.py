@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import struct
-from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
 
@@ -85,7 +84,7 @@ def _weight_patterns(name: str, files: list[str]) -> list[str]:
         return WEIGHT_PATTERNS
     if PICKLE in files or PICKLE_INDEX in files:
         return WEIGHT_PATTERNS + PICKLE_PATTERNS
-    weights = [f for f in files if fnmatch(f, "*.h5") or fnmatch(f, "*.msgpack")]
+    weights = [f for f in files if f.endswith((".h5", ".msgpack", ".ot", ".onnx"))]
     raise FileNotFoundError(
         f"{name} on the HuggingFace hub has neither {WEIGHTS} nor {PICKLE}"
         + (f" (only {', '.join(weights)}, which zoo does not read)" if weights else "")
