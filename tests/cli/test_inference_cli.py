@@ -88,6 +88,9 @@ def test_wrong_flavor_and_missing_directory_are_clear_errors(gpt_dir, tmp_path, 
     assert "holds a gpt model; this command needs a translator" in capsys.readouterr().err
     assert main(["classify", str(tmp_path / "nothing"), "abc"]) == 2
     assert "not a model directory" in capsys.readouterr().err
+    (tmp_path / "config.json").write_text('{"model_type": "gpt2", "n_em')  # cut short
+    assert main(["generate", str(tmp_path), "--prompt", "abc"]) == 2
+    assert f"{tmp_path / 'config.json'} is damaged (not valid JSON" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("kind", ["cross", "encoder"])

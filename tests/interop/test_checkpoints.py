@@ -11,6 +11,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
+from hub_stub import stub_hub
 
 import zoo
 from zoo.interop import (
@@ -187,23 +188,99 @@ def test_bfloat16_weights_are_written_and_read(tmp_path):
     assert np.array_equal(again["lm_head.weight"], np.asarray(model.head.weight))
 
 
-def test_a_folder_with_only_pickles_is_refused_with_advice(tmp_path):
+def test_a_folder_without_weights_names_the_files_it_looks_for(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(CONFIGS["bert"]))
-    (tmp_path / "pytorch_model.bin").write_bytes(b"not read")
-    with pytest.raises(FileNotFoundError, match="never unpickles"):
+    (tmp_path / "tf_model.h5").write_bytes(b"not read")
+    with pytest.raises(FileNotFoundError, match="has none of model.safetensors") as error:
+        from_pretrained(tmp_path)
+    assert "pytorch_model.bin.index.json" in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("file", "cut"),
+    [
+        ("model.safetensors", 0),
+        ("model.safetensors", 0.5),
+        ("config.json", 0),
+        ("config.json", 0.5),
+    ],
+    ids=["empty-weights", "truncated-weights", "empty-config", "truncated-config"],
+)
+def test_a_damaged_file_is_named_with_what_to_do(tmp_path, file, cut):
+    random_checkpoint(tmp_path, CONFIGS["gpt2-tied"])
+    data = (tmp_path / file).read_bytes()
+    (tmp_path / file).write_bytes(data[: int(len(data) * cut)])
+    with pytest.raises(ValueError, match="download it again") as error:
+        from_pretrained(tmp_path)
+    assert f"{tmp_path / file} is damaged" in str(error.value)
+
+
+def test_a_missing_shard_is_named(tmp_path):
+    random_checkpoint(tmp_path, CONFIGS["gpt2-tied"])
+    (tmp_path / "model.safetensors").rename(tmp_path / "model-00001-of-00002.safetensors")
+    index = {
+        "weight_map": {
+            "a": "model-00001-of-00002.safetensors",
+            "b": "model-00002-of-00002.safetensors",
+        }
+    }
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(FileNotFoundError, match="lists the shard model-00002-of-00002.safetensors"):
         from_pretrained(tmp_path)
 
 
-def test_an_unreachable_hub_name_says_to_download_and_pass_the_folder(monkeypatch):
+def test_a_safetensors_repository_downloads_no_pickles(tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    arrays = random_checkpoint(repo, CONFIGS["marian-shared"])
+    for name in ("pytorch_model.bin", "tf_model.h5", "README.md", "source.spm"):
+        (repo / name).write_bytes(b"not weights")
+    downloaded = stub_hub(monkeypatch, repo, tmp_path / "cache")
+    model = from_pretrained("Helsinki-NLP/opus-mt-de-en")
+    assert sorted(downloaded) == ["config.json", "model.safetensors"]
+    assert np.array_equal(model.output_bias, arrays["final_logits_bias"][0])
+
+
+def test_a_repository_without_safetensors_or_pickles_is_refused(tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "config.json").write_text(json.dumps(CONFIGS["bert"]))
+    (repo / "tf_model.h5").write_bytes(b"not read")
+    downloaded = stub_hub(monkeypatch, repo, tmp_path / "cache")
+    with pytest.raises(FileNotFoundError, match=r"only tf_model\.h5, which zoo does not read"):
+        from_pretrained("someone/tf-only")
+    assert downloaded == []
+
+
+def offline_hub(monkeypatch, cached=None):
+    """The hub unreachable; `snapshot_download(local_files_only=True)` finds `cached` (if any)."""
     huggingface_hub = pytest.importorskip("huggingface_hub")
 
-    def offline(*args, **kwargs):
+    def list_repo_files(*args, **kwargs):
         raise ConnectionError("no network")
 
-    monkeypatch.setattr(huggingface_hub, "snapshot_download", offline)
+    def snapshot_download(*args, local_files_only=False, **kwargs):
+        if local_files_only and cached is not None:
+            return str(cached)
+        raise ConnectionError("no network")
+
+    monkeypatch.setattr(huggingface_hub, "list_repo_files", list_repo_files)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+
+
+def test_an_unreachable_hub_name_says_to_download_and_pass_the_folder(monkeypatch):
+    offline_hub(monkeypatch)
     with pytest.raises(OSError, match="pass its path") as error:
         from_pretrained("Helsinki-NLP/opus-mt-de-en")
-    assert "huggingface-cli download Helsinki-NLP/opus-mt-de-en" in str(error.value)
+    message = str(error.value)
+    assert "`hf download Helsinki-NLP/opus-mt-de-en --include '*.json' --include" in message
+    assert "--include '*.bin' instead of '*.safetensors'" in message
+    assert "huggingface-cli" not in message
+
+
+def test_offline_a_cached_snapshot_is_used(tmp_path, monkeypatch):
+    random_checkpoint(tmp_path, CONFIGS["gpt2-tied"])
+    offline_hub(monkeypatch, cached=tmp_path)
+    assert from_pretrained("gpt2").config.vocab_size == 29
 
 
 def test_unknown_model_types_are_refused():

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,9 @@ def load_model(spec: str, flavor: str | None = None) -> tuple[Any, Any]:
                 f"{spec} is not a model directory (no config.json): pass the --out directory of "
                 "`zoo train`, or hf:NAME for a HuggingFace checkpoint"
             )
-        if "flavor" in json.loads(config.read_text(encoding="utf-8")):
+        from zoo.interop.files import read_json  # names the file when it is damaged
+
+        if "flavor" in read_json(config):
             from zoo.serialize import load_with_tokenizer
 
             model, tokenizer = load_with_tokenizer(path)

@@ -155,6 +155,14 @@ class Architecture(Generic[ConfigT]):
         """The rules for `config`; `shapes` are the checkpoint's when loading, None when exporting."""
         raise NotImplementedError
 
+    def task_weights(self, hf_class: str) -> tuple[str, ...]:
+        """HF keys every checkpoint of `hf_class` holds beyond the base model (its task head).
+
+        A checkpoint whose config names `hf_class` but lacks them was saved incompletely (for
+        example converted through `AutoModel`, which drops task heads): its logits would change.
+        """
+        return ()
+
     def check_class(self, hf: HFConfig) -> None:
         classes = hf["architectures"] or []
         unknown = [c for c in classes if c not in self.loads]

@@ -59,6 +59,11 @@ class Bert(Architecture[ClassifierConfig]):
     def hf_defaults(self) -> dict[str, Any]:
         return dict(DEFAULTS)
 
+    def task_weights(self, hf_class: str) -> tuple[str, ...]:
+        if hf_class.endswith("ForSequenceClassification"):
+            return (f"{HEAD}.weight", f"{HEAD}.bias")
+        return ()
+
     def zoo_fields(self, hf: HFConfig, shapes: Mapping[str, Shape]) -> dict[str, Any]:
         hf.require(
             "position_embedding_type",
@@ -169,6 +174,15 @@ class Bert(Architecture[ClassifierConfig]):
             rules += weight_and_bias(f"{p}pooler.dense", "pooler")
         # pretraining heads (masked LM, next sentence) and old position-id buffers
         ignore = [r"cls\..*", rf"{p}embeddings\.position_ids"]
+        pretraining = sorted(
+            {".".join(k.split(".")[:2]) for k in shapes or () if k.startswith("cls.")}
+        )
+        if pretraining:
+            logger.warning(
+                "bert: the checkpoint's pretraining heads (%s) are not part of zoo.Classifier "
+                "and are left out",
+                ", ".join(pretraining),
+            )
         if self._load_head(config, shapes):
             rules += weight_and_bias(HEAD, "head", optional=True)
         else:

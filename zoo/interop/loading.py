@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -84,12 +85,37 @@ def load_state_dict(
         arrays, arch.key_map(zoo_config, shapes), zoo_shapes(skeleton), what=what
     )
     if fresh:
-        logger.warning(
-            "%s: not in the %s, initialised afresh: %s", arch.name, what, ", ".join(fresh)
-        )
+        warn_fresh(arch, hf, arrays, fresh, what)
         key = jax.random.key(0) if key is None else key
         state.update(_fresh_arrays(zoo_config, key, fresh))
     return fill(skeleton, state)
+
+
+class FreshWeightsWarning(UserWarning):
+    """Weights the checkpoint lacks were initialised afresh: the logits are not the original's."""
+
+
+def warn_fresh(
+    arch: Architecture, hf: HFConfig, arrays: Mapping[str, Any], fresh: list[str], what: str
+) -> None:
+    """Say loudly (a warning and the log) which zoo weights start afresh, and why it matters."""
+    message = (
+        f"{arch.name}: not in the {what}, initialised afresh (biases zero, weights random "
+        f"from `key`): {', '.join(fresh)}. The logits differ from those of any model trained "
+        "with these weights: train them before use"
+    )
+    for hf_class in hf["architectures"] or []:
+        lacking = [k for k in arch.task_weights(hf_class) if k not in arrays]
+        if lacking:
+            message = (
+                f"{arch.name}: the {what} lacks {', '.join(lacking)}, which every {hf_class} "
+                f"checkpoint holds (config.json names {hf_class}): zoo initialised "
+                f"{', '.join(fresh)} afresh, so the logits WILL DIFFER from the original "
+                f"model's. The file is incomplete, e.g. converted through AutoModel, which "
+                f"drops task heads: download it again, or convert with transformers.{hf_class}"
+            )
+    logger.warning("%s", message)
+    warnings.warn(message, FreshWeightsWarning, stacklevel=3)
 
 
 def _fresh_arrays(config: Any, key: PRNGKeyArray, names: list[str]) -> dict[str, np.ndarray]:
@@ -113,9 +139,12 @@ def from_pretrained(
     """A zoo model from a HuggingFace checkpoint: a local folder or a hub name.
 
     The folder holds `config.json` and `model.safetensors` (or sharded safetensors with their
-    index). A name that is not a folder is downloaded with `huggingface_hub` (config and
-    safetensors only). Supported: GPT-2 -> `zoo.GPT`, BERT -> `zoo.Classifier`, MarianMT ->
-    `zoo.Translator`. Keyword `overrides` change zoo config fields, e.g. `num_classes=2`.
+    index), or else `pytorch_model.bin` (or its shards), read with torch's weights-only loader.
+    A name that is not a folder is downloaded with `huggingface_hub` (the config and one set of
+    weights: safetensors when the repository has them). Weights the checkpoint lacks are
+    initialised from `key` with a `FreshWeightsWarning`. Supported: GPT-2 -> `zoo.GPT`, BERT ->
+    `zoo.Classifier`, MarianMT -> `zoo.Translator`. Keyword `overrides` change zoo config
+    fields, e.g. `num_classes=2`.
     With `return_tokenizer=True`, returns `(model, tokenizer)`.
     """
     folder = resolve(name_or_dir, revision=revision, tokenizer=return_tokenizer)
@@ -136,17 +165,14 @@ def from_pretrained(
 def from_hf(hf_model: Any, *, key: PRNGKeyArray | None = None, **overrides: Any) -> eqx.Module:
     """A zoo model with the weights of a transformers model object (GPT-2, BERT or MarianMT)."""
     try:
-        import torch
+        import torch  # noqa: F401
     except ImportError as error:
         raise ImportError(f"from_hf converts torch models and needs torch: {INSTALL_HF}") from error
+    from zoo.interop.torch_weights import state_dict_to_numpy
+
     config = hf_model.config.to_dict()
     config["architectures"] = [type(hf_model).__name__]
-    arrays = {}
-    for name, tensor in hf_model.state_dict().items():
-        tensor = tensor.detach().cpu()
-        if tensor.dtype == torch.bfloat16:
-            tensor = tensor.float()
-        arrays[name] = tensor.numpy()
+    arrays = state_dict_to_numpy(hf_model.state_dict(), what=type(hf_model).__name__)
     return load_state_dict(
         config, arrays, key=key, what=f"{type(hf_model).__name__} state dict", **overrides
     )

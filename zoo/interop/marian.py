@@ -80,6 +80,9 @@ class Marian(Architecture[TranslatorConfig]):
     def hf_defaults(self) -> dict[str, Any]:
         return dict(DEFAULTS)
 
+    def task_weights(self, hf_class: str) -> tuple[str, ...]:
+        return ("final_logits_bias",) if hf_class == "MarianMTModel" else ()
+
     def zoo_fields(self, hf: HFConfig, shapes: Mapping[str, Shape]) -> dict[str, Any]:
         hf.require("normalize_before", (False,), "zoo's Marian is post-LN")
         for name in ("normalize_embedding", "layernorm_embedding"):
