@@ -93,6 +93,148 @@ register("gpt2-medium", _gpt2(1024, 24, 16), "GPT-2 medium shapes (355M)")
 register("gpt2-large", _gpt2(1280, 36, 20), "GPT-2 large shapes (774M)")
 register("gpt2-xl", _gpt2(1600, 48, 25), "GPT-2 XL shapes (1.5B)")
 
+# Today's decoders are GPT configurations: the parts that differ from GPT-2, field by field.
+LLAMA_PARTS: dict[str, Any] = dict(
+    norm="rmsnorm",  # GPT-2: layernorm (mean and variance, with a bias)
+    positions="rotary",  # GPT-2: learned (a table added to the embeddings)
+    feed_forward="gated",  # GPT-2: dense (two projections)
+    activation="silu",  # GPT-2: gelu_tanh; gated + silu is SwiGLU
+    use_bias=False,  # GPT-2: biases everywhere
+    pad_id=None,  # GPT-2: None too; padding is positional
+    dropout=0.0,  # GPT-2: 0.1
+    attention_dropout=0.0,  # GPT-2: 0.1
+)
+
+
+def _decoder(**fields: Any) -> GPTConfig:
+    return GPTConfig(**{**LLAMA_PARTS, **fields})
+
+
+register(
+    "llama-tiny",
+    _decoder(
+        vocab_size=64,
+        d_model=64,
+        num_heads=4,
+        num_kv_heads=2,
+        num_layers=2,
+        d_ff=128,
+        max_positions=128,
+        pad_id=0,
+        bos_id=1,
+        eos_id=2,
+        **_CPU_REMAT,
+    ),
+    "2-layer Llama-style decoder (RMSNorm, rotary, SwiGLU, 2 kv heads) for tests",
+)
+register(
+    "smollm2-135m",
+    _decoder(
+        vocab_size=49152,
+        d_model=576,
+        num_heads=9,
+        num_kv_heads=3,
+        num_layers=30,
+        d_ff=1536,
+        max_positions=8192,
+        rope_theta=100000.0,
+        bos_id=0,
+        eos_id=0,
+    ),
+    "SmolLM2-135M shapes (Llama architecture, tied head)",
+)
+register(
+    "smollm2-360m",
+    _decoder(
+        vocab_size=49152,
+        d_model=960,
+        num_heads=15,
+        num_kv_heads=5,
+        num_layers=32,
+        d_ff=2560,
+        max_positions=8192,
+        rope_theta=100000.0,
+        bos_id=0,
+        eos_id=0,
+    ),
+    "SmolLM2-360M shapes (Llama architecture, tied head)",
+)
+register(
+    "qwen2.5-0.5b",
+    _decoder(
+        vocab_size=151936,
+        d_model=896,
+        num_heads=14,
+        num_kv_heads=2,
+        num_layers=24,
+        d_ff=4864,
+        max_positions=32768,
+        rope_theta=1000000.0,
+        layer_norm_eps=1e-6,
+        qkv_bias=True,  # Qwen2: biases on q/k/v only
+        bos_id=151643,
+        eos_id=151643,
+    ),
+    "Qwen2.5-0.5B shapes (q/k/v biases, 7:1 grouped-query attention)",
+)
+register(
+    "qwen3-0.6b",
+    _decoder(
+        vocab_size=151936,
+        d_model=1024,
+        num_heads=16,
+        num_kv_heads=8,
+        attention_head_dim=128,  # 16 heads of 128 > d_model
+        num_layers=28,
+        d_ff=3072,
+        max_positions=40960,
+        rope_theta=1000000.0,
+        layer_norm_eps=1e-6,
+        qk_norm=True,  # Qwen3: RMSNorm on each head's queries and keys
+        bos_id=151643,
+        eos_id=151645,
+    ),
+    "Qwen3-0.6B shapes (QK-norm, head_dim 128)",
+)
+register(
+    "llama-3.2-1b",
+    _decoder(
+        vocab_size=128256,
+        d_model=2048,
+        num_heads=32,
+        num_kv_heads=8,
+        num_layers=16,
+        d_ff=8192,
+        max_positions=131072,
+        rope_theta=500000.0,
+        rope_scaling="llama3",
+        rope_factor=32.0,
+        rope_low_freq_factor=1.0,
+        rope_high_freq_factor=4.0,
+        rope_original_max_positions=8192,
+        bos_id=128000,
+        eos_id=128001,
+    ),
+    "Llama 3.2 1B shapes (llama3 rotary scaling, tied head)",
+)
+register(
+    "mistral-7b",
+    _decoder(
+        vocab_size=32000,
+        d_model=4096,
+        num_heads=32,
+        num_kv_heads=8,
+        num_layers=32,
+        d_ff=14336,
+        max_positions=32768,
+        sliding_window=4096,  # Mistral 7B v0.1: each position sees the last 4096
+        tie_embeddings=False,
+        bos_id=1,
+        eos_id=2,
+    ),
+    "Mistral 7B v0.1 shapes (sliding window 4096, untied head)",
+)
+
 register(
     "classifier-tiny",
     ClassifierConfig(

@@ -21,6 +21,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
+from zoo.decoding.loop import EndIds, end_ids, is_end
+
 # step(tokens [batch, beams], state) -> (logits [batch, beams, vocab], state)
 BeamStepFn = Callable[
     [Int[Array, "batch beams"], Any], tuple[Float[Array, "batch beams vocab"], Any]
@@ -60,7 +62,7 @@ def extend_beams(
     log_probs: Float[Array, "beams vocab"],
     index: Int[Array, ""],
     *,
-    eos_id: int | None,
+    eos_id: EndIds,
     alpha: float,
 ) -> tuple[Beams, Int[Array, " beams"], Int[Array, " beams"]]:
     """One beam-search step for one source: token `index` of every hypothesis.
@@ -70,14 +72,16 @@ def extend_beams(
     """
     beam_size, vocab = log_probs.shape
     totals = beams.alive_log_probs[:, None] + log_probs
-    # 2 * beam_size candidates: each parent has one EOS, so beam_size of them never end here.
-    top_totals, flat = jax.lax.top_k(totals.reshape(-1), 2 * beam_size)
+    # (1 + #end ids) * beam_size candidates: each parent has that many ends, so at least
+    # beam_size of the candidates never end here.
+    candidates = (1 + max(len(end_ids(eos_id)), 1)) * beam_size
+    top_totals, flat = jax.lax.top_k(totals.reshape(-1), candidates)
     parents = (flat // vocab).astype(jnp.int32)
     tokens = (flat % vocab).astype(jnp.int32)
     histories = beams.alive_tokens[parents].at[:, index].set(tokens)
 
-    ends = jnp.zeros_like(tokens, bool) if eos_id is None else tokens == eos_id
-    ranked_high = jnp.arange(2 * beam_size) < beam_size
+    ends = is_end(tokens, eos_id)
+    ranked_high = jnp.arange(candidates) < beam_size
     newly_finished = ends & ranked_high & jnp.isfinite(top_totals)
     new_scores = jnp.where(newly_finished, top_totals / length_penalty(index + 1, alpha), -jnp.inf)
     pool_scores = jnp.concatenate([beams.finished_scores, new_scores])
@@ -149,7 +153,7 @@ def beam_search(
     *,
     beam_size: int,
     max_len: int,
-    eos_id: int | None,
+    eos_id: EndIds,
     fill_id: int,
     alpha: float,
     row_axes: Any = 0,

@@ -67,7 +67,7 @@ def _sample(model, prompts, lengths, key, values, max_new_tokens):
         max_new_tokens=max_new_tokens,
         values=values,
         key=key,
-        eos_id=c.eos_id,
+        eos_id=c.end_ids,
         fill_id=fill_token(c.pad_id, c.eos_id),
     )
     return tokens
@@ -83,7 +83,7 @@ def _beam(model, prompts, lengths, max_new_tokens, beam_size, alpha):
         last_tokens(prompts, lengths),
         beam_size=beam_size,
         max_len=max_new_tokens,
-        eos_id=c.eos_id,
+        eos_id=c.end_ids,
         fill_id=fill_token(c.pad_id, c.eos_id),
         alpha=alpha,
     )
@@ -150,8 +150,8 @@ def generate(
     lists (padded here). Each prompt's length is `lengths` if given, else its width minus its
     trailing pad tokens. `temperature=0` is greedy; otherwise tokens are drawn with `key` from
     the distribution filtered by `top_k` and `top_p`. `beam_size > 1` runs beam search instead
-    (greedy only). After a sequence's `eos_id` the output holds `pad_id` (or `eos_id` when the
-    model has no pad token). Compiles once per (batch, prompt width, max_new_tokens).
+    (greedy only). A sequence ends at `eos_id` or any of the config's `stop_ids`; after its end
+    the output holds `pad_id` (or `eos_id` when the model has no pad token). Compiles once per (batch, prompt width, max_new_tokens).
     """
     settings = SamplingSettings(temperature, top_k, top_p)
     prompts, lengths = _prepare(model, prompts, lengths, max_new_tokens, beam_size)

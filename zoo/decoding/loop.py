@@ -21,6 +21,24 @@ from zoo.decoding.sampling import choose_token
 StepFn = Callable[[Int[Array, " batch"], Any], tuple[Float[Array, "batch vocab"], Any]]
 
 
+EndIds = int | tuple[int, ...] | None  # the id(s) that end a sequence (Llama 3 has several)
+
+
+def end_ids(eos: EndIds) -> tuple[int, ...]:
+    """The end ids as a tuple (empty when nothing ends a sequence)."""
+    if eos is None:
+        return ()
+    return (eos,) if isinstance(eos, int) else tuple(eos)
+
+
+def is_end(tokens: Int[Array, "*shape"], eos: EndIds) -> Array:
+    """True where a token is one of the end ids."""
+    ends = jnp.zeros(tokens.shape, bool)
+    for end in end_ids(eos):
+        ends = ends | (tokens == end)
+    return ends
+
+
 def fill_token(pad_id: int | None, eos_id: int | None) -> int:
     """What goes after a sequence's end: `pad_id`, else `eos_id` (0 if neither exists)."""
     if pad_id is not None:
@@ -36,12 +54,13 @@ def sample_loop(
     max_new_tokens: int,
     values: dict[str, Array] | None,
     key: PRNGKeyArray | None,
-    eos_id: int | None,
+    eos_id: EndIds,
     fill_id: int,
 ) -> tuple[Int[Array, "batch new"], Int[Array, ""]]:
     """Feed `first_tokens`, then each chosen token, `max_new_tokens` times (or until all end).
 
-    Returns the chosen tokens, with `fill_id` after each sequence's `eos_id`, and the number of
+    Returns the chosen tokens, with `fill_id` after each sequence's end (`eos_id`: one id or a
+    tuple of ids), and the number of
     steps actually run. `values` selects greedy (None) or sampling (see `choose_token`); step i
     draws with `fold_in(key, i)`, split over the batch, so a key fixes the whole sample.
     """
@@ -61,8 +80,7 @@ def sample_loop(
         chosen = choose(logits, keys, values)
         chosen = jnp.where(finished, jnp.int32(fill_id), chosen)
         out = jax.lax.dynamic_update_slice(out, chosen[:, None], (jnp.int32(0), index))
-        if eos_id is not None:
-            finished = finished | (chosen == eos_id)
+        finished = finished | is_end(chosen, eos_id)
         return index + 1, chosen, state, out, finished
 
     start = (jnp.int32(0), first_tokens.astype(jnp.int32), state, out, finished)

@@ -10,7 +10,7 @@ import ml_dtypes
 import numpy as np
 
 from zoo.interop.convert import zoo_to_hf
-from zoo.interop.files import CONFIG, INSTALL_HF, WEIGHTS, write_safetensors
+from zoo.interop.files import CONFIG, INDEX, INSTALL_HF, WEIGHTS, write_safetensors
 from zoo.interop.loading import architecture_for
 from zoo.interop.zoo_keys import zoo_state
 
@@ -60,16 +60,68 @@ def to_hf(model: Any) -> tuple[dict[str, Any], Any]:
     return {name: tensor(array) for name, array in arrays.items()}, config
 
 
-def save_hf(model: Any, directory: str | Path) -> Path:
-    """Write `config.json` and `model.safetensors` that `transformers` (and zoo) load.
+DEFAULT_MAX_SHARD_SIZE = "5GB"  # transformers' save_pretrained default
+_UNITS = {"KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
 
-    Needs neither torch nor transformers.
+
+def parse_size(size: int | str) -> int:
+    """Bytes from an int or a string like "5GB", "500MB" or "2GiB" (transformers' units)."""
+    if isinstance(size, int) and not isinstance(size, bool) and size > 0:
+        return size
+    if isinstance(size, str):
+        text = size.strip().upper().replace(" ", "")
+        for unit in sorted(_UNITS, key=len, reverse=True):
+            if text.endswith(unit) and text[: -len(unit)].replace(".", "", 1).isdigit():
+                return int(float(text[: -len(unit)]) * _UNITS[unit])
+    raise ValueError(
+        f"max_shard_size must be a positive number of bytes or a size like '5GB' or '500MB', "
+        f"got {size!r}"
+    )
+
+
+def plan_shards(arrays: dict[str, np.ndarray], max_bytes: int) -> list[list[str]]:
+    """Group tensor names into shards of at most `max_bytes` (a larger tensor gets its own)."""
+    shards: list[list[str]] = [[]]
+    used = 0
+    for name in arrays:
+        size = arrays[name].nbytes
+        if shards[-1] and used + size > max_bytes:
+            shards.append([])
+            used = 0
+        shards[-1].append(name)
+        used += size
+    return shards
+
+
+def save_hf(
+    model: Any, directory: str | Path, *, max_shard_size: int | str = DEFAULT_MAX_SHARD_SIZE
+) -> Path:
+    """Write `config.json` and the weights as `transformers` (and zoo) load them.
+
+    Weights up to `max_shard_size` go into `model.safetensors`; a larger model is split into
+    `model-00001-of-0000N.safetensors` shards listed by `model.safetensors.index.json`, as
+    `save_pretrained` does. Needs neither torch nor transformers.
     """
+    max_bytes = parse_size(max_shard_size)
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     arrays, hf_config = to_state_dict(model, full=False)
     hf_config = {**hf_config, "dtype": model.config.dtype}
     with open(directory / CONFIG, "w") as handle:
         json.dump(hf_config, handle, indent=2, sort_keys=True)
-    write_safetensors(arrays, directory / WEIGHTS)
+    shards = plan_shards(arrays, max_bytes)
+    for stale in [directory / WEIGHTS, directory / INDEX, *directory.glob("model-*.safetensors")]:
+        stale.unlink(missing_ok=True)  # a previous save must not leave weights beside these
+    if len(shards) == 1:
+        write_safetensors(arrays, directory / WEIGHTS)
+        return directory
+    weight_map = {}
+    for number, names in enumerate(shards, start=1):
+        filename = f"model-{number:05d}-of-{len(shards):05d}.safetensors"
+        write_safetensors({name: arrays[name] for name in names}, directory / filename)
+        weight_map.update(dict.fromkeys(names, filename))
+    total = sum(array.nbytes for array in arrays.values())
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    with open(directory / INDEX, "w") as handle:
+        json.dump(index, handle, indent=2, sort_keys=True)
     return directory

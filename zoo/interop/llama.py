@@ -18,7 +18,7 @@ SmolLM2 checkpoints are `LlamaForCausalLM`. Config files come in two spellings: 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from zoo.interop.architecture import (
     Architecture,
@@ -28,7 +28,7 @@ from zoo.interop.architecture import (
     logger,
     require_fields,
 )
-from zoo.interop.rules import KeyMap, Rule, Shape, rule
+from zoo.interop.rules import KeyMap, Shape, rule
 from zoo.models import GPTConfig
 
 # transformers' LlamaConfig defaults; the other families override a few
@@ -67,7 +67,7 @@ class LlamaFamily(Architecture[GPTConfig]):
     has_attention_bias_option = True  # config.json `attention_bias` (Llama, Qwen3)
     has_qk_norm = False  # Qwen3
     window_option = "none"  # none | mistral (`sliding_window`) | qwen (`use_sliding_window`)
-    extra_defaults: dict[str, Any] = {}
+    extra_defaults: ClassVar[dict[str, Any]] = {}
 
     def hf_defaults(self) -> dict[str, Any]:
         return {**LLAMA_DEFAULTS, **self.extra_defaults}
@@ -191,7 +191,9 @@ class LlamaFamily(Architecture[GPTConfig]):
         )
         qkv_bias = config.use_bias if config.qkv_bias is None else config.qkv_bias
         out_bias = (
-            config.use_bias if config.attention_output_bias is None else config.attention_output_bias
+            config.use_bias
+            if config.attention_output_bias is None
+            else config.attention_output_bias
         )
         mlp_bias = config.use_bias if config.feed_forward_bias is None else config.feed_forward_bias
         if self.qkv_bias_always:
@@ -271,7 +273,9 @@ class LlamaFamily(Architecture[GPTConfig]):
         rules = [rule("model.embed_tokens.weight", "embedder.token_weight", aliases=tied)]
         qkv_bias = config.use_bias if config.qkv_bias is None else config.qkv_bias
         out_bias = (
-            config.use_bias if config.attention_output_bias is None else config.attention_output_bias
+            config.use_bias
+            if config.attention_output_bias is None
+            else config.attention_output_bias
         )
         mlp_bias = config.use_bias if config.feed_forward_bias is None else config.feed_forward_bias
         projections = [
@@ -322,7 +326,7 @@ class Mistral(LlamaFamily):
     config_class = "MistralConfig"
     has_attention_bias_option = False
     window_option = "mistral"
-    extra_defaults = dict(
+    extra_defaults: ClassVar[dict[str, Any]] = dict(
         intermediate_size=14336,
         num_key_value_heads=8,
         max_position_embeddings=4096 * 32,
@@ -339,7 +343,7 @@ class Qwen2(LlamaFamily):
     qkv_bias_always = True
     has_attention_bias_option = False
     window_option = "qwen"
-    extra_defaults = dict(
+    extra_defaults: ClassVar[dict[str, Any]] = dict(
         vocab_size=151936,
         intermediate_size=22016,
         num_key_value_heads=32,
@@ -362,7 +366,7 @@ class Qwen3(Qwen2):
     qkv_bias_always = False
     has_attention_bias_option = True
     has_qk_norm = True
-    extra_defaults = dict(Qwen2.extra_defaults, head_dim=128)
+    extra_defaults: ClassVar[dict[str, Any]] = dict(Qwen2.extra_defaults, head_dim=128)
 
 
 DECODER_FAMILIES = (Llama(), Mistral(), Qwen2(), Qwen3())
@@ -385,4 +389,3 @@ def decoder_family_for(config: GPTConfig) -> LlamaFamily:
 
 
 __all__ = ["DECODER_FAMILIES", "Llama", "LlamaFamily", "Mistral", "Qwen2", "Qwen3"]
-_ = Rule  # re-exported names stay importable from one place

@@ -10,6 +10,7 @@ from typing import Any
 
 import equinox as eqx
 import jax
+import ml_dtypes
 import numpy as np
 from jaxtyping import PRNGKeyArray
 
@@ -18,12 +19,15 @@ from zoo.interop.bert import Bert
 from zoo.interop.convert import hf_to_zoo
 from zoo.interop.files import INSTALL_HF, read_config, read_weights, resolve
 from zoo.interop.gpt2 import GPT2
+from zoo.interop.llama import DECODER_FAMILIES, decoder_family_for
 from zoo.interop.marian import Marian
 from zoo.interop.zoo_keys import abstract_model, fill, zoo_shapes, zoo_state
 from zoo.models import flavor_of
 from zoo.presets import build
 
-ARCHITECTURES: dict[str, Architecture] = {a.model_type: a for a in (GPT2(), Bert(), Marian())}
+ARCHITECTURES: dict[str, Architecture] = {
+    a.model_type: a for a in (GPT2(), Bert(), Marian(), *DECODER_FAMILIES)
+}
 
 
 def architecture_of(config: Mapping[str, Any]) -> Architecture:
@@ -41,8 +45,25 @@ EXPORTS = {"gpt": "gpt2", "classifier": "bert", "translator": "marian"}
 
 
 def architecture_for(model: Any) -> Architecture:
-    """The architecture a zoo model (or config) exports to."""
-    return ARCHITECTURES[EXPORTS[flavor_of(model)]]
+    """The architecture a zoo model (or config) exports to.
+
+    A GPT with rotary positions is a Llama-style decoder: it exports to the simplest of Llama,
+    Mistral, Qwen2 and Qwen3 that expresses its parts; other GPTs export to GPT-2.
+    """
+    flavor = flavor_of(model)
+    config = getattr(model, "config", model)
+    if flavor == "gpt" and config.positions == "rotary":
+        return decoder_family_for(config)
+    return ARCHITECTURES[EXPORTS[flavor]]
+
+
+def stored_dtype(arrays: Mapping[str, np.ndarray]) -> str | None:
+    """ "bfloat16" when every floating-point array is stored in bf16 (the model then loads in bf16
+    without a float32 copy on the way), else None (the config's dtype, float32 by default)."""
+    floating = [a.dtype for a in arrays.values() if np.issubdtype(a.dtype, np.floating)]
+    if floating and all(d == ml_dtypes.bfloat16 for d in floating):
+        return "bfloat16"
+    return None
 
 
 def canonical_keys(arrays: Mapping[str, np.ndarray], arch: Architecture) -> dict[str, np.ndarray]:
@@ -71,7 +92,8 @@ def load_state_dict(
     """A zoo model from a HuggingFace config dict and state dict of numpy arrays.
 
     `overrides` change zoo config fields (`num_classes`, `dropout`, `dtype`, `scan_layers`...).
-    Parts the checkpoint lacks (a classification head) are initialised with `key`.
+    Parts the checkpoint lacks (a classification head) are initialised with `key`. A checkpoint
+    stored in bfloat16 loads in bfloat16 unless `dtype=` says otherwise.
     """
     arch = architecture_of(config)
     hf = HFConfig(config, arch.hf_defaults(), arch.name)
@@ -79,7 +101,11 @@ def load_state_dict(
     arrays = canonical_keys(arrays, arch)
     shapes = {k: tuple(v.shape) for k, v in arrays.items()}
     # `replace` names the valid fields when an override is misspelt
-    zoo_config = arch.zoo_config_class(**arch.zoo_fields(hf, shapes)).replace(**overrides)
+    fields = arch.zoo_fields(hf, shapes)
+    dtype = stored_dtype(arrays)
+    if dtype is not None:
+        fields["dtype"] = dtype
+    zoo_config = arch.zoo_config_class(**fields).replace(**overrides)
     skeleton = abstract_model(lambda: build(zoo_config, key=jax.random.key(0)))
     state, fresh = hf_to_zoo(
         arrays, arch.key_map(zoo_config, shapes), zoo_shapes(skeleton), what=what
