@@ -14,15 +14,20 @@ from jaxtyping import Array, Int
 TokenBatch = Int[Array, "batch seq"] | np.ndarray | Sequence[Sequence[int]]
 
 
-def pad_batch(token_batch: TokenBatch, pad_id: int | None, *, what: str = "prompts") -> np.ndarray:
-    """A `[batch, seq]` int32 array; a list of token lists is right-padded with `pad_id`."""
+def pad_batch(
+    token_batch: TokenBatch, pad_id: int | None, *, what: str = "prompts", ragged: bool = False
+) -> np.ndarray:
+    """A `[batch, seq]` int32 array; a list of token lists is right-padded with `pad_id`.
+
+    With `ragged=True` (the caller knows each row's length) a model without `pad_id` pads with 0.
+    """
     if isinstance(token_batch, list | tuple):
         rows = [np.asarray(row, dtype=np.int64).reshape(-1) for row in token_batch]
         if not rows:
             raise ValueError(f"{what} is an empty batch; pass at least one sequence")
         widths = [row.shape[0] for row in rows]
         width = max(widths)
-        if pad_id is None and min(widths) != width:
+        if pad_id is None and min(widths) != width and not ragged:
             raise ValueError(
                 f"{what} have different lengths ({min(widths)} to {width} tokens) and the model "
                 "has no pad_id to pad them with; set pad_id in the config (e.g. "
@@ -45,6 +50,31 @@ def pad_batch(token_batch: TokenBatch, pad_id: int | None, *, what: str = "promp
     if not np.issubdtype(batch.dtype, np.integer):
         raise TypeError(f"{what} must hold integer token ids, got dtype {batch.dtype}")
     return batch.astype(np.int32)
+
+
+def compact_left(
+    batch: np.ndarray,
+    attention_mask: np.ndarray | Sequence[Sequence[int]],
+    *,
+    what: str = "prompts",
+) -> tuple[np.ndarray, np.ndarray]:
+    """Move each row's real tokens (`attention_mask` 1) to the front, in order.
+
+    Accepts left- or right-padded batches as HuggingFace tokenizers return them; returns the
+    right-padded batch and each row's length.
+    """
+    mask = np.asarray(attention_mask)
+    if mask.shape != batch.shape:
+        raise ValueError(
+            f"attention_mask has shape {mask.shape} but {what} have {batch.shape}; pass the mask "
+            "the tokenizer returned with these ids"
+        )
+    real = mask.astype(bool)
+    lengths = real.sum(axis=1)
+    out = np.zeros_like(batch)
+    for row in range(batch.shape[0]):
+        out[row, : lengths[row]] = batch[row][real[row]]
+    return out, lengths.astype(np.int32)
 
 
 def sequence_lengths(

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from zoo.decoding.batching import TokenBatch, pad_batch, sequence_lengths
+from zoo.decoding.batching import TokenBatch, compact_left, pad_batch, sequence_lengths
 from zoo.decoding.beam import beam_search
 from zoo.decoding.loop import fill_token, sample_loop
 from zoo.decoding.sampling import SamplingSettings
@@ -90,8 +90,8 @@ def _beam(model, prompts, lengths, max_new_tokens, beam_size, alpha):
     return tokens, scores
 
 
-def _prepare(model, prompts, lengths, max_new_tokens, beam_size):
-    """Check the request and return (padded prompts, lengths) as device arrays."""
+def _prepare(model, prompts, lengths, max_new_tokens, beam_size, attention_mask=None):
+    """Check the request and return (right-padded prompts, lengths) as device arrays."""
     if not isinstance(model, GPT):
         raise TypeError(
             f"generate needs a zoo.GPT, got {type(model).__name__}; "
@@ -101,7 +101,13 @@ def _prepare(model, prompts, lengths, max_new_tokens, beam_size):
         raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
     if not isinstance(beam_size, int) or beam_size < 1:
         raise ValueError(f"beam_size must be a positive integer, got {beam_size!r}")
-    batch = pad_batch(prompts, model.config.pad_id)
+    if lengths is None and isinstance(prompts, list | tuple):
+        lengths = [len(row) for row in prompts]  # a list says its own lengths
+    batch = pad_batch(prompts, model.config.pad_id, ragged=lengths is not None)
+    if attention_mask is not None:
+        if lengths is not None and not isinstance(prompts, list | tuple):
+            raise ValueError("pass either lengths or attention_mask, not both")
+        batch, lengths = compact_left(batch, attention_mask)
     found = sequence_lengths(batch, model.config.pad_id, lengths)
     width, limit = batch.shape[1], model.config.max_positions
     if width + max_new_tokens > limit:
@@ -141,20 +147,24 @@ def generate(
     top_p: float | None = None,
     key: PRNGKeyArray | None = None,
     lengths: Int[Array, " batch"] | np.ndarray | Sequence[int] | None = None,
+    attention_mask: np.ndarray | Sequence[Sequence[int]] | None = None,
     beam_size: int = 1,
     length_penalty: float = 0.6,
 ) -> Int[Array, "batch max_new_tokens"]:
     """Continue a batch of prompts with a GPT; returns only the new tokens.
 
     `prompts` is `[batch, seq]` right-padded with the config's `pad_id`, or a list of token
-    lists (padded here). Each prompt's length is `lengths` if given, else its width minus its
-    trailing pad tokens. `temperature=0` is greedy; otherwise tokens are drawn with `key` from
+    lists (padded here). Each prompt's length is `lengths` if given (a list's own lengths),
+    else its width minus its trailing pad tokens. A batch padded on the left, as HuggingFace
+    tokenizers return it for generation, comes with its `attention_mask` (1 = real token). `temperature=0` is greedy; otherwise tokens are drawn with `key` from
     the distribution filtered by `top_k` and `top_p`. `beam_size > 1` runs beam search instead
     (greedy only). A sequence ends at `eos_id` or any of the config's `stop_ids`; after its end
     the output holds `pad_id` (or `eos_id` when the model has no pad token). Compiles once per (batch, prompt width, max_new_tokens).
     """
     settings = SamplingSettings(temperature, top_k, top_p)
-    prompts, lengths = _prepare(model, prompts, lengths, max_new_tokens, beam_size)
+    prompts, lengths = _prepare(
+        model, prompts, lengths, max_new_tokens, beam_size, attention_mask=attention_mask
+    )
     if beam_size > 1:
         if not settings.greedy:
             raise ValueError("beam search is deterministic: use temperature=0 with beam_size > 1")

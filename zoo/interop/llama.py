@@ -197,7 +197,11 @@ class LlamaFamily(Architecture[GPTConfig]):
         )
         mlp_bias = config.use_bias if config.feed_forward_bias is None else config.feed_forward_bias
         if self.qkv_bias_always:
-            require_fields(config, self.export_class, qkv_bias=True, attention_output_bias=False)
+            if not qkv_bias or out_bias:
+                raise UnsupportedExport(
+                    f"{self.export_class} has biases on q/k/v and none on o, but this model has "
+                    f"qkv_bias={qkv_bias} and attention_output_bias={out_bias}"
+                )
         elif qkv_bias != out_bias:
             raise UnsupportedExport(
                 f"{self.export_class} has one attention_bias for q/k/v and o, but this model has "

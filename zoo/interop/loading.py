@@ -60,8 +60,11 @@ def architecture_for(model: Any) -> Architecture:
 def stored_dtype(arrays: Mapping[str, np.ndarray]) -> str | None:
     """ "bfloat16" when every floating-point array is stored in bf16 (the model then loads in bf16
     without a float32 copy on the way), else None (the config's dtype, float32 by default)."""
-    floating = [a.dtype for a in arrays.values() if np.issubdtype(a.dtype, np.floating)]
-    if floating and all(d == ml_dtypes.bfloat16 for d in floating):
+    bf16 = np.dtype(ml_dtypes.bfloat16)  # not a numpy floating subtype: test it by name
+    floating = [
+        a.dtype for a in arrays.values() if a.dtype == bf16 or np.issubdtype(a.dtype, np.floating)
+    ]
+    if floating and all(d == bf16 for d in floating):
         return "bfloat16"
     return None
 
