@@ -16,6 +16,11 @@ def test_presets_json(capsys):
     by_name = {row["name"]: row for row in rows}
     assert by_name["bert-base"]["flavor"] == "classifier"
     assert by_name["translator-tiny"]["params"] == 237_824
+    assert (by_name["llama-3.2-1b"]["params"], by_name["llama-3.2-1b"]["kv_heads"]) == (
+        1_235_814_400,
+        8,
+    )
+    assert by_name["qwen3-0.6b"]["params"] == 596_049_920
 
 
 def test_no_command_prints_help(capsys):

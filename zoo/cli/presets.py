@@ -26,6 +26,7 @@ def rows() -> list[dict]:
                 d_model=c.d_model,
                 layers=c.num_layers,
                 heads=c.num_heads,
+                kv_heads=c.kv_heads,
                 vocab=c.vocab_size,
                 description=preset.description,
             )
@@ -40,13 +41,14 @@ def run(args) -> int:
             print(json.dumps(row))
         return 0
     header = (
-        f"{'preset':<18} {'flavor':<11} {'params':>15} {'d_model':>7} {'layers':>6} {'heads':>5}"
+        f"{'preset':<18} {'flavor':<11} {'params':>15} {'d_model':>7} {'layers':>6} {'heads':>5} "
+        f"{'kv':>3}"
     )
     print(header)
     print("-" * len(header))
     for r in table:
         print(
             f"{r['name']:<18} {r['flavor']:<11} {r['params']:>15,} {r['d_model']:>7} "
-            f"{r['layers']:>6} {r['heads']:>5}  {r['description']}"
+            f"{r['layers']:>6} {r['heads']:>5} {r['kv_heads']:>3}  {r['description']}"
         )
     return 0
