@@ -228,7 +228,11 @@ class TransformerConfig:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The fields as JSON values (tuples as lists), equal to what `to_json` reads back as."""
+        return {
+            name: list(value) if isinstance(value, tuple) else value
+            for name, value in dataclasses.asdict(self).items()
+        }
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
@@ -239,7 +243,8 @@ class TransformerConfig:
         unknown = sorted(set(data) - valid)
         if unknown:
             raise ValueError(f"unknown {cls.__name__} field(s) {unknown}")
-        return cls(**data)
+        # JSON has no tuples: list fields (stop_ids) come back as the tuples configs hold
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
 
 
 def _divisors(n: int) -> list[int]:
