@@ -51,15 +51,18 @@ def test_bad_options_are_clear_errors(tmp_path, capsys):
 
 @pytest.mark.slow
 @pytest.mark.hf
-def test_peer_torch_on_gpt_tiny(tmp_path, capsys):
+@pytest.mark.parametrize(
+    ("preset", "peer_model"), [("gpt-tiny", "GPT2LMHeadModel"), ("llama-tiny", "LlamaForCausalLM")]
+)
+def test_peer_torch_on_tiny_decoders(tmp_path, capsys, preset, peer_model):
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    argv = ["bench", "--preset", "gpt-tiny", "--steps", "2", *SMALL, "--peer", "torch"]
+    argv = ["bench", "--preset", preset, "--steps", "2", *SMALL, "--peer", "torch"]
     assert zoo.cli.main([*argv, "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "peer tok/s" in out and "ratio" in out
     (row,) = results(tmp_path)["rows"]
-    assert row["peer"] == "torch" and row["peer_model"] == "GPT2LMHeadModel"
+    assert row["peer"] == "torch" and row["peer_model"] == peer_model
     assert row["peer_attention"] == "sdpa" and row["peer_params"] == row["params"]
     assert row["peer_tokens_per_s"] > 0 and row["peer_decode_tokens_per_s"] > 0
     assert row["ratio"] == pytest.approx(row["tokens_per_s"] / row["peer_tokens_per_s"])

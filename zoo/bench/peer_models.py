@@ -2,7 +2,7 @@
 
 | zoo flavor | peer model |
 | --- | --- |
-| gpt | `GPT2LMHeadModel` |
+| gpt | `GPT2LMHeadModel`; a rotary GPT: `LlamaForCausalLM` (or Mistral/Qwen2/Qwen3) |
 | classifier | `BertForSequenceClassification` |
 | translator | `MarianMTModel` |
 
@@ -19,6 +19,7 @@ import numpy as np
 
 from zoo.extras import pip_install
 from zoo.interop.architecture import activation_dropout, export_activation
+from zoo.interop.llama import decoder_family_for
 
 MODEL_CLASSES = {
     "gpt": "GPT2LMHeadModel",
@@ -40,9 +41,26 @@ def import_torch():
     return torch, transformers
 
 
+def is_decoder_family(config: Any, flavor: str) -> bool:
+    """A GPT with rotary positions: its peer is the Llama-style class it exports to."""
+    return flavor == "gpt" and config.positions == "rotary"
+
+
+def peer_class(config: Any, flavor: str) -> str:
+    """The transformers class that mirrors `config`."""
+    if is_decoder_family(config, flavor):
+        return decoder_family_for(config).export_class
+    return MODEL_CLASSES[flavor]
+
+
 def hf_config(config: Any, flavor: str) -> Any:
     """A transformers config with the shapes of the zoo `config`."""
     _, transformers = import_torch()
+    if is_decoder_family(config, flavor):
+        family = decoder_family_for(config)
+        fields = family.hf_config(config)
+        fields = {k: v for k, v in fields.items() if k not in ("model_type", "architectures")}
+        return getattr(transformers, family.config_class)(**fields, attn_implementation="sdpa")
     common = dict(vocab_size=config.vocab_size, attn_implementation="sdpa")
     activation = export_activation(config)
     if flavor == "gpt":
@@ -106,7 +124,7 @@ def build_peer(config: Any, flavor: str, *, seed: int = 0) -> Any:
     """The randomly initialised transformers model that mirrors `config`."""
     torch, transformers = import_torch()
     torch.manual_seed(seed)
-    return getattr(transformers, MODEL_CLASSES[flavor])(hf_config(config, flavor))
+    return getattr(transformers, peer_class(config, flavor))(hf_config(config, flavor))
 
 
 def adamw(model: Any, *, lr: float = 1e-4, weight_decay: float = 0.01, fused: bool = False):
