@@ -153,11 +153,7 @@ def run(args: argparse.Namespace) -> int:
     if args.peer:
         from zoo.bench.peer_models import import_torch
 
-        try:
-            import_torch()
-        except ImportError as error:
-            print(f"zoo bench: error: {error}", file=sys.stderr)
-            return 2
+        import_torch()  # a missing torch is a one-line error (zoo.cli.main), before any work
     platform = device_info()["platform"]
     specs = suite.plan(
         platform,
@@ -197,9 +193,8 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps(row, allow_nan=False))
     else:
         print(report.table(rows))
-        reasons = {row["mfu_reason"] for row in rows if row["mfu_reason"]}
-        for reason in sorted(reasons):
-            print(f"MFU: {reason}")
+        for line in report.notes(rows):
+            print(line)
     if not args.no_save:
         meta = suite.run_meta(command_line(args), date, peer=args.peer)
         path = report.write_results(args.out, rows, meta)
