@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import importlib.metadata
 import os
 import platform
@@ -175,11 +176,9 @@ def xla_settings() -> dict[str, str | bool | None]:
     for name in JAX_SETTINGS:
         value = getattr(jax.config, name, None)
         # enums (dtype promotion) are written as their value, so the row stays plain JSON
-        found[name] = (
-            value
-            if value is None or isinstance(value, bool | str)
-            else str(getattr(value, "value", value))
-        )
+        if isinstance(value, enum.Enum):
+            value = str(value.value)
+        found[name] = value
     return found
 
 

@@ -150,10 +150,6 @@ def run(args: argparse.Namespace) -> int:
     from zoo.bench import report, suite
     from zoo.bench.hardware import device_info
 
-    if args.peer:
-        from zoo.bench.peer_models import import_torch
-
-        import_torch()  # a missing torch is a one-line error (zoo.cli.main), before any work
     platform = device_info()["platform"]
     specs = suite.plan(
         platform,
@@ -174,6 +170,12 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         rounds=args.rounds,
     )
+    if args.peer:
+        from zoo.bench.peer_models import import_torch
+
+        # after checking the options (cheap), before any work: a missing torch is a one-line
+        # error (zoo.cli.main)
+        import_torch()
     date = report.now_utc()
     rows = []
     for index, spec in enumerate(specs):
