@@ -15,8 +15,9 @@
 #                      "PRESET BATCH SEQ [more zoo bench options]"; a preset that
 #                      `zoo presets` does not list is skipped with a note
 #   ZOO_GPU_BENCH_ARGS options given to every row before its own (steps, warm-up, precision)
-#   ZOO_GPU_BUDGET_S   seconds for the whole script (default 520; dry run 300)
-#   ZOO_GPU_ROW_S      time limit of one bench row (default 170)
+#   ZOO_GPU_BUDGET_S   seconds for the whole script (default 520; dry run 420)
+#   ZOO_GPU_ROW_S      time limit of one bench row (default 200)
+#   ZOO_GPU_ROW_MIN_S  a row is not started with less time left than this (default 60; dry 10)
 #   ZOO_GPU_TESTS      0 skips the pytest step
 #   PYTHON             the interpreter (default python3)
 #
@@ -30,7 +31,7 @@ results=""
 for argument in "$@"; do
     case "$argument" in
         --dry-run) dry_run=1 ;;
-        -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
         -*) echo "gpu.sh: unknown option $argument (expected --dry-run)" >&2; exit 2 ;;
         *) results="$argument" ;;
     esac
@@ -40,20 +41,21 @@ if [ -z "$results" ]; then
     exit 2
 fi
 
-cd "$(dirname "$0")/.." || exit 2
 mkdir -p "$results/logs" || exit 2
-results="$(cd "$results" && pwd)"
+results="$(cd "$results" && pwd)"  # absolute: the steps run from the checkout's root
+cd "$(dirname "$0")/.." || exit 2
 PYTHON="${PYTHON:-python3}"
 : > "$results/steps.tsv"
 
-# The rows. GPU: the published shapes in bf16 against the peer (sdpa; eager and torch.compile,
-# bf16 autocast); the last row is batch-1 decoding for the weight-bandwidth floor.
+# The rows, most important first (the budget cuts the last ones). GPU: the published shapes
+# in bf16 against the peer (sdpa; eager and torch.compile, bf16 autocast); batch-1 decoding for
+# the weight-bandwidth floor; smollm2-135m last, as its peer (a Llama) may not exist yet.
 GPU_PRESETS="
 gpt2 16 1024 --peer torch --peer-compile
 bert-base 32 512 --peer torch --peer-compile
 transformer-base 32 128 --peer torch --peer-compile
-smollm2-135m 16 1024 --peer torch --peer-compile
 gpt2 1 128 --decode-prompt 128 --decode-tokens 256 --steps 5 --peer torch
+smollm2-135m 16 1024 --peer torch --peer-compile
 "
 GPU_BENCH_ARGS="--precision bf16 --steps 10 --warmup 2 --rounds 5"
 # Dry run: the same rows on tiny presets, so every code path but the GPU's runs on the CPU.
@@ -70,24 +72,28 @@ if [ "$dry_run" = 1 ]; then
     export JAX_PLATFORMS="${JAX_PLATFORMS:-cpu}"
     presets="${ZOO_GPU_PRESETS:-$DRY_PRESETS}"
     bench_args="${ZOO_GPU_BENCH_ARGS:-$DRY_BENCH_ARGS}"
-    budget="${ZOO_GPU_BUDGET_S:-300}"
+    budget="${ZOO_GPU_BUDGET_S:-420}"
+    ZOO_GPU_ROW_MIN_S="${ZOO_GPU_ROW_MIN_S:-10}"
 else
     presets="${ZOO_GPU_PRESETS:-$GPU_PRESETS}"
     bench_args="${ZOO_GPU_BENCH_ARGS:-$GPU_BENCH_ARGS}"
     budget="${ZOO_GPU_BUDGET_S:-520}"
 fi
-row_limit="${ZOO_GPU_ROW_S:-170}"
+row_limit="${ZOO_GPU_ROW_S:-200}"
+# a bench row given less than this is skipped rather than started and killed
+row_min="${ZOO_GPU_ROW_MIN_S:-60}"
 reserve=20  # seconds kept for the closing table
 started=$SECONDS
 
-# step NAME LIMIT COMMAND...: run with a time limit cut to what the budget has left; log the
-# output to logs/NAME.log, its tail to the console, and the outcome to steps.tsv.
+# step NAME LIMIT COMMAND...: run with a time limit cut to what the budget has left (skipped
+# when that is under $step_min seconds); log the output to logs/NAME.log, its tail to the
+# console, and the outcome to steps.tsv.
 step() {
     local name="$1" limit="$2"
     shift 2
     local left=$((budget - reserve - (SECONDS - started)))
     if [ "$left" -lt "$limit" ]; then limit="$left"; fi
-    if [ "$limit" -lt 5 ]; then
+    if [ "$limit" -lt "${step_min:-5}" ]; then
         printf '%s\tskipped\t0\tout of time (budget %s s)\n' "$name" "$budget" >> "$results/steps.tsv"
         echo "== $name: skipped, out of time"
         return 124
@@ -137,7 +143,7 @@ if [ "${ZOO_GPU_TESTS:-1}" != 0 ]; then
         echo "gpu.sh: beartype is missing (no .whl/?): tests run without the jaxtyping hook"
         hook=(-o "addopts=-p no:cacheprovider")
     fi
-    step pytest-gpu 150 "$PYTHON" -m pytest "${hook[@]}" tests/gpu -m gpu -q -rs \
+    step pytest-gpu 120 "$PYTHON" -m pytest "${hook[@]}" tests/gpu -m gpu -q -rs \
         --junitxml="$results/pytest-gpu.xml"
 fi
 
@@ -145,6 +151,7 @@ fi
 step presets 60 "$PYTHON" -m zoo presets --json
 touch "$results/logs/presets.log"
 grep "^{" "$results/logs/presets.log" > "$results/presets.jsonl"
+step_min="$row_min"
 # a preset is skipped when the list was read and lacks it (zoo bench explains otherwise)
 known() { [ ! -s "$results/presets.jsonl" ] || grep -q "\"name\": \"$1\"" "$results/presets.jsonl"; }
 while IFS= read -r line; do

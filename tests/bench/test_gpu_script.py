@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -9,6 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from zoo.bench.report import new_row
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "gpu.sh"
@@ -91,3 +94,51 @@ def test_usage_errors(tmp_path):
     assert "usage: benchmarks/gpu.sh [--dry-run] RESULTS_DIR" in done.stderr
     done = run_script("--fast", str(tmp_path))
     assert done.returncode == 2 and "unknown option --fast" in done.stderr
+
+
+def load_gpu_suite():
+    spec = importlib.util.spec_from_file_location("gpu_suite", ROOT / "benchmarks" / "gpu_suite.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def h100_row(preset, batch, seq, **values):
+    row = new_row(preset=preset, batch=batch, seq=seq, precision="bf16", params=124_439_808)
+    row.update(device="NVIDIA H100 80GB HBM3", peer_mode="compiled", **values)
+    return row
+
+
+def test_targets_are_judged_from_the_rows():
+    gpu_suite = load_gpu_suite()
+    rows = [
+        h100_row(
+            "gpt2",
+            16,
+            1024,
+            tokens_per_s=460e3,
+            ratio=1.3,
+            compile_s=75.0,
+            mfu=0.398,
+            mfu_peak="H100 SXM bf16 dense 989 TFLOP/s (datasheet)",
+            peer_params=124_439_808,
+        ),
+        # BERT's pooler: 0.5% more parameters is still the same model
+        h100_row("bert-base", 32, 512, ratio=1.1, peer_params=125_030_400),
+        # a peer of another size: its ratio does not count
+        h100_row("transformer-base", 32, 128, ratio=2.0, peer_params=1_000),
+        h100_row("gpt2", 1, 128, decode_tokens_per_s=5000.0),
+    ]
+    found = {t["target"]: t for t in gpu_suite.targets(rows)}
+    assert found["gpt2 16x1024 train tokens/s"]["met"] is True
+    assert found["gpt2 train / peer"]["value"] == 1.3 and found["gpt2 train / peer"]["met"]
+    assert found["bert-base train / peer"]["met"] is False
+    mismatch = found["transformer-base train / peer"]
+    assert mismatch["met"] is None and "peer has 1,000 parameters" in mismatch["note"]
+    # floor: 3.35e12 B/s / (124,439,808 x 2 B) = 13,460 tokens/s; within 3x: >= 4,487
+    decode = found["gpt2 batch-1 decode tokens/s"]
+    assert decode["goal"] == ">= 4,487" and decode["met"] is True
+    assert "floor 13,460 tok/s" in decode["note"]
+    assert found["gpt2 train step compile s"]["met"] is False  # 75 s > 60 s
+    (warning,) = gpu_suite.peer_warnings(rows)
+    assert warning.startswith("transformer-base 32x128: the peer (None) has 1,000 parameters")
