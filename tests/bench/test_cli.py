@@ -30,6 +30,11 @@ def test_gpt_tiny_json_rows_and_results_file(tmp_path, capsys):
     assert row["decode_tokens_per_s"] > 0 and row["compile_s"] > 0
     assert row["flops_per_token"] == 6 * 104192 + 12 * 2 * 4 * 16 * 16
     assert row["mfu"] is None and row["mfu_reason"]  # CPU: no peak, and a reason
+    assert row["mfu_measured"] is None and row["mfu_measured_reason"] == row["mfu_reason"]
+    assert row["train_step_min_s"] <= row["train_step_s"] <= row["train_step_max_s"]
+    assert len(row["train_step_round_medians_s"]) == 3  # 3 steps over 5 rounds: one per round
+    assert 0 < row["xla_compile_s"] <= row["compile_s"]
+    assert row["xla_settings"]["jax_enable_x64"] is False and "XLA_FLAGS" in row["xla_settings"]
     assert row["peer"] is None and row["ratio"] is None
     saved = results(tmp_path)
     assert saved["rows"] == [row]
@@ -39,6 +44,7 @@ def test_gpt_tiny_json_rows_and_results_file(tmp_path, capsys):
     assert {"jax", "jaxlib", "equinox"} <= set(meta["versions"])
     assert meta["device"]["platform"] == "cpu" and meta["date"]
     assert meta["git_dirty"] in (True, False, None)
+    assert meta["xla_settings"] == row["xla_settings"] and meta["peak_measured"] is None
 
 
 def test_bad_options_are_clear_errors(tmp_path, capsys):

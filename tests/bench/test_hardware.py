@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from zoo.bench.hardware import Peak, device_info, mfu, peak_bf16, peak_memory, versions
+from zoo.bench.hardware import (
+    Peak,
+    device_info,
+    measured_peak_bf16,
+    mfu,
+    peak_bf16,
+    peak_memory,
+    versions,
+    xla_settings,
+)
 
 
 @pytest.mark.parametrize(
@@ -54,3 +63,28 @@ def test_this_machine():
     assert (memory is None) != (reason is None)
     found = versions("jax", "not-a-package-zoo-knows")
     assert found["jax"] and found["not-a-package-zoo-knows"] is None
+
+
+def test_peaks_are_named_with_their_source():
+    datasheet = peak_bf16("NVIDIA H100 80GB HBM3", "gpu")
+    assert datasheet.label == "H100 SXM bf16 dense 989 TFLOP/s (datasheet)"
+    measured = measured_peak_bf16("NVIDIA H100 80GB HBM3", "gpu")
+    assert (measured.tflops, measured.name, measured.reason) == (800.0, "H100 SXM", None)
+    assert measured.label.startswith("H100 SXM bf16 dense 800 TFLOP/s (measured: 8192^3")
+    # gpt2 at 450k tokens/s: 3.848e14 FLOP/s is 38.9% of the datasheet, 48.1% of the measured
+    flops = 450_000 * 855_166_464
+    assert mfu(flops, 1.0, measured) == pytest.approx(0.4810, abs=1e-4)
+    h200 = measured_peak_bf16("NVIDIA H200", "gpu")
+    assert h200.tflops is None and h200.label is None
+    assert "no measured bf16 peak for H200" in h200.reason and "datasheet" in h200.reason
+    assert measured_peak_bf16("cpu", "cpu").reason == peak_bf16("cpu", "cpu").reason
+
+
+def test_xla_settings_read_the_environment_and_jax_config(monkeypatch):
+    monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_enable_latency_hiding_scheduler=true")
+    monkeypatch.delenv("XLA_PYTHON_CLIENT_MEM_FRACTION", raising=False)
+    settings = xla_settings()
+    assert settings["XLA_FLAGS"] == "--xla_gpu_enable_latency_hiding_scheduler=true"
+    assert settings["XLA_PYTHON_CLIENT_MEM_FRACTION"] is None
+    assert settings["jax_enable_x64"] is False
+    assert settings["jax_numpy_dtype_promotion"] == "strict"  # tests/conftest.py sets it

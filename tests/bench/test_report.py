@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from zoo.bench.report import FIELDS, add_ratios, new_row, table, write_results
+from zoo.bench.report import FIELDS, add_ratios, new_row, notes, table, write_results
 from zoo.bench.suite import finite
 
 
@@ -53,3 +53,32 @@ def test_table_and_results_file(tmp_path):
     assert path.name == "bench-20260102T030405-gpu-nvidia-h100-80gb-hbm3.json"
     saved = json.loads(path.read_text())
     assert saved["meta"] == meta and saved["rows"] == [row]
+
+
+def test_table_shows_both_mfus_the_step_range_and_names_the_peaks():
+    row = new_row(
+        flavor="gpt",
+        preset="gpt2",
+        batch=16,
+        seq=1024,
+        precision="bf16",
+        tokens_per_s=450e3,
+        train_step_min_s=0.0351,
+        train_step_max_s=0.0402,
+        mfu=0.389,
+        mfu_peak="H100 SXM bf16 dense 989 TFLOP/s (datasheet)",
+        mfu_measured=0.481,
+        mfu_measured_peak="H100 SXM bf16 dense 800 TFLOP/s (measured)",
+        compile_s=30.0,
+    )
+    lines = table([row]).splitlines()
+    assert "step ms min-max" in lines[0] and "MFU meas" in lines[0]
+    assert "35.1-40.2" in lines[2] and "38.9%" in lines[2] and "48.1%" in lines[2]
+    assert notes([row]) == [
+        "MFU: against H100 SXM bf16 dense 989 TFLOP/s (datasheet)",
+        "MFU meas: against H100 SXM bf16 dense 800 TFLOP/s (measured)",
+    ]
+    cpu = new_row(flavor="gpt", preset="gpt-tiny", batch=2, seq=16, precision="fp32")
+    cpu.update(compile_s=1.0, mfu_reason="no bf16 peak is tabled for CPUs")
+    assert "MFU meas" not in table([cpu]) and "min-max" not in table([cpu])
+    assert notes([cpu]) == ["MFU: no bf16 peak is tabled for CPUs"]

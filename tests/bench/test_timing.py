@@ -68,3 +68,25 @@ def test_interleave_spreads_calls_over_rounds():
     # 2 calls per round, the last round tops up to 5 each
     assert order == ["a", "a", "b", "b", "a", "a", "b", "b", "a", "b"]
     assert len(first.samples_s) == len(second.samples_s) == 5
+
+
+def test_spread_reports_min_max_and_each_rounds_median(monkeypatch):
+    # A clock that advances by a scripted duration per call: 1, 2, 3, 10, 5 seconds.
+    durations = iter([0.5, 1.0, 2.0, 3.0, 10.0, 5.0])  # the first is the compiling call
+    now = [0.0]
+
+    def clock():
+        return now[0]
+
+    def call(state):
+        now[0] += next(durations)
+
+    monkeypatch.setattr("zoo.bench.timing.time.perf_counter", clock)
+    timed = Timed(call, wait=lambda _: None)
+    timed.start(warmup=0)
+    interleave([timed], steps=5, rounds=3)
+    assert timed.rounds_s == [[1.0, 2.0], [3.0, 10.0], [5.0]]
+    assert timed.spread() == {"min_s": 1.0, "max_s": 10.0, "round_medians_s": [1.5, 6.5, 5.0]}
+    assert timed.median_s == 3.0
+    with pytest.raises(ValueError, match="no timed calls"):
+        Timed(call).spread()

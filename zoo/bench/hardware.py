@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import importlib.metadata
 import os
 import platform
@@ -32,6 +33,13 @@ PEAK_BF16_TFLOPS: tuple[tuple[str, str, float], ...] = (
 )
 
 
+# Dense bf16 peaks measured on a device (an 8192^3 bf16 matmul), keyed by the datasheet table's
+# name. Real devices reach 80-85% of the datasheet; MFU against both is reported.
+MEASURED_BF16_TFLOPS: dict[str, tuple[float, str]] = {
+    "H100 SXM": (800.0, "measured: 8192^3 bf16 matmul on the project's H100, ../shared/GPU.md"),
+}
+
+
 @dataclass(frozen=True)
 class Peak:
     """The dense bf16 peak of a device, or why there is none."""
@@ -39,6 +47,14 @@ class Peak:
     tflops: float | None  # TFLOP/s; None when the device is not in the table
     name: str | None  # the table's name for the device
     reason: str | None  # why `tflops` is None (None when it is known)
+    source: str = "datasheet"  # where `tflops` comes from: the datasheet or a measurement
+
+    @property
+    def label(self) -> str | None:
+        """The table entry, e.g. "H100 SXM bf16 dense 989 TFLOP/s (datasheet)"; None if unknown."""
+        if self.tflops is None:
+            return None
+        return f"{self.name} bf16 dense {self.tflops:g} TFLOP/s ({self.source})"
 
 
 def peak_bf16(device_kind: str, platform_name: str) -> Peak:
@@ -55,6 +71,22 @@ def peak_bf16(device_kind: str, platform_name: str) -> Peak:
         f"device kind {device_kind!r} is not in zoo.bench.hardware.PEAK_BF16_TFLOPS; "
         "add its dense bf16 peak there to get MFU",
     )
+
+
+def measured_peak_bf16(device_kind: str, platform_name: str) -> Peak:
+    """The measured dense bf16 peak of a device (see `MEASURED_BF16_TFLOPS`), or why there is none."""
+    datasheet = peak_bf16(device_kind, platform_name)
+    if datasheet.name is None:
+        return datasheet
+    if datasheet.name not in MEASURED_BF16_TFLOPS:
+        return Peak(
+            None,
+            None,
+            f"no measured bf16 peak for {datasheet.name} in "
+            "zoo.bench.hardware.MEASURED_BF16_TFLOPS; mfu uses the datasheet",
+        )
+    tflops, source = MEASURED_BF16_TFLOPS[datasheet.name]
+    return Peak(tflops, datasheet.name, None, source=source)
 
 
 def mfu(flops_per_step: int | float, step_seconds: float, peak: Peak) -> float | None:
@@ -116,6 +148,37 @@ def versions(*packages: str) -> dict[str, str | None]:
             found[package] = importlib.metadata.version(package)
         except importlib.metadata.PackageNotFoundError:
             found[package] = None
+    return found
+
+
+# Environment variables that change what XLA compiles or how JAX holds device memory.
+XLA_ENVIRONMENT = (
+    "XLA_FLAGS",
+    "XLA_PYTHON_CLIENT_PREALLOCATE",
+    "XLA_PYTHON_CLIENT_MEM_FRACTION",
+    "XLA_PYTHON_CLIENT_ALLOCATOR",
+    "JAX_PLATFORMS",
+    "TF_CPP_MIN_LOG_LEVEL",
+)
+# JAX settings that change the compiled program or its numerics.
+JAX_SETTINGS = (
+    "jax_default_matmul_precision",
+    "jax_enable_x64",
+    "jax_numpy_dtype_promotion",
+    "jax_compilation_cache_dir",
+    "jax_default_prng_impl",
+)
+
+
+def xla_settings() -> dict[str, str | bool | None]:
+    """The XLA environment variables (None where unset) and JAX settings in force."""
+    found: dict[str, str | bool | None] = {name: os.environ.get(name) for name in XLA_ENVIRONMENT}
+    for name in JAX_SETTINGS:
+        value = getattr(jax.config, name, None)
+        # enums (dtype promotion) are written as their value, so the row stays plain JSON
+        if isinstance(value, enum.Enum):
+            value = str(value.value)
+        found[name] = value
     return found
 
 

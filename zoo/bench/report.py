@@ -29,10 +29,18 @@ FIELDS: dict[str, str] = {
     "flop_params": "N of the FLOP count: parameters without position embeddings",
     "flops_per_token": "training FLOPs per token (6N + 12 L H Q T; see zoo.bench.flops)",
     "train_step_s": "median seconds of one train step (forward, backward, AdamW)",
+    "train_step_min_s": "fastest timed train step",
+    "train_step_max_s": "slowest timed train step",
+    "train_step_round_medians_s": "median train step of each round: drift over the run",
     "tokens_per_s": "training tokens per second: tokens_per_step / train_step_s",
-    "mfu": "model FLOPs utilisation against the device's dense bf16 peak",
+    "mfu": "model FLOPs utilisation against the device's datasheet dense bf16 peak",
+    "mfu_peak": "the peak mfu divides by (table entry, TFLOP/s, source)",
     "mfu_reason": "why mfu is null",
+    "mfu_measured": "model FLOPs utilisation against the measured dense bf16 peak",
+    "mfu_measured_peak": "the peak mfu_measured divides by (table entry, TFLOP/s, source)",
+    "mfu_measured_reason": "why mfu_measured is null",
     "compile_s": "trace + lower + XLA compile of the train step",
+    "xla_compile_s": "the XLA compile alone of the train step (part of compile_s)",
     "first_step_s": "wall time of the first train step, compile included",
     "loss": "training loss after the timed steps (a sanity check: near ln(vocab) at init)",
     "inference_step_s": "median seconds of the jitted, vmapped forward",
@@ -61,6 +69,7 @@ FIELDS: dict[str, str] = {
     "ratio": "tokens_per_s / peer_tokens_per_s (> 1: zoo is faster)",
     "inference_ratio": "inference_tokens_per_s / peer_inference_tokens_per_s",
     "decode_ratio": "decode_tokens_per_s / peer_decode_tokens_per_s",
+    "xla_settings": "XLA environment variables and JAX settings in force (null: unset)",
     "device": "the device the row ran on",
     "date": "when the run started (UTC, ISO 8601)",
 }
@@ -109,12 +118,16 @@ def table(rows: list[dict[str, Any]]) -> str:
         ("batch x seq", 11, lambda r: f"{r['batch']}x{r['seq']}"),
         ("prec", 4, lambda r: r["precision"]),
         ("train tok/s", 11, lambda r: _count(r["tokens_per_s"])),
-        ("MFU", 6, lambda r: "-" if r["mfu"] is None else f"{100 * r['mfu']:.1f}%"),
+        ("MFU", 6, lambda r: _percent(r["mfu"])),
         ("infer tok/s", 11, lambda r: _count(r["inference_tokens_per_s"])),
         ("decode tok/s", 12, lambda r: _count(r["decode_tokens_per_s"])),
         ("peak mem", 10, lambda r: _bytes(r["peak_memory_bytes"])),
         ("compile s", 9, lambda r: f"{r['compile_s']:.1f}"),
     ]
+    if any(row.get("mfu_measured") is not None for row in rows):
+        columns.insert(6, ("MFU meas", 8, lambda r: _percent(r["mfu_measured"])))
+    if any(row.get("train_step_min_s") is not None for row in rows):
+        columns.insert(5, ("step ms min-max", 15, _step_range))
     if with_peer:
         columns += [
             ("peer tok/s", 10, lambda r: _count(r["peer_tokens_per_s"])),
@@ -127,6 +140,28 @@ def table(rows: list[dict[str, Any]]) -> str:
     for row in rows:
         lines.append("  ".join(f"{cell(row):>{width}}" for _, width, cell in columns))
     return "\n".join(lines)
+
+
+def notes(rows: list[dict[str, Any]]) -> list[str]:
+    """The lines under the table: the peaks MFU divides by, and why a number is missing."""
+    lines = []
+    for column, field in (("MFU", "mfu_peak"), ("MFU meas", "mfu_measured_peak")):
+        for peak in sorted({row[field] for row in rows if row.get(field)}):
+            lines.append(f"{column}: against {peak}")
+    for reason in sorted({row["mfu_reason"] for row in rows if row.get("mfu_reason")}):
+        lines.append(f"MFU: {reason}")
+    return lines
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _step_range(row: dict[str, Any]) -> str:
+    low, high = row.get("train_step_min_s"), row.get("train_step_max_s")
+    if low is None or high is None:
+        return "-"
+    return f"{1e3 * low:.3g}-{1e3 * high:.3g}"
 
 
 def _ratio(value: float | None) -> str:

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 
 from zoo import presets, tasks
 from zoo.bench.flops import train_flops
-from zoo.bench.hardware import Peak, mfu, peak_memory
+from zoo.bench.hardware import Peak, mfu, peak_memory, xla_settings
 from zoo.bench.timing import Timed
 from zoo.bench.workload import BenchSpec, make_batch, make_prompts
 from zoo.train import PRECISIONS, adamw, cast_floating
@@ -79,9 +79,10 @@ class ZooRun:
     decoder read the model the train step has just produced (the step donates the old one).
     """
 
-    def __init__(self, spec: BenchSpec, peak: Peak):
+    def __init__(self, spec: BenchSpec, peak: Peak, measured_peak: Peak | None = None):
         self.spec = spec
-        self.peak = peak
+        self.peak = peak  # the datasheet peak: `mfu`
+        self.measured_peak = measured_peak or Peak(None, None, "no measured peak given")
         config = spec.config()
         key = jax.random.key(spec.seed)
         model = presets.build(config, key=key)
@@ -143,10 +144,16 @@ class ZooRun:
             flops_per_token=self.flops.flops_per_token,
             tokens_per_step=tokens,
             train_step_s=step_s,
+            **{f"train_step_{name}": value for name, value in train.spread().items()},
             tokens_per_s=tokens / step_s,
             mfu=mfu(self.flops.flops_per_step, step_s, self.peak),
+            mfu_peak=self.peak.label,
             mfu_reason=self.peak.reason,
+            mfu_measured=mfu(self.flops.flops_per_step, step_s, self.measured_peak),
+            mfu_measured_peak=self.measured_peak.label,
+            mfu_measured_reason=self.measured_peak.reason,
             compile_s=train.compile_s,
+            xla_compile_s=train.backend_compile_s,
             first_step_s=train.first_s,
             loss=float(train.state[2].stats.loss),
             inference_step_s=inference.median_s,
@@ -167,4 +174,5 @@ class ZooRun:
             )
         memory, reason = peak_memory()
         fields.update(peak_memory_bytes=memory, peak_memory_reason=reason)
+        fields["xla_settings"] = xla_settings()
         return fields

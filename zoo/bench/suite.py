@@ -16,9 +16,11 @@ from zoo.bench.hardware import (
     PEER_PACKAGES,
     ZOO_PACKAGES,
     device_info,
+    measured_peak_bf16,
     peak_bf16,
     peak_memory,
     versions,
+    xla_settings,
 )
 from zoo.bench.report import add_ratios, new_row, now_utc, write_results
 from zoo.bench.run_zoo import ZooRun
@@ -137,10 +139,13 @@ def run_spec(
         date=date or now_utc(),
     )
     before, _ = peak_memory()
-    peak = peak_bf16(device["device_kind"], device["platform"])
+    peaks = (
+        peak_bf16(device["device_kind"], device["platform"]),
+        measured_peak_bf16(device["device_kind"], device["platform"]),
+    )
     if peer is None:
         row["peer_reason"] = "no peer requested (--peer torch)"
-        row.update(_timed([ZooRun(spec, peak)], spec)[0])
+        row.update(_timed([ZooRun(spec, *peaks)], spec)[0])
     else:
         if peer not in PEERS:
             raise ValueError(f"unknown peer {peer!r}; choose from {PEERS}")
@@ -152,9 +157,9 @@ def run_spec(
             row.update(_timed([peer_run], spec)[0])
             del peer_run
             peer_torch.release_memory(torch_device)
-            row.update(_timed([ZooRun(spec, peak)], spec)[0])
+            row.update(_timed([ZooRun(spec, *peaks)], spec)[0])
         else:
-            for fields in _timed([peer_run, ZooRun(spec, peak)], spec):
+            for fields in _timed([peer_run, ZooRun(spec, *peaks)], spec):
                 row.update(fields)
             del peer_run
             peer_torch.release_memory(torch_device)
@@ -228,6 +233,8 @@ def run_meta(command: str, date: str, *, peer: str | None) -> dict[str, Any]:
         "device": device,
         "peak_bf16_tflops": peak.tflops,
         "peak_name": peak.name,
+        "peak_measured": measured_peak_bf16(device["device_kind"], device["platform"]).label,
+        "xla_settings": xla_settings(),
         "versions": {"zoo": zoo.__version__, **versions(*packages)},
         "git_commit": commit,
         "git_dirty": dirty,

@@ -83,6 +83,7 @@ class Timed:
         self.compile_s = 0.0  # trace + lower + compile inside the first call (JAX only)
         self.backend_compile_s = 0.0  # the XLA compile alone
         self.samples_s: list[float] = []  # every timed call
+        self.rounds_s: list[list[float]] = []  # the timed calls of each `sample` call (a round)
 
     def _run(self) -> float:
         start = time.perf_counter()
@@ -101,14 +102,25 @@ class Timed:
             self._run()
 
     def sample(self, count: int) -> None:
-        for _ in range(count):
-            self.samples_s.append(self._run())
+        times = [self._run() for _ in range(count)]
+        self.samples_s += times
+        if times:
+            self.rounds_s.append(times)
 
     @property
     def median_s(self) -> float:
         if not self.samples_s:
             raise ValueError("no timed calls yet: call sample() after start()")
         return statistics.median(self.samples_s)
+
+    def spread(self) -> dict[str, Any]:
+        """min, max and the median of each round of the timed calls, in seconds."""
+        self.median_s  # noqa: B018 (raises when nothing was timed)
+        return {
+            "min_s": min(self.samples_s),
+            "max_s": max(self.samples_s),
+            "round_medians_s": [statistics.median(times) for times in self.rounds_s],
+        }
 
 
 def interleave(timers: list[Timed], *, steps: int, rounds: int) -> None:

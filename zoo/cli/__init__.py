@@ -33,7 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         tune_host_allocator()
         return int(args.run(args) or 0)
-    except (ValueError, KeyError, FileNotFoundError, TypeError) as error:
+    # ImportError: an optional package is missing; the message says which extra installs it.
+    except (ValueError, KeyError, FileNotFoundError, TypeError, ImportError) as error:
         message = error.args[0] if isinstance(error, KeyError) and error.args else error
         print(f"zoo {args.command}: error: {message}", file=sys.stderr)
         return 2

@@ -150,14 +150,6 @@ def run(args: argparse.Namespace) -> int:
     from zoo.bench import report, suite
     from zoo.bench.hardware import device_info
 
-    if args.peer:
-        from zoo.bench.peer_models import import_torch
-
-        try:
-            import_torch()
-        except ImportError as error:
-            print(f"zoo bench: error: {error}", file=sys.stderr)
-            return 2
     platform = device_info()["platform"]
     specs = suite.plan(
         platform,
@@ -178,6 +170,12 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         rounds=args.rounds,
     )
+    if args.peer:
+        from zoo.bench.peer_models import import_torch
+
+        # after checking the options (cheap), before any work: a missing torch is a one-line
+        # error (zoo.cli.main)
+        import_torch()
     date = report.now_utc()
     rows = []
     for index, spec in enumerate(specs):
@@ -197,9 +195,8 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps(row, allow_nan=False))
     else:
         print(report.table(rows))
-        reasons = {row["mfu_reason"] for row in rows if row["mfu_reason"]}
-        for reason in sorted(reasons):
-            print(f"MFU: {reason}")
+        for line in report.notes(rows):
+            print(line)
     if not args.no_save:
         meta = suite.run_meta(command_line(args), date, peer=args.peer)
         path = report.write_results(args.out, rows, meta)

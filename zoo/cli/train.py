@@ -180,6 +180,10 @@ def run(args: argparse.Namespace) -> int:
     from zoo.train.freeze import check_freeze, freeze, parse_freeze
 
     check_preset(args)
+    if args.plot:
+        from zoo.train.plot import check_matplotlib
+
+        check_matplotlib()  # before training, not after it
     filled = fill_defaults(args, args.preset or "", args.flavor)
     if filled and not args.json:
         shown = ", ".join(f"{name}={value}" for name, value in filled.items())

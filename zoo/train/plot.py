@@ -22,6 +22,11 @@ def _pyplot():
     return plt
 
 
+def check_matplotlib() -> None:
+    """Raise the ImportError that says how to install matplotlib (for a run that will plot)."""
+    _pyplot()
+
+
 def plot_history(history: History, path: str | os.PathLike) -> Path:
     """Loss and metric against step, train and eval, side by side; returns the file written."""
     plt = _pyplot()

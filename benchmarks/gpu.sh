@@ -1,0 +1,193 @@
+#!/usr/bin/env bash
+# The GPU suite in one call: devices and versions, the `gpu`-marked tests, `zoo bench` against
+# the PyTorch peer for every GPU preset, and a closing table. Finishes within its time budget
+# (default 520 s) even when steps fail or hang: each step has a time limit, a failed step is
+# logged and the next one runs.
+#
+#   benchmarks/gpu.sh RESULTS_DIR              on the GPU machine (docs/benchmarks.md)
+#   benchmarks/gpu.sh --dry-run RESULTS_DIR    rehearsal on the CPU: tiny presets, few steps
+#
+# RESULTS_DIR receives environment.json, presets.jsonl, pytest-gpu.xml, one bench-*.json per
+# row, steps.tsv (step, status, seconds, note), summary.json and logs/<step>.log.
+#
+# Environment (all optional):
+#   ZOO_GPU_PRESETS    rows to bench, one per line (or separated by ";"):
+#                      "PRESET BATCH SEQ [more zoo bench options]"; a preset that
+#                      `zoo presets` does not list is skipped with a note
+#   ZOO_GPU_BENCH_ARGS options given to every row before its own (steps, warm-up, precision)
+#   ZOO_GPU_BUDGET_S   seconds for the whole script (default 520; dry run 420)
+#   ZOO_GPU_ROW_S      time limit of one bench row (default 200)
+#   ZOO_GPU_ROW_MIN_S  a row is not started with less time left than this (default 60; dry 10)
+#   ZOO_GPU_TESTS      0 skips the pytest step
+#   PYTHON             the interpreter (default python3)
+#
+# Wheels the machine lacks (beartype for pytest's jaxtyping hook; datasets): put them in the
+# git-ignored .whl/ of the checkout (cp ../shared/gpu-wheels/*.whl .whl/) and carry .whl to the
+# machine; they are installed into .site/ and put on PYTHONPATH.
+set -u -o pipefail
+
+dry_run=0
+results=""
+for argument in "$@"; do
+    case "$argument" in
+        --dry-run) dry_run=1 ;;
+        -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+        -*) echo "gpu.sh: unknown option $argument (expected --dry-run)" >&2; exit 2 ;;
+        *) results="$argument" ;;
+    esac
+done
+if [ -z "$results" ]; then
+    echo "gpu.sh: usage: benchmarks/gpu.sh [--dry-run] RESULTS_DIR" >&2
+    exit 2
+fi
+
+mkdir -p "$results/logs" || exit 2
+results="$(cd "$results" && pwd)"  # absolute: the steps run from the checkout's root
+cd "$(dirname "$0")/.." || exit 2
+PYTHON="${PYTHON:-python3}"
+: > "$results/steps.tsv"
+
+# The rows, most important first (the budget cuts the last ones). GPU: the published shapes
+# in bf16 against the peer (sdpa; eager and torch.compile, bf16 autocast); batch-1 decoding for
+# the weight-bandwidth floor; smollm2-135m last, as its peer (a Llama) may not exist yet.
+GPU_PRESETS="
+gpt2 16 1024 --peer torch --peer-compile
+bert-base 32 512 --peer torch --peer-compile
+transformer-base 32 128 --peer torch --peer-compile
+gpt2 1 128 --decode-prompt 128 --decode-tokens 256 --steps 5 --peer torch
+smollm2-135m 16 1024 --peer torch --peer-compile
+"
+GPU_BENCH_ARGS="--precision bf16 --steps 10 --warmup 2 --rounds 5"
+# Dry run: the same rows on tiny presets, so every code path but the GPU's runs on the CPU.
+DRY_PRESETS="
+gpt-tiny 4 32 --peer torch --peer-compile
+classifier-tiny 4 32 --peer torch
+translator-tiny 4 32 --peer torch
+llama-tiny 4 32 --peer torch
+gpt-tiny 1 16 --decode-prompt 8 --decode-tokens 16 --peer torch
+"
+DRY_BENCH_ARGS="--precision bf16 --steps 2 --warmup 0 --rounds 2 --decode-prompt 8 --decode-tokens 8"
+
+if [ "$dry_run" = 1 ]; then
+    export JAX_PLATFORMS="${JAX_PLATFORMS:-cpu}"
+    presets="${ZOO_GPU_PRESETS:-$DRY_PRESETS}"
+    bench_args="${ZOO_GPU_BENCH_ARGS:-$DRY_BENCH_ARGS}"
+    budget="${ZOO_GPU_BUDGET_S:-420}"
+    ZOO_GPU_ROW_MIN_S="${ZOO_GPU_ROW_MIN_S:-10}"
+else
+    presets="${ZOO_GPU_PRESETS:-$GPU_PRESETS}"
+    bench_args="${ZOO_GPU_BENCH_ARGS:-$GPU_BENCH_ARGS}"
+    budget="${ZOO_GPU_BUDGET_S:-520}"
+fi
+row_limit="${ZOO_GPU_ROW_S:-200}"
+# a bench row given less than this is skipped rather than started and killed
+row_min="${ZOO_GPU_ROW_MIN_S:-60}"
+reserve=20  # seconds kept for the closing table
+started=$SECONDS
+
+# step NAME LIMIT COMMAND...: run with a time limit cut to what the budget has left (skipped
+# when that is under $step_min seconds); log the output to logs/NAME.log, its tail to the
+# console, and the outcome to steps.tsv.
+step() {
+    local name="$1" limit="$2"
+    shift 2
+    local left=$((budget - reserve - (SECONDS - started)))
+    if [ "$left" -lt "$limit" ]; then limit="$left"; fi
+    if [ "$limit" -lt "${step_min:-5}" ]; then
+        printf '%s\tskipped\t0\tout of time (budget %s s)\n' "$name" "$budget" >> "$results/steps.tsv"
+        echo "== $name: skipped, out of time"
+        return 124
+    fi
+    echo "== $name (limit ${limit} s): $*"
+    local log="$results/logs/$name.log" begin=$SECONDS status
+    timeout --kill-after=10 "$limit" "$@" > "$log" 2>&1
+    status=$?
+    local took=$((SECONDS - begin)) outcome="ok" note=""
+    if [ "$status" = 124 ] || [ "$status" = 137 ]; then
+        outcome="timeout"; note="killed after ${limit} s"
+    elif [ "$status" != 0 ]; then
+        outcome="failed"; note="exit $status: $(grep -v '^\s*$' "$log" | tail -n 1 | cut -c1-160)"
+    fi
+    printf '%s\t%s\t%s\t%s\n' "$name" "$outcome" "$took" "$note" >> "$results/steps.tsv"
+    tail -n 12 "$log" | sed 's/^/   | /'
+    echo "-- $name: $outcome in ${took} s"
+    return "$status"
+}
+
+# 1. devices and versions
+if command -v nvidia-smi > /dev/null; then
+    step nvidia-smi 20 nvidia-smi
+fi
+export PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}"
+# one wheel at a time: a wheel that does not fit this Python must not keep the others out
+install_wheels() {
+    local wheel failed=0
+    for wheel in .whl/*.whl; do
+        "$PYTHON" -m pip install -q --no-index --no-deps --target .site --upgrade "$wheel" \
+            || { echo "gpu.sh: could not install $wheel"; failed=$((failed + 1)); }
+    done
+    return "$failed"
+}
+if compgen -G ".whl/*.whl" > /dev/null; then
+    export -f install_wheels
+    export PYTHON
+    step wheels 90 bash -c install_wheels
+    [ -d .site ] && export PYTHONPATH=".site:$PYTHONPATH"
+fi
+step environment 60 "$PYTHON" benchmarks/gpu_suite.py env "$results"
+
+# 2. the GPU correctness tests (pytest's jaxtyping hook needs beartype: drop it if missing)
+if [ "${ZOO_GPU_TESTS:-1}" != 0 ]; then
+    hook=()
+    if ! "$PYTHON" -c "import beartype" 2> /dev/null; then
+        echo "gpu.sh: beartype is missing (no .whl/?): tests run without the jaxtyping hook"
+        hook=(-o "addopts=-p no:cacheprovider")
+    fi
+    step pytest-gpu 120 "$PYTHON" -m pytest "${hook[@]}" tests/gpu -m gpu -q -rs \
+        --junitxml="$results/pytest-gpu.xml"
+fi
+
+# 3. zoo bench, one process per row (each row owns its peak memory; a crash costs one row)
+step presets 60 "$PYTHON" -m zoo presets --json
+touch "$results/logs/presets.log"
+grep "^{" "$results/logs/presets.log" > "$results/presets.jsonl"
+step_min="$row_min"
+# a preset is skipped when the list was read and lacks it (zoo bench explains otherwise)
+known() { [ ! -s "$results/presets.jsonl" ] || grep -q "\"name\": \"$1\"" "$results/presets.jsonl"; }
+while IFS= read -r line; do
+    read -r -a words <<< "$line"
+    [ "${#words[@]}" -eq 0 ] && continue
+    preset="${words[0]}" batch="${words[1]:-}" seq="${words[2]:-}" extra=("${words[@]:3}")
+    name="bench-$preset-${batch}x$seq"
+    if ! known "$preset"; then
+        printf '%s\tskipped\t0\tpreset %s is not in zoo presets\n' "$name" "$preset" >> "$results/steps.tsv"
+        echo "== $name: skipped, zoo presets does not list $preset"
+        continue
+    fi
+    # shellcheck disable=SC2086  # bench_args is a list of options
+    step "$name" "$row_limit" "$PYTHON" -m zoo bench --preset "$preset" --batch "$batch" \
+        --seq "$seq" $bench_args "${extra[@]}" --out "$results"
+    status=$?
+    # a peer that cannot run this preset must not cost zoo's numbers: again, zoo alone
+    if [ "$status" != 0 ] && [ "$status" != 124 ] && [ "$status" != 137 ] \
+        && [[ " ${extra[*]} " == *" --peer "* ]]; then
+        alone=()
+        skip=0
+        for word in "${extra[@]}"; do
+            if [ "$skip" = 1 ]; then skip=0; continue; fi
+            case "$word" in
+                --peer) skip=1 ;;
+                --peer-compile|--sequential) ;;
+                *) alone+=("$word") ;;
+            esac
+        done
+        # shellcheck disable=SC2086
+        step "$name-alone" "$row_limit" "$PYTHON" -m zoo bench --preset "$preset" \
+            --batch "$batch" --seq "$seq" $bench_args "${alone[@]}" --out "$results"
+    fi
+done <<< "$(printf '%s\n' "$presets" | tr ';' '\n')"
+
+# 4. the closing table: steps, targets, every row
+echo
+"$PYTHON" benchmarks/gpu_suite.py summary "$results"
+echo "gpu.sh: $((SECONDS - started)) s; results in $results"

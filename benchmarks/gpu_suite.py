@@ -1,0 +1,292 @@
+"""The Python half of `benchmarks/gpu.sh`: what the machine is, and the closing table.
+
+    python benchmarks/gpu_suite.py env RESULTS_DIR       # devices and versions -> environment.json
+    python benchmarks/gpu_suite.py summary RESULTS_DIR   # steps, bench rows, targets -> summary.json
+
+`summary` reads every `bench-*.json` under RESULTS_DIR (one `zoo bench` call per row), prints
+the steps `gpu.sh` ran (`steps.tsv`), the rows as `zoo bench` prints them, and the GPU targets
+(docs/benchmarks.md) with the measured value, the goal and whether it is met.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+from pathlib import Path
+from typing import Any
+
+# Packages whose versions decide the numbers: printed first, and recorded.
+PACKAGES = (
+    "jax",
+    "jaxlib",
+    "jax-cuda13-plugin",
+    "jax-cuda13-pjrt",
+    "jax-cuda12-plugin",
+    "jax-cuda12-pjrt",
+    "equinox",
+    "optax",
+    "jaxtyping",
+    "numpy",
+    "torch",
+    "transformers",
+    "pytest",
+    "beartype",
+    "datasets",
+    "pyarrow",
+)
+
+# HBM bandwidth in TB/s from the datasheets, by the name of the bf16 peak table
+# (zoo.bench.hardware.PEAK_BF16_TFLOPS): the floor of batch-1 decoding is weight bytes over it.
+HBM_TBPS = {"H100 SXM": 3.35, "H100 PCIe": 2.0, "H100 NVL": 3.9, "H200": 4.8, "GH200": 4.0}
+
+# The GPU targets of docs/benchmarks.md, one per row of the closing table.
+GPT2_TOKENS_PER_S = 450_000  # gpt2 16 x 1024 bf16 training on one H100 (llm.c: about 470k)
+PEER_RATIO = 1.2  # training tokens/s over the PyTorch peer's faster mode
+DECODE_FLOOR_FACTOR = 3.0  # batch-1 decoding within 3x of the weight-bandwidth floor
+COMPILE_S = 60.0  # gpt2 train step: trace + lower + XLA compile
+PEER_PARAMS_RTOL = 0.1  # a peer further than this from zoo's parameter count is another model
+
+
+def environment() -> dict[str, Any]:
+    """Devices, versions and settings of this machine, as `gpu.sh` prints them first."""
+    import jax
+
+    from zoo.bench.hardware import (
+        device_info,
+        measured_peak_bf16,
+        peak_bf16,
+        versions,
+        xla_settings,
+    )
+
+    info = device_info()
+    devices = []
+    for device in jax.devices():
+        stats = device.memory_stats() or {}
+        devices.append(
+            {
+                "id": device.id,
+                "platform": device.platform,
+                "device_kind": device.device_kind,
+                "memory_bytes": stats.get("bytes_limit"),
+            }
+        )
+    found: dict[str, Any] = {
+        "python": platform.python_version(),
+        "machine": platform.platform(),
+        "jax_backend": jax.default_backend(),
+        "devices": devices,
+        "device": info,
+        "peak_datasheet": peak_bf16(info["device_kind"], info["platform"]).label,
+        "peak_measured": measured_peak_bf16(info["device_kind"], info["platform"]).label,
+        "versions": versions(*PACKAGES),
+        "xla_settings": xla_settings(),
+        "torch": _torch_facts(),
+    }
+    return found
+
+
+def describe(found: dict[str, Any]) -> list[str]:
+    """A few lines of `environment()` for the console (the JSON file has everything)."""
+    known = {name: version for name, version in found["versions"].items() if version}
+    lines = [f"python {found['python']} on {found['machine']}"]
+    lines += [f"device {d['id']}: {d['device_kind']} ({d['platform']})" for d in found["devices"]]
+    lines.append("versions: " + ", ".join(f"{name} {version}" for name, version in known.items()))
+    missing = [name for name, version in found["versions"].items() if not version]
+    lines.append("not installed: " + (", ".join(missing) or "-"))
+    lines.append(f"torch: {found['torch']}")
+    lines.append(f"peak: {found['peak_datasheet']}; measured: {found['peak_measured']}")
+    settings = {name: value for name, value in found["xla_settings"].items() if value}
+    lines.append(f"XLA and JAX settings: {settings}")
+    return lines
+
+
+def _torch_facts() -> dict[str, Any]:
+    try:
+        import torch
+    except ImportError as error:
+        return {"missing": str(error)}
+    cuda = torch.cuda.is_available()
+    return {
+        "cuda_available": cuda,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if cuda else None,
+        "device": torch.cuda.get_device_name(0) if cuda else None,
+    }
+
+
+def read_rows(results: Path) -> list[dict[str, Any]]:
+    """Every row of every `bench-*.json` under `results`, in file order."""
+    rows = []
+    for path in sorted(results.glob("bench-*.json")):
+        rows += json.loads(path.read_text())["rows"]
+    return rows
+
+
+def read_steps(results: Path) -> list[dict[str, str]]:
+    """The steps `gpu.sh` recorded: name, status, seconds, note."""
+    path = results / "steps.tsv"
+    if not path.is_file():
+        return []
+    steps = []
+    for line in path.read_text().splitlines():
+        name, status, seconds, note = ([*line.split("\t"), "", "", ""])[:4]
+        steps.append({"step": name, "status": status, "seconds": seconds, "note": note})
+    return steps
+
+
+def _find(rows, preset: str, *, batch: int | None = None, seq: int | None = None):
+    for row in rows:
+        if row["preset"] == preset and batch in (None, row["batch"]) and seq in (None, row["seq"]):
+            return row
+    return None
+
+
+def _target(name: str, value: float | None, goal: str, met: bool | None, note: str = ""):
+    return {"target": name, "value": value, "goal": goal, "met": met, "note": note}
+
+
+def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each GPU target with the measured value (None: the row is missing or not measured)."""
+    found = []
+    gpt2 = _find(rows, "gpt2", batch=16, seq=1024)
+    tokens = gpt2 and gpt2["tokens_per_s"]
+    found.append(
+        _target(
+            "gpt2 16x1024 train tokens/s",
+            tokens,
+            f">= {GPT2_TOKENS_PER_S:,}",
+            None if tokens is None else tokens >= GPT2_TOKENS_PER_S,
+            "" if gpt2 is None else f"MFU {gpt2['mfu']} ({gpt2['mfu_peak']})",
+        )
+    )
+    for preset, batch, seq in (("gpt2", 16, 1024), ("bert-base", 32, 512)):
+        found.append(_ratio_target(_find(rows, preset, batch=batch, seq=seq), preset))
+    found.append(
+        _ratio_target(_find(rows, "transformer-base", batch=32, seq=128), "transformer-base")
+    )
+    found.append(_decode_target(_find(rows, "gpt2", batch=1)))
+    compile_s = gpt2 and gpt2["compile_s"]
+    found.append(
+        _target(
+            "gpt2 train step compile s",
+            compile_s,
+            f"< {COMPILE_S:g}",
+            None if compile_s is None else compile_s < COMPILE_S,
+        )
+    )
+    return found
+
+
+def _ratio_target(row: dict[str, Any] | None, preset: str) -> dict[str, Any]:
+    ratio = row and row["ratio"]
+    note = ""
+    if row is not None and not same_size(row):
+        # a peer of another size is not the same work: the ratio does not count
+        note = f"peer has {row['peer_params']:,} parameters, zoo {row['params']:,}"
+        ratio = None
+    elif row is not None:
+        note = f"peer {row['peer_mode']}"
+    met = None if ratio is None else ratio >= PEER_RATIO
+    return _target(f"{preset} train / peer", ratio, f">= {PEER_RATIO}x", met, note)
+
+
+def _decode_target(row: dict[str, Any] | None) -> dict[str, Any]:
+    """Batch-1 decoding against parameter bytes (compute dtype) / HBM bandwidth per token."""
+    name = "gpt2 batch-1 decode tokens/s"
+    if row is None or not row["decode_tokens_per_s"]:
+        return _target(name, None, f">= floor / {DECODE_FLOOR_FACTOR:g}", None, "no batch-1 row")
+    from zoo.bench.hardware import peak_bf16
+
+    device = peak_bf16(row["device"], "gpu").name
+    bandwidth = HBM_TBPS.get(device or "")
+    if bandwidth is None:
+        return _target(name, row["decode_tokens_per_s"], "", None, f"no HBM bandwidth for {device}")
+    bytes_per_param = 2 if row["precision"] == "bf16" else 4
+    floor = bandwidth * 1e12 / (row["params"] * bytes_per_param)  # tokens/s at the floor
+    goal = floor / DECODE_FLOOR_FACTOR
+    note = f"floor {floor:,.0f} tok/s: {row['params']:,} x {bytes_per_param} B at {bandwidth} TB/s"
+    return _target(
+        name,
+        row["decode_tokens_per_s"],
+        f">= {goal:,.0f}",
+        row["decode_tokens_per_s"] >= goal,
+        note,
+    )
+
+
+def same_size(row: dict[str, Any]) -> bool:
+    """Whether the peer's parameter count is within `PEER_PARAMS_RTOL` of zoo's (or unknown).
+
+    The BERT and Marian peers differ by small parts (a pooler, stored sinusoid tables: under 1%
+    of the published shapes, up to 5% of the tiny ones); a peer of another architecture (a
+    GPT-2 standing in for a Llama) differs by far more.
+    """
+    if row.get("peer_params") is None:
+        return True
+    return abs(row["peer_params"] - row["params"]) <= PEER_PARAMS_RTOL * row["params"]
+
+
+def peer_warnings(rows: list[dict[str, Any]]) -> list[str]:
+    """A line per row whose peer is not the same model as zoo's: its ratios mean little."""
+    return [
+        f"{row['preset']} {row['batch']}x{row['seq']}: the peer ({row['peer_model']}) has "
+        f"{row['peer_params']:,} parameters, zoo {row['params']:,}: not the same model"
+        for row in rows
+        if not same_size(row)
+    ]
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.3g}" if value < 1000 else f"{value:,.0f}"
+    return str(value)
+
+
+def summary(results: Path) -> dict[str, Any]:
+    """Print the closing tables; return what they show (written to summary.json)."""
+    from zoo.bench.report import notes, table
+
+    steps, rows = read_steps(results), read_rows(results)
+    print("steps:")
+    for step in steps:
+        print(f"  {step['step']:<36} {step['status']:<10} {step['seconds']:>5} s  {step['note']}")
+    checks = targets(rows)
+    print("\ntargets:")
+    for check in checks:
+        verdict = {True: "met", False: "MISSED", None: "not measured"}[check["met"]]
+        print(
+            f"  {check['target']:<30} {_cell(check['value']):>10}  goal {check['goal']:<12} "
+            f"{verdict:<12} {check['note']}"
+        )
+    print(f"\n{len(rows)} bench row(s) from {results}:")
+    if rows:
+        print(table(rows))
+        for line in notes(rows) + peer_warnings(rows):
+            print(line)
+    return {"steps": steps, "targets": checks, "rows": len(rows)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("what", choices=("env", "summary"))
+    parser.add_argument("results", type=Path, help="the results folder of gpu.sh")
+    args = parser.parse_args(argv)
+    args.results.mkdir(parents=True, exist_ok=True)
+    if args.what == "env":
+        found = environment()
+        (args.results / "environment.json").write_text(json.dumps(found, indent=2) + "\n")
+        for line in describe(found):
+            print(line)
+    else:
+        found = summary(args.results)
+        (args.results / "summary.json").write_text(json.dumps(found, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

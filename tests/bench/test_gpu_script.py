@@ -1,0 +1,144 @@
+"""`benchmarks/gpu.sh --dry-run`: the GPU suite rehearsed on the CPU with tiny rows."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from zoo.bench.report import new_row
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "benchmarks" / "gpu.sh"
+
+
+def run_script(*argv: str, **env: str) -> subprocess.CompletedProcess:
+    environment = {**os.environ, "PYTHON": sys.executable, "ZOO_GPU_TESTS": "0", **env}
+    environment.pop("PYTHONPATH", None)  # the script sets its own: the checkout first
+    return subprocess.run(
+        ["bash", str(SCRIPT), *argv],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=environment,
+        cwd="/",  # the script finds the checkout from its own path
+    )
+
+
+def steps(results: Path) -> dict[str, tuple[str, str]]:
+    rows = [line.split("\t") for line in (results / "steps.tsv").read_text().splitlines()]
+    return {name: (status, note) for name, status, _, note in rows}
+
+
+@pytest.mark.slow
+def test_dry_run_writes_rows_logs_failures_and_ends_with_the_table(tmp_path):
+    rows = "gpt-tiny 2 16;no-such-preset 2 16;gpt-tiny 2 999 --peer torch"
+    done = run_script("--dry-run", str(tmp_path), ZOO_GPU_PRESETS=rows)
+    assert done.returncode == 0, done.stdout + done.stderr
+    found = steps(tmp_path)
+    assert found["environment"][0] == found["presets"][0] == "ok"
+    assert found["bench-gpt-tiny-2x16"] == ("ok", "")
+    assert found["bench-no-such-preset-2x16"] == (
+        "skipped",
+        "preset no-such-preset is not in zoo presets",
+    )
+    # a failing row is logged with its error, and retried without the peer, and the run goes on
+    status, note = found["bench-gpt-tiny-2x999"]
+    assert status == "failed" and note.startswith("exit 2: zoo bench: error: seq=999 exceeds")
+    assert found["bench-gpt-tiny-2x999-alone"][0] == "failed"
+    assert "pytest-gpu" not in found  # ZOO_GPU_TESTS=0
+
+    (results_file,) = tmp_path.glob("bench-*-cpu.json")
+    (row,) = json.loads(results_file.read_text())["rows"]
+    assert (row["preset"], row["batch"], row["seq"], row["precision"]) == (
+        "gpt-tiny",
+        2,
+        16,
+        "bf16",
+    )
+    assert row["steps"] == 2 and len(row["train_step_round_medians_s"]) == 2
+    assert row["decode_tokens_per_s"] > 0 and row["peer"] is None
+    environment = json.loads((tmp_path / "environment.json").read_text())
+    assert environment["device"]["platform"] == "cpu" and environment["versions"]["jax"]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["rows"] == 1 and len(summary["targets"]) == 6
+    assert {target["met"] for target in summary["targets"]} == {None}  # no GPU rows here
+    assert "gpt-tiny" in (tmp_path / "logs" / "bench-gpt-tiny-2x16.log").read_text()
+
+    # the table comes last: the steps, the targets, then the rows
+    tail = done.stdout.rsplit("\nsteps:\n", 1)[1]
+    assert "bench-gpt-tiny-2x999-alone" in tail and "gpt2 16x1024 train tokens/s" in tail
+    table = tail.split("1 bench row(s) from")[1].splitlines()
+    assert "train tok/s" in table[1] and "gpt-tiny" in table[3] and "2x16" in table[3]
+    assert done.stdout.rstrip().splitlines()[-1].endswith(f"results in {tmp_path}")
+
+
+def test_every_step_is_skipped_when_the_budget_is_spent(tmp_path):
+    done = run_script("--dry-run", str(tmp_path), ZOO_GPU_BUDGET_S="20", ZOO_GPU_TESTS="1")
+    assert done.returncode == 0, done.stderr
+    found = steps(tmp_path)
+    assert set(found) >= {"environment", "pytest-gpu", "presets", "bench-gpt-tiny-4x32"}
+    assert {status for status, _ in found.values()} == {"skipped"}
+    assert found["bench-llama-tiny-4x32"] == ("skipped", "out of time (budget 20 s)")
+    assert "0 bench row(s)" in done.stdout
+
+
+def test_usage_errors(tmp_path):
+    done = run_script()
+    assert done.returncode == 2
+    assert "usage: benchmarks/gpu.sh [--dry-run] RESULTS_DIR" in done.stderr
+    done = run_script("--fast", str(tmp_path))
+    assert done.returncode == 2 and "unknown option --fast" in done.stderr
+
+
+def load_gpu_suite():
+    spec = importlib.util.spec_from_file_location("gpu_suite", ROOT / "benchmarks" / "gpu_suite.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def h100_row(preset, batch, seq, **values):
+    row = new_row(preset=preset, batch=batch, seq=seq, precision="bf16", params=124_439_808)
+    row.update(device="NVIDIA H100 80GB HBM3", peer_mode="compiled", **values)
+    return row
+
+
+def test_targets_are_judged_from_the_rows():
+    gpu_suite = load_gpu_suite()
+    rows = [
+        h100_row(
+            "gpt2",
+            16,
+            1024,
+            tokens_per_s=460e3,
+            ratio=1.3,
+            compile_s=75.0,
+            mfu=0.398,
+            mfu_peak="H100 SXM bf16 dense 989 TFLOP/s (datasheet)",
+            peer_params=124_439_808,
+        ),
+        # BERT's pooler: 0.5% more parameters is still the same model
+        h100_row("bert-base", 32, 512, ratio=1.1, peer_params=125_030_400),
+        # a peer of another size: its ratio does not count
+        h100_row("transformer-base", 32, 128, ratio=2.0, peer_params=1_000),
+        h100_row("gpt2", 1, 128, decode_tokens_per_s=5000.0),
+    ]
+    found = {t["target"]: t for t in gpu_suite.targets(rows)}
+    assert found["gpt2 16x1024 train tokens/s"]["met"] is True
+    assert found["gpt2 train / peer"]["value"] == 1.3 and found["gpt2 train / peer"]["met"]
+    assert found["bert-base train / peer"]["met"] is False
+    mismatch = found["transformer-base train / peer"]
+    assert mismatch["met"] is None and "peer has 1,000 parameters" in mismatch["note"]
+    # floor: 3.35e12 B/s / (124,439,808 x 2 B) = 13,460 tokens/s; within 3x: >= 4,487
+    decode = found["gpt2 batch-1 decode tokens/s"]
+    assert decode["goal"] == ">= 4,487" and decode["met"] is True
+    assert "floor 13,460 tok/s" in decode["note"]
+    assert found["gpt2 train step compile s"]["met"] is False  # 75 s > 60 s
+    (warning,) = gpu_suite.peer_warnings(rows)
+    assert warning.startswith("transformer-base 32x128: the peer (None) has 1,000 parameters")
