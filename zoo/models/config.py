@@ -244,7 +244,11 @@ class TransformerConfig:
         if unknown:
             raise ValueError(f"unknown {cls.__name__} field(s) {unknown}")
         # JSON has no tuples: list fields (stop_ids) come back as the tuples configs hold
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+        fields: dict[str, Any] = {
+            name: tuple(value) if isinstance(value, list) else value
+            for name, value in data.items()
+        }
+        return cls(**fields)
 
 
 def _divisors(n: int) -> list[int]:
