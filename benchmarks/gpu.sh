@@ -49,7 +49,7 @@ PYTHON="${PYTHON:-python3}"
 
 # The rows, most important first (the budget cuts the last ones). GPU: the published shapes
 # in bf16 against the peer (sdpa; eager and torch.compile, bf16 autocast); batch-1 decoding for
-# the weight-bandwidth floor; smollm2-135m last, as its peer (a Llama) may not exist yet.
+# the weight-bandwidth floor; smollm2-135m last (its peer is LlamaForCausalLM).
 GPU_PRESETS="
 gpt2 16 1024 --peer torch --peer-compile
 bert-base 32 512 --peer torch --peer-compile
