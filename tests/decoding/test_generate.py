@@ -83,10 +83,37 @@ def test_eos_stops_each_sequence_independently(gpt):
     assert len(ends) > 1, "the rows should end at different steps for this test to bite"
 
 
-def test_unequal_prompts_need_a_pad_id():
-    gpt = zoo.create("gpt-tiny", key=jax.random.key(1), pad_id=None)
-    with pytest.raises(ValueError, match="pad_id"):
-        zoo.generate(gpt, PROMPTS, max_new_tokens=2)
+def test_generation_stops_on_any_of_several_end_ids(gpt):
+    free_run = np.asarray(zoo.generate(gpt, PROMPTS, max_new_tokens=NEW)).tolist()
+    # Two extra end ids (as Llama 3's <|eot_id|>, <|eom_id|>): what rows 0 and 1 emit second.
+    stops = (free_run[0][1], free_run[1][1])
+    model = zoo.create("gpt-tiny", key=jax.random.key(1), stop_ids=stops)
+    assert model.config.end_ids == (gpt.config.eos_id, *stops)
+    stopped = np.asarray(zoo.generate(model, PROMPTS, max_new_tokens=NEW))
+    expected = []
+    for row in free_run:
+        end = min([row.index(s) + 1 for s in stops if s in row], default=len(row))
+        expected.append(row[:end] + [PAD] * (len(row) - end))
+    np.testing.assert_array_equal(stopped, expected)
+    assert np.asarray(expected)[:2, 2:].tolist() == [[PAD] * (NEW - 2)] * 2
+    beams = np.asarray(zoo.generate(model, PROMPTS, max_new_tokens=NEW, beam_size=2))
+    for row in beams.tolist():  # beam search ends a hypothesis at any end id too
+        ended = [i for i, t in enumerate(row) if t in model.config.end_ids]
+        if ended:
+            assert row[ended[0] + 1 :] == [PAD] * (NEW - ended[0] - 1)
+
+
+def test_ragged_lists_need_no_pad_id_and_left_padding_needs_its_mask(gpt):
+    no_pad = zoo.create("gpt-tiny", key=jax.random.key(1), pad_id=None)
+    from_lists = zoo.generate(no_pad, PROMPTS, max_new_tokens=NEW)
+    np.testing.assert_array_equal(from_lists, zoo.generate(gpt, PROMPTS, max_new_tokens=NEW))
+    width = max(map(len, PROMPTS))
+    left = np.array([[PAD] * (width - len(p)) + p for p in PROMPTS], np.int32)
+    mask = (left != PAD).astype(np.int32)
+    from_left = zoo.generate(no_pad, left, attention_mask=mask, max_new_tokens=NEW)
+    np.testing.assert_array_equal(from_left, from_lists)
+    with pytest.raises(ValueError, match="attention_mask has shape"):
+        zoo.generate(no_pad, left, attention_mask=mask[:, 1:], max_new_tokens=NEW)
 
 
 def test_sampling_is_reproducible_and_respects_top_k(gpt):
