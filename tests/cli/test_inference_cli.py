@@ -90,6 +90,14 @@ def test_wrong_flavor_and_missing_directory_are_clear_errors(gpt_dir, tmp_path, 
     assert "not a model directory" in capsys.readouterr().err
 
 
+def test_an_empty_text_is_refused(translator_dir, gpt_dir, capsys):
+    # an empty source used to be translated from its lone eos token into an arbitrary sentence
+    assert main(["translate", translator_dir[1], "abc", " "]) == 2
+    assert "text 1 is empty; give some text" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="text 0 is empty"):
+        generate_texts(gpt_dir[0], TOKENIZER, [""], max_new_tokens=2)
+
+
 @pytest.mark.parametrize("kind", ["cross", "encoder"])
 def test_plot_attention_writes_one_panel_per_head(translator_dir, tmp_path, kind):
     pytest.importorskip("matplotlib")

@@ -16,6 +16,14 @@ TokenBatch = Int[Array, "batch seq"] | np.ndarray | Sequence[Sequence[int]]
 
 def pad_batch(token_batch: TokenBatch, pad_id: int | None, *, what: str = "prompts") -> np.ndarray:
     """A `[batch, seq]` int32 array; a list of token lists is right-padded with `pad_id`."""
+    if isinstance(token_batch, str) or (
+        isinstance(token_batch, list | tuple) and any(isinstance(row, str) for row in token_batch)
+    ):
+        raise TypeError(
+            f"{what} are text, but this function takes token ids; for text use "
+            "zoo.decoding.text (generate_texts, translate_texts, classify_texts) with the "
+            "model's tokenizer, or the `zoo generate` / `zoo translate` commands"
+        )
     if isinstance(token_batch, list | tuple):
         rows = [np.asarray(row, dtype=np.int64).reshape(-1) for row in token_batch]
         if not rows:

@@ -26,6 +26,9 @@ def encode_texts(
     """Right-padded `[len(texts), longest]` ids; longer than `limit` is an error or cut."""
     if not texts:
         raise ValueError("no texts given")
+    blank = [index for index, text in enumerate(texts) if not text.strip()]
+    if blank:
+        raise ValueError(f"text {blank[0]} is empty; give some text (an empty string has no words)")
     rows = [tokenizer.encode(text, **special) for text in texts]
     if truncate:
         rows = [row[:limit] for row in rows]

@@ -45,6 +45,7 @@ class TransformerConfig:
     dtype: str = "float32"  # parameter dtype
 
     def __post_init__(self) -> None:
+        self._check_no_bools()
         positive = ("vocab_size", "d_model", "num_heads", "num_layers", "d_ff", "max_positions")
         for name in positive:
             value = getattr(self, name)
@@ -83,6 +84,20 @@ class TransformerConfig:
         if self.remat not in REMAT_CHOICES:
             raise ValueError(f"remat must be one of {REMAT_CHOICES}, got {self.remat!r}")
         self._check_token_id("pad_id", self.pad_id)
+
+    def _check_no_bools(self) -> None:
+        """A bool is an int to Python (`num_layers=True` is 1 layer): refuse it for number fields."""
+        for field in dataclasses.fields(self):
+            kind = str(field.type)
+            value = getattr(self, field.name)
+            if (
+                isinstance(value, bool)
+                and "bool" not in kind
+                and ("int" in kind or "float" in kind)
+            ):
+                raise ValueError(
+                    f"{field.name}={value!r} is a bool; {field.name} takes a number ({kind})"
+                )
 
     def _check_token_id(self, name: str, value: int | None, vocab: int | None = None) -> None:
         vocab = self.vocab_size if vocab is None else vocab
