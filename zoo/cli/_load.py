@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from zoo.models import flavor_of
+from zoo.serialize import is_zoo_folder, load_with_tokenizer
 
 
 def load_model(spec: str, flavor: str | None = None) -> tuple[Any, Any]:
@@ -26,9 +26,7 @@ def load_model(spec: str, flavor: str | None = None) -> tuple[Any, Any]:
                 f"{spec} is not a model directory (no config.json): pass the --out directory of "
                 "`zoo train`, or hf:NAME for a HuggingFace checkpoint"
             )
-        if "flavor" in json.loads(config.read_text(encoding="utf-8")):
-            from zoo.serialize import load_with_tokenizer
-
+        if is_zoo_folder(path):
             model, tokenizer = load_with_tokenizer(path)
         else:
             from zoo.interop import from_pretrained
