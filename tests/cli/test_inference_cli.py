@@ -1,6 +1,7 @@
 """`zoo generate / translate / classify / plot-attention` on saved models, against the Python API."""
 
 import json
+import logging
 import string
 
 import jax
@@ -108,3 +109,12 @@ def test_plot_attention_writes_one_panel_per_head(translator_dir, tmp_path, kind
     assert main(["plot-attention", directory, "hey", "--out", str(out), "--kind", kind]) == 0
     width, height = Image.open(out).size
     assert width > 100 and height > 100
+
+
+def test_prompts_outside_the_vocabulary_are_warned_about(gpt_dir, caplog):
+    model, _ = gpt_dir
+    with caplog.at_level(logging.WARNING, logger="zoo.data"):
+        generate_texts(model, TOKENIZER, ["hello"], max_new_tokens=1)
+        assert caplog.text == ""
+        generate_texts(model, TOKENIZER, ["HELLO there"], max_new_tokens=1)  # 5 of 11 unknown
+    assert "45% of the tokens of the prompts are unknown to the tokenizer (<unk>)" in caplog.text
