@@ -54,6 +54,8 @@ def test_eval_on_a_folder_with_only_a_test_file(run_dir, tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["confusion_matrix"] == result["confusion_matrix"]
     err = _error(capsys, ["eval", str(out), "--data", f"json:{held}", "--split", "dev"])
     assert "has no 'dev' split (its splits: ['test']); add dev.jsonl to" in err
+    err = _error(capsys, ["eval", str(out), "--data", f"json:{held}", "--split", single[5:]])
+    assert "--split takes a split name, not a file" in err
 
 
 def test_eval_reports_the_unknown_token_rate(run_dir, tmp_path, capsys, caplog):

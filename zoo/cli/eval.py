@@ -15,6 +15,7 @@ import argparse
 import json
 import math
 import sys
+from pathlib import Path
 from typing import Any
 
 from zoo.cli._datasets import (
@@ -175,6 +176,11 @@ def _eval_split(
     from zoo.data.splits import hold_out
 
     if args.split not in dataset:
+        if Path(args.split).is_file():
+            raise ValueError(
+                f"--split takes a split name, not a file; to evaluate {args.split}, pass it "
+                f"as --data SCHEME:{args.split} (it is read as the split --split names)"
+            )
         train = dataset.get("train")
         if args.split == "validation" and isinstance(train, datasets.Dataset):
             config = DataConfig.from_options(TASK_OF_FLAVOR[flavor], options)
