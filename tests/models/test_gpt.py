@@ -1,3 +1,5 @@
+import inspect
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -107,4 +109,4 @@ def test_a_python_list_is_refused_with_the_fix():
     # without the jaxtyping hook a list reached `.ndim` and failed with an AttributeError
     with pytest.raises(TypeError, match=r"tokens must be a JAX array of token ids, got a list; "
                        r"wrap it: jnp.asarray\(tokens\)"):  # fmt: skip
-        check_tokens([1, 2, 3], vocab_size=64, max_positions=128)
+        inspect.unwrap(check_tokens)([1, 2, 3], vocab_size=64, max_positions=128)
