@@ -19,11 +19,22 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from zoo.data.tokenizer import Tokenizer, load_tokenizer, write_text_atomic
+from zoo.data.tokenizer import (
+    TOKENIZER_FILE,
+    Tokenizer,
+    load_tokenizer,
+    read_json_file,
+    write_text_atomic,
+)
 from zoo.models import FLAVORS, flavor_of
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
+# What to do about a damaged file of a saved model (a run's checkpoints hold the same weights).
+DAMAGED_FIX = (
+    "save the model again (zoo.save), or for a `zoo train` run rebuild the folder with "
+    "`zoo train ... --resume` from its checkpoints/"
+)
 
 
 def path_parts(path: tuple) -> list[str]:
@@ -81,10 +92,21 @@ def save(
     save_file(tensors, tmp)
     os.replace(tmp, directory / WEIGHTS_FILE)
     meta = {**model_config_dict(model), "zoo_version": _version(), **(extra or {})}
+    if tokenizer is not None:  # load_with_tokenizer checks that the same tokenizer comes back
+        meta["tokenizer"] = {"kind": tokenizer.kind, "vocab_size": tokenizer.vocab_size}
     write_text_atomic(directory / CONFIG_FILE, json.dumps(meta, indent=2, sort_keys=True))
     if tokenizer is not None:
         tokenizer.save(directory)
     return directory
+
+
+def is_zoo_folder(folder: Path) -> bool:
+    """Whether `folder/config.json` is a zoo model's (it names a flavor), not HuggingFace's."""
+    config = folder / CONFIG_FILE
+    if not config.is_file():
+        return False
+    fix = f"{DAMAGED_FIX}; for a HuggingFace checkpoint folder, download it again"
+    return "flavor" in read_json_file(config, fix=fix)
 
 
 def read_config(directory: str | os.PathLike):
@@ -94,11 +116,13 @@ def read_config(directory: str | os.PathLike):
         raise FileNotFoundError(
             f"no {CONFIG_FILE} in {directory}: not a saved zoo model (see zoo.save)"
         )
-    meta = json.loads(path.read_text(encoding="utf-8"))
+    meta = read_json_file(path, fix=DAMAGED_FIX)
     flavor = meta.get("flavor")
     if flavor not in FLAVORS:
         raise ValueError(f"{path}: unknown flavor {flavor!r}; expected one of {sorted(FLAVORS)}")
     config_cls: Any = FLAVORS[flavor][0]
+    if not isinstance(meta.get("config"), dict):
+        raise ValueError(f'{path} is damaged (no "config" object); {DAMAGED_FIX}')
     return config_cls.from_dict(meta["config"]), meta
 
 
@@ -125,6 +149,7 @@ def fill(skeleton: eqx.Module, tensors: dict[str, np.ndarray], source: str) -> e
 
 def load(directory: str | os.PathLike) -> eqx.Module:
     """Rebuild the model saved in `directory` by `zoo.save` (weights bit for bit)."""
+    from safetensors import SafetensorError
     from safetensors.numpy import load_file
 
     from zoo.presets import build
@@ -134,7 +159,13 @@ def load(directory: str | os.PathLike) -> eqx.Module:
     if not weights.is_file():
         raise FileNotFoundError(f"no {WEIGHTS_FILE} in {directory}")
     skeleton = eqx.filter_eval_shape(lambda: build(config, key=jax.random.key(0)))
-    return fill(skeleton, load_file(str(weights)), str(weights))
+    try:
+        tensors = load_file(str(weights))
+    except SafetensorError as error:
+        raise ValueError(
+            f"{weights} is damaged ({error}): it is not a complete safetensors file; {DAMAGED_FIX}"
+        ) from None
+    return fill(skeleton, tensors, str(weights))
 
 
 def load_with_tokenizer(directory: str | os.PathLike) -> tuple[eqx.Module, Tokenizer | None]:
@@ -143,8 +174,40 @@ def load_with_tokenizer(directory: str | os.PathLike) -> tuple[eqx.Module, Token
     try:
         tokenizer = load_tokenizer(directory)
     except FileNotFoundError:
-        tokenizer = None
+        return model, None
+    check_tokenizer_fits(model, tokenizer, read_config(directory)[1], Path(directory))
     return model, tokenizer
+
+
+def check_tokenizer_fits(
+    model: eqx.Module, tokenizer: Tokenizer, meta: dict[str, Any], directory: Path
+) -> None:
+    """The tokenizer beside a model is the one it was saved with (sizes recorded in config.json),
+    and never makes ids past the model's vocabulary (older folders)."""
+    from zoo.data.pair import source_tokenizer, target_tokenizer
+
+    where = directory / TOKENIZER_FILE
+    fix = "put back the tokenizer the model was trained with, or save both again with zoo.save"
+    recorded = meta.get("tokenizer")
+    if isinstance(recorded, dict) and recorded.get("vocab_size") != tokenizer.vocab_size:
+        raise ValueError(
+            f"{where} has {tokenizer.vocab_size} tokens, but the model was saved with a "
+            f"{recorded.get('kind')} tokenizer of {recorded.get('vocab_size')}: it belongs to "
+            f"another corpus or model; {fix}"
+        )
+    config = model.config  # type: ignore[attr-defined]
+    sizes = [("", tokenizer.vocab_size, config.vocab_size)]
+    if flavor_of(model) == "translator":
+        sizes = [
+            ("source ", source_tokenizer(tokenizer).vocab_size, config.vocab_size),
+            ("target ", target_tokenizer(tokenizer).vocab_size, config.tgt_vocab),
+        ]
+    for side, tokens, vocab in sizes:
+        if tokens > vocab:
+            raise ValueError(
+                f"{where}: the {side}tokenizer has {tokens} tokens but the model's {side}"
+                f"vocabulary only {vocab}, so its ids would fall outside the model; {fix}"
+            )
 
 
 def _version() -> str:

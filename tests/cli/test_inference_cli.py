@@ -1,6 +1,7 @@
 """`zoo generate / translate / classify / plot-attention` on saved models, against the Python API."""
 
 import json
+import logging
 import string
 
 import jax
@@ -93,6 +94,14 @@ def test_wrong_flavor_and_missing_directory_are_clear_errors(gpt_dir, tmp_path, 
     assert f"{tmp_path / 'config.json'} is damaged (not valid JSON" in capsys.readouterr().err
 
 
+def test_an_empty_text_is_refused(translator_dir, gpt_dir, capsys):
+    # an empty source used to be translated from its lone eos token into an arbitrary sentence
+    assert main(["translate", translator_dir[1], "abc", " "]) == 2
+    assert "text 1 is empty; give some text" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="text 0 is empty"):
+        generate_texts(gpt_dir[0], TOKENIZER, [""], max_new_tokens=2)
+
+
 @pytest.mark.parametrize("kind", ["cross", "encoder"])
 def test_plot_attention_writes_one_panel_per_head(translator_dir, tmp_path, kind):
     pytest.importorskip("matplotlib")
@@ -103,3 +112,12 @@ def test_plot_attention_writes_one_panel_per_head(translator_dir, tmp_path, kind
     assert main(["plot-attention", directory, "hey", "--out", str(out), "--kind", kind]) == 0
     width, height = Image.open(out).size
     assert width > 100 and height > 100
+
+
+def test_prompts_outside_the_vocabulary_are_warned_about(gpt_dir, caplog):
+    model, _ = gpt_dir
+    with caplog.at_level(logging.WARNING, logger="zoo.data"):
+        generate_texts(model, TOKENIZER, ["hello"], max_new_tokens=1)
+        assert caplog.text == ""
+        generate_texts(model, TOKENIZER, ["HELLO there"], max_new_tokens=1)  # 5 of 11 unknown
+    assert "45% of the tokens of the prompts are unknown to the tokenizer (<unk>)" in caplog.text

@@ -106,3 +106,43 @@ def test_bad_options_are_named():
 def test_too_few_examples_for_a_batch():
     with pytest.raises(ValueError, match="only 3 examples for batch_size=32"):
         from_hf(reviews(), task="classification", tokenizer="char")
+
+
+def test_a_stray_label_does_not_add_classes_silently():
+    # one 7 among 0/1 made an 8-class model whose classes 2..6 never train
+    data = DatasetDict({"train": reviews(labels=(0, 1, 7, 0)), "validation": reviews()})
+    with pytest.raises(DataError, match=r"column 'label' of the 'train' split are \{0: 2, 1: 1, "
+                       r"7: 1\}: classes \[2, 3, 4, 5, 6\] have no example, so the model would "
+                       r"get 8 outputs.*num_classes=8 \(zoo train --num-classes 8\)"):  # fmt: skip
+        from_hf(data, task="classification", tokenizer="char", batch_size=2)
+    stated = from_hf(data, task="classification", tokenizer="char", batch_size=2, num_classes=8)
+    assert stated.num_classes == 8
+
+
+def test_one_class_is_warned_about_with_its_count(caplog):
+    data = DatasetDict({"train": reviews(labels=(1, 1, 1, 1)), "validation": reviews()})
+    with caplog.at_level(logging.WARNING, logger="zoo.data"):
+        loaded = from_hf(data, task="classification", tokenizer="char", batch_size=2)
+    assert loaded.num_classes == 2
+    assert "the 'train' split has one class (label counts {1: 4})" in caplog.text
+    assert "zoo train --num-classes N" in caplog.text
+
+
+def test_a_translator_needs_two_columns():
+    pairs = Dataset.from_dict({"de": ["ein hund", "eine katze"], "en": ["a dog", "a cat"]})
+    with pytest.raises(ValueError, match="source_column and target_column are both 'de': the "
+                       "model would learn to copy its input"):  # fmt: skip
+        from_hf(pairs, task="translation", tokenizer="char", target_column="de")
+
+
+def test_split_batches_evaluates_one_split_without_a_train_split():
+    from zoo.data import CharTokenizer
+    from zoo.data.hf import split_batches
+
+    tokenizer = CharTokenizer("abdefgilnou")
+    test = reviews(labels=(1, 0, 1, 0))
+    source = split_batches(test, task="classification", tokenizer=tokenizer, batch_size=3,
+                           num_classes=2, split_name="test")  # fmt: skip
+    batches = [source.batch(index) for index in range(len(source))]
+    assert [b["labels"].tolist() for b in batches] == [[1, 0, 1], [0]]  # in order, none dropped
+    assert batches[1]["tokens"][0, :5].tolist() == [1, *tokenizer.encode("dull")]

@@ -7,7 +7,8 @@ import json
 import datasets
 import pytest
 
-from zoo.data import from_hf, load_spec
+from zoo.data import DataError, from_hf, load_spec
+from zoo.data.specs import check_split
 
 ROWS = {
     "train": [{"text": "good fun", "label": 1}, {"text": "dull", "label": 0}],
@@ -108,11 +109,24 @@ def test_missing_path_is_named(tmp_path):
         load_spec(f"json:{missing}")
 
 
-def test_folder_without_train_file(tmp_path):
-    folder = write_jsonl(tmp_path / "d", {"validation": ROWS["validation"]})
-    (folder / "notes.md").write_text("x")
-    with pytest.raises(FileNotFoundError, match=r"no train file.*train.jsonl.*notes.md"):
-        load_spec(f"json:{folder}")
+def test_a_folder_needs_only_the_splits_used(tmp_path):
+    # evaluating on a held-out file is the common case: no train file needed to load
+    folder = write_jsonl(tmp_path / "d", {"test": ROWS["test"]})
+    assert sizes(load_spec(f"json:{folder}", cache_dir=tmp_path / "c")) == {"test": 1}
+    single = load_spec(f"json:{folder / 'test.jsonl'}", file_split="test", cache_dir=tmp_path)
+    assert sizes(single) == {"test": 1}
+    with pytest.raises(DataError, match=r"no 'train' split \(its splits: \['test'\]\); add "
+                       r"train.jsonl to .*d, or pass one file as json:FILE"):  # fmt: skip
+        check_split(
+            load_spec(f"json:{folder}", cache_dir=tmp_path / "c"), "train", f"json:{folder}"
+        )
+
+
+def test_folder_without_split_files(tmp_path):
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "notes.md").write_text("x")
+    with pytest.raises(FileNotFoundError, match=r"no split file.*train.jsonl.*notes.md"):
+        load_spec(f"json:{tmp_path / 'd'}")
 
 
 def test_bad_sample_by():

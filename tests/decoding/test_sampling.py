@@ -92,6 +92,9 @@ def test_same_key_same_draw_and_greedy_is_argmax(key):
     ("kwargs", "message"),
     [
         (dict(temperature=-0.5), "temperature"),
+        (dict(temperature=float("nan")), r"temperature must be a finite number >= 0.*got nan"),
+        (dict(temperature=float("inf")), "temperature must be a finite number"),
+        (dict(temperature=1.0, top_p=float("nan")), "top_p"),
         (dict(temperature=1.0, top_k=0), "top_k"),
         (dict(temperature=1.0, top_p=0.0), "top_p"),
         (dict(temperature=1.0, top_p=1.5), "top_p"),

@@ -86,6 +86,7 @@ def test_beam_hypotheses_end_at_eos_and_keep_their_true_scores(translator):
         (SRC, dict(max_len=4, beam_size=0), ValueError, "beam_size"),
         ([[5, 6], [PAD, PAD]], dict(max_len=4), ValueError, "empty"),
         (np.full((1, 65), 5, np.int32), dict(max_len=4), ValueError, "max_positions"),
+        ("", dict(max_len=4), TypeError, "sources are text.*translate_texts"),
     ],
 )
 def test_bad_requests_raise_clear_errors(translator, src, kwargs, error, message):

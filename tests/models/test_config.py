@@ -22,6 +22,10 @@ from zoo import ClassifierConfig, GPTConfig, TranslatorConfig
             "share_embeddings needs one vocabulary",
         ),
         (TranslatorConfig, dict(eos_id=40000), "eos_id=40000 is outside"),
+        (GPTConfig, dict(num_layers=True), r"num_layers=True is a bool; num_layers takes a number"),
+        (ClassifierConfig, dict(num_classes=True), "num_classes=True is a bool"),
+        (TranslatorConfig, dict(num_decoder_layers=False), "num_decoder_layers=False is a bool"),
+        (GPTConfig, dict(eos_id=True), "eos_id=True is a bool"),
     ],
 )
 def test_invalid_configs_say_what_to_fix(cls, fields, message):

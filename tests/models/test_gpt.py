@@ -1,3 +1,5 @@
+import inspect
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -101,3 +103,10 @@ def test_sequence_longer_than_max_positions_names_the_limit(gpt):
 def test_float_tokens_rejected(gpt):
     with pytest.raises((TypeError, Exception), match="integer|Int"):
         gpt(jnp.ones(4, jnp.float32))
+
+
+def test_a_python_list_is_refused_with_the_fix():
+    # without the jaxtyping hook a list reached `.ndim` and failed with an AttributeError
+    with pytest.raises(TypeError, match=r"tokens must be a JAX array of token ids, got a list; "
+                       r"wrap it: jnp.asarray\(tokens\)"):  # fmt: skip
+        inspect.unwrap(check_tokens)([1, 2, 3], vocab_size=64, max_positions=128)

@@ -52,6 +52,25 @@ def test_adamw_picks_its_schedule_and_rejects_bad_ones():
         adamw(1e-3, schedule="linear", warmup=3)
 
 
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"lr": float("nan")}, "lr must be a finite number > 0, got nan"),
+        ({"lr": float("inf")}, "lr must be a finite number > 0, got inf"),
+        ({"lr": 0.0}, "lr must be a finite number > 0, got 0.0"),
+        ({"weight_decay": -1.0}, "weight_decay must be a finite number >= 0, got -1.0"),
+        ({"weight_decay": float("nan")}, "weight_decay must be a finite number >= 0, got nan"),
+        ({"clip_norm": -1.0}, r"clip_norm must be a finite number > 0 \(None, or --clip-norm 0"),
+        ({"clip_norm": float("inf")}, "clip_norm must be a finite number > 0"),
+    ],
+)
+def test_adamw_refuses_numbers_that_would_train_silently_wrong(options, message):
+    # NaN passes `lr <= 0`; a negative clip norm flips the gradient, a negative decay grows weights
+    with pytest.raises(ValueError, match=message):
+        adamw(**{"lr": 1e-3, **options})
+    assert adamw(1e-3, weight_decay=0.0, clip_norm=None).settings[-1] == ("clip_norm", None)
+
+
 @pytest.fixture(scope="module")
 def gpt():
     return zoo.create("gpt-tiny", key=jax.random.key(0))

@@ -27,11 +27,12 @@ def check_preset(args: argparse.Namespace) -> str:
 def build_model(args: argparse.Namespace, model_key: Any) -> tuple[Any, Any, Any, Any]:
     """(model, train source, eval source, tokenizer) for the command line in `args`."""
     import zoo
-    from zoo.cli.train import FILE_SCHEMES, model_overrides, resolve_data
+    from zoo.cli.train import model_overrides, resolve_data
     from zoo.train.warm_start import load_init, with_classes
 
     initial, args.init_tokenizer = (None, None) if args.init is None else load_init(args.init)
     if initial is not None:
+        _check_init_tokenizer(args)
         if zoo.models.flavor_of(initial) != args.flavor:
             raise ValueError(
                 f"--init {args.init} holds a {zoo.models.flavor_of(initial)}, not a {args.flavor}"
@@ -43,7 +44,7 @@ def build_model(args: argparse.Namespace, model_key: Any) -> tuple[Any, Any, Any
     if args.flavor == "classifier" and getattr(args, "data_num_classes", None):
         overrides["num_classes"] = args.data_num_classes
     if initial is None:
-        if args.data.partition(":")[0] in FILE_SCHEMES and args.max_len is not None:
+        if args.max_len is not None:  # synthetic data too: its sequences must fit
             overrides["max_positions"] = args.max_len
         overrides |= model_overrides(args.flavor, None, train, args.set)
         return zoo.create(args.preset, key=model_key, **overrides), train, evaluation, tokenizer
@@ -64,3 +65,27 @@ def build_model(args: argparse.Namespace, model_key: Any) -> tuple[Any, Any, Any
             )
         initial = with_classes(initial, overrides["num_classes"], key=model_key)
     return initial, train, evaluation, tokenizer
+
+
+def _check_init_tokenizer(args: argparse.Namespace) -> None:
+    """An `--init` model's embeddings go with its own tokenizer: `--tokenizer` may not replace it
+    unnoticed, and a folder without one needs `--tokenizer` said out loud."""
+    given = getattr(args, "tokenizer_given", args.tokenizer is not None)
+    if args.init_tokenizer is not None and given:
+        raise ValueError(
+            f"--tokenizer {args.tokenizer} would replace the tokenizer of --init {args.init}, "
+            "whose embeddings are learnt for that tokenizer's ids; drop --tokenizer"
+        )
+    if args.init_tokenizer is None and not given:
+        raise ValueError(
+            f"--init {args.init} has no tokenizer files (tokenizer.json, vocab.txt, "
+            "zoo_tokenizer.json, ...); copy the checkpoint's tokenizer files into it, or pass "
+            "--tokenizer KIND to learn a new vocabulary from the data (the pretrained token "
+            "embeddings then start from unrelated tokens)"
+        )
+    if args.init_tokenizer is None:
+        print(
+            f"zoo train: --init {args.init} has no tokenizer: training with a new --tokenizer "
+            f"{args.tokenizer} vocabulary; its tokens do not match the pretrained embeddings",
+            file=sys.stderr,
+        )

@@ -32,6 +32,9 @@ def add_data_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--lowercase", action="store_true", default=None, help="word tokenizer: lowercase"
     )
+    group.add_argument(
+        "--encoding", default="utf-8", help="text encoding of json/csv/text files (utf-8)"
+    )
     group.add_argument("--streaming", action="store_true", help="read the data as a stream")
 
 
@@ -44,10 +47,13 @@ def data_options(args: argparse.Namespace, flavor: str, batch_size: int) -> dict
         "text_column": args.text_column,
         "label_column": args.label_column,
         "max_len": args.max_len,
+        "num_classes": getattr(args, "num_classes", None),
     }
     options.update({name: value for name, value in columns.items() if value is not None})
     if flavor != "translator" and (args.source or args.target):
         raise ValueError("--source/--target name translation columns; use --text-column")
+    if flavor != "classifier" and options.get("num_classes") is not None:
+        raise ValueError(f"--num-classes is for classifiers; a {flavor} has no classes")
     tokenizer_options: dict[str, Any] = {}
     if args.min_freq is not None:
         tokenizer_options["min_freq"] = args.min_freq
@@ -56,6 +62,15 @@ def data_options(args: argparse.Namespace, flavor: str, batch_size: int) -> dict
     if tokenizer_options:
         options["tokenizer_options"] = tokenizer_options
     return options
+
+
+def load_dataset(spec: str, args: argparse.Namespace, *, file_split: str = "train") -> Any:
+    """The `DatasetDict` of `--data spec`, read with `--encoding` and `--streaming`."""
+    import zoo.data
+
+    return zoo.data.load_spec(
+        spec, streaming=args.streaming, encoding=args.encoding, file_split=file_split
+    )
 
 
 def load_task_data(
@@ -72,7 +87,7 @@ def load_task_data(
     import zoo.data
 
     if dataset is None:
-        dataset = zoo.data.load_spec(spec, streaming=args.streaming)
+        dataset = load_dataset(spec, args)
     if tokenizer is None:
         tokenizer = getattr(args, "init_tokenizer", None) or args.tokenizer
     options = data_options(args, flavor, batch_size) | extra

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from zoo.models import flavor_of
+from zoo.serialize import is_zoo_folder, load_with_tokenizer
 
 
 def load_model(spec: str, flavor: str | None = None) -> tuple[Any, Any]:
@@ -25,11 +26,7 @@ def load_model(spec: str, flavor: str | None = None) -> tuple[Any, Any]:
                 f"{spec} is not a model directory (no config.json): pass the --out directory of "
                 "`zoo train`, or hf:NAME for a HuggingFace checkpoint"
             )
-        from zoo.interop.files import read_json  # names the file when it is damaged
-
-        if "flavor" in read_json(config):
-            from zoo.serialize import load_with_tokenizer
-
+        if is_zoo_folder(path):
             model, tokenizer = load_with_tokenizer(path)
         else:
             from zoo.interop import from_pretrained

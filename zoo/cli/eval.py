@@ -14,16 +14,28 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
+from pathlib import Path
 from typing import Any
 
-from zoo.cli._datasets import FILE_SCHEMES, add_data_options, load_task_data
+from zoo.cli._datasets import (
+    FILE_SCHEMES,
+    TASK_OF_FLAVOR,
+    add_data_options,
+    data_options,
+    load_dataset,
+)
 
 
 def register(commands) -> None:
     parser = commands.add_parser("eval", help="evaluate a trained model on a dataset split")
     parser.add_argument("model", help="a directory written by `zoo train` or `zoo.save`")
     parser.add_argument("--data", required=True, help="json:DIR, hf:NAME, csv:, parquet:, text:")
-    parser.add_argument("--split", default="validation", help="split to evaluate (validation)")
+    parser.add_argument(
+        "--split",
+        default="validation",
+        help="split to evaluate (validation); a single --data file is read as this split",
+    )
     parser.add_argument("--json", action="store_true", help="print the metrics as JSON")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--beam-size", type=int, default=1, help="translator: 1 is greedy")
@@ -111,34 +123,31 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     """The metrics `zoo eval` prints, as a dict."""
     import zoo
     from zoo.data import confusion_matrix
+    from zoo.data.hf import split_batches
 
     if args.data.partition(":")[0] not in FILE_SCHEMES:
         raise ValueError(f"--data {args.data!r}: zoo eval reads {', '.join(FILE_SCHEMES)} specs")
     model, tokenizer, flavor = _load(args.model)
     if args.max_len is None:
         args.max_len = model.config.max_positions
-    if args.split == "train":
-        raise ValueError("--split train: evaluate on a held-out split (validation, test)")
-    dataset = zoo.data.load_spec(args.data, streaming=args.streaming)
-    # no validation split: the part `zoo train` held out (same seed and fraction)
-    held_out = args.split == "validation" and args.split not in dataset
-    extra: dict[str, Any] = {} if held_out else {"validation_split": args.split}
+    options = data_options(args, flavor, args.batch_size)
     if flavor == "classifier":
-        extra["num_classes"] = model.config.num_classes
-    data = load_task_data(
-        args.data, flavor, args, batch_size=args.batch_size, tokenizer=tokenizer,
-        dataset=dataset, **extra,
-    )  # fmt: skip
+        options["num_classes"] = model.config.num_classes
+    split, split_label = _eval_split(load_dataset(args.data, args, file_split=args.split),
+                                     args, flavor, options)  # fmt: skip
+    source = split_batches(split, task=TASK_OF_FLAVOR[flavor], tokenizer=tokenizer,
+                           split_name=args.split, **options)  # fmt: skip
     task = zoo.tasks.for_flavor(flavor)
-    stats, batches = _statistics(model, task, data.validation)
+    stats, batches = _statistics(model, task, source)
     scored = max(float(stats.weight), 1.0)
     loss = float(stats.nll_sum) / scored
     result: dict[str, Any] = {
         "model": args.model,
         "flavor": flavor,
         "data": args.data,
-        "split": args.split if not held_out else "validation (held out of train)",
+        "split": split_label,
         "loss": loss,
+        "unknown_token_rate": _unknown_rate(tokenizer, split, flavor, args),
     }
     if flavor == "classifier":
         labels, predictions = _classes(model, batches)
@@ -151,8 +160,56 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         result["perplexity"] = math.exp(loss)
     else:
         result["token_accuracy"] = float(stats.accuracy)
-        result |= _bleu(model, tokenizer, args, dataset[args.split])
+        result |= _bleu(model, tokenizer, args, split)
     return result
+
+
+def _eval_split(
+    dataset: Any, args: argparse.Namespace, flavor: str, options: dict[str, Any]
+) -> tuple[Any, str]:
+    """(the rows to evaluate, how the result names them): `--split` itself, or for validation
+    without such a split the part `zoo train` held out of train (same seed and fraction)."""
+    import datasets
+
+    from zoo.data import DataConfig
+    from zoo.data.specs import check_split
+    from zoo.data.splits import hold_out
+
+    if args.split not in dataset:
+        if Path(args.split).is_file():
+            raise ValueError(
+                f"--split takes a split name, not a file; to evaluate {args.split}, pass it "
+                f"as --data SCHEME:{args.split} (it is read as the split --split names)"
+            )
+        train = dataset.get("train")
+        if args.split == "validation" and isinstance(train, datasets.Dataset):
+            config = DataConfig.from_options(TASK_OF_FLAVOR[flavor], options)
+            return hold_out(train, config)[1], "validation (held out of train)"
+        check_split(dataset, args.split, args.data)
+    if args.split == "train":
+        print(
+            "zoo eval: evaluating on the train split: the numbers measure how well the model "
+            "fits its training data, not how it generalises",
+            file=sys.stderr,
+        )
+    return dataset[args.split], args.split
+
+
+def _unknown_rate(tokenizer: Any, split: Any, flavor: str, args: argparse.Namespace) -> Any:
+    """The share of `<unk>` tokens in the evaluated input text (warned about when high)."""
+    import datasets
+
+    from zoo.data import source_tokenizer
+    from zoo.data.tokenizer import warn_unknown
+
+    if not isinstance(split, datasets.Dataset):
+        return None  # a stream is read once, by the evaluation itself
+    if flavor == "translator":
+        texts, tokenizer = split[args.source or "de"], source_tokenizer(tokenizer)
+    else:
+        texts = split[args.text_column or "text"]
+    rate = warn_unknown(tokenizer, texts, f"the {args.split!r} split")
+    return None if rate is None else round(rate, 4)
 
 
 def run(args: argparse.Namespace) -> int:

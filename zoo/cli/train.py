@@ -68,15 +68,24 @@ def _synthetic(name: str, flavor: str, args: argparse.Namespace) -> tuple[Any, A
             f"run `zoo train {task_flavor} ...`"
         )
     data = synthetic.make(name, seed=args.seed)
+    if args.num_classes is not None and args.num_classes != data.num_classes:
+        raise ValueError(
+            f"synthetic:{name} sets its own classes ({data.num_classes or 'none'}); "
+            "drop --num-classes"
+        )
     train, evaluation = data.batches(args.batch_size, seed=args.seed)
     return train, evaluation, data.tokenizer
 
 
 def _files(scheme: str) -> DataHandler:
     def handler(rest: str, flavor: str, args: argparse.Namespace) -> tuple[Any, Any, Any]:
-        from zoo.cli._datasets import load_task_data
+        from zoo.cli._datasets import load_dataset, load_task_data
+        from zoo.data.specs import check_split
 
-        data = load_task_data(f"{scheme}:{rest}", flavor, args, batch_size=args.batch_size)
+        spec = f"{scheme}:{rest}"
+        dataset = load_dataset(spec, args)
+        check_split(dataset, "train", spec)
+        data = load_task_data(spec, flavor, args, batch_size=args.batch_size, dataset=dataset)
         args.data_num_classes = data.num_classes
         return data.train, data.validation, data.tokenizer
 
@@ -156,6 +165,9 @@ def register(commands) -> None:
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
     parser.add_argument("--accumulate", type=int, default=1, help="micro-batches per step")
     parser.add_argument("--label-smoothing", type=float, help="translator only")
+    parser.add_argument(
+        "--num-classes", type=int, help="classifier: how many classes (default: from the labels)"
+    )
     parser.add_argument("--log-every", type=int, default=10)
     parser.add_argument("--eval-every", type=int, help="default: preset's, else at the end")
     parser.add_argument("--eval-limit", type=int, default=None, help="eval batches per eval")
@@ -176,6 +188,7 @@ def run(args: argparse.Namespace) -> int:
 
     import zoo
     from zoo.cli._build import build_model, check_preset
+    from zoo.cli._run_dir import check_out_dir, check_resume
     from zoo.train import TrainingDiverged
     from zoo.train.freeze import check_freeze, freeze, parse_freeze
 
@@ -184,10 +197,13 @@ def run(args: argparse.Namespace) -> int:
         from zoo.train.plot import check_matplotlib
 
         check_matplotlib()  # before training, not after it
+    out = check_out_dir(args.out)
+    args.tokenizer_given = args.tokenizer is not None  # before the preset's default fills it
     filled = fill_defaults(args, args.preset or "", args.flavor)
     if filled and not args.json:
         shown = ", ".join(f"{name}={value}" for name, value in filled.items())
         print(f"zoo train: defaults: {shown}", file=sys.stderr)
+    check_resume(args, out, zoo.train.latest_checkpoint(out / "checkpoints") is not None)
     model_key, train_key = jax.random.split(jax.random.key(args.seed))
     model, train, evaluation, tokenizer = build_model(args, model_key)
     options = {"label_smoothing": args.label_smoothing} if args.flavor == "translator" else {}
@@ -215,7 +231,6 @@ def run(args: argparse.Namespace) -> int:
         keep=args.keep,
         progress=not args.no_progress,
     )
-    out = Path(args.out)
     try:
         model, history = trainer.fit(
             model,

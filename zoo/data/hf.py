@@ -29,7 +29,13 @@ from zoo.data.batches import BatchSource
 from zoo.data.checks import check_columns, check_not_empty
 from zoo.data.choose import choose_tokenizer
 from zoo.data.options import DataConfig
-from zoo.data.sources import memory_sources, needed_columns, num_classes_of, stream_source
+from zoo.data.sources import (
+    memory_source,
+    memory_sources,
+    needed_columns,
+    num_classes_of,
+    stream_source,
+)
 from zoo.data.splits import AnyData, hold_out, pick_splits
 from zoo.data.tokenizer import Tokenizer
 
@@ -84,6 +90,32 @@ def from_hf(
     splits = {config.train_split: train, validation_name: validation}
     train_source, validation_source, num_classes = memory_sources(splits, chosen, config)
     return TaskData(train_source, validation_source, chosen, config, num_classes)
+
+
+def split_batches(
+    split: datasets.Dataset | datasets.IterableDataset,
+    *,
+    task: str,
+    tokenizer: Tokenizer,
+    split_name: str = "validation",
+    **options: Any,
+) -> BatchSource:
+    """One split's batches in order, every example kept: what evaluating a trained model reads.
+
+    No train split is needed: `tokenizer` is the model's own, and a classifier's `num_classes`
+    comes from `options` (else the label feature, else the labels). `options` are `DataConfig`
+    fields, as for `from_hf`.
+    """
+    config = DataConfig.from_options(task, options)
+    check_columns(split, needed_columns(config), split_name)
+    if not isinstance(split, datasets.IterableDataset):
+        check_not_empty(split, split_name)
+    num_classes = num_classes_of(config, split) if config.task == "classification" else None
+    if isinstance(split, datasets.IterableDataset):
+        return stream_source(split, tokenizer, config, training=False, split_name=split_name,
+                             num_classes=num_classes)  # fmt: skip
+    return memory_source(split, tokenizer, config, split_name=split_name, training=False,
+                         num_classes=num_classes)  # fmt: skip
 
 
 def _as_stream(split: datasets.Dataset | datasets.IterableDataset) -> datasets.IterableDataset:

@@ -67,6 +67,11 @@ class DataConfig:
                 f"validation_split and train_split are both {self.train_split!r}; validating on "
                 "the training examples measures nothing: pick another split or leave it unset"
             )
+        if self.task == "translation" and self.source_column == self.target_column:
+            raise ValueError(
+                f"source_column and target_column are both {self.source_column!r}: the model "
+                "would learn to copy its input; name two columns (--source DE --target EN)"
+            )
         if not 0.0 < self.holdout < 1.0:
             raise ValueError(f"holdout must be a fraction in (0, 1), got {self.holdout}")
         if self.num_classes is not None and self.num_classes < 1:

@@ -15,6 +15,7 @@ the last, smaller batch kept so that every example is evaluated.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 
 import datasets
@@ -34,6 +35,8 @@ from zoo.data.streaming import (
     packed_stream_batches,
 )
 from zoo.data.tokenizer import Tokenizer
+
+logger = logging.getLogger(__name__)
 
 
 def task_fields(config: DataConfig, tokenizer: Tokenizer) -> tuple[Field, ...]:
@@ -99,7 +102,36 @@ def num_classes_of(config: DataConfig, train: datasets.Dataset | datasets.Iterab
             "is not a ClassLabel (its labels cannot be scanned in advance); pass num_classes=..."
         )
     labels = label_values(column_values(train, config.label_column), config.label_column, "train")
-    return int(labels.max()) + 1
+    return classes_from_labels(labels, config.label_column, config.train_split)
+
+
+def classes_from_labels(labels: np.ndarray, column: str, split_name: str) -> int:
+    """`max(label) + 1`, refused when classes in between have no example (a stray label would
+    add outputs that never train) and warned about when there is one class only."""
+    present = labels[labels >= 0]  # negative labels are refused later, by check_labels
+    counts = np.bincount(present) if present.size else np.zeros(1, np.int64)
+    shown = {label: int(count) for label, count in enumerate(counts) if count}
+    num_classes = len(counts)
+    if len(shown) == 1:
+        logger.warning(
+            "the %r split has one class (label counts %s): a classifier learns nothing from it; "
+            "check %r is the label column, and state the number of classes with num_classes=N "
+            "(zoo train --num-classes N)",
+            split_name,
+            shown,
+            column,
+        )
+        return num_classes
+    empty = np.flatnonzero(counts == 0).tolist()
+    if empty:
+        listed = empty[:10] + (["..."] if len(empty) > 10 else [])
+        raise DataError(
+            f"labels in column {column!r} of the {split_name!r} split are {shown}: classes "
+            f"{listed} have no example, so the model would get {num_classes} outputs; fix the "
+            f"stray labels, or state the number of classes with num_classes={num_classes} "
+            f"(zoo train --num-classes {num_classes}) if there really are that many"
+        )
+    return num_classes
 
 
 def memory_sources(
@@ -108,37 +140,50 @@ def memory_sources(
     """(train, validation, num_classes) from `splits`: {train name: train, validation name: ...}."""
     if len(splits) != 2:
         raise ValueError(f"expected a train and a validation split, got {list(splits)}")
-    fields = task_fields(config, tokenizer)
     train = next(iter(splits.values()))
     num_classes = num_classes_of(config, train) if config.task == "classification" else None
-    sources: list[BatchSource] = []
-    for index, (name, split) in enumerate(splits.items()):
-        training = index == 0
-        extras = {}
-        if num_classes is not None:
-            values = column_values(split, config.label_column)
-            labels = label_values(values, config.label_column, name)
-            check_labels(labels, num_classes, config.label_column, name)
-            extras["labels"] = labels
-        encoded = encode_split(
-            split, fields, split_name=name, truncate_long=config.truncate, num_proc=config.num_proc
-        )
-        if config.task == "language_modeling" and config.packing:
-            sources.append(_packed(encoded["tokens"].flat, tokenizer, config, training, name))
-            continue
-        sources.append(
-            BucketedBatches(
-                encoded,
-                pad_ids={field.name: field.tokenizer.pad_id for field in fields},
-                batch_size=config.batch_size,
-                bucket_lengths=padded_lengths(config),
-                extras=extras,
-                shuffle=training,
-                seed=config.seed,
-                drop_last=training,
-            )
-        )
+    sources = [
+        memory_source(split, tokenizer, config, split_name=name, training=index == 0,
+                      num_classes=num_classes)
+        for index, (name, split) in enumerate(splits.items())
+    ]  # fmt: skip
     return sources[0], sources[1], num_classes
+
+
+def memory_source(
+    split: datasets.Dataset,
+    tokenizer: Tokenizer,
+    config: DataConfig,
+    *,
+    split_name: str,
+    training: bool,
+    num_classes: int | None,
+) -> BatchSource:
+    """One split's batches: shuffled, bucketed (or packed) and full when `training`; else in
+    order with the last, smaller batch kept."""
+    fields = task_fields(config, tokenizer)
+    extras = {}
+    if num_classes is not None:
+        values = column_values(split, config.label_column)
+        labels = label_values(values, config.label_column, split_name)
+        check_labels(labels, num_classes, config.label_column, split_name)
+        extras["labels"] = labels
+    encoded = encode_split(
+        split, fields, split_name=split_name, truncate_long=config.truncate,
+        num_proc=config.num_proc,
+    )  # fmt: skip
+    if config.task == "language_modeling" and config.packing:
+        return _packed(encoded["tokens"].flat, tokenizer, config, training, split_name)
+    return BucketedBatches(
+        encoded,
+        pad_ids={field.name: field.tokenizer.pad_id for field in fields},
+        batch_size=config.batch_size,
+        bucket_lengths=padded_lengths(config),
+        extras=extras,
+        shuffle=training,
+        seed=config.seed,
+        drop_last=training,
+    )
 
 
 def _packed(

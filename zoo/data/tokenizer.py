@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 import importlib
 import json
+import logging
 import os
 import tempfile
 from collections.abc import Iterable, Sequence
@@ -20,6 +21,8 @@ import numpy as np
 import numpy.typing as npt
 
 TOKENIZER_FILE = "zoo_tokenizer.json"  # not "tokenizer.json": that is HF's fast-tokenizer file
+UNKNOWN_WARNING_RATE = 0.1  # warn when more than this fraction of a text's tokens is <unk>
+logger = logging.getLogger(__name__)
 _KINDS: dict[str, type[Tokenizer]] = {}
 # Kinds defined outside zoo.data, registered when their module is first imported.
 _KIND_MODULES = {"hf": "zoo.interop.tokenizer", "tokenizer.json": "zoo.interop.fast_tokenizer"}
@@ -167,6 +170,31 @@ def _required(value: int | None, name: str) -> int:
     return value
 
 
+def unknown_rate(tokenizer: Tokenizer, texts: Iterable[str]) -> float | None:
+    """The fraction of the tokens of `texts` that are `unk_id`; None for a tokenizer without one
+    (byte-level BPE such as tiktoken encodes any text)."""
+    unk = tokenizer.unk_id
+    if unk is None:
+        return None
+    rows = tokenizer.encode_many(list(texts))
+    total = sum(len(row) for row in rows)
+    return sum(row.count(unk) for row in rows) / total if total else 0.0
+
+
+def warn_unknown(tokenizer: Tokenizer, texts: Iterable[str], what: str) -> float | None:
+    """`unknown_rate`, logged as a warning over `UNKNOWN_WARNING_RATE` (`what` names the texts)."""
+    rate = unknown_rate(tokenizer, texts)
+    if rate is not None and rate > UNKNOWN_WARNING_RATE:
+        logger.warning(
+            "%.0f%% of the tokens of %s are unknown to the tokenizer (<unk>): the text is mostly "
+            "outside the vocabulary the model was trained on (another language, casing or "
+            "corpus?), so its outputs on it mean little",
+            100 * rate,
+            what,
+        )
+    return rate
+
+
 def write_text_atomic(path: Path, text: str) -> None:
     """Write a text file so that a crash never leaves it half-written."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
@@ -175,13 +203,28 @@ def write_text_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def read_json_file(path: Path, *, fix: str) -> dict[str, Any]:
+    """The JSON object in `path`; a truncated or garbled file is named as damaged, with `fix`."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path} is damaged (not valid JSON: {error}); {fix}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} is damaged (a JSON {type(data).__name__}, not an object); {fix}")
+    return data
+
+
 def load_tokenizer(directory: str | os.PathLike) -> Tokenizer:
     """Load the tokenizer saved in `directory/zoo_tokenizer.json`."""
     path = Path(directory) / TOKENIZER_FILE
     if not path.is_file():
         raise FileNotFoundError(f"no {TOKENIZER_FILE} in {directory}")
-    data = json.loads(path.read_text(encoding="utf-8"))
-    return tokenizer_from_dict(data, source=str(path), directory=Path(directory))
+    fix = "save the model again with its tokenizer (zoo.save(model, dir, tokenizer=...))"
+    data = read_json_file(path, fix=fix)
+    try:
+        return tokenizer_from_dict(data, source=str(path), directory=Path(directory))
+    except (KeyError, TypeError) as error:
+        raise ValueError(f"{path} is damaged (missing or wrong entry {error}); {fix}") from None
 
 
 def tokenizer_to_dict(tokenizer: Tokenizer) -> dict[str, Any]:

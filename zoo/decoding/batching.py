@@ -21,6 +21,14 @@ def pad_batch(
 
     With `ragged=True` (the caller knows each row's length) a model without `pad_id` pads with 0.
     """
+    if isinstance(token_batch, str) or (
+        isinstance(token_batch, list | tuple) and any(isinstance(row, str) for row in token_batch)
+    ):
+        raise TypeError(
+            f"{what} are text, but this function takes token ids; for text use "
+            "zoo.decoding.text (generate_texts, translate_texts, classify_texts) with the "
+            "model's tokenizer, or the `zoo generate` / `zoo translate` commands"
+        )
     if isinstance(token_batch, list | tuple):
         rows = [np.asarray(row, dtype=np.int64).reshape(-1) for row in token_batch]
         if not rows:

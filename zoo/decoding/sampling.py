@@ -6,6 +6,7 @@ The filter numbers travel as arrays, so changing `temperature`, `top_k` or `top_
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from numbers import Integral
 
@@ -23,8 +24,10 @@ class SamplingSettings:
     top_p: float | None = None  # keep the smallest set of tokens whose probability reaches p
 
     def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0 (0 is greedy), got {self.temperature}")
+        if not math.isfinite(self.temperature) or self.temperature < 0:
+            raise ValueError(
+                f"temperature must be a finite number >= 0 (0 is greedy), got {self.temperature}"
+            )
         if self.top_k is not None and (not isinstance(self.top_k, Integral) or self.top_k < 1):
             raise ValueError(f"top_k must be a positive integer or None, got {self.top_k!r}")
         if self.top_p is not None and not 0.0 < self.top_p <= 1.0:

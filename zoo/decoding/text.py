@@ -13,7 +13,7 @@ import numpy as np
 from jaxtyping import PRNGKeyArray
 
 from zoo.data.pair import source_tokenizer, target_tokenizer
-from zoo.data.tokenizer import Tokenizer
+from zoo.data.tokenizer import Tokenizer, warn_unknown
 from zoo.decoding.classify import classify
 from zoo.decoding.generate import generate
 from zoo.decoding.translate import translate
@@ -26,6 +26,9 @@ def encode_texts(
     """Right-padded `[len(texts), longest]` ids; longer than `limit` is an error or cut."""
     if not texts:
         raise ValueError("no texts given")
+    blank = [index for index, text in enumerate(texts) if not text.strip()]
+    if blank:
+        raise ValueError(f"text {blank[0]} is empty; give some text (an empty string has no words)")
     rows = [tokenizer.encode(text, **special) for text in texts]
     if truncate:
         rows = [row[:limit] for row in rows]
@@ -58,6 +61,7 @@ def generate_texts(
     """Each prompt's continuation, decoded (the prompt itself not repeated)."""
     limit = model.config.max_positions - max_new_tokens
     batch = encode_texts(tokenizer, prompts, limit)
+    warn_unknown(tokenizer, prompts, "the prompts")
     lengths = np.array([len(tokenizer.encode(p)) for p in prompts], np.int32)
     tokens = generate(
         model,
@@ -84,6 +88,7 @@ def translate_texts(
     """Each source sentence translated and detokenized through the target tokenizer."""
     source = source_tokenizer(tokenizer)
     batch = encode_texts(source, sources, model.config.max_positions, add_eos=True)
+    warn_unknown(source, sources, "the source texts")
     max_len = min(max_len, model.config.max_positions - 1)
     tokens = translate(
         model, batch, beam_size=beam_size, length_penalty=length_penalty, max_len=max_len
@@ -100,4 +105,5 @@ def classify_texts(model: Classifier, tokenizer: Tokenizer, texts: Sequence[str]
     add_bos = tokenizer.bos_id is not None
     limit = model.config.max_positions
     batch = encode_texts(tokenizer, texts, limit, truncate=True, add_bos=add_bos)
+    warn_unknown(tokenizer, texts, "the texts")
     return np.asarray(classify(model, batch))

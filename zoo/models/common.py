@@ -21,6 +21,11 @@ def check_tokens(
     tokens: Array, *, vocab_size: int, max_positions: int, name: str = "tokens"
 ) -> Int[Array, " seq"]:
     """Check rank, length and id range of one example's token ids (id range also under jit)."""
+    if not hasattr(tokens, "ndim"):
+        raise TypeError(
+            f"{name} must be a JAX array of token ids, got a {type(tokens).__name__}; "
+            f"wrap it: jnp.asarray({name}), or for text encode it with the model's tokenizer first"
+        )
     if tokens.ndim != 1:
         raise ValueError(
             f"{name} must be Int[Array, 'seq'] (one example), got shape {tuple(tokens.shape)}; "

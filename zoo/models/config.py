@@ -64,6 +64,7 @@ class TransformerConfig:
     dtype: str = "float32"  # parameter dtype
 
     def __post_init__(self) -> None:
+        self._check_no_bools()
         positive = ("vocab_size", "d_model", "num_heads", "num_layers", "d_ff", "max_positions")
         for name in positive:
             value = getattr(self, name)
@@ -140,6 +141,20 @@ class TransformerConfig:
                 "llama3 rope scaling needs 0 < rope_low_freq_factor < rope_high_freq_factor, got "
                 f"{self.rope_low_freq_factor} and {self.rope_high_freq_factor}"
             )
+
+    def _check_no_bools(self) -> None:
+        """A bool is an int to Python (`num_layers=True` is 1 layer): refuse it for number fields."""
+        for field in dataclasses.fields(self):
+            kind = str(field.type)
+            value = getattr(self, field.name)
+            if (
+                isinstance(value, bool)
+                and "bool" not in kind
+                and ("int" in kind or "float" in kind)
+            ):
+                raise ValueError(
+                    f"{field.name}={value!r} is a bool; {field.name} takes a number ({kind})"
+                )
 
     def _check_token_id(self, name: str, value: int | None, vocab: int | None = None) -> None:
         vocab = self.vocab_size if vocab is None else vocab
@@ -245,8 +260,7 @@ class TransformerConfig:
             raise ValueError(f"unknown {cls.__name__} field(s) {unknown}")
         # JSON has no tuples: list fields (stop_ids) come back as the tuples configs hold
         fields: dict[str, Any] = {
-            name: tuple(value) if isinstance(value, list) else value
-            for name, value in data.items()
+            name: tuple(value) if isinstance(value, list) else value for name, value in data.items()
         }
         return cls(**fields)
 

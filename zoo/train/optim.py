@@ -109,6 +109,21 @@ def decay_mask(params: Any) -> Any:
     return jax.tree_util.tree_map(mark, params, is_leaf=lambda node: isinstance(node, Linear))
 
 
+def _check_number(
+    name: str, value: float, *, minimum: float, inclusive: bool = True, off: str = ""
+) -> None:
+    """`value` is a finite number above `minimum` (or equal to it when `inclusive`).
+
+    NaN passes every `<` test and a negative clip norm or weight decay flips the update's sign,
+    so each would train silently wrong.
+    """
+    ok = math.isfinite(value) and (value >= minimum if inclusive else value > minimum)
+    if not ok:
+        bound = f">= {minimum:g}" if inclusive else f"> {minimum:g}"
+        hint = f" ({off})" if off else ""
+        raise ValueError(f"{name} must be a finite number {bound}{hint}, got {value}")
+
+
 class Optimizer(NamedTuple):
     """An optax transformation (`init`, `update`) that also knows its learning-rate schedule.
 
@@ -140,8 +155,16 @@ def adamw(
     or "constant" (the default without warmup). `clip_norm=None` turns clipping off. The paper
     used `b2=0.98, eps=1e-9`.
     """
-    if lr <= 0:
-        raise ValueError(f"lr must be positive, got {lr}")
+    _check_number("lr", lr, minimum=0.0, inclusive=False)
+    _check_number("weight_decay", weight_decay, minimum=0.0)
+    if clip_norm is not None:
+        _check_number(
+            "clip_norm",
+            clip_norm,
+            minimum=0.0,
+            inclusive=False,
+            off="None, or --clip-norm 0, turns clipping off",
+        )
     if warmup < 0:
         raise ValueError(f"warmup must be >= 0, got {warmup}")
     if schedule is None:

@@ -7,7 +7,6 @@ gives a classifier a new, freshly initialised head when the data has another num
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -16,19 +15,11 @@ import equinox as eqx
 import jax
 from jaxtyping import PRNGKeyArray
 
-from zoo.serialize import path_name
+from zoo.models import flavor_of as zoo_flavor
+from zoo.serialize import is_zoo_folder, path_name
 
 logger = logging.getLogger(__name__)
-
-
-def _is_zoo_dir(folder: Path) -> bool:
-    config = folder / "config.json"
-    if not config.is_file():
-        return False
-    try:
-        return "flavor" in json.loads(config.read_text())
-    except json.JSONDecodeError:
-        return False
+GPT2_VOCAB_SIZE = 50257  # GPT-2's BPE vocabulary: tiktoken's gpt2 encoding, no files needed
 
 
 def load_init(path: str) -> tuple[eqx.Module, Any]:
@@ -37,10 +28,11 @@ def load_init(path: str) -> tuple[eqx.Module, Any]:
     from zoo.serialize import load_with_tokenizer
 
     folder = Path(path)
-    if folder.is_dir() and _is_zoo_dir(folder):
+    if folder.is_dir() and is_zoo_folder(folder):
         return load_with_tokenizer(folder)
     if folder.is_dir():
-        return zoo.from_pretrained(str(folder), return_tokenizer=True)
+        model = zoo.from_pretrained(str(folder))
+        return model, folder_tokenizer(folder, model)
     looks_local = path.startswith((".", "/", "~")) or path.count("/") > 1 or folder.suffix
     if looks_local or folder.exists():
         raise FileNotFoundError(
@@ -48,6 +40,23 @@ def load_init(path: str) -> tuple[eqx.Module, Any]:
             "or `zoo.save`, a HuggingFace checkpoint folder, or a hub name such as gpt2"
         )
     return zoo.from_pretrained(path, return_tokenizer=True)
+
+
+def folder_tokenizer(folder: Path, model: eqx.Module) -> Any:
+    """The tokenizer of a HuggingFace checkpoint folder, None when it has no tokenizer files.
+
+    GPT-2's own vocabulary needs no files (it is tiktoken's gpt2 encoding); any other model
+    without them gets None rather than a tokenizer guessed by `transformers`.
+    """
+    from zoo.data.tokenizer import TOKENIZER_FILE
+    from zoo.interop.files import TOKENIZER_PATTERNS
+    from zoo.interop.tokenizer import pretrained_tokenizer
+
+    patterns = [*TOKENIZER_PATTERNS, TOKENIZER_FILE]
+    has_files = any(next(folder.glob(pattern), None) is not None for pattern in patterns)
+    config = model.config  # type: ignore[attr-defined]
+    gpt2_vocabulary = zoo_flavor(model) == "gpt" and config.vocab_size == GPT2_VOCAB_SIZE
+    return pretrained_tokenizer(folder) if has_files or gpt2_vocabulary else None
 
 
 def with_classes(model: eqx.Module, num_classes: int, *, key: PRNGKeyArray) -> eqx.Module:
