@@ -176,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
 
     import zoo
     from zoo.cli._build import build_model, check_preset
-    from zoo.train import TrainingDiverged
+    from zoo.train import Terminated, TrainingDiverged
     from zoo.train.freeze import check_freeze, freeze, parse_freeze
 
     check_preset(args)
@@ -228,6 +228,9 @@ def run(args: argparse.Namespace) -> int:
     except TrainingDiverged as error:
         print(f"zoo train: {error}", file=sys.stderr)
         return 1
+    except Terminated as stop:
+        print("zoo train: terminated (SIGTERM); continue with --resume", file=sys.stderr)
+        return stop.exit_status
     except KeyboardInterrupt:
         print("zoo train: interrupted; continue with --resume", file=sys.stderr)
         return 130

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 from zoo.tasks.base import Stats
 from zoo.train import checkpoint as ckpt
 from zoo.train.history import History, MetricsLog, Progress, clean
-from zoo.train.interrupts import StepBoundaryInterrupts
+from zoo.train.interrupts import HeldInterrupts, Terminated
 
 
 def _fresh_copy(model: eqx.Module) -> eqx.Module:
@@ -62,6 +62,7 @@ class TrainingRun:
         self.compile_seconds = 0.0
         self.clock = time.perf_counter()
         self.last_eval = self.last_saved = -1
+        self.interrupts = HeldInterrupts()
         if self.last_checkpoint is not None:  # resumed: that state is saved and maybe evaluated
             self.last_saved = self.start
             if any(r["split"] == "eval" and r["step"] == self.start for r in self.history.rows):
@@ -132,30 +133,33 @@ class TrainingRun:
         )
         self.progress = progress
         started = time.perf_counter()
-        interrupts = StepBoundaryInterrupts()
-        try:
-            for step in range(self.start, self.steps):
-                with interrupts:
+        # Ctrl-C and SIGTERM wait for the step or checkpoint write in progress (see interrupts).
+        with self.interrupts as interrupts:
+            try:
+                for step in range(self.start, self.steps):
+                    interrupts.check()
                     self._one_step(step)
-                interrupts.check()
-                progress.advance()
-                if self.done % trainer.log_every == 0:
-                    self.flush()
-                if trainer.eval_every and self.done % trainer.eval_every == 0:
+                    interrupts.check()
+                    progress.advance()
+                    if self.done % trainer.log_every == 0:
+                        self.flush()
+                    if trainer.eval_every and self.done % trainer.eval_every == 0:
+                        self.evaluate()
+                    if trainer.checkpoint_every and self.done % trainer.checkpoint_every == 0:
+                        self.save()
+                self.flush()
+                if self.last_eval != self.done:
                     self.evaluate()
-                if trainer.checkpoint_every and self.done % trainer.checkpoint_every == 0:
+                if self.last_saved != self.done:
                     self.save()
-            self.flush()
-            if self.last_eval != self.done:
-                self.evaluate()
-            if self.last_saved != self.done:
-                self.save()
-        except KeyboardInterrupt:
-            self._save_on_interrupt()
-            raise
-        finally:
-            progress.close()
-        self._finish(time.perf_counter() - started)
+                interrupts.check()
+            except KeyboardInterrupt as interrupt:
+                self._save_on_interrupt(interrupt)
+                raise
+            finally:
+                progress.close()
+            self._finish(time.perf_counter() - started)
+            interrupts.check()  # a signal during the export: everything is saved, stop now
         return self.model, self.history
 
     def _one_step(self, step: int) -> None:
@@ -230,9 +234,10 @@ class TrainingRun:
         if self.eval_batches is None:
             return
         started = time.perf_counter()
-        summary = self.trainer.evaluate(
-            self.model, self.eval_batches, limit=self.trainer.eval_limit
-        )
+        with self.interrupts.immediate():  # evaluation donates nothing: stop at once
+            summary = self.trainer.evaluate(
+                self.model, self.eval_batches, limit=self.trainer.eval_limit
+            )
         elapsed = time.perf_counter() - started
         rate = summary["tokens"] / elapsed if elapsed > 0 else None
         self._record("eval", self.done, summary, rate, None)
@@ -240,8 +245,8 @@ class TrainingRun:
 
     def save(self) -> None:
         self.flush()  # never save a state whose loss was not checked
-        self.last_saved = self.done
         if self.checkpoint_dir is None:
+            self.last_saved = self.done
             return
         extra = {
             "task": repr(self.task),
@@ -258,9 +263,11 @@ class TrainingRun:
             extra=extra,
             keep=self.trainer.keep,
         )
+        # Only now: a write cut short (a second Ctrl-C) is written again by _save_on_interrupt.
+        self.last_saved = self.done
         self.clock = time.perf_counter()
 
-    def _save_on_interrupt(self) -> None:
+    def _save_on_interrupt(self, interrupt: KeyboardInterrupt) -> None:
         if self.checkpoint_dir is None or self.last_saved == self.done:
             return
         try:
@@ -268,10 +275,8 @@ class TrainingRun:
         except RuntimeError as error:  # interrupted inside a step: its inputs were donated
             warnings.warn(f"could not save on interrupt ({error})", stacklevel=3)
             return
-        print(
-            f"interrupted: saved {self.last_checkpoint}; continue with resume=True",
-            file=sys.stderr,
-        )
+        cause = "terminated (SIGTERM)" if isinstance(interrupt, Terminated) else "interrupted"
+        print(f"{cause}: saved {self.last_checkpoint}; continue with resume=True", file=sys.stderr)
 
     def _finish(self, wall_seconds: float) -> None:
         trained = self.done - self.start

@@ -57,8 +57,8 @@ class Trainer:
       loss is checked for NaN/inf (a host sync).
     - `eval_every`: steps between evaluations (None: only at the end); `eval_limit`: at most
       this many eval batches per evaluation (None: all of `len(eval_batches)`).
-    - `checkpoint_every`: steps between checkpoints (None: only at the end and on Ctrl-C);
-      `keep`: how many checkpoints to keep.
+    - `checkpoint_every`: steps between checkpoints (None: only at the end and on Ctrl-C or
+      SIGTERM); `keep`: how many checkpoints to keep.
     - `progress`: show a tqdm bar (only on a terminal).
     """
 
@@ -160,8 +160,8 @@ class Trainer:
         """Train for `steps` optimizer updates in total; returns the trained model and history.
 
         Step `s` trains on `train_batches.batch(s)`. With `checkpoint_dir`, checkpoints go there
-        (every `checkpoint_every` steps, at the end, and on Ctrl-C); `resume=True` continues
-        from the newest one exactly where it stopped (model, optimizer, RNG, data position).
+        (every `checkpoint_every` steps, at the end, and on Ctrl-C or SIGTERM); `resume=True`
+        continues from the newest one exactly where it stopped (model, optimizer, RNG, data position).
         `out_dir` (default: `checkpoint_dir`) receives `metrics.jsonl`, the final model saved
         with `zoo.save` (plus `tokenizer`) and, with `plot=True`, `curves.png`. The model
         passed in is not modified.
