@@ -93,8 +93,24 @@ class TrainingRun:
                 "continue that run with resume=True (zoo train --resume) or train into a new "
                 "directory"
             )
+        saved_model = self._saved_model_files()
+        if existing is None and saved_model:
+            raise ValueError(
+                f"{self.out_dir} already holds a saved model ({', '.join(saved_model)}) and no "
+                "checkpoint to resume from: training would overwrite it. Train into a new "
+                "directory; to start from that model, load it (zoo train --init DIR) and "
+                "write the run elsewhere"
+            )
         if self.plot and self.out_dir is None:
             raise ValueError("plot=True needs out_dir (or checkpoint_dir) to write curves.png")
+
+    def _saved_model_files(self) -> list[str]:
+        """The files of a model saved with `zoo.save` in `out_dir`, which a run would replace."""
+        from zoo.serialize import CONFIG_FILE, WEIGHTS_FILE
+
+        if self.out_dir is None:
+            return []
+        return [name for name in (CONFIG_FILE, WEIGHTS_FILE) if (self.out_dir / name).is_file()]
 
     def _check_batch(self, batch: dict, model: eqx.Module) -> None:
         self.task.check_batch(batch, model)

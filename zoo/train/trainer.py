@@ -13,6 +13,7 @@ from zoo.data.batches import BatchSource
 from zoo.host import tune_host_allocator
 from zoo.tasks.base import Stats, Task
 from zoo.train.history import History
+from zoo.train.lock import RunLock
 from zoo.train.optim import adamw
 from zoo.train.step import check_precision, shared_eval_step, shared_train_step
 
@@ -171,17 +172,19 @@ class Trainer:
         if jax.default_backend() == "cpu":
             # reuse freed step memory (see zoo.host); ZOO_MALLOC_TOP_PAD_MB=0 opts out
             tune_host_allocator()
-        run = TrainingRun(
-            self,
-            model,
-            train_batches,
-            steps=steps,
-            key=key,
-            eval_batches=eval_batches,
-            checkpoint_dir=checkpoint_dir,
-            out_dir=checkpoint_dir if out_dir is None else out_dir,
-            resume=resume,
-            tokenizer=tokenizer,
-            plot=plot,
-        )
-        return run.train()
+        out_dir = checkpoint_dir if out_dir is None else out_dir
+        with RunLock(checkpoint_dir, out_dir):  # one run at a time per directory
+            run = TrainingRun(
+                self,
+                model,
+                train_batches,
+                steps=steps,
+                key=key,
+                eval_batches=eval_batches,
+                checkpoint_dir=checkpoint_dir,
+                out_dir=out_dir,
+                resume=resume,
+                tokenizer=tokenizer,
+                plot=plot,
+            )
+            return run.train()
