@@ -13,27 +13,15 @@ from pathlib import Path
 import jax
 import pytest
 
-import zoo
 from tests.train.helpers import lm_batches
-from zoo.train import Trainer, adamw, list_checkpoints
 from zoo.train import checkpoint as ckpt
+from zoo.train import list_checkpoints
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="module")
-def model():
-    return zoo.create("gpt-tiny", key=jax.random.key(0))
-
-
-@pytest.fixture(scope="module")
-def trainer():
-    return Trainer(zoo.tasks.LanguageModeling(), adamw(3e-3, warmup=3), log_every=1,
-                   checkpoint_every=2, progress=False)  # fmt: skip
-
-
 def test_ctrl_c_during_a_periodic_checkpoint_write_finishes_that_write(
-    tmp_path, model, trainer, monkeypatch
+    tmp_path, tiny_gpt, lm_trainer, monkeypatch
 ):
     real_sync = ckpt._sync_files
 
@@ -43,13 +31,15 @@ def test_ctrl_c_during_a_periodic_checkpoint_write_finishes_that_write(
 
     monkeypatch.setattr(ckpt, "_sync_files", sync_hit_by_ctrl_c)
     with pytest.raises(KeyboardInterrupt):
-        trainer.fit(model, lm_batches(), steps=10, key=jax.random.key(0), checkpoint_dir=tmp_path)
+        lm_trainer.fit(
+            tiny_gpt, lm_batches(), steps=10, key=jax.random.key(0), checkpoint_dir=tmp_path
+        )
     assert [step for step, _ in list_checkpoints(tmp_path)] == [2]
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".step")) == []
 
 
 def test_a_checkpoint_write_cut_short_is_written_again_on_interrupt(
-    tmp_path, model, trainer, monkeypatch
+    tmp_path, tiny_gpt, lm_trainer, monkeypatch
 ):
     real_save = ckpt.save_checkpoint
     calls = []
@@ -62,7 +52,9 @@ def test_a_checkpoint_write_cut_short_is_written_again_on_interrupt(
 
     monkeypatch.setattr(ckpt, "save_checkpoint", save_cut_short_once)
     with pytest.raises(KeyboardInterrupt):
-        trainer.fit(model, lm_batches(), steps=10, key=jax.random.key(0), checkpoint_dir=tmp_path)
+        lm_trainer.fit(
+            tiny_gpt, lm_batches(), steps=10, key=jax.random.key(0), checkpoint_dir=tmp_path
+        )
     assert calls == [2, 2]
     assert [step for step, _ in list_checkpoints(tmp_path)] == [2]
 

@@ -225,7 +225,9 @@ def run(args: argparse.Namespace) -> int:
             tokenizer=tokenizer,
             plot=args.plot,
         )
-    except TrainingDiverged as error:
+    except FileNotFoundError:
+        raise  # a path given on the command line: the usual one-line error
+    except (TrainingDiverged, OSError) as error:  # OSError: e.g. a full disk, file named
         print(f"zoo train: {error}", file=sys.stderr)
         return 1
     except Terminated as stop:

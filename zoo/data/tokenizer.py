@@ -156,11 +156,15 @@ def _required(value: int | None, name: str) -> int:
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    """Write a text file so that a crash never leaves it half-written."""
+    """Write a text file so that a crash never leaves it half-written (nor, on error, a temp)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def load_tokenizer(directory: str | os.PathLike) -> Tokenizer:

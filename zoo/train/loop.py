@@ -26,6 +26,12 @@ def _fresh_copy(model: eqx.Module) -> eqx.Module:
     )
 
 
+def all_finite(model: eqx.Module) -> bool:
+    """Whether every floating-point weight of `model` is finite (one host sync)."""
+    leaves = jax.tree_util.tree_leaves(eqx.filter(model, eqx.is_inexact_array))
+    return bool(jnp.all(jnp.stack([jnp.all(jnp.isfinite(leaf)) for leaf in leaves])))
+
+
 def _shape_signature(batch: dict) -> tuple:
     return tuple(sorted((name, tuple(value.shape)) for name, value in batch.items()))
 
@@ -122,13 +128,13 @@ class TrainingRun:
             )
 
     def _resume(self) -> None:
-        path = ckpt.latest_checkpoint(self.checkpoint_dir)
-        if path is None:
+        found = ckpt.list_checkpoints(self.checkpoint_dir)
+        if not found:
             warnings.warn(
                 f"no checkpoint in {self.checkpoint_dir}: starting from step 0", stacklevel=4
             )
             return
-        saved = ckpt.load_checkpoint(path, model=self.model, opt_state=self.opt_state)
+        saved = self._newest_intact([path for _, path in reversed(found)])
         if saved.meta.get("train_batches") not in (None, len(self.train_batches)):
             warnings.warn(
                 f"the training data has {len(self.train_batches)} batches per epoch but the "
@@ -138,7 +144,29 @@ class TrainingRun:
             )
         self.model, self.opt_state, self.key = saved.model, saved.opt_state, saved.key
         self.start = saved.data_position
-        self.last_checkpoint = path
+        self.last_checkpoint = saved.path
+
+    def _newest_intact(self, newest_first: list[Path]) -> ckpt.Checkpoint:
+        """Load the newest readable checkpoint with finite weights; set the damaged ones aside."""
+        skipped = []
+        for path in newest_first:
+            try:
+                saved = ckpt.load_checkpoint(path, model=self.model, opt_state=self.opt_state)
+                if not all_finite(saved.model):
+                    raise ckpt.CorruptCheckpoint("its weights are not finite (NaN or inf)")
+            except ckpt.CorruptCheckpoint as error:
+                aside = ckpt.set_aside(path)
+                skipped.append(f"{path.name}: {error}")
+                warnings.warn(
+                    f"skipped checkpoint {path.name}: {error}; moved it to {aside.name}",
+                    stacklevel=5,
+                )
+                continue
+            return saved
+        raise ValueError(
+            f"no intact checkpoint in {self.checkpoint_dir} (set aside as *.corrupt: "
+            f"{'; '.join(skipped)}); start a new run in another directory"
+        )
 
     # -- the loop -------------------------------------------------------------------------------
 
