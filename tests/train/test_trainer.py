@@ -6,6 +6,7 @@ import json
 import os
 import signal
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -110,6 +111,39 @@ def test_nan_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(tmp_pat
         latest_checkpoint(tmp_path), model=model, opt_state=trainer.init_optimizer(model)
     )
     assert all(np.isfinite(a).all() for a in params(restored.model).values())
+
+
+def with_an_infinite_weight(model):
+    leaves, treedef = jax.tree_util.tree_flatten(model)
+    first = next(i for i, leaf in enumerate(leaves) if eqx.is_inexact_array(leaf))
+    leaves[first] = leaves[first].at[0].set(jnp.inf)
+    return jax.tree_util.tree_unflatten(treedef, leaves)
+
+
+def test_weights_made_infinite_by_an_update_are_never_checkpointed(tmp_path, model, trainer):
+    checked = sharing(trainer, log_every=1, checkpoint_every=2)
+
+    def step_leaving_inf_weights_at_4(model, opt_state, batch, key, step):
+        model, opt_state, output = trainer.train_step(model, opt_state, batch, key, step)
+        if step + 1 == 4:  # its loss (computed before the update) is finite, the weights not
+            model = with_an_infinite_weight(model)
+        return model, opt_state, output
+
+    checked.train_step = step_leaving_inf_weights_at_4
+    with pytest.raises(TrainingDiverged) as error:
+        checked.fit(model, lm_batches(), steps=10, key=jax.random.key(0), checkpoint_dir=tmp_path)
+    assert str(error.value).startswith(
+        "training stopped at step 4: the weights after this update are not finite (NaN or inf). "
+        f"The last good checkpoint is kept: {tmp_path / 'step_00000002'}."
+    )
+    assert [p.name for p in sorted(tmp_path.glob("step_*"))] == ["step_00000002"]
+    # A non-finite checkpoint (say from an older zoo) is skipped when resuming.
+    ckpt.save_checkpoint(tmp_path, step=4, model=with_an_infinite_weight(model),
+                         opt_state=trainer.init_optimizer(model), key=jax.random.key(0))  # fmt: skip
+    with pytest.warns(UserWarning, match="skipped checkpoint step_00000004: its weights are not"):
+        _, history = trainer.fit(model, lm_batches(), steps=3, key=jax.random.key(0),
+                                 checkpoint_dir=tmp_path, resume=True)  # fmt: skip
+    assert history.summary["resumed_from"] == 2
 
 
 @pytest.mark.parametrize(

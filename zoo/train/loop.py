@@ -289,6 +289,10 @@ class TrainingRun:
 
     def save(self) -> None:
         self.flush()  # never save a state whose loss was not checked
+        if not all_finite(self.model):  # the loss is computed before the update: check after it
+            from zoo.train.trainer import TrainingDiverged
+
+            raise TrainingDiverged.weights(self.done, self.last_checkpoint)
         if self.checkpoint_dir is None:
             self.last_saved = self.done
             return

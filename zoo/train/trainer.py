@@ -28,14 +28,22 @@ class TrainingDiverged(FloatingPointError):
     @classmethod
     def at(cls, step: int, loss: float, grad_norm: float, kept: Any) -> TrainingDiverged:
         """The error for update `step`; `kept` is the last good checkpoint (or None)."""
+        return cls._stopped(step, f"the loss is {loss} and the gradient norm {grad_norm}", kept)
+
+    @classmethod
+    def weights(cls, step: int, kept: Any) -> TrainingDiverged:
+        """Update `step` left non-finite weights (its loss, computed before it, was finite)."""
+        return cls._stopped(step, "the weights after this update are not finite (NaN or inf)", kept)
+
+    @classmethod
+    def _stopped(cls, step: int, what: str, kept: Any) -> TrainingDiverged:
         if kept is not None:
             saved = f"The last good checkpoint is kept: {kept}."
         else:
             saved = "No checkpoint was saved (pass checkpoint_dir to keep them)."
         return cls(
-            f"training stopped at step {step}: the loss is {loss} and the gradient norm "
-            f"{grad_norm}. {saved} Lower the learning rate, lengthen the warmup, keep gradient "
-            "clipping on, or train in fp32.",
+            f"training stopped at step {step}: {what}. {saved} Lower the learning rate, "
+            "lengthen the warmup, keep gradient clipping on, or train in fp32.",
             step,
         )
 
