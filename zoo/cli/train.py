@@ -166,6 +166,13 @@ def register(commands) -> None:
         "--set", action="append", default=[], metavar="FIELD=VALUE", help="model config override"
     )
     parser.add_argument("--plot", action="store_true", help="write DIR/curves.png (matplotlib)")
+    parser.add_argument(
+        "--log",
+        action="append",
+        default=[],
+        choices=("tensorboard", "wandb"),
+        help="also log to TensorBoard (DIR/tensorboard) or W&B (DIR/wandb, offline); repeatable",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_data_options(parser)
     parser.set_defaults(run=run)
@@ -178,8 +185,14 @@ def run(args: argparse.Namespace) -> int:
     from zoo.cli._build import build_model, check_preset
     from zoo.train import Terminated, TrainingDiverged
     from zoo.train.freeze import check_freeze, freeze, parse_freeze
+    from zoo.train.loggers import check_loggers
 
     check_preset(args)
+    try:
+        loggers = check_loggers(args.log)  # before any data is loaded
+    except ImportError as error:
+        print(f"zoo train: error: {error}", file=sys.stderr)
+        return 2
     filled = fill_defaults(args, args.preset or "", args.flavor)
     if filled and not args.json:
         shown = ", ".join(f"{name}={value}" for name, value in filled.items())
@@ -210,6 +223,7 @@ def run(args: argparse.Namespace) -> int:
         checkpoint_every=args.checkpoint_every,
         keep=args.keep,
         progress=not args.no_progress,
+        loggers=loggers,
     )
     out = Path(args.out)
     try:

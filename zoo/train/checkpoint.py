@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -262,3 +263,38 @@ def _read_arrays(path: Path) -> dict[str, np.ndarray]:
         return load_file(str(path))
     except (SafetensorError, OSError) as error:
         raise CorruptCheckpoint(f"{path.name} is unreadable ({error})") from None
+
+
+def all_finite(model: eqx.Module) -> bool:
+    """Whether every floating-point weight of `model` is finite (one host sync)."""
+    leaves = jax.tree_util.tree_leaves(eqx.filter(model, eqx.is_inexact_array))
+    return bool(jnp.all(jnp.stack([jnp.all(jnp.isfinite(leaf)) for leaf in leaves])))
+
+
+def load_newest_intact(
+    found: list[tuple[int, Path]], *, model: eqx.Module, opt_state: Any
+) -> Checkpoint:
+    """The newest of `found` (from `list_checkpoints`) that reads whole with finite weights.
+
+    Each damaged one is set aside (`set_aside`) with a warning that says why; a ValueError when
+    none is intact. A config or optimizer mismatch is not damage: it raises at once.
+    """
+    skipped = []
+    for _, path in reversed(found):
+        try:
+            saved = load_checkpoint(path, model=model, opt_state=opt_state)
+            if not all_finite(saved.model):
+                raise CorruptCheckpoint("its weights are not finite (NaN or inf)")
+        except CorruptCheckpoint as error:
+            aside = set_aside(path)
+            skipped.append(f"{path.name}: {error}")
+            warnings.warn(
+                f"skipped checkpoint {path.name}: {error}; moved it to {aside.name}",
+                stacklevel=5,
+            )
+            continue
+        return saved
+    raise ValueError(
+        f"no intact checkpoint in {found[0][1].parent} (set aside as *.corrupt: "
+        f"{'; '.join(skipped)}); start a new run in another directory"
+    )

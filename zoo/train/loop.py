@@ -13,10 +13,12 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from zoo.serialize import model_config_dict
 from zoo.tasks.base import Stats
 from zoo.train import checkpoint as ckpt
 from zoo.train.history import History, MetricsLog, Progress, clean
 from zoo.train.interrupts import HeldInterrupts, Terminated
+from zoo.train.loggers import Logger, open_loggers
 
 
 def _fresh_copy(model: eqx.Module) -> eqx.Module:
@@ -24,12 +26,6 @@ def _fresh_copy(model: eqx.Module) -> eqx.Module:
     return jax.tree_util.tree_map(
         lambda a: jnp.array(a, copy=True) if eqx.is_array(a) else a, model
     )
-
-
-def all_finite(model: eqx.Module) -> bool:
-    """Whether every floating-point weight of `model` is finite (one host sync)."""
-    leaves = jax.tree_util.tree_leaves(eqx.filter(model, eqx.is_inexact_array))
-    return bool(jnp.all(jnp.stack([jnp.all(jnp.isfinite(leaf)) for leaf in leaves])))
 
 
 def _shape_signature(batch: dict) -> tuple:
@@ -69,6 +65,7 @@ class TrainingRun:
         self.clock = time.perf_counter()
         self.last_eval = self.last_saved = -1
         self.interrupts = HeldInterrupts()
+        self.loggers: list[Logger] = []
         if self.last_checkpoint is not None:  # resumed: that state is saved and maybe evaluated
             self.last_saved = self.start
             if any(r["split"] == "eval" and r["step"] == self.start for r in self.history.rows):
@@ -107,6 +104,11 @@ class TrainingRun:
                 "directory; to start from that model, load it (zoo train --init DIR) and "
                 "write the run elsewhere"
             )
+        if self.out_dir is None and any(isinstance(x, str) for x in self.trainer.loggers):
+            raise ValueError(
+                f"loggers {list(self.trainer.loggers)} write into out_dir: pass out_dir "
+                "(or checkpoint_dir)"
+            )
         if self.plot and self.out_dir is None:
             raise ValueError("plot=True needs out_dir (or checkpoint_dir) to write curves.png")
 
@@ -134,7 +136,7 @@ class TrainingRun:
                 f"no checkpoint in {self.checkpoint_dir}: starting from step 0", stacklevel=4
             )
             return
-        saved = self._newest_intact([path for _, path in reversed(found)])
+        saved = ckpt.load_newest_intact(found, model=self.model, opt_state=self.opt_state)
         if saved.meta.get("train_batches") not in (None, len(self.train_batches)):
             warnings.warn(
                 f"the training data has {len(self.train_batches)} batches per epoch but the "
@@ -145,28 +147,6 @@ class TrainingRun:
         self.model, self.opt_state, self.key = saved.model, saved.opt_state, saved.key
         self.start = saved.data_position
         self.last_checkpoint = saved.path
-
-    def _newest_intact(self, newest_first: list[Path]) -> ckpt.Checkpoint:
-        """Load the newest readable checkpoint with finite weights; set the damaged ones aside."""
-        skipped = []
-        for path in newest_first:
-            try:
-                saved = ckpt.load_checkpoint(path, model=self.model, opt_state=self.opt_state)
-                if not all_finite(saved.model):
-                    raise ckpt.CorruptCheckpoint("its weights are not finite (NaN or inf)")
-            except ckpt.CorruptCheckpoint as error:
-                aside = ckpt.set_aside(path)
-                skipped.append(f"{path.name}: {error}")
-                warnings.warn(
-                    f"skipped checkpoint {path.name}: {error}; moved it to {aside.name}",
-                    stacklevel=5,
-                )
-                continue
-            return saved
-        raise ValueError(
-            f"no intact checkpoint in {self.checkpoint_dir} (set aside as *.corrupt: "
-            f"{'; '.join(skipped)}); start a new run in another directory"
-        )
 
     # -- the loop -------------------------------------------------------------------------------
 
@@ -180,6 +160,12 @@ class TrainingRun:
         # Ctrl-C and SIGTERM wait for the step or checkpoint write in progress (see interrupts).
         with self.interrupts as interrupts:
             try:
+                self.loggers = open_loggers(
+                    trainer.loggers,
+                    self.out_dir,
+                    resumed_from=self.start,
+                    config=self._logged_config(),
+                )
                 for step in range(self.start, self.steps):
                     interrupts.check()
                     self._one_step(step)
@@ -202,6 +188,8 @@ class TrainingRun:
                 raise
             finally:
                 progress.close()
+                for logger in self.loggers:
+                    logger.close()
             self._finish(time.perf_counter() - started)
             interrupts.check()  # a signal during the export: everything is saved, stop now
         return self.model, self.history
@@ -271,6 +259,8 @@ class TrainingRun:
         }
         self.history.rows.append(row)
         self.log.write(row)
+        for logger in self.loggers:
+            logger.log(row)
 
     def evaluate(self) -> None:
         self.flush()
@@ -289,19 +279,16 @@ class TrainingRun:
 
     def save(self) -> None:
         self.flush()  # never save a state whose loss was not checked
-        if not all_finite(self.model):  # the loss is computed before the update: check after it
+        if not ckpt.all_finite(
+            self.model
+        ):  # the loss is computed before the update: check after it
             from zoo.train.trainer import TrainingDiverged
 
             raise TrainingDiverged.weights(self.done, self.last_checkpoint)
         if self.checkpoint_dir is None:
             self.last_saved = self.done
             return
-        extra = {
-            "task": repr(self.task),
-            "precision": self.trainer.precision,
-            "accumulate": self.trainer.accumulate,
-            "train_batches": len(self.train_batches),
-        }
+        extra = self._settings()
         self.last_checkpoint = ckpt.save_checkpoint(
             self.checkpoint_dir,
             step=self.done,
@@ -325,6 +312,24 @@ class TrainingRun:
             return
         cause = "terminated (SIGTERM)" if isinstance(interrupt, Terminated) else "interrupted"
         print(f"{cause}: saved {self.last_checkpoint}; continue with resume=True", file=sys.stderr)
+
+    def _settings(self) -> dict[str, Any]:
+        """The run's settings, kept in each checkpoint and given to experiment loggers."""
+        return {
+            "task": repr(self.task),
+            "precision": self.trainer.precision,
+            "accumulate": self.trainer.accumulate,
+            "train_batches": len(self.train_batches),
+        }
+
+    def _logged_config(self) -> dict[str, Any]:
+        """What an experiment logger records: model config, run settings, steps."""
+        return {
+            **model_config_dict(self.model),
+            **self._settings(),
+            "steps": self.steps,
+            "resumed_from": self.start,
+        }
 
     def _finish(self, wall_seconds: float) -> None:
         trained = self.done - self.start

@@ -14,6 +14,7 @@ from zoo.host import tune_host_allocator
 from zoo.tasks.base import Stats, Task
 from zoo.train.history import History
 from zoo.train.lock import RunLock
+from zoo.train.loggers import check_loggers
 from zoo.train.optim import adamw
 from zoo.train.step import check_precision, shared_eval_step, shared_train_step
 
@@ -69,6 +70,9 @@ class Trainer:
     - `checkpoint_every`: steps between checkpoints (None: only at the end and on Ctrl-C or
       SIGTERM); `keep`: how many checkpoints to keep.
     - `progress`: show a tqdm bar (only on a terminal).
+    - `loggers`: also send the metrics rows to "tensorboard" and/or "wandb" (in `out_dir`; the
+      `tensorboard` / `wandb` extras), or to objects with `log(row)` and `close()`; see
+      `zoo.train.loggers`.
     """
 
     def __init__(
@@ -84,6 +88,7 @@ class Trainer:
         checkpoint_every: int | None = None,
         keep: int = 3,
         progress: bool = True,
+        loggers: Any = (),
     ):
         if not isinstance(task, Task):
             raise TypeError(
@@ -111,6 +116,7 @@ class Trainer:
         self.checkpoint_every = checkpoint_every
         self.keep = keep
         self.progress = progress
+        self.loggers = check_loggers(loggers)
         self.train_step = shared_train_step(
             task, self.optimizer, accumulate=accumulate, precision=precision
         )
