@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import struct
 import sys
+import time
 
 import jax
 import numpy as np
@@ -73,13 +74,13 @@ class Recorder:
         self.closed = True
 
 
-def wandb_history(run_file) -> dict[int, dict[str, float]]:
-    """The history records of an offline `.wandb` file (a LevelDB-style log of protobufs)."""
+def wandb_records(run_file) -> list:
+    """The records of an offline `.wandb` file (a LevelDB-style log of protobufs)."""
     from wandb.proto import wandb_internal_pb2
 
     data, block = run_file.read_bytes(), 32 * 1024
     assert data[:4] == b":W&B"
-    offset, pending, history = 7, b"", {}
+    offset, pending, records = 7, b"", []
     while offset + 7 <= len(data):
         if block - offset % block < 7:  # a block's tail too short for a header is padding
             offset += block - offset % block
@@ -90,15 +91,26 @@ def wandb_history(run_file) -> dict[int, dict[str, float]]:
         pending += data[offset + 7 : offset + 7 + length]
         offset += 7 + length
         if kind in (1, 4):  # a full record, or the last piece of one
-            record = wandb_internal_pb2.Record()
-            record.ParseFromString(pending)
+            records.append(wandb_internal_pb2.Record.FromString(pending))
             pending = b""
-            if record.WhichOneof("record_type") == "history":
-                items = {
-                    item.key or "/".join(item.nested_key): json.loads(item.value_json)
-                    for item in record.history.item
-                }
-                history.setdefault(items["_step"], {}).update(items)
+    return records
+
+
+def wandb_history(run_file) -> dict[int, dict[str, float]]:
+    """Step -> logged values, once W&B's service has written the run's exit record."""
+    deadline = time.monotonic() + 60
+    # run.finish() returns before the separate wandb-core process has flushed the file
+    while not any(r.WhichOneof("record_type") == "exit" for r in wandb_records(run_file)):
+        assert time.monotonic() < deadline, f"{run_file} was not completed"
+        time.sleep(0.2)
+    history: dict[int, dict[str, float]] = {}
+    for record in wandb_records(run_file):
+        if record.WhichOneof("record_type") == "history":
+            items = {
+                item.key or "/".join(item.nested_key): json.loads(item.value_json)
+                for item in record.history.item
+            }
+            history.setdefault(items["_step"], {}).update(items)
     return history
 
 
