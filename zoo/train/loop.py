@@ -279,23 +279,21 @@ class TrainingRun:
 
     def save(self) -> None:
         self.flush()  # never save a state whose loss was not checked
-        if not ckpt.all_finite(
-            self.model
-        ):  # the loss is computed before the update: check after it
+        # A step's loss is computed before its update: check the updated weights too.
+        if not ckpt.all_finite(self.model):
             from zoo.train.trainer import TrainingDiverged
 
             raise TrainingDiverged.weights(self.done, self.last_checkpoint)
         if self.checkpoint_dir is None:
             self.last_saved = self.done
             return
-        extra = self._settings()
         self.last_checkpoint = ckpt.save_checkpoint(
             self.checkpoint_dir,
             step=self.done,
             model=self.model,
             opt_state=self.opt_state,
             key=self.key,
-            extra=extra,
+            extra=self._settings(),
             keep=self.trainer.keep,
         )
         # Only now: a write cut short (a second Ctrl-C) is written again by _save_on_interrupt.
