@@ -89,8 +89,16 @@ def save(
         tensors[name] = np.ascontiguousarray(host)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{WEIGHTS_FILE}.")
     os.close(fd)
-    save_file(tensors, tmp)
-    os.replace(tmp, directory / WEIGHTS_FILE)
+    try:
+        save_file(tensors, tmp)
+        os.replace(tmp, directory / WEIGHTS_FILE)
+    except BaseException as error:
+        Path(tmp).unlink(missing_ok=True)  # a full disk leaves no temp file behind
+        if isinstance(error, OSError):
+            raise OSError(
+                error.errno, f"could not save the model to {directory} ({error.strerror or error})"
+            ) from None
+        raise
     meta = {**model_config_dict(model), "zoo_version": _version(), **(extra or {})}
     if tokenizer is not None:  # load_with_tokenizer checks that the same tokenizer comes back
         meta["tokenizer"] = {"kind": tokenizer.kind, "vocab_size": tokenizer.vocab_size}

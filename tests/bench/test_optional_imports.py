@@ -58,7 +58,10 @@ def test_missing_torch_for_the_peer_is_one_line(monkeypatch, capsys):
     assert zoo.cli.main(["bench", "--preset", "gpt-tiny", "--peer", "torch", "--no-save"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("zoo bench: error: --peer torch needs torch and transformers")
-    assert err.endswith("install them with pip install 'zoo[bench]'") and "\n" not in err
+    assert (
+        err.endswith("install them with pip install 'jax-transformer-zoo[bench]'")
+        and "\n" not in err
+    )
 
 
 def test_missing_matplotlib_stops_zoo_train_plot_before_training(monkeypatch, capsys, tmp_path):
@@ -69,6 +72,6 @@ def test_missing_matplotlib_stops_zoo_train_plot_before_training(monkeypatch, ca
     err = capsys.readouterr().err.strip()
     assert (
         err
-        == "zoo train: error: plotting training curves needs matplotlib: pip install 'zoo[plot]'"
+        == "zoo train: error: plotting training curves needs matplotlib: pip install 'jax-transformer-zoo[plot]'"
     )
     assert not (tmp_path / "run").exists()  # nothing was trained

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 
+import jax
+
 import zoo
 from zoo.cli import main
+from zoo.data import synthetic
 from zoo.data.tokenizer import load_tokenizer
 from zoo.train import list_checkpoints
 
@@ -49,3 +52,19 @@ def test_bad_data_specs_are_explained(tmp_path, capsys):
                     "--steps", "1", "--out", str(tmp_path)]  # fmt: skip
     assert main(wrong_preset) == 2
     assert "preset 'gpt-tiny' is a gpt, not a translator" in capsys.readouterr().err
+
+
+def test_a_fresh_run_refuses_a_folder_holding_a_saved_model(tmp_path, capsys):
+    data = synthetic.make("addition")
+    model = zoo.create("gpt-tiny", key=jax.random.key(0), vocab_size=data.tokenizer.vocab_size)
+    folder = zoo.save(model, tmp_path / "model", tokenizer=data.tokenizer)
+    before = {path.name: path.read_bytes() for path in folder.iterdir()}
+    base = ["train", "gpt", "--data", "synthetic:addition", "--steps", "1", "--no-progress"]
+    for start in (["--init", str(folder)], ["--preset", "gpt-tiny"]):  # --out equal to --init
+        assert main([*base, *start, "--out", str(folder)]) == 2
+        err = capsys.readouterr().err
+        assert "already holds a saved model (config.json, model.safetensors)" in err
+        assert "training would overwrite it. Train into a new directory" in err
+    assert {path.name: path.read_bytes() for path in folder.iterdir() if path.name in before} == (
+        before
+    )

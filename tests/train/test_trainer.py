@@ -6,30 +6,29 @@ import json
 import os
 import signal
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import zoo
+from tests.train.helpers import lm_batches, params, sharing
 from zoo.data.batches import ArrayBatches
 from zoo.data.tokenizer import CharTokenizer
-from zoo.serialize import named_arrays
 from zoo.tasks import LanguageModeling, Stats, Translation
-from zoo.train import Trainer, TrainingDiverged, adamw, latest_checkpoint, load_checkpoint
+from zoo.train import (
+    Terminated,
+    Trainer,
+    TrainingDiverged,
+    adamw,
+    latest_checkpoint,
+    load_checkpoint,
+)
 from zoo.train import checkpoint as ckpt
 from zoo.train.step import StepOutput
 
 TASK = LanguageModeling()
-
-
-def lm_batches(num=64, length=12, seed=0, batch_size=8) -> ArrayBatches:
-    """Random tokens 3..19 with padded tails of random length."""
-    rng = np.random.default_rng(seed)
-    tokens = rng.integers(3, 20, (num, length)).astype(np.int32)
-    lengths = rng.integers(length // 2, length + 1, num)
-    tokens[np.arange(length)[None, :] >= lengths[:, None]] = 0
-    return ArrayBatches({"tokens": tokens}, batch_size, seed=seed)
 
 
 @pytest.fixture(scope="module")
@@ -56,10 +55,6 @@ class Interrupted:
         if step == self.at:
             raise KeyboardInterrupt
         return self.source.batch(step)
-
-
-def params(model):
-    return {name: np.asarray(a) for name, a in named_arrays(model).items()}
 
 
 def test_a_few_steps_reduce_the_loss_and_leave_the_input_model_alone(model, trainer):
@@ -96,13 +91,6 @@ def test_resume_after_ctrl_c_equals_an_uninterrupted_run(tmp_path, model, traine
     assert rows[0]["lr"] == pytest.approx(1e-3)  # warmup: 3e-3 * 1/3
 
 
-def sharing(trainer, **options):
-    """A trainer with other loop options: it reuses `trainer`'s compiled step."""
-    other = Trainer(trainer.task, trainer.optimizer, progress=False, **options)
-    assert other.train_step is trainer.train_step
-    return other
-
-
 def test_nan_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(tmp_path, model, trainer):
     checked = sharing(trainer, log_every=3, checkpoint_every=2)
 
@@ -125,25 +113,68 @@ def test_nan_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(tmp_pat
     assert all(np.isfinite(a).all() for a in params(restored.model).values())
 
 
-def test_ctrl_c_inside_a_step_waits_for_the_step_and_saves_it(tmp_path, model, trainer):
+def with_an_infinite_weight(model):
+    leaves, treedef = jax.tree_util.tree_flatten(model)
+    first = next(i for i, leaf in enumerate(leaves) if eqx.is_inexact_array(leaf))
+    leaves[first] = leaves[first].at[0].set(jnp.inf)
+    return jax.tree_util.tree_unflatten(treedef, leaves)
+
+
+def test_weights_made_infinite_by_an_update_are_never_checkpointed(tmp_path, model, trainer):
+    checked = sharing(trainer, log_every=1, checkpoint_every=2)
+
+    def step_leaving_inf_weights_at_4(model, opt_state, batch, key, step):
+        model, opt_state, output = trainer.train_step(model, opt_state, batch, key, step)
+        if step + 1 == 4:  # its loss (computed before the update) is finite, the weights not
+            model = with_an_infinite_weight(model)
+        return model, opt_state, output
+
+    checked.train_step = step_leaving_inf_weights_at_4
+    with pytest.raises(TrainingDiverged) as error:
+        checked.fit(model, lm_batches(), steps=10, key=jax.random.key(0), checkpoint_dir=tmp_path)
+    assert str(error.value).startswith(
+        "training stopped at step 4: the weights after this update are not finite (NaN or inf). "
+        f"The last good checkpoint is kept: {tmp_path / 'step_00000002'}."
+    )
+    assert [p.name for p in sorted(tmp_path.glob("step_*"))] == ["step_00000002"]
+    # A non-finite checkpoint (say from an older zoo) is skipped when resuming.
+    ckpt.save_checkpoint(tmp_path, step=4, model=with_an_infinite_weight(model),
+                         opt_state=trainer.init_optimizer(model), key=jax.random.key(0))  # fmt: skip
+    with pytest.warns(UserWarning, match="skipped checkpoint step_00000004: its weights are not"):
+        _, history = trainer.fit(model, lm_batches(), steps=3, key=jax.random.key(0),
+                                 checkpoint_dir=tmp_path, resume=True)  # fmt: skip
+    assert history.summary["resumed_from"] == 2
+
+
+@pytest.mark.parametrize(
+    ("signum", "raised", "handler"),
+    [
+        (signal.SIGINT, KeyboardInterrupt, signal.default_int_handler),  # Ctrl-C
+        (signal.SIGTERM, Terminated, signal.SIG_DFL),  # a scheduler's notice before preemption
+    ],
+)
+def test_a_signal_inside_a_step_waits_for_the_step_and_saves_it(
+    tmp_path, model, trainer, signum, raised, handler
+):
     interrupted = sharing(trainer, checkpoint_every=100)
 
-    def step_hit_by_sigint_at_3(model, opt_state, batch, key, step):
-        if step + 1 == 3:  # SIGINT arrives while update 3 runs (its inputs are being donated)
-            os.kill(os.getpid(), signal.SIGINT)
+    def step_hit_by_a_signal_at_3(model, opt_state, batch, key, step):
+        if step + 1 == 3:  # the signal arrives while update 3 runs (its inputs are being donated)
+            os.kill(os.getpid(), signum)
         return trainer.train_step(model, opt_state, batch, key, step)
 
-    interrupted.train_step = step_hit_by_sigint_at_3
-    with pytest.raises(KeyboardInterrupt):
+    interrupted.train_step = step_hit_by_a_signal_at_3
+    with pytest.raises(KeyboardInterrupt) as error:
         interrupted.fit(
             model, lm_batches(), steps=10, key=jax.random.key(0), checkpoint_dir=tmp_path
         )
+    assert error.type is raised
     assert latest_checkpoint(tmp_path).name == "step_00000003"  # update 3 finished and was saved
     restored = load_checkpoint(
         latest_checkpoint(tmp_path), model=model, opt_state=trainer.init_optimizer(model)
     )
     assert restored.data_position == 3
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handler restored
+    assert signal.getsignal(signum) is handler  # handler restored
 
 
 def test_final_model_loads_bit_for_bit_with_its_tokenizer(tmp_path, model, trainer):

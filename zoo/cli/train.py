@@ -178,6 +178,13 @@ def register(commands) -> None:
         "--set", action="append", default=[], metavar="FIELD=VALUE", help="model config override"
     )
     parser.add_argument("--plot", action="store_true", help="write DIR/curves.png (matplotlib)")
+    parser.add_argument(
+        "--log",
+        action="append",
+        default=[],
+        choices=("tensorboard", "wandb"),
+        help="also log to TensorBoard (DIR/tensorboard) or W&B (DIR/wandb, offline); repeatable",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_data_options(parser)
     parser.set_defaults(run=run)
@@ -189,8 +196,9 @@ def run(args: argparse.Namespace) -> int:
     import zoo
     from zoo.cli._build import build_model, check_preset
     from zoo.cli._run_dir import check_out_dir, check_resume
-    from zoo.train import TrainingDiverged
+    from zoo.train import Terminated, TrainingDiverged
     from zoo.train.freeze import check_freeze, freeze, parse_freeze
+    from zoo.train.loggers import check_loggers
 
     check_preset(args)
     if args.plot:
@@ -199,6 +207,11 @@ def run(args: argparse.Namespace) -> int:
         check_matplotlib()  # before training, not after it
     out = check_out_dir(args.out)
     args.tokenizer_given = args.tokenizer is not None  # before the preset's default fills it
+    try:
+        loggers = check_loggers(args.log)  # before any data is loaded
+    except ImportError as error:
+        print(f"zoo train: error: {error}", file=sys.stderr)
+        return 2
     filled = fill_defaults(args, args.preset or "", args.flavor)
     if filled and not args.json:
         shown = ", ".join(f"{name}={value}" for name, value in filled.items())
@@ -230,6 +243,7 @@ def run(args: argparse.Namespace) -> int:
         checkpoint_every=args.checkpoint_every,
         keep=args.keep,
         progress=not args.no_progress,
+        loggers=loggers,
     )
     try:
         model, history = trainer.fit(
@@ -244,9 +258,14 @@ def run(args: argparse.Namespace) -> int:
             tokenizer=tokenizer,
             plot=args.plot,
         )
-    except TrainingDiverged as error:
+    except FileNotFoundError:
+        raise  # a path given on the command line: the usual one-line error
+    except (TrainingDiverged, OSError) as error:  # OSError: e.g. a full disk, file named
         print(f"zoo train: {error}", file=sys.stderr)
         return 1
+    except Terminated as stop:
+        print("zoo train: terminated (SIGTERM); continue with --resume", file=sys.stderr)
+        return stop.exit_status
     except KeyboardInterrupt:
         print("zoo train: interrupted; continue with --resume", file=sys.stderr)
         return 130

@@ -196,11 +196,15 @@ def warn_unknown(tokenizer: Tokenizer, texts: Iterable[str], what: str) -> float
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    """Write a text file so that a crash never leaves it half-written."""
+    """Write a text file so that a crash never leaves it half-written (nor, on error, a temp)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def read_json_file(path: Path, *, fix: str) -> dict[str, Any]:

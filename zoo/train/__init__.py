@@ -17,6 +17,7 @@ from zoo.train.checkpoint import (
     save_checkpoint,
 )
 from zoo.train.history import History
+from zoo.train.interrupts import Terminated
 from zoo.train.optim import (
     SCHEDULES,
     Optimizer,
@@ -37,6 +38,7 @@ __all__ = [
     "Checkpoint",
     "History",
     "Optimizer",
+    "Terminated",
     "Trainer",
     "TrainingDiverged",
     "adamw",

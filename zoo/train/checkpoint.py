@@ -9,7 +9,9 @@ A checkpoint is a directory `step_00000400/` inside the checkpoint directory:
 No pickle: the optimizer state is rebuilt by filling `optimizer.init(params)` (a skeleton of
 the right structure) with the saved arrays. Writing goes to a hidden temporary directory that
 is renamed into place only when complete, so a crash mid-write never leaves a broken newest
-checkpoint; only complete `step_*` directories count.
+checkpoint; only complete `step_*` directories count. A checkpoint damaged later (a truncated
+copy, a full disk during a sync) raises `CorruptCheckpoint`; resuming then sets it aside as
+`step_*.corrupt` and falls back to the newest intact one.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import json
 import os
 import shutil
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +37,10 @@ MODEL_FILE = "model.safetensors"
 OPTIMIZER_FILE = "optimizer.safetensors"
 STATE_FILE = "state.json"
 PREFIX = "step_"
+
+
+class CorruptCheckpoint(ValueError):
+    """A checkpoint whose files cannot be read: truncated, missing or not what was written."""
 
 
 @dataclass
@@ -168,11 +175,30 @@ def save_checkpoint(
         if final.exists():  # the same step saved again (e.g. an interrupted final save)
             shutil.rmtree(final)
         os.replace(staging, final)
-    except BaseException:
+    except BaseException as error:
         shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(error, OSError):  # e.g. a full disk: say what was lost and what is kept
+            kept = latest_checkpoint(directory)
+            raise OSError(
+                error.errno,
+                f"could not write checkpoint {final} ({error.strerror or error}); the newest "
+                f"intact checkpoint is {kept or 'none'}. Free some disk space (or keep fewer "
+                "checkpoints) and continue with resume=True (zoo train --resume)",
+            ) from None
         raise
     _prune(directory, keep)
     return final
+
+
+def set_aside(path: Path) -> Path:
+    """Rename a damaged checkpoint to `step_*.corrupt` so it no longer counts (nor is pruned)."""
+    target = path.with_name(f"{path.name}.corrupt")
+    number = 1
+    while target.exists():
+        number += 1
+        target = path.with_name(f"{path.name}.corrupt{number}")
+    os.replace(path, target)
+    return target
 
 
 def _prune(directory: Path, keep: int | None) -> None:
@@ -189,15 +215,18 @@ def load_checkpoint(path: str | os.PathLike, *, model: eqx.Module, opt_state: An
     """Read checkpoint `path`, filling the structures of `model` and `opt_state`.
 
     `model` must have the saved config (the same preset and overrides); `opt_state` is
-    `optimizer.init(params)` of the same optimizer. Shapes and names are checked.
+    `optimizer.init(params)` of the same optimizer. Shapes and names are checked; files that
+    cannot be read raise `CorruptCheckpoint`.
     """
-    from safetensors.numpy import load_file
-
     path = Path(path)
     state_file = path / STATE_FILE
     if not state_file.is_file():
         raise FileNotFoundError(f"{path} is not a complete checkpoint (no {STATE_FILE})")
-    meta = json.loads(state_file.read_text(encoding="utf-8"))
+    try:
+        meta = json.loads(state_file.read_text(encoding="utf-8"))
+        step, saved_key = int(meta["step"]), _key_from_json(meta["key"])
+    except (ValueError, KeyError, TypeError) as error:
+        raise CorruptCheckpoint(f"{STATE_FILE} is unreadable ({error!r})") from None
     current = model_config_dict(model)
     if meta.get("flavor") != current["flavor"] or meta.get("config") != current["config"]:
         saved = meta.get("config") or {}
@@ -211,20 +240,61 @@ def load_checkpoint(path: str | os.PathLike, *, model: eqx.Module, opt_state: An
             f"{current['flavor']}'s in {differ or ['flavor']}; resume with the same preset "
             "and overrides, or train into a new directory"
         )
-    filled_model = fill(model, load_file(str(path / MODEL_FILE)), str(path / MODEL_FILE))
+    filled_model = fill(model, _read_arrays(path / MODEL_FILE), str(path / MODEL_FILE))
     optimizer_file = path / OPTIMIZER_FILE
+    optimizer_arrays = _read_arrays(optimizer_file)
     try:
-        filled_state = fill_state(opt_state, load_file(str(optimizer_file)), str(optimizer_file))
+        filled_state = fill_state(opt_state, optimizer_arrays, str(optimizer_file))
     except ValueError as error:
         raise ValueError(
             f"{error}. The optimizer state does not match: resume with the same optimizer "
             "settings (schedule, weight decay, clipping) as the saved run"
         ) from None
     return Checkpoint(
-        path=path,
-        step=int(meta["step"]),
-        model=filled_model,
-        opt_state=filled_state,
-        key=_key_from_json(meta["key"]),
-        meta=meta,
+        path=path, step=step, model=filled_model, opt_state=filled_state, key=saved_key, meta=meta
+    )
+
+
+def _read_arrays(path: Path) -> dict[str, np.ndarray]:
+    from safetensors import SafetensorError
+    from safetensors.numpy import load_file
+
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError) as error:
+        raise CorruptCheckpoint(f"{path.name} is unreadable ({error})") from None
+
+
+def all_finite(model: eqx.Module) -> bool:
+    """Whether every floating-point weight of `model` is finite (one host sync)."""
+    leaves = jax.tree_util.tree_leaves(eqx.filter(model, eqx.is_inexact_array))
+    return bool(jnp.all(jnp.stack([jnp.all(jnp.isfinite(leaf)) for leaf in leaves])))
+
+
+def load_newest_intact(
+    found: list[tuple[int, Path]], *, model: eqx.Module, opt_state: Any
+) -> Checkpoint:
+    """The newest of `found` (from `list_checkpoints`) that reads whole with finite weights.
+
+    Each damaged one is set aside (`set_aside`) with a warning that says why; a ValueError when
+    none is intact. A config or optimizer mismatch is not damage: it raises at once.
+    """
+    skipped = []
+    for _, path in reversed(found):
+        try:
+            saved = load_checkpoint(path, model=model, opt_state=opt_state)
+            if not all_finite(saved.model):
+                raise CorruptCheckpoint("its weights are not finite (NaN or inf)")
+        except CorruptCheckpoint as error:
+            aside = set_aside(path)
+            skipped.append(f"{path.name}: {error}")
+            warnings.warn(
+                f"skipped checkpoint {path.name}: {error}; moved it to {aside.name}",
+                stacklevel=5,
+            )
+            continue
+        return saved
+    raise ValueError(
+        f"no intact checkpoint in {found[0][1].parent} (set aside as *.corrupt: "
+        f"{'; '.join(skipped)}); start a new run in another directory"
     )

@@ -6,9 +6,12 @@ import json
 import math
 import os
 import sys
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from zoo.data.tokenizer import write_text_atomic
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -47,16 +50,40 @@ class MetricsLog:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if resume_at is not None and self.path.is_file():
             # Rows after the checkpoint belong to the interrupted attempt: they are redone.
-            lines = self.path.read_text(encoding="utf-8").splitlines()
-            rows = [json.loads(line) for line in lines if line.strip()]
+            rows = read_rows(self.path)
             self.previous = [row for row in rows if row["step"] <= resume_at]
-        self.path.write_text("".join(json.dumps(row) + "\n" for row in self.previous))
+        write_text_atomic(self.path, "".join(json.dumps(row) + "\n" for row in self.previous))
 
     def write(self, row: dict[str, Any]) -> None:
         if self.path is None:
             return
-        with open(self.path, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(row) + "\n")
+        try:
+            with open(self.path, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps(row) + "\n")
+        except OSError as error:  # e.g. a full disk
+            raise OSError(
+                error.errno, f"could not append to {self.path} ({error.strerror or error})"
+            ) from None
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """The rows of a `metrics.jsonl`; a half-written last line (a crash mid-write) is dropped."""
+    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = []
+    for number, line in enumerate(lines, start=1):
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as error:
+            if number == len(lines):
+                warnings.warn(
+                    f"{path}: dropped the half-written last line {number} ({line[:40]!r})",
+                    stacklevel=4,
+                )
+                break
+            raise ValueError(
+                f"{path} line {number} is not JSON ({error}); repair or delete that line"
+            ) from None
+    return rows
 
 
 def clean(value: Any) -> Any:

@@ -13,10 +13,12 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from zoo.serialize import model_config_dict
 from zoo.tasks.base import Stats
 from zoo.train import checkpoint as ckpt
 from zoo.train.history import History, MetricsLog, Progress, clean
-from zoo.train.interrupts import StepBoundaryInterrupts
+from zoo.train.interrupts import HeldInterrupts, Terminated
+from zoo.train.loggers import Logger, open_loggers
 
 
 def _fresh_copy(model: eqx.Module) -> eqx.Module:
@@ -62,6 +64,8 @@ class TrainingRun:
         self.compile_seconds = 0.0
         self.clock = time.perf_counter()
         self.last_eval = self.last_saved = -1
+        self.interrupts = HeldInterrupts()
+        self.loggers: list[Logger] = []
         if self.last_checkpoint is not None:  # resumed: that state is saved and maybe evaluated
             self.last_saved = self.start
             if any(r["split"] == "eval" and r["step"] == self.start for r in self.history.rows):
@@ -92,8 +96,29 @@ class TrainingRun:
                 "continue that run with resume=True (zoo train --resume) or train into a new "
                 "directory"
             )
+        saved_model = self._saved_model_files()
+        if existing is None and saved_model:
+            raise ValueError(
+                f"{self.out_dir} already holds a saved model ({', '.join(saved_model)}) and no "
+                "checkpoint to resume from: training would overwrite it. Train into a new "
+                "directory; to start from that model, load it (zoo train --init DIR) and "
+                "write the run elsewhere"
+            )
+        if self.out_dir is None and any(isinstance(x, str) for x in self.trainer.loggers):
+            raise ValueError(
+                f"loggers {list(self.trainer.loggers)} write into out_dir: pass out_dir "
+                "(or checkpoint_dir)"
+            )
         if self.plot and self.out_dir is None:
             raise ValueError("plot=True needs out_dir (or checkpoint_dir) to write curves.png")
+
+    def _saved_model_files(self) -> list[str]:
+        """The files of a model saved with `zoo.save` in `out_dir`, which a run would replace."""
+        from zoo.serialize import CONFIG_FILE, WEIGHTS_FILE
+
+        if self.out_dir is None:
+            return []
+        return [name for name in (CONFIG_FILE, WEIGHTS_FILE) if (self.out_dir / name).is_file()]
 
     def _check_batch(self, batch: dict, model: eqx.Module) -> None:
         self.task.check_batch(batch, model)
@@ -105,13 +130,13 @@ class TrainingRun:
             )
 
     def _resume(self) -> None:
-        path = ckpt.latest_checkpoint(self.checkpoint_dir)
-        if path is None:
+        found = ckpt.list_checkpoints(self.checkpoint_dir)
+        if not found:
             warnings.warn(
                 f"no checkpoint in {self.checkpoint_dir}: starting from step 0", stacklevel=4
             )
             return
-        saved = ckpt.load_checkpoint(path, model=self.model, opt_state=self.opt_state)
+        saved = ckpt.load_newest_intact(found, model=self.model, opt_state=self.opt_state)
         if saved.meta.get("train_batches") not in (None, len(self.train_batches)):
             warnings.warn(
                 f"the training data has {len(self.train_batches)} batches per epoch but the "
@@ -121,7 +146,7 @@ class TrainingRun:
             )
         self.model, self.opt_state, self.key = saved.model, saved.opt_state, saved.key
         self.start = saved.data_position
-        self.last_checkpoint = path
+        self.last_checkpoint = saved.path
 
     # -- the loop -------------------------------------------------------------------------------
 
@@ -132,30 +157,41 @@ class TrainingRun:
         )
         self.progress = progress
         started = time.perf_counter()
-        interrupts = StepBoundaryInterrupts()
-        try:
-            for step in range(self.start, self.steps):
-                with interrupts:
+        # Ctrl-C and SIGTERM wait for the step or checkpoint write in progress (see interrupts).
+        with self.interrupts as interrupts:
+            try:
+                self.loggers = open_loggers(
+                    trainer.loggers,
+                    self.out_dir,
+                    resumed_from=self.start,
+                    config=self._logged_config(),
+                )
+                for step in range(self.start, self.steps):
+                    interrupts.check()
                     self._one_step(step)
-                interrupts.check()
-                progress.advance()
-                if self.done % trainer.log_every == 0:
-                    self.flush()
-                if trainer.eval_every and self.done % trainer.eval_every == 0:
+                    interrupts.check()
+                    progress.advance()
+                    if self.done % trainer.log_every == 0:
+                        self.flush()
+                    if trainer.eval_every and self.done % trainer.eval_every == 0:
+                        self.evaluate()
+                    if trainer.checkpoint_every and self.done % trainer.checkpoint_every == 0:
+                        self.save()
+                self.flush()
+                if self.last_eval != self.done:
                     self.evaluate()
-                if trainer.checkpoint_every and self.done % trainer.checkpoint_every == 0:
+                if self.last_saved != self.done:
                     self.save()
-            self.flush()
-            if self.last_eval != self.done:
-                self.evaluate()
-            if self.last_saved != self.done:
-                self.save()
-        except KeyboardInterrupt:
-            self._save_on_interrupt()
-            raise
-        finally:
-            progress.close()
-        self._finish(time.perf_counter() - started)
+                interrupts.check()
+            except KeyboardInterrupt as interrupt:
+                self._save_on_interrupt(interrupt)
+                raise
+            finally:
+                progress.close()
+                for logger in self.loggers:
+                    logger.close()
+            self._finish(time.perf_counter() - started)
+            interrupts.check()  # a signal during the export: everything is saved, stop now
         return self.model, self.history
 
     def _one_step(self, step: int) -> None:
@@ -223,6 +259,8 @@ class TrainingRun:
         }
         self.history.rows.append(row)
         self.log.write(row)
+        for logger in self.loggers:
+            logger.log(row)
 
     def evaluate(self) -> None:
         self.flush()
@@ -230,9 +268,10 @@ class TrainingRun:
         if self.eval_batches is None:
             return
         started = time.perf_counter()
-        summary = self.trainer.evaluate(
-            self.model, self.eval_batches, limit=self.trainer.eval_limit
-        )
+        with self.interrupts.immediate():  # evaluation donates nothing: stop at once
+            summary = self.trainer.evaluate(
+                self.model, self.eval_batches, limit=self.trainer.eval_limit
+            )
         elapsed = time.perf_counter() - started
         rate = summary["tokens"] / elapsed if elapsed > 0 else None
         self._record("eval", self.done, summary, rate, None)
@@ -240,27 +279,28 @@ class TrainingRun:
 
     def save(self) -> None:
         self.flush()  # never save a state whose loss was not checked
-        self.last_saved = self.done
+        # A step's loss is computed before its update: check the updated weights too.
+        if not ckpt.all_finite(self.model):
+            from zoo.train.trainer import TrainingDiverged
+
+            raise TrainingDiverged.weights(self.done, self.last_checkpoint)
         if self.checkpoint_dir is None:
+            self.last_saved = self.done
             return
-        extra = {
-            "task": repr(self.task),
-            "precision": self.trainer.precision,
-            "accumulate": self.trainer.accumulate,
-            "train_batches": len(self.train_batches),
-        }
         self.last_checkpoint = ckpt.save_checkpoint(
             self.checkpoint_dir,
             step=self.done,
             model=self.model,
             opt_state=self.opt_state,
             key=self.key,
-            extra=extra,
+            extra=self._settings(),
             keep=self.trainer.keep,
         )
+        # Only now: a write cut short (a second Ctrl-C) is written again by _save_on_interrupt.
+        self.last_saved = self.done
         self.clock = time.perf_counter()
 
-    def _save_on_interrupt(self) -> None:
+    def _save_on_interrupt(self, interrupt: KeyboardInterrupt) -> None:
         if self.checkpoint_dir is None or self.last_saved == self.done:
             return
         try:
@@ -268,10 +308,26 @@ class TrainingRun:
         except RuntimeError as error:  # interrupted inside a step: its inputs were donated
             warnings.warn(f"could not save on interrupt ({error})", stacklevel=3)
             return
-        print(
-            f"interrupted: saved {self.last_checkpoint}; continue with resume=True",
-            file=sys.stderr,
-        )
+        cause = "terminated (SIGTERM)" if isinstance(interrupt, Terminated) else "interrupted"
+        print(f"{cause}: saved {self.last_checkpoint}; continue with resume=True", file=sys.stderr)
+
+    def _settings(self) -> dict[str, Any]:
+        """The run's settings, kept in each checkpoint and given to experiment loggers."""
+        return {
+            "task": repr(self.task),
+            "precision": self.trainer.precision,
+            "accumulate": self.trainer.accumulate,
+            "train_batches": len(self.train_batches),
+        }
+
+    def _logged_config(self) -> dict[str, Any]:
+        """What an experiment logger records: model config, run settings, steps."""
+        return {
+            **model_config_dict(self.model),
+            **self._settings(),
+            "steps": self.steps,
+            "resumed_from": self.start,
+        }
 
     def _finish(self, wall_seconds: float) -> None:
         trained = self.done - self.start

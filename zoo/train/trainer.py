@@ -13,6 +13,8 @@ from zoo.data.batches import BatchSource
 from zoo.host import tune_host_allocator
 from zoo.tasks.base import Stats, Task
 from zoo.train.history import History
+from zoo.train.lock import RunLock
+from zoo.train.loggers import check_loggers
 from zoo.train.optim import adamw
 from zoo.train.step import check_precision, shared_eval_step, shared_train_step
 
@@ -27,14 +29,22 @@ class TrainingDiverged(FloatingPointError):
     @classmethod
     def at(cls, step: int, loss: float, grad_norm: float, kept: Any) -> TrainingDiverged:
         """The error for update `step`; `kept` is the last good checkpoint (or None)."""
+        return cls._stopped(step, f"the loss is {loss} and the gradient norm {grad_norm}", kept)
+
+    @classmethod
+    def weights(cls, step: int, kept: Any) -> TrainingDiverged:
+        """Update `step` left non-finite weights (its loss, computed before it, was finite)."""
+        return cls._stopped(step, "the weights after this update are not finite (NaN or inf)", kept)
+
+    @classmethod
+    def _stopped(cls, step: int, what: str, kept: Any) -> TrainingDiverged:
         if kept is not None:
             saved = f"The last good checkpoint is kept: {kept}."
         else:
             saved = "No checkpoint was saved (pass checkpoint_dir to keep them)."
         return cls(
-            f"training stopped at step {step}: the loss is {loss} and the gradient norm "
-            f"{grad_norm}. {saved} Lower the learning rate, lengthen the warmup, keep gradient "
-            "clipping on, or train in fp32.",
+            f"training stopped at step {step}: {what}. {saved} Lower the learning rate, "
+            "lengthen the warmup, keep gradient clipping on, or train in fp32.",
             step,
         )
 
@@ -57,9 +67,12 @@ class Trainer:
       loss is checked for NaN/inf (a host sync).
     - `eval_every`: steps between evaluations (None: only at the end); `eval_limit`: at most
       this many eval batches per evaluation (None: all of `len(eval_batches)`).
-    - `checkpoint_every`: steps between checkpoints (None: only at the end and on Ctrl-C);
-      `keep`: how many checkpoints to keep.
+    - `checkpoint_every`: steps between checkpoints (None: only at the end and on Ctrl-C or
+      SIGTERM); `keep`: how many checkpoints to keep.
     - `progress`: show a tqdm bar (only on a terminal).
+    - `loggers`: also send the metrics rows to "tensorboard" and/or "wandb" (in `out_dir`; the
+      `tensorboard` / `wandb` extras), or to objects with `log(row)` and `close()`; see
+      `zoo.train.loggers`.
     """
 
     def __init__(
@@ -75,6 +88,7 @@ class Trainer:
         checkpoint_every: int | None = None,
         keep: int = 3,
         progress: bool = True,
+        loggers: Any = (),
     ):
         if not isinstance(task, Task):
             raise TypeError(
@@ -102,6 +116,7 @@ class Trainer:
         self.checkpoint_every = checkpoint_every
         self.keep = keep
         self.progress = progress
+        self.loggers = check_loggers(loggers)
         self.train_step = shared_train_step(
             task, self.optimizer, accumulate=accumulate, precision=precision
         )
@@ -160,8 +175,8 @@ class Trainer:
         """Train for `steps` optimizer updates in total; returns the trained model and history.
 
         Step `s` trains on `train_batches.batch(s)`. With `checkpoint_dir`, checkpoints go there
-        (every `checkpoint_every` steps, at the end, and on Ctrl-C); `resume=True` continues
-        from the newest one exactly where it stopped (model, optimizer, RNG, data position).
+        (every `checkpoint_every` steps, at the end, and on Ctrl-C or SIGTERM); `resume=True`
+        continues from the newest one exactly where it stopped (model, optimizer, RNG, data position).
         `out_dir` (default: `checkpoint_dir`) receives `metrics.jsonl`, the final model saved
         with `zoo.save` (plus `tokenizer`) and, with `plot=True`, `curves.png`. The model
         passed in is not modified.
@@ -171,17 +186,19 @@ class Trainer:
         if jax.default_backend() == "cpu":
             # reuse freed step memory (see zoo.host); ZOO_MALLOC_TOP_PAD_MB=0 opts out
             tune_host_allocator()
-        run = TrainingRun(
-            self,
-            model,
-            train_batches,
-            steps=steps,
-            key=key,
-            eval_batches=eval_batches,
-            checkpoint_dir=checkpoint_dir,
-            out_dir=checkpoint_dir if out_dir is None else out_dir,
-            resume=resume,
-            tokenizer=tokenizer,
-            plot=plot,
-        )
-        return run.train()
+        out_dir = checkpoint_dir if out_dir is None else out_dir
+        with RunLock(checkpoint_dir, out_dir):  # one run at a time per directory
+            run = TrainingRun(
+                self,
+                model,
+                train_batches,
+                steps=steps,
+                key=key,
+                eval_batches=eval_batches,
+                checkpoint_dir=checkpoint_dir,
+                out_dir=out_dir,
+                resume=resume,
+                tokenizer=tokenizer,
+                plot=plot,
+            )
+            return run.train()
