@@ -58,6 +58,19 @@ LLAMA_DEFAULTS: dict[str, Any] = dict(
 ROPE_TYPES = {"default": None, "linear": "linear", "llama3": "llama3"}
 
 
+def biases(config: GPTConfig) -> tuple[bool, bool, bool]:
+    """Whether the q/k/v projections, the attention output and the MLP have biases."""
+
+    def resolved(value: bool | None) -> bool:
+        return config.use_bias if value is None else value
+
+    return (
+        resolved(config.qkv_bias),
+        resolved(config.attention_output_bias),
+        resolved(config.feed_forward_bias),
+    )
+
+
 class LlamaFamily(Architecture[GPTConfig]):
     """What the four decoder families share; subclasses set names and their switches."""
 
@@ -189,13 +202,7 @@ class LlamaFamily(Architecture[GPTConfig]):
             embedding_norm=False,
             scale_embeddings=False,
         )
-        qkv_bias = config.use_bias if config.qkv_bias is None else config.qkv_bias
-        out_bias = (
-            config.use_bias
-            if config.attention_output_bias is None
-            else config.attention_output_bias
-        )
-        mlp_bias = config.use_bias if config.feed_forward_bias is None else config.feed_forward_bias
+        qkv_bias, out_bias, mlp_bias = biases(config)
         if self.qkv_bias_always:
             if not qkv_bias or out_bias:
                 raise UnsupportedExport(
@@ -275,13 +282,7 @@ class LlamaFamily(Architecture[GPTConfig]):
     def key_map(self, config: GPTConfig, shapes: Mapping[str, Shape] | None = None) -> KeyMap:
         tied = ("lm_head.weight",) if config.tie_embeddings else ()
         rules = [rule("model.embed_tokens.weight", "embedder.token_weight", aliases=tied)]
-        qkv_bias = config.use_bias if config.qkv_bias is None else config.qkv_bias
-        out_bias = (
-            config.use_bias
-            if config.attention_output_bias is None
-            else config.attention_output_bias
-        )
-        mlp_bias = config.use_bias if config.feed_forward_bias is None else config.feed_forward_bias
+        qkv_bias, out_bias, mlp_bias = biases(config)
         projections = [
             ("self_attn.q_proj", "self_attention.query_proj", qkv_bias),
             ("self_attn.k_proj", "self_attention.key_proj", qkv_bias),
@@ -378,10 +379,7 @@ DECODER_FAMILIES = (Llama(), Mistral(), Qwen2(), Qwen3())
 
 def decoder_family_for(config: GPTConfig) -> LlamaFamily:
     """The HuggingFace family a rotary zoo GPT exports to: the simplest that expresses it."""
-    qkv_bias = config.use_bias if config.qkv_bias is None else config.qkv_bias
-    out_bias = (
-        config.use_bias if config.attention_output_bias is None else config.attention_output_bias
-    )
+    qkv_bias, out_bias, _ = biases(config)
     llama, mistral, qwen2, qwen3 = DECODER_FAMILIES
     if config.qk_norm:
         return qwen3
