@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from fast_tokenizer_folders import llama3_folder
@@ -57,3 +58,14 @@ def test_finetune_a_llama_folder_in_bf16_and_resume(tmp_path, capsys, llama_fold
     tokenizer = load_tokenizer(out)
     assert isinstance(tokenizer, FastTokenizer)
     assert tokenizer.vocab_size == model.config.vocab_size
+
+
+def test_from_pretrained_returns_the_folder_tokenizer(llama_folder):
+    model, tokenizer = zoo.from_pretrained(llama_folder, return_tokenizer=True)
+    assert isinstance(tokenizer, FastTokenizer)
+    assert model.config.vocab_size == tokenizer.vocab_size
+    ids = tokenizer.encode("Before we proceed", add_bos=True)
+    assert ids[0] == tokenizer.bos_id and model(jnp.asarray(ids)).shape == (
+        len(ids),
+        tokenizer.vocab_size,
+    )

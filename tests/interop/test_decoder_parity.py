@@ -395,3 +395,11 @@ def test_preset_counts_equal_transformers(name):
     # a tied head is one tensor, counted once (as transformers' num_parameters does)
     theirs = hf.num_parameters()
     assert zoo.presets.param_count(name) == theirs == count
+
+
+def test_the_end_ids_of_generation_config_become_stop_ids(tmp_path):
+    hf = make_hf("llama-gqa2-tied-llama3")
+    hf.save_pretrained(tmp_path)
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [9, 2, 13]}))
+    model = from_pretrained(tmp_path)
+    assert (model.config.eos_id, model.config.stop_ids) == (2, (9, 13))

@@ -17,7 +17,7 @@ from jaxtyping import PRNGKeyArray
 from zoo.interop.architecture import Architecture, HFConfig, UnsupportedConfig, logger
 from zoo.interop.bert import Bert
 from zoo.interop.convert import hf_to_zoo
-from zoo.interop.files import INSTALL_HF, read_config, read_weights, resolve
+from zoo.interop.files import INSTALL_HF, read_config, read_json, read_weights, resolve
 from zoo.interop.gpt2 import GPT2
 from zoo.interop.llama import DECODER_FAMILIES, decoder_family_for
 from zoo.interop.marian import Marian
@@ -25,6 +25,8 @@ from zoo.interop.zoo_keys import abstract_model, fill, zoo_shapes, zoo_state
 from zoo.models import flavor_of
 from zoo.presets import build
 
+GENERATION_CONFIG = "generation_config.json"
+DECODER_MODEL_TYPES = {family.model_type for family in DECODER_FAMILIES}
 ARCHITECTURES: dict[str, Architecture] = {
     a.model_type: a for a in (GPT2(), Bert(), Marian(), *DECODER_FAMILIES)
 }
@@ -171,14 +173,15 @@ def from_pretrained(
     index), or else `pytorch_model.bin` (or its shards), read with torch's weights-only loader.
     A name that is not a folder is downloaded with `huggingface_hub` (the config and one set of
     weights: safetensors when the repository has them). Weights the checkpoint lacks are
-    initialised from `key` with a `FreshWeightsWarning`. Supported: GPT-2 -> `zoo.GPT`, BERT ->
-    `zoo.Classifier`, MarianMT -> `zoo.Translator`. Keyword `overrides` change zoo config
-    fields, e.g. `num_classes=2`.
+    initialised from `key` with a `FreshWeightsWarning`. Supported: GPT-2, Llama, Mistral,
+    Qwen2, Qwen3 -> `zoo.GPT`, BERT -> `zoo.Classifier`, MarianMT -> `zoo.Translator`. The end
+    ids of `generation_config.json` (Llama 3 instruct stops on several) become the model's
+    `stop_ids`. Keyword `overrides` change zoo config fields, e.g. `num_classes=2`.
     With `return_tokenizer=True`, returns `(model, tokenizer)`.
     """
     folder = resolve(name_or_dir, revision=revision, tokenizer=return_tokenizer)
     model = load_state_dict(
-        read_config(folder),
+        with_generation_end_ids(read_config(folder), folder),
         read_weights(folder),
         key=key,
         what=f"checkpoint in {folder}",
@@ -189,6 +192,25 @@ def from_pretrained(
     from zoo.interop.tokenizer import pretrained_tokenizer
 
     return model, pretrained_tokenizer(folder)
+
+
+def with_generation_end_ids(config: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """`config` with the end ids of `generation_config.json` added after its own.
+
+    transformers' `generate` stops on the generation config's ids; zoo keeps them all (the
+    config's first), so that generation stops where the checkpoint's authors meant it to.
+    """
+    path = folder / GENERATION_CONFIG
+    if not path.is_file() or config.get("model_type") not in DECODER_MODEL_TYPES:
+        return config
+    generation = read_json(path)
+
+    def ids(value: Any) -> list[int]:
+        return [] if value is None else [value] if isinstance(value, int) else list(value)
+
+    merged = ids(config.get("eos_token_id"))
+    merged += [i for i in ids(generation.get("eos_token_id")) if i not in merged]
+    return {**config, "eos_token_id": merged or None}
 
 
 def from_hf(hf_model: Any, *, key: PRNGKeyArray | None = None, **overrides: Any) -> eqx.Module:
