@@ -121,3 +121,19 @@ def test_prompts_outside_the_vocabulary_are_warned_about(gpt_dir, caplog):
         assert caplog.text == ""
         generate_texts(model, TOKENIZER, ["HELLO there"], max_new_tokens=1)  # 5 of 11 unknown
     assert "45% of the tokens of the prompts are unknown to the tokenizer (<unk>)" in caplog.text
+
+
+def test_an_unreachable_hub_is_one_line_not_a_traceback(monkeypatch, capsys):
+    import zoo.interop.files
+
+    def offline(*args, **kwargs):
+        raise OSError("could not get 'org/model' from the HuggingFace hub (offline?)")
+
+    monkeypatch.setattr(zoo.interop.files, "resolve", offline)
+    monkeypatch.setattr(zoo.interop.loading, "resolve", offline)
+    assert main(["generate", "hf:org/model", "--prompt", "hi"]) == 1
+    err = capsys.readouterr().err
+    assert (
+        err
+        == "zoo generate: error: could not get 'org/model' from the HuggingFace hub (offline?)\n"
+    )

@@ -38,6 +38,10 @@ def main(argv: list[str] | None = None) -> int:
         message = error.args[0] if isinstance(error, KeyError) and error.args else error
         print(f"zoo {args.command}: error: {message}", file=sys.stderr)
         return 2
+    # OSError: the world failed (hub unreachable, disk full, permissions): one line, status 1.
+    except OSError as error:
+        print(f"zoo {args.command}: error: {error}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
