@@ -284,8 +284,8 @@ def test_offline_a_cached_snapshot_is_used(tmp_path, monkeypatch):
 
 
 def test_unknown_model_types_are_refused():
-    with pytest.raises(UnsupportedConfig, match="model_type='llama'"):
-        zoo.interop.load_state_dict({"model_type": "llama"}, {})
+    with pytest.raises(UnsupportedConfig, match="model_type='falcon'"):
+        zoo.interop.load_state_dict({"model_type": "falcon"}, {})
 
 
 def test_export_refuses_models_gpt2_cannot_express():

@@ -298,5 +298,7 @@ def test_config_eos_ids_outside_the_vocabulary_are_left_out_with_a_warning(tmp_p
 
 def test_missing_tokenizers_library_names_the_extra(folders, monkeypatch):
     monkeypatch.setitem(sys.modules, "tokenizers", None)
-    with pytest.raises(ImportError, match=r"tokenizers library: pip install 'zoo\[hf\]'"):
+    with pytest.raises(
+        ImportError, match=r"tokenizers library: pip install 'jax-transformer-zoo\[hf\]'"
+    ):
         FastTokenizer.from_folder(folders["llama3"])

@@ -213,7 +213,7 @@ def test_without_torch_the_error_names_the_extra_and_the_task_class(tmp_path, mo
     folder = tmp_path / "repo"
     write_pickled(folder, make_marian("shared-tied-swish-scaled"))
     monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` raises ImportError
-    with pytest.raises(ImportError, match=r"pip install 'zoo\[hf\]'") as error:
+    with pytest.raises(ImportError, match=r"pip install 'jax-transformer-zoo\[hf\]'") as error:
         from_pretrained(folder)
     message = str(error.value)
     assert "transformers.MarianMTModel.from_pretrained(DIR).save_pretrained(DIR)" in message

@@ -101,8 +101,8 @@ def _prepare(model, prompts, lengths, max_new_tokens, beam_size, attention_mask=
         raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
     if not isinstance(beam_size, int) or beam_size < 1:
         raise ValueError(f"beam_size must be a positive integer, got {beam_size!r}")
-    if lengths is None and isinstance(prompts, list | tuple):
-        lengths = [len(row) for row in prompts]  # a list says its own lengths
+    if lengths is None and model.config.pad_id is None and isinstance(prompts, list | tuple):
+        lengths = [len(row) for row in prompts]  # no pad id to find them by: the rows' own
     batch = pad_batch(prompts, model.config.pad_id, ragged=lengths is not None)
     if attention_mask is not None:
         if lengths is not None and not isinstance(prompts, list | tuple):
@@ -154,8 +154,8 @@ def generate(
     """Continue a batch of prompts with a GPT; returns only the new tokens.
 
     `prompts` is `[batch, seq]` right-padded with the config's `pad_id`, or a list of token
-    lists (padded here). Each prompt's length is `lengths` if given (a list's own lengths),
-    else its width minus its trailing pad tokens. A batch padded on the left, as HuggingFace
+    lists (padded here). Each prompt's length is `lengths` if given, else its width minus its
+    trailing pad tokens (a list's own lengths when the model has no `pad_id`). A batch padded on the left, as HuggingFace
     tokenizers return it for generation, comes with its `attention_mask` (1 = real token). `temperature=0` is greedy; otherwise tokens are drawn with `key` from
     the distribution filtered by `top_k` and `top_p`. `beam_size > 1` runs beam search instead
     (greedy only). A sequence ends at `eos_id` or any of the config's `stop_ids`; after its end
