@@ -245,8 +245,7 @@ class TransformerConfig:
             raise ValueError(f"unknown {cls.__name__} field(s) {unknown}")
         # JSON has no tuples: list fields (stop_ids) come back as the tuples configs hold
         fields: dict[str, Any] = {
-            name: tuple(value) if isinstance(value, list) else value
-            for name, value in data.items()
+            name: tuple(value) if isinstance(value, list) else value for name, value in data.items()
         }
         return cls(**fields)
 
