@@ -22,6 +22,8 @@ from zoo.lora.adapters import (
     unmerge,
 )
 from zoo.lora.linear import LoRALinear
+from zoo.lora.peft import save_adapter
+from zoo.lora.peft_load import load_adapter
 from zoo.lora.targets import GROUPS, linear_paths
 
 __all__ = [
@@ -32,10 +34,12 @@ __all__ = [
     "describe",
     "has_lora",
     "linear_paths",
+    "load_adapter",
     "lora_layers",
     "merge",
     "only_adapters",
     "rebuild",
+    "save_adapter",
     "trainable_labels",
     "unmerge",
 ]
