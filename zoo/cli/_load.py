@@ -8,10 +8,11 @@ from typing import Any
 from zoo.models import flavor_of
 
 
-def load_model(spec: str, flavor: str | None = None) -> tuple[Any, Any]:
+def load_model(spec: str, flavor: str | None = None, adapter: str | None = None) -> tuple[Any, Any]:
     """`(model, tokenizer)` from a saved zoo model directory, `hf:NAME` or a HF checkpoint folder.
 
-    Raises if the model is not of `flavor` (when given) or comes without a tokenizer.
+    `adapter` is a PEFT LoRA adapter folder put on the model (`zoo.lora.load_adapter`). Raises if
+    the model is not of `flavor` (when given) or comes without a tokenizer.
     """
     if spec.startswith("hf:"):
         from zoo.interop import from_pretrained
@@ -35,6 +36,10 @@ def load_model(spec: str, flavor: str | None = None) -> tuple[Any, Any]:
             from zoo.interop import from_pretrained
 
             model, tokenizer = from_pretrained(path, return_tokenizer=True)
+    if adapter is not None:
+        from zoo.lora import load_adapter
+
+        model = load_adapter(model, adapter)
     found = flavor_of(model)
     if flavor is not None and found != flavor:
         raise ValueError(f"{spec} holds a {found} model; this command needs a {flavor}")
