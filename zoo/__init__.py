@@ -41,7 +41,7 @@ _LAZY = {
     "from_hf": "zoo.interop",
     "to_hf": "zoo.interop",
 }
-_LAZY_MODULES = ("data", "tasks", "train", "decoding", "inspection", "interop", "serialize")
+_LAZY_MODULES = ("data", "tasks", "train", "decoding", "inspection", "interop", "serialize", "lora")
 
 
 def __getattr__(name: str) -> Any:

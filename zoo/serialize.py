@@ -67,8 +67,12 @@ def named_arrays(model: eqx.Module) -> dict[str, Any]:
 
 
 def model_config_dict(model: eqx.Module) -> dict[str, Any]:
+    """Flavor and config; for a model with LoRA adapters also their layout (`zoo.lora`)."""
+    from zoo import lora
+
     config = model.config  # type: ignore[attr-defined]
-    return {"flavor": flavor_of(model), "config": config.to_dict()}
+    meta = {"flavor": flavor_of(model), "config": config.to_dict()}
+    return meta | ({"lora": lora.describe(model)} if lora.has_lora(model) else {})
 
 
 def save(
@@ -160,13 +164,19 @@ def load(directory: str | os.PathLike) -> eqx.Module:
     from safetensors import SafetensorError
     from safetensors.numpy import load_file
 
+    from zoo import lora
     from zoo.presets import build
 
-    config, _ = read_config(directory)
+    config, meta = read_config(directory)
     weights = Path(directory) / WEIGHTS_FILE
     if not weights.is_file():
         raise FileNotFoundError(f"no {WEIGHTS_FILE} in {directory}")
-    skeleton = eqx.filter_eval_shape(lambda: build(config, key=jax.random.key(0)))
+
+    def skeleton_model():  # a model saved with LoRA adapters comes back with them
+        model = build(config, key=jax.random.key(0))
+        return lora.rebuild(model, meta["lora"]) if meta.get("lora") else model
+
+    skeleton = eqx.filter_eval_shape(skeleton_model)
     try:
         tensors = load_file(str(weights))
     except SafetensorError as error:

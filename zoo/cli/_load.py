@@ -9,10 +9,11 @@ from zoo.models import flavor_of
 from zoo.serialize import is_zoo_folder, load_with_tokenizer
 
 
-def load_model(spec: str, flavor: str | None = None) -> tuple[Any, Any]:
+def load_model(spec: str, flavor: str | None = None, adapter: str | None = None) -> tuple[Any, Any]:
     """`(model, tokenizer)` from a saved zoo model directory, `hf:NAME` or a HF checkpoint folder.
 
-    Raises if the model is not of `flavor` (when given) or comes without a tokenizer.
+    `adapter` is a PEFT LoRA adapter folder put on the model (`zoo.lora.load_adapter`). Raises if
+    the model is not of `flavor` (when given) or comes without a tokenizer.
     """
     if spec.startswith("hf:"):
         from zoo.interop import from_pretrained
@@ -32,6 +33,10 @@ def load_model(spec: str, flavor: str | None = None) -> tuple[Any, Any]:
             from zoo.interop import from_pretrained
 
             model, tokenizer = from_pretrained(path, return_tokenizer=True)
+    if adapter is not None:
+        from zoo.lora import load_adapter
+
+        model = load_adapter(model, adapter)
     found = flavor_of(model)
     if flavor is not None and found != flavor:
         raise ValueError(f"{spec} holds a {found} model; this command needs a {flavor}")

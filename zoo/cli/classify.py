@@ -8,6 +8,7 @@ import json
 def register(commands) -> None:
     parser = commands.add_parser("classify", help="classify texts with a trained classifier")
     parser.add_argument("model", help="model directory (zoo train --out) or hf:NAME")
+    parser.add_argument("--adapter", help="a PEFT LoRA adapter folder to put on the model")
     parser.add_argument("text", nargs="+", help="texts to classify")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.set_defaults(run=run)
@@ -17,7 +18,7 @@ def run(args) -> int:
     from zoo.cli._load import load_model
     from zoo.decoding.text import classify_texts
 
-    model, tokenizer = load_model(args.model, "classifier")
+    model, tokenizer = load_model(args.model, "classifier", args.adapter)
     probabilities = classify_texts(model, tokenizer, args.text)
     for text, probs in zip(args.text, probabilities):
         label = int(probs.argmax())

@@ -8,6 +8,7 @@ import json
 def register(commands) -> None:
     parser = commands.add_parser("generate", help="continue a text prompt with a trained GPT")
     parser.add_argument("model", help="model directory (zoo train --out) or hf:NAME")
+    parser.add_argument("--adapter", help="a PEFT LoRA adapter folder to put on the model")
     parser.add_argument("--prompt", action="append", required=True, help="repeat for a batch")
     parser.add_argument("--max-new-tokens", type=int, default=100)
     parser.add_argument("--temperature", type=float, default=0.0, help="0 is greedy")
@@ -24,7 +25,7 @@ def run(args) -> int:
     from zoo.cli._load import load_model
     from zoo.decoding.text import generate_texts
 
-    model, tokenizer = load_model(args.model, "gpt")
+    model, tokenizer = load_model(args.model, "gpt", args.adapter)
     outputs = generate_texts(
         model,
         tokenizer,

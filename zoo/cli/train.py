@@ -148,6 +148,14 @@ def register(commands) -> None:
         help="parameters not to train, e.g. embeddings,layers:0-5 (see zoo.train.freeze)",
     )
     parser.add_argument(
+        "--lora",
+        metavar="SPEC",
+        help="train LoRA adapters only, e.g. rank=8,alpha=16,targets=attention (see zoo.lora)",
+    )
+    parser.add_argument(
+        "--merge", action="store_true", help="with --lora: also save the merged model in DIR"
+    )
+    parser.add_argument(
         "--data",
         required=True,
         help="SCHEME:NAME: synthetic:addition, hf:rotten_tomatoes, json:DIR, text:FILE, ...",
@@ -232,6 +240,11 @@ def run(args: argparse.Namespace) -> int:
         counts = check_freeze(model, parse_freeze(args.freeze))
         print(f"zoo train: frozen parameters: {counts}", file=sys.stderr)
         optimizer = freeze(optimizer, args.freeze)
+    lora_train: tuple[str, ...] = ()
+    if args.lora:
+        model, optimizer, lora_train = _with_lora(args, model, optimizer, model_key)
+    elif args.merge:
+        raise ValueError("--merge folds LoRA adapters into the weights: use it with --lora")
     trainer = zoo.Trainer(
         zoo.tasks.for_flavor(args.flavor, **options),
         optimizer,
@@ -270,12 +283,40 @@ def run(args: argparse.Namespace) -> int:
         print("zoo train: interrupted; continue with --resume", file=sys.stderr)
         return 130
     summary = _summary(args, model, history)
+    if args.lora:
+        from zoo.lora.cli import finish_run
+
+        base = args.init or args.preset
+        summary |= finish_run(model, out, train=lora_train, merge=args.merge, base_model=base,
+                              tokenizer=tokenizer)  # fmt: skip
     if args.json:
         print(json.dumps(summary))
     else:
         for name, value in summary.items():
             print(f"{name:>14}: {value}")
     return 0
+
+
+def _with_lora(args: argparse.Namespace, model: Any, optimizer: Any, model_key: Any):
+    """The model with adapters, the optimizer restricted to them, and what trains whole."""
+    import jax
+
+    import zoo
+    from zoo.lora.adapters import check_train
+    from zoo.lora.cli import parse_lora, trained_prefixes
+
+    if args.freeze:
+        raise ValueError("--lora trains only the adapters already; leave out --freeze")
+    spec = parse_lora(args.lora)
+    train = trained_prefixes(spec, args.flavor)
+    key = jax.random.fold_in(model_key, 1)
+    model = zoo.lora.apply(model, rank=spec.rank, alpha=spec.alpha, targets=spec.targets, key=key)
+    check_train(model, train)
+    counts = zoo.lora.adapter_arrays(model, train)
+    total = sum(leaf.size for leaf in counts.values())
+    print(f"zoo train: LoRA trains {total:,} of {zoo.count_params(model):,} parameters",
+          file=sys.stderr)  # fmt: skip
+    return model, zoo.lora.only_adapters(optimizer, train=train), train
 
 
 def _summary(args: argparse.Namespace, model: Any, history: Any) -> dict[str, Any]:

@@ -8,6 +8,7 @@ import json
 def register(commands) -> None:
     parser = commands.add_parser("translate", help="translate sentences with a translator")
     parser.add_argument("model", help="model directory (zoo train --out), hf:NAME or HF folder")
+    parser.add_argument("--adapter", help="a PEFT LoRA adapter folder to put on the model")
     parser.add_argument("text", nargs="+", help="source sentences")
     parser.add_argument("--beam-size", type=int, default=1, help="1 is greedy")
     parser.add_argument("--length-penalty", type=float, default=0.6, help="GNMT alpha")
@@ -20,7 +21,7 @@ def run(args) -> int:
     from zoo.cli._load import load_model
     from zoo.decoding.text import translate_texts
 
-    model, tokenizer = load_model(args.model, "translator")
+    model, tokenizer = load_model(args.model, "translator", args.adapter)
     outputs = translate_texts(
         model,
         tokenizer,

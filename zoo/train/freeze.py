@@ -17,6 +17,7 @@ cannot move them either. Frozen parameters stay bit-identical.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -147,16 +148,32 @@ def check_freeze(model: eqx.Module, groups: tuple[FreezeGroup, ...]) -> dict[str
     return counts
 
 
+def train_only(
+    optimizer: Any,
+    labels: Callable[[Any], Any],
+    setting: tuple,
+    *after: optax.GradientTransformation,
+) -> Optimizer:
+    """`optimizer` on the arrays `labels(params)` marks "train"; "frozen" ones get 0 and no state.
+
+    `setting` is recorded in the optimizer's settings (compiled steps are shared by settings);
+    `after` are transformations chained after the masked optimizer.
+    """
+    masked = optax.chain(
+        optax.multi_transform({"train": optimizer, "frozen": optax.set_to_zero()}, labels),
+        *after,
+    )
+    settings = (*getattr(optimizer, "settings", ()), setting)
+    learning_rate = getattr(optimizer, "learning_rate", None)
+    return Optimizer(masked.init, masked.update, learning_rate, settings)
+
+
 def freeze(optimizer: Any, spec: str) -> Optimizer:
     """`optimizer` with the parameters named by `spec` frozen (their updates are exactly 0)."""
     groups = parse_freeze(spec)
-    masked = optax.chain(
-        optax.multi_transform(
-            {"train": optimizer, "frozen": optax.set_to_zero()},
-            lambda params: freeze_labels(params, groups),
-        ),
+    return train_only(
+        optimizer,
+        lambda params: freeze_labels(params, groups),
+        ("freeze", groups),
         _zero_frozen_blocks(groups),
     )
-    settings = (*getattr(optimizer, "settings", ()), ("freeze", groups))
-    learning_rate = getattr(optimizer, "learning_rate", None)
-    return Optimizer(masked.init, masked.update, learning_rate, settings)

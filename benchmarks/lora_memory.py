@@ -1,0 +1,94 @@
+"""Trainable-state bytes and step time: full fine-tuning vs LoRA (run on purpose, not a test).
+
+`python benchmarks/lora_memory.py [--steps N] [--preset gpt-small]` prints JSON: for `gpt2`
+shapes (nothing trained, shapes only) the bytes of parameters, gradients' trained part and
+AdamW state, full vs LoRA rank 8 on attention; then measured step times on `--preset`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+
+import equinox as eqx
+import jax
+import numpy as np
+
+import zoo
+from zoo.train.step import make_train_step
+
+
+def _bytes(tree) -> int:
+    return sum(int(np.prod(a.shape)) * a.dtype.itemsize for a in jax.tree_util.tree_leaves(tree))
+
+
+def state_bytes(preset: str, lora: bool) -> dict[str, int]:
+    """Parameter, trained-parameter and optimizer-state bytes, from shapes alone."""
+
+    optimizer = zoo.train.adamw(1e-4)
+    if lora:
+        optimizer = zoo.lora.only_adapters(optimizer)
+
+    def build():  # traced by eval_shape: no memory for the weights
+        model = zoo.create(preset, key=jax.random.key(0))
+        if lora:
+            model = zoo.lora.apply(
+                model, rank=8, alpha=16, targets="attention", key=jax.random.key(1)
+            )
+        params = eqx.filter(model, eqx.is_inexact_array)
+        trained = zoo.lora.adapter_arrays(model) if lora else params
+        with jax.numpy_dtype_promotion("standard"):
+            return params, trained, optimizer.init(params)
+
+    params, trained, opt_state = jax.eval_shape(build)
+    return {
+        "param_bytes": _bytes(params),
+        "trained_bytes": _bytes(trained),
+        "optimizer_bytes": _bytes(opt_state),
+    }
+
+
+def step_seconds(preset: str, lora: bool, steps: int, batch: int, seq: int) -> dict[str, float]:
+    model = zoo.create(preset, key=jax.random.key(0))
+    optimizer = zoo.train.adamw(1e-4)
+    if lora:
+        model = zoo.lora.apply(model, rank=8, alpha=16, targets="attention", key=jax.random.key(1))
+        optimizer = zoo.lora.only_adapters(optimizer)
+    with jax.numpy_dtype_promotion("standard"):
+        opt_state = optimizer.init(eqx.filter(model, eqx.is_inexact_array))
+    step = make_train_step(zoo.tasks.LanguageModeling(), optimizer)
+    vocab = model.config.vocab_size
+    tokens = jax.random.randint(jax.random.key(2), (batch, seq), 3, vocab)
+    key = jax.random.key(3)
+    model, opt_state, out = step(model, opt_state, {"tokens": tokens}, key, 0)  # compile
+    jax.block_until_ready(out)
+    started = time.perf_counter()
+    for index in range(1, steps + 1):
+        model, opt_state, out = step(model, opt_state, {"tokens": tokens}, key, index)
+    jax.block_until_ready(out)
+    return {"step_seconds": round((time.perf_counter() - started) / steps, 4)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--preset", default="gpt-small")
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--seq", type=int, default=128)
+    args = parser.parse_args()
+    rows = []
+    for lora in (False, True):
+        rows.append({"shapes": "gpt2", "lora": lora, **state_bytes("gpt2", lora)})
+    for lora in (False, True):
+        row = {"preset": args.preset, "lora": lora, **state_bytes(args.preset, lora)}
+        row |= step_seconds(args.preset, lora, args.steps, args.batch, args.seq)
+        rows.append(row)
+    meta = {"device": jax.devices()[0].device_kind, "jax": jax.__version__,
+            "machine": platform.machine(), "batch": args.batch, "seq": args.seq}  # fmt: skip
+    print(json.dumps({"meta": meta, "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

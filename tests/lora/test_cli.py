@@ -1,0 +1,80 @@
+"""`zoo train --lora`: adapters only, resume, `--merge`, the PEFT adapter/ folder, and
+`zoo generate BASE --adapter DIR`."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import zoo
+from tests.lora.helpers import forward
+from zoo.cli import main
+from zoo.lora.cli import LoRASpec, parse_lora
+
+COMMON = ["--data", "synthetic:addition", "--batch-size", "8", "--lr", "1e-2", "--log-every", "1",
+          "--eval-limit", "1", "--no-progress", "--json"]  # fmt: skip
+TOKENS = np.array([[1, 5, 9, 4, 7, 3]])
+
+
+def test_parse_lora():
+    assert parse_lora("rank=4,alpha=8,targets=query_proj,value_proj,train=head") == LoRASpec(
+        4, 8.0, ("query_proj", "value_proj"), ("head",)
+    )
+    assert parse_lora("rank=16") == LoRASpec(16, 32.0, ("attention",), None)
+    with pytest.raises(ValueError, match="unknown key 'rnak'; keys are rank, alpha, targets"):
+        parse_lora("rnak=4")
+    with pytest.raises(ValueError, match="rank is an integer"):
+        parse_lora("rank=four")
+
+
+@pytest.mark.slow
+def test_lora_run_resume_merge_and_generate_with_an_adapter(tmp_path, capsys):
+    base, run = tmp_path / "base", tmp_path / "lora"
+    assert main(["train", "gpt", "--preset", "gpt-tiny", *COMMON, "--steps", "2",
+                 "--out", str(base)]) == 0  # fmt: skip
+    capsys.readouterr()
+    lora = ["train", "gpt", "--init", str(base), *COMMON, "--out", str(run),
+            "--lora", "rank=4,alpha=8,targets=attention", "--checkpoint-every", "2"]  # fmt: skip
+    assert main([*lora, "--steps", "2"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert first["adapter"] == str(run / "adapter")
+    config = json.loads((run / "adapter" / "adapter_config.json").read_text())
+    # GPT-2's fused c_attn takes q, k and v at rank 3 * 4; c_proj keeps rank 4 (same scale 2)
+    assert (config["r"], config["lora_alpha"], config["task_type"]) == (12, 24.0, "CAUSAL_LM")
+    assert config["rank_pattern"]["transformer\\.h\\.1\\.attn\\.c_proj"] == 4
+    assert config["base_model_name_or_path"] == str(base)
+    # the run directory's model carries its adapters; the base weights did not move
+    base_model, adapted = zoo.load(base), zoo.load(run)
+    query = zoo.lora.lora_layers(adapted)["layers.blocks.self_attention.query_proj"]
+    np.testing.assert_array_equal(
+        query.base.weight, base_model.layers.blocks.self_attention.query_proj.weight
+    )
+    np.testing.assert_array_equal(adapted.embedder.token_weight, base_model.embedder.token_weight)
+    assert np.abs(np.asarray(query.lora_b)).max() > 0
+
+    assert main([*lora, "--steps", "4", "--resume", "--merge"]) == 0
+    second = json.loads(capsys.readouterr().out)
+    assert (second["steps"], second["resumed_from"]) == (4, 2)
+    merged = zoo.load(run)
+    assert not zoo.lora.has_lora(merged)
+    with_adapter = zoo.lora.load_adapter(base_model, run / "adapter")
+    np.testing.assert_allclose(forward(merged, TOKENS), forward(with_adapter, TOKENS), atol=1e-5)
+
+    prompt = ["generate", "--prompt", "12+3=", "--max-new-tokens", "4", "--json"]
+    assert main([prompt[0], str(run), *prompt[1:]]) == 0
+    from_merged = json.loads(capsys.readouterr().out)
+    assert main([prompt[0], str(base), "--adapter", str(run / "adapter"), *prompt[1:]]) == 0
+    assert json.loads(capsys.readouterr().out) == from_merged
+
+
+def test_lora_options_are_checked(tmp_path, capsys):
+    args = ["train", "gpt", "--preset", "gpt-tiny", *COMMON, "--steps", "1", "--out", str(tmp_path)]
+    assert main([*args, "--merge"]) == 2
+    assert (
+        "--merge folds LoRA adapters into the weights: use it with --lora"
+        in capsys.readouterr().err
+    )
+    assert main([*args, "--lora", "targets=attn"]) == 2
+    assert "'attn' matches no Linear layer" in capsys.readouterr().err

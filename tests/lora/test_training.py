@@ -1,0 +1,78 @@
+"""Training adapters only: the base stays bit-identical and the optimizer holds adapter state only."""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import numpy as np
+
+import zoo
+from tests.lora.helpers import TOKENS
+from zoo.serialize import named_arrays
+from zoo.train.checkpoint import state_arrays
+from zoo.train.step import make_train_step
+
+
+def test_a_step_moves_only_the_adapters_and_state_is_adapter_sized(key):
+    model = zoo.create("llama-tiny", key=key)
+    adapted = zoo.lora.apply(model, rank=4, alpha=8, targets="attention", key=key)
+    optimizer = zoo.lora.only_adapters(zoo.train.adamw(1e-2, weight_decay=0.1))
+    params = eqx.filter(adapted, eqx.is_inexact_array)
+    with jax.numpy_dtype_promotion("standard"):
+        state = optimizer.init(params)
+    step = make_train_step(zoo.tasks.LanguageModeling(), optimizer)
+    before = {name: np.asarray(a) for name, a in named_arrays(adapted).items()}
+    trained, state, _ = step(adapted, state, {"tokens": TOKENS}, key, 0)
+    trained, state, _ = step(trained, state, {"tokens": TOKENS}, key, 1)
+    after = {name: np.asarray(a) for name, a in named_arrays(trained).items()}
+    adapters = {name for name in before if name.endswith((".lora_a", ".lora_b"))}
+    assert len(adapters) == 8  # A and B of 4 projections, stacked over the 2 layers
+    for name in before:
+        if name in adapters:
+            assert not np.array_equal(after[name], before[name]), name
+        else:
+            np.testing.assert_array_equal(after[name], before[name], err_msg=name)
+    # AdamW keeps two moments per trained number and nothing for the frozen base
+    adapter_bytes = sum(before[name].nbytes for name in adapters)
+    state_bytes = {name: a.nbytes for name, a in state_arrays(state).items()}
+    moments = sum(n for name, n in state_bytes.items() if not name.endswith("count"))
+    assert moments == 2 * adapter_bytes
+    assert sum(state_bytes.values()) - moments <= 16  # the step counters
+    # d_model 64, 4 heads of 16, 2 kv heads: q and o are 64x64, k and v 32x64 (out x in)
+    assert adapter_bytes == 4 * 2 * 4 * ((64 + 64) * 2 + (64 + 32) * 2)
+
+
+def test_train_extra_arrays_alongside_the_adapters(key):
+    model = zoo.create("classifier-tiny", key=key)
+    adapted = zoo.lora.apply(model, rank=2, targets="attention.qv", key=key)
+    labels = zoo.lora.trainable_labels(eqx.filter(adapted, eqx.is_inexact_array), ("head",))
+    flat = {
+        zoo.serialize.path_name(p): label
+        for p, label in jax.tree_util.tree_flatten_with_path(labels)[0]
+    }
+    trained = sorted(name for name, label in flat.items() if label == "train")
+    assert trained == [
+        "encoder.blocks.self_attention.query_proj.lora_a",
+        "encoder.blocks.self_attention.query_proj.lora_b",
+        "encoder.blocks.self_attention.value_proj.lora_a",
+        "encoder.blocks.self_attention.value_proj.lora_b",
+        "head.bias",
+        "head.weight",
+    ]
+
+
+def test_save_and_load_keep_the_adapters(key, tmp_path):
+    from tests.lora.helpers import forward, randomize_adapters
+
+    model = zoo.create("gpt-tiny", key=key)
+    adapted = randomize_adapters(
+        zoo.lora.apply(model, rank=2, alpha=5, targets="attention", key=key)
+    )
+    zoo.save(adapted, tmp_path)
+    loaded = zoo.load(tmp_path)
+    assert zoo.lora.describe(loaded) == zoo.lora.describe(adapted)
+    assert zoo.lora.describe(loaded)["layers.blocks.self_attention.query_proj"] == {
+        "rank": 2,
+        "alpha": 5.0,
+    }
+    np.testing.assert_array_equal(forward(loaded), forward(adapted))

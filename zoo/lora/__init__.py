@@ -1,0 +1,45 @@
+"""Parameter-efficient fine-tuning: LoRA adapters as tree operations, saved in PEFT's format.
+
+- `apply(model, rank=8, alpha=16, targets="attention", key=key)` wraps the chosen `Linear`s;
+- `only_adapters(optimizer)` trains the adapters only (optimizer state for them alone);
+- `merge(model)` folds the adapters into the weights, `unmerge(merged, adapted)` undoes it;
+- `save_adapter` / `load_adapter` write and read `adapter_config.json` +
+  `adapter_model.safetensors` as the `peft` library does.
+"""
+
+from __future__ import annotations
+
+from zoo.lora.adapters import (
+    adapter_arrays,
+    apply,
+    describe,
+    has_lora,
+    lora_layers,
+    merge,
+    only_adapters,
+    rebuild,
+    trainable_labels,
+    unmerge,
+)
+from zoo.lora.linear import LoRALinear
+from zoo.lora.peft import save_adapter
+from zoo.lora.peft_load import load_adapter
+from zoo.lora.targets import GROUPS, linear_paths
+
+__all__ = [
+    "GROUPS",
+    "LoRALinear",
+    "adapter_arrays",
+    "apply",
+    "describe",
+    "has_lora",
+    "linear_paths",
+    "load_adapter",
+    "lora_layers",
+    "merge",
+    "only_adapters",
+    "rebuild",
+    "save_adapter",
+    "trainable_labels",
+    "unmerge",
+]

@@ -1,0 +1,93 @@
+"""`zoo train --lora rank=8,alpha=16,targets=attention [--merge]`: the spec and the run's outputs."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ADAPTER_DIR = "adapter"
+
+
+@dataclass(frozen=True)
+class LoRASpec:
+    rank: int = 8  # adapter rank r
+    alpha: float = 16.0  # scale alpha / r
+    targets: tuple[str, ...] = ("attention",)  # groups or Linear path patterns
+    train: tuple[str, ...] | None = None  # path prefixes trained whole (None: the flavor's default)
+
+
+def parse_lora(spec: str) -> LoRASpec:
+    """`"rank=8,alpha=16,targets=attention,feedforward,train=head"` -> `LoRASpec`.
+
+    A piece without `=` continues the list of the key before it (`targets=query_proj,value_proj`).
+    """
+    values: dict[str, list[str]] = {}
+    last = None
+    for piece in (p.strip() for p in spec.split(",")):
+        if not piece:
+            continue
+        name, separator, value = piece.partition("=")
+        if not separator:
+            if last is None or last not in ("targets", "train"):
+                raise ValueError(
+                    f"--lora {spec!r}: {piece!r} is not KEY=VALUE; write e.g. "
+                    "rank=8,alpha=16,targets=attention"
+                )
+            values[last].append(piece)
+            continue
+        name = name.strip()
+        if name not in ("rank", "alpha", "targets", "train"):
+            raise ValueError(
+                f"--lora {spec!r}: unknown key {name!r}; keys are rank, alpha, targets, train"
+            )
+        values[name] = [value.strip()]
+        last = name
+    try:
+        rank = int(values["rank"][0]) if "rank" in values else 8
+        alpha = float(values["alpha"][0]) if "alpha" in values else 2.0 * rank
+    except ValueError:
+        raise ValueError(
+            f"--lora {spec!r}: rank is an integer and alpha a number (rank=8,alpha=16)"
+        ) from None
+    targets = tuple(values.get("targets", ["attention"]))
+    train = tuple(v for v in values["train"] if v and v != "none") if "train" in values else None
+    return LoRASpec(rank, alpha, targets, train)
+
+
+def trained_prefixes(spec: LoRASpec, flavor: str) -> tuple[str, ...]:
+    """What trains whole beside the adapters: a classifier's head unless `train=` says otherwise."""
+    if spec.train is not None:
+        return spec.train
+    return ("head",) if flavor == "classifier" else ()
+
+
+def finish_run(
+    model: Any,
+    out: Path,
+    *,
+    train: tuple[str, ...],
+    merge: bool,
+    base_model: str | None,
+    tokenizer: Any,
+) -> dict[str, Any]:
+    """Write `out/adapter/` (PEFT) and, with `merge`, the merged model over `out/model.safetensors`."""
+    import zoo
+    from zoo.interop.architecture import UnsupportedExport
+    from zoo.interop.files import read_json
+    from zoo.serialize import CONFIG_FILE
+
+    written: dict[str, Any] = {}
+    try:
+        written["adapter"] = str(
+            zoo.lora.save_adapter(model, out / ADAPTER_DIR, train=train, base_model=base_model)
+        )
+    except (UnsupportedExport, ValueError) as error:
+        print(f"zoo train: no PEFT adapter/ written: {error}", file=sys.stderr)
+    if merge:
+        training = read_json(out / CONFIG_FILE).get("training")
+        merged = zoo.lora.merge(model)
+        zoo.save(merged, out, tokenizer=tokenizer, extra={"training": training})
+        written["merged"] = str(out)
+    return written

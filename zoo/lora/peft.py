@@ -1,0 +1,217 @@
+"""LoRA adapters in the `peft` library's format, both ways.
+
+A PEFT adapter folder holds `adapter_config.json` (rank, alpha, target modules, ...) and
+`adapter_model.safetensors` with keys such as
+`base_model.model.transformer.h.0.attn.c_attn.lora_A.weight`. The HuggingFace module names come
+from the interop key maps (`zoo.interop`): a zoo Linear maps to the HF layer holding its weight.
+
+GPT-2 fuses query, key and value into one `c_attn`. Adapters on zoo's separate projections export
+exactly as one adapter on `c_attn` whose `A` stacks theirs (rank `3 r` for q, k and v) and whose
+`B` is block-diagonal; a PEFT adapter on `c_attn` imports as one adapter per projection that
+shares `A` and takes its rows of `B`. Both give the same outputs.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import equinox as eqx
+import jax
+import numpy as np
+
+from zoo.lora.adapters import ADAPTER_LEAVES, adapter_arrays, lora_layers
+from zoo.lora.targets import plain_linears
+from zoo.models import flavor_of
+from zoo.serialize import path_name
+
+CONFIG_FILE = "adapter_config.json"
+WEIGHTS_FILE = "adapter_model.safetensors"
+PREFIX = "base_model.model."
+TASK_TYPES = {"gpt": "CAUSAL_LM", "classifier": "SEQ_CLS", "translator": "SEQ_2_SEQ_LM"}
+STACK_FIELD = "blocks"
+
+
+def is_adapter_dir(path: str | Path) -> bool:
+    return (Path(path) / CONFIG_FILE).is_file()
+
+
+def _per_layer(path: str, count: int | None) -> list[tuple[str, int | None]]:
+    """`layers.blocks.x` -> `[("layers.0.x", 0), ...]` (the interop key maps' flat names)."""
+    parts = path.split(".")
+    if count is None or STACK_FIELD not in parts:
+        return [(path, None)]
+    at = parts.index(STACK_FIELD)
+    return [(".".join([*parts[:at], str(i), *parts[at + 1 :]]), i) for i in range(count)]
+
+
+class _Layout:
+    """A zoo model's Linear layers seen from HF: module name -> [(zoo path, layer, slot)]."""
+
+    def __init__(self, model: Any):
+        from zoo.interop.loading import architecture_for
+
+        self.arch = architecture_for(model)
+        key_map = self.arch.key_map(model.config)
+        self.rules = key_map.rules
+        linears = plain_linears(model) | {
+            path: layer.base for path, layer in lora_layers(model).items()
+        }
+        self.linears = linears
+        flat = {}  # "layers.0.self_attention.query_proj" -> (stacked path, layer index)
+        for path, linear in linears.items():
+            lead = linear.weight.shape[:-2]
+            for name, index in _per_layer(path, lead[0] if lead else None):
+                flat[name] = (path, index)
+        self.by_zoo: dict[str, tuple[str, int, int]] = {}  # flat zoo Linear -> (module, slot, n)
+        self.by_module: dict[str, list[tuple[str, int | None, int]]] = {}
+        self.fan_in_fan_out: dict[str, bool] = {}
+        for rule in self.rules:
+            hf = rule.hf[0]
+            if len(rule.hf) != 1 or not hf.endswith(".weight"):
+                continue
+            names = [z.removesuffix(".weight") for z in rule.zoo]
+            if not all(z.endswith(".weight") and n in flat for z, n in zip(rule.zoo, names)):
+                continue
+            module = hf.removesuffix(".weight")
+            self.fan_in_fan_out[module] = rule.transform.name != "copy"
+            for slot, name in enumerate(names):
+                self.by_zoo[name] = (module, slot, len(names))
+                self.by_module.setdefault(module, []).append((*flat[name], slot))
+
+    def slot_rows(self, module: str) -> list[tuple[int, int]]:
+        """Row ranges of each fused slot in the HF weight `[out, in]` of `module`."""
+        rows, start = [], 0
+        for path, _, _ in self.by_module[module]:
+            size = self.linears[path].out_features
+            rows.append((start, start + size))
+            start += size
+        return rows
+
+
+def _module_adapters(
+    model: Any, layout: _Layout
+) -> dict[str, tuple[np.ndarray, np.ndarray, float]]:
+    """HF module -> (A [r, in], B [out, r], scale) of every adapted layer of `model`."""
+    parts: dict[str, dict[int, tuple[np.ndarray, np.ndarray, float]]] = {}
+    for path, layer in lora_layers(model).items():
+        lead = layer.lora_a.shape[:-2]
+        a_all, b_all = np.asarray(layer.lora_a, np.float32), np.asarray(layer.lora_b, np.float32)
+        for name, index in _per_layer(path, lead[0] if lead else None):
+            if name not in layout.by_zoo:
+                raise ValueError(
+                    f"{path} has no HuggingFace {layout.arch.export_class} counterpart, so its "
+                    "adapter cannot be written in PEFT's format; choose targets among the "
+                    "attention and feed-forward layers"
+                )
+            module, slot, _ = layout.by_zoo[name]
+            a = a_all if index is None else a_all[index]
+            b = b_all if index is None else b_all[index]
+            parts.setdefault(module, {})[slot] = (a, b, layer.scale)
+    adapters = {}
+    for module, slots in parts.items():
+        rows = layout.slot_rows(module)
+        if len(rows) == 1:
+            adapters[module] = slots[0]
+            continue
+        # fused (GPT-2's c_attn): A stacks the slots' A, B is block-diagonal
+        scale = next(iter(slots.values()))[2]
+        ranks = [slots[s][0].shape[0] for s in sorted(slots)]
+        a = np.concatenate([slots[s][0] for s in sorted(slots)], axis=0)
+        b = np.zeros((rows[-1][1], sum(ranks)), np.float32)
+        column = 0
+        for s in sorted(slots):
+            slot_a, slot_b, slot_scale = slots[s]
+            start, stop = rows[s]
+            b[start:stop, column : column + slot_a.shape[0]] = slot_b * (slot_scale / scale)
+            column += slot_a.shape[0]
+        adapters[module] = (a, b, scale)
+    return adapters
+
+
+def _hf_extras(model: Any, layout: _Layout, train: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """Arrays trained whole (a new classifier head) under their HF names."""
+    from zoo.interop.zoo_keys import zoo_state
+
+    extras = {
+        name: leaf
+        for name, leaf in adapter_arrays(model, train).items()
+        if name.split(".")[-1] not in ADAPTER_LEAVES
+    }
+    if not extras:
+        return {}
+    state = zoo_state(_only(model, set(extras)))
+    out = {}
+    for rule in layout.rules:
+        if len(rule.zoo) == 1 and rule.zoo[0] in state:
+            out[rule.hf[0]] = rule.transform.to_hf([state.pop(rule.zoo[0])])[0]
+    if state:
+        raise ValueError(
+            f"the trained arrays {sorted(state)} have no single HuggingFace counterpart; "
+            "train whole layers such as the classifier head (train=head)"
+        )
+    return out
+
+
+def _only(model: Any, names: set[str]) -> Any:
+    arrays = eqx.filter(model, eqx.is_array)
+    return jax.tree_util.tree_map_with_path(
+        lambda p, leaf: leaf if path_name(p) in names else None, arrays
+    )
+
+
+def save_adapter(
+    model: Any,
+    directory: str | Path,
+    *,
+    train: tuple[str, ...] = (),
+    base_model: str | None = None,
+) -> Path:
+    """Write `model`'s adapters (and arrays trained whole, `train`) as a PEFT adapter folder.
+
+    `peft.PeftModel.from_pretrained(hf_model, directory)` then computes, on the transformers
+    model exported by `zoo.to_hf`, what the adapted zoo model computes.
+    """
+    from zoo.interop.files import write_safetensors
+
+    layout = _Layout(model)
+    adapters = _module_adapters(model, layout)
+    if not adapters:
+        raise ValueError("this model has no LoRA adapters to save (see zoo.lora.apply)")
+    tensors: dict[str, np.ndarray] = {}
+    settings = {}
+    for module, (a, b, scale) in sorted(adapters.items()):
+        tensors[f"{PREFIX}{module}.lora_A.weight"] = a
+        tensors[f"{PREFIX}{module}.lora_B.weight"] = b
+        settings[module] = (a.shape[0], scale * a.shape[0])
+    extras = _hf_extras(model, layout, train)
+    tensors |= {f"{PREFIX}{name}": array for name, array in extras.items()}
+    rank, alpha = Counter(settings.values()).most_common(1)[0][0]
+    odd = {module: value for module, value in settings.items() if value != (rank, alpha)}
+    config = {
+        "peft_type": "LORA",
+        "task_type": TASK_TYPES[flavor_of(model)],
+        "base_model_name_or_path": base_model,
+        "r": rank,
+        "lora_alpha": alpha,
+        "rank_pattern": {re.escape(m): r for m, (r, _) in odd.items()},
+        "alpha_pattern": {re.escape(m): a for m, (_, a) in odd.items()},
+        "target_modules": sorted(adapters),
+        "modules_to_save": sorted({name.rsplit(".", 1)[0] for name in extras}) or None,
+        "fan_in_fan_out": any(layout.fan_in_fan_out[m] for m in adapters),
+        "lora_dropout": 0.0,
+        "bias": "none",
+        "use_rslora": False,
+        "use_dora": False,
+        "init_lora_weights": True,
+        "inference_mode": True,
+    }
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    write_safetensors({k: np.ascontiguousarray(v, np.float32) for k, v in tensors.items()},
+                      directory / WEIGHTS_FILE)  # fmt: skip
+    (directory / CONFIG_FILE).write_text(json.dumps(config, indent=2, sort_keys=True))
+    return directory

@@ -1,0 +1,86 @@
+"""Which `Linear`s get adapters: named groups and glob patterns over their pytree paths.
+
+A `Linear`'s path is the dotted name of the module in the model, without `.weight`:
+`layers.blocks.self_attention.query_proj`, `decoder.blocks.cross_attention.value_proj`,
+`layers.blocks.feed_forward.gate`, `pooler`, `head`. A target is a group name or a pattern;
+a pattern matches a path that equals it, ends with `.PATTERN`, or matches it as a glob
+(`fnmatch`: `*` also crosses dots), so `query_proj`, `*attention.query_proj` and
+`layers.blocks.self_attention.*_proj` all work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from fnmatch import fnmatchcase
+from typing import Any
+
+import jax
+
+from zoo.lora.linear import LoRALinear
+from zoo.nn.linear import Linear
+from zoo.serialize import path_name
+
+_ATTENTION = ("*attention.query_proj", "*attention.key_proj", "*attention.value_proj")
+# named groups -> patterns; "all-linear" is every Linear but the output layer (as in PEFT)
+GROUPS: dict[str, tuple[str, ...]] = {
+    "attention": (*_ATTENTION, "*attention.output_proj"),
+    "attention.qv": ("*attention.query_proj", "*attention.value_proj"),
+    "attention.qkv": _ATTENTION,
+    "feedforward": ("*feed_forward.gate", "*feed_forward.hidden", "*feed_forward.output"),
+    "all-linear": ("*",),
+}
+# output layers that "all-linear" leaves alone (train them whole with `train=`)
+OUTPUT_LAYERS = ("head", "output_proj")
+
+
+def is_linear(node: Any) -> bool:
+    return isinstance(node, Linear)
+
+
+def plain_linears(model: Any) -> dict[str, Linear]:
+    """Every `Linear` of `model` keyed by its path, in pytree order (not those in a LoRALinear)."""
+
+    def stop(node: Any) -> bool:
+        return isinstance(node, Linear | LoRALinear)
+
+    flat, _ = jax.tree_util.tree_flatten_with_path(model, is_leaf=stop)
+    return {path_name(path): node for path, node in flat if is_linear(node)}
+
+
+def linear_paths(model: Any) -> list[str]:
+    """The paths of every plain `Linear` in `model`, in pytree order."""
+    return list(plain_linears(model))
+
+
+def _matches(path: str, pattern: str) -> bool:
+    return path == pattern or path.endswith(f".{pattern}") or fnmatchcase(path, pattern)
+
+
+def normalize_targets(targets: str | Sequence[str]) -> tuple[str, ...]:
+    """`"attention,feedforward"` or a sequence of names -> a tuple of non-empty names."""
+    names = targets.split(",") if isinstance(targets, str) else list(targets)
+    cleaned = tuple(name.strip() for name in names if name.strip())
+    if not cleaned:
+        raise ValueError(
+            f"LoRA targets are empty; name groups ({', '.join(GROUPS)}) or Linear path patterns"
+        )
+    return cleaned
+
+
+def select(paths: Iterable[str], targets: Sequence[str]) -> list[str]:
+    """The paths the targets choose; a target that matches nothing raises with the candidates."""
+    paths = list(paths)
+    chosen: set[str] = set()
+    for target in targets:
+        if target == "all-linear":
+            found = {p for p in paths if p.split(".")[0] not in OUTPUT_LAYERS}
+        else:
+            patterns = GROUPS.get(target, (target,))
+            found = {p for p in paths if any(_matches(p, pattern) for pattern in patterns)}
+        if not found:
+            raise ValueError(
+                f"LoRA target {target!r} matches no Linear layer of this model. Groups: "
+                f"{', '.join(GROUPS)}; or a pattern over these Linear paths: {', '.join(paths)}"
+            )
+        chosen |= found
+    return [p for p in paths if p in chosen]
