@@ -46,6 +46,7 @@ class TransformerConfig:
     attention_output_bias: bool | None = None  # bias on the attention output; None: use_bias
     feed_forward_bias: bool | None = None  # biases in the feed-forward; None: use_bias
     qk_norm: bool = False  # RMSNorm on each head's queries and keys before rotary (Qwen3)
+    scale_scores: bool = True  # divide attention scores by sqrt(head_dim); T5: False
     sliding_window: int | None = None  # decoder self-attention sees the last N positions (Mistral)
     positions: str = "learned"  # learned | sinusoidal (added to embeddings) | rotary (in attention)
     rope_theta: float = 10000.0  # rotary base: pair i turns by position * theta^(-2i/head_dim)
@@ -196,6 +197,7 @@ class TransformerConfig:
             attention_dropout=self.attention_dropout,
             activation_dropout=self.activation_dropout,
             attention_implementation=self.attention_implementation,
+            scale_scores=self.scale_scores,
             init_std=self.init_std,
             dtype=self.param_dtype,
         )
@@ -245,8 +247,7 @@ class TransformerConfig:
             raise ValueError(f"unknown {cls.__name__} field(s) {unknown}")
         # JSON has no tuples: list fields (stop_ids) come back as the tuples configs hold
         fields: dict[str, Any] = {
-            name: tuple(value) if isinstance(value, list) else value
-            for name, value in data.items()
+            name: tuple(value) if isinstance(value, list) else value for name, value in data.items()
         }
         return cls(**fields)
 
