@@ -50,6 +50,21 @@ def relative_position_buckets(
     return buckets + jnp.where(is_small, distance, large)
 
 
+def check_relative_buckets(num_buckets: int, max_distance: int, *, bidirectional: bool) -> None:
+    """Raise unless the bucket settings give each direction exact and logarithmic buckets."""
+    per_direction = num_buckets // 2 if bidirectional else num_buckets
+    if not isinstance(num_buckets, int) or per_direction < 2:
+        raise ValueError(
+            f"num_buckets={num_buckets!r} is too few: relative positions need at least 2 "
+            "buckets per direction (T5 uses 32)"
+        )
+    if not isinstance(max_distance, int) or max_distance <= per_direction // 2:
+        raise ValueError(
+            f"max_distance={max_distance!r} must exceed the exact buckets ({per_direction // 2}); "
+            "T5 uses 128"
+        )
+
+
 class RelativePositionBias(eqx.Module):
     """A `[num_buckets, heads]` table giving each head a score bias per distance bucket."""
 
@@ -69,16 +84,7 @@ class RelativePositionBias(eqx.Module):
         dtype=jnp.float32,
         key: PRNGKeyArray,
     ):
-        if num_buckets < 2 or (bidirectional and num_buckets < 4):
-            raise ValueError(
-                f"num_buckets={num_buckets} is too few: relative positions need at least 2 "
-                "buckets per direction (T5 uses 32)"
-            )
-        if max_distance <= num_buckets // (4 if bidirectional else 2):
-            raise ValueError(
-                f"max_distance={max_distance} must exceed the exact buckets "
-                f"({num_buckets // (4 if bidirectional else 2)}); T5 uses 128"
-            )
+        check_relative_buckets(num_buckets, max_distance, bidirectional=bidirectional)
         self.weight = (init_std * jax.random.normal(key, (num_buckets, num_heads))).astype(dtype)
         self.bidirectional = bidirectional
         self.num_buckets = num_buckets
