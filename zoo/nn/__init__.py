@@ -1,4 +1,5 @@
-"""Shared per-example layers: attention, embeddings, relative positions, feed-forward, blocks, stacks."""
+"""Shared per-example layers: attention, embeddings, relative positions, feed-forward, blocks,
+stacks."""
 
 from zoo.nn.attention import (
     KVCache,

@@ -95,8 +95,9 @@ def attention_weights(
     """softmax(q k^T / sqrt(head_dim) + score_bias) per head, in float32.
 
     `score_bias` is added to the scaled scores (T5's relative positions); `scale=False` leaves
-    out the 1/sqrt(head_dim) (T5 folds it into its initialisation). With grouped-query attention (`kv_heads < heads`), query head `h` reads key head
-    `h // (heads // kv_heads)`; the shared keys are never copied. Masked keys get weight exactly
+    out the 1/sqrt(head_dim) (T5 folds it into its initialisation). With grouped-query
+    attention (`kv_heads < heads`), query head `h` reads key head `h // (heads // kv_heads)`;
+    the shared keys are never copied. Masked keys get weight exactly
     0. A query whose keys are all masked gets an all-zero row (finite values and gradients,
     never NaN).
     """
@@ -359,7 +360,8 @@ class MultiHeadAttention(eqx.Module):
     ) -> tuple[Float[Array, "seq d_model"], Float[Array, "heads seq kv_seq"] | None]:
         """Attend projected queries to projected keys/values and apply the output projection.
 
-        `score_bias` is added to every head's scores (relative positions, `zoo.nn.relative_position`).
+        `score_bias` is added to every head's scores (relative positions,
+        `zoo.nn.relative_position`).
         """
         heads, weights = dot_product_attention(
             query,
