@@ -90,6 +90,7 @@ def test_sentencepiece_tokenizer_equals_auto_tokenizer(folder):
     assert ours.encode("a dog", add_bos=True)[0] == 0
 
 
+@pytest.mark.slow
 def test_finetune_a_t5_folder_from_the_cli(tmp_path, capsys, folder):
     data = tmp_path / "pairs"
     data.mkdir()

@@ -106,15 +106,17 @@ def test_cached_decoding_equals_the_full_decoder(run):
     _, hf, model, _ = run
     src = jnp_int(SOURCE[1])
     state = model.start_decoding(src, 16)
+    step = eqx.filter_jit(lambda model, token, state: model.decode_step(token, state))
     steps = []
     for token in TARGET[1]:
-        logits, state = model.decode_step(jnp.array([token], jnp.int32), state)
+        logits, state = step(model, jnp.array([token], jnp.int32), state)
         steps.append(logits[0])
     full = model(src, jnp_int(TARGET[1]))
     assert max_diff(jnp.stack(steps), full) <= 1e-5
     assert max_diff(full, hf_logits(hf)[1]) <= LOGIT_TOL
 
 
+@pytest.mark.slow
 def test_twenty_greedy_tokens_equal_generate(run):
     _, _, _, folder = run
     hf = transformers.T5ForConditionalGeneration.from_pretrained(folder).eval()
@@ -138,6 +140,7 @@ def test_twenty_greedy_tokens_equal_generate(run):
     assert len(set(ours.ravel().tolist())) > 5  # real sequences, not one token repeated
 
 
+@pytest.mark.slow
 def test_beam_search_keeps_true_scores(run):
     _, _, model, _ = run
     tokens, scores = beam_translate(model, SOURCE, max_len=8, beam_size=4, length_penalty=0.6)
