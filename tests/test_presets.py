@@ -34,6 +34,15 @@ def test_published_gpt2_parameter_counts(name, expected):
     assert presets.param_count(name) == expected
 
 
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [("t5-small", 60_506_624), ("flan-t5-small", 76_961_152), ("flan-t5-base", 247_577_856)],
+)
+def test_t5_parameter_counts_equal_transformers(name, expected):
+    # tests/interop/test_t5_parity.py derives the same numbers from transformers' own models
+    assert presets.param_count(name) == expected
+
+
 def test_bert_base_encoder_with_pooler_count():
     model = presets.abstract("bert-base", num_classes=2)
     head = model.head.weight.size + model.head.bias.size

@@ -330,6 +330,51 @@ register(
     "the paper's big model, shared 37k vocabulary (~213M)",
 )
 
+# T5 is a translator configuration: the parts that differ from the paper's, field by field.
+T5_PARTS: dict[str, Any] = dict(
+    vocab_size=32128,  # the paper: 37000 (T5's SentencePiece: 32000 + 100 sentinels, padded)
+    norm="rmsnorm",  # the paper: layernorm (T5's LayerNorm has no mean and no bias)
+    norm_first=True,  # the paper: post-norm
+    use_bias=False,  # the paper: biases everywhere
+    positions="relative",  # the paper: sinusoidal (T5: a bucketed bias on the scores)
+    scale_scores=False,  # the paper: scores / sqrt(head_dim)
+    scale_embeddings=False,  # the paper: embeddings x sqrt(d_model)
+    attention_head_dim=64,  # d_kv: heads x 64 need not equal d_model
+    max_positions=512,  # relative positions have no limit; T5 trained on 512
+    layer_norm_eps=1e-6,
+    final_dropout=True,  # dropout after the final norms as well
+    pad_id=0,
+    bos_id=0,  # decoding starts from the pad id
+    eos_id=1,
+)
+# v1.0: dense relu, head tied to the token table with the output rescaled by d_model^-0.5
+T5_V1_0: dict[str, Any] = dict(activation="relu", tie_output=True, scale_output=True)
+# v1.1 and FLAN-T5: gated tanh-GELU, an untied head, no rescale
+T5_V1_1: dict[str, Any] = dict(
+    feed_forward="gated", activation="gelu_tanh", tie_output=False, scale_output=False
+)
+
+
+def _t5(**fields: Any) -> TranslatorConfig:
+    return TranslatorConfig(**{**T5_PARTS, **fields})
+
+
+register(
+    "t5-small",
+    _t5(d_model=512, num_heads=8, num_layers=6, d_ff=2048, **T5_V1_0),
+    "T5 (v1.0) small shapes: relu, tied and rescaled head (60.5M)",
+)
+register(
+    "flan-t5-small",
+    _t5(d_model=512, num_heads=6, num_layers=8, d_ff=1024, **T5_V1_1),
+    "FLAN-T5 small shapes: gated GELU, untied head, 6 heads of 64 (77M)",
+)
+register(
+    "flan-t5-base",
+    _t5(d_model=768, num_heads=12, num_layers=12, d_ff=2048, **T5_V1_1),
+    "FLAN-T5 base shapes: gated GELU, untied head (248M)",
+)
+
 
 def names() -> list[str]:
     """Every preset name, sorted."""

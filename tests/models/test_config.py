@@ -1,5 +1,7 @@
+import jax
 import pytest
 
+import zoo
 from zoo import ClassifierConfig, GPTConfig, TranslatorConfig
 
 
@@ -54,3 +56,14 @@ def test_translator_derived_sizes():
     )
     assert config.tgt_vocab == 80 and config.decoder_layers == 3
     assert TranslatorConfig().tgt_vocab == 37000
+
+
+def test_scale_scores_reaches_every_attention():
+    model = zoo.create("translator-tiny", scale_scores=False, key=jax.random.key(0))
+    attentions = [
+        model.encoder.blocks.self_attention,
+        model.decoder.blocks.self_attention,
+        model.decoder.blocks.cross_attention,
+    ]
+    assert [a.scale_scores for a in attentions] == [False, False, False]
+    assert zoo.create("gpt-tiny", key=jax.random.key(0)).layers.blocks.self_attention.scale_scores

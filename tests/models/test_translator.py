@@ -10,9 +10,28 @@ SRC = jnp.array([5, 8, 13, 21, 2])
 TGT = jnp.array([1, 9, 10, 11])
 
 
-@pytest.fixture(scope="module")
-def translator():
-    return zoo.create("translator-tiny", key=jax.random.key(0))
+# T5's parts on translator-tiny's shapes: relative positions (few buckets, so that this short
+# a sequence reaches the logarithmic ones), unscaled scores, RMSNorm, no biases, gated GELU
+T5_PARTS = dict(
+    positions="relative",
+    relative_buckets=8,
+    relative_max_distance=8,
+    scale_scores=False,
+    norm="rmsnorm",
+    use_bias=False,
+    feed_forward="gated",
+    activation="gelu_tanh",
+    scale_embeddings=False,
+    tie_output=False,
+    final_dropout=True,
+    init_std=0.1,
+)
+
+
+@pytest.fixture(scope="module", params=["paper", "t5"])
+def translator(request):
+    overrides = T5_PARTS if request.param == "t5" else {}
+    return zoo.create("translator-tiny", key=jax.random.key(0), **overrides)
 
 
 def test_encode_then_decode_equals_call(translator):
@@ -81,3 +100,59 @@ def test_vmap_over_pairs(translator):
     tgt = jnp.stack([TGT, TGT])
     out = jax.vmap(translator)(src, tgt)
     np.testing.assert_allclose(out[1], translator(src[1], tgt[1]), atol=1e-5)
+
+
+def test_relative_positions_are_a_shared_score_bias():
+    model = zoo.create("translator-tiny", key=jax.random.key(0), **T5_PARTS)
+    assert model.encoder_position_bias.weight.shape == (8, 4)  # [buckets, heads]
+    assert model.decoder_position_bias.weight.shape == (8, 4)
+    assert model.encoder_position_bias.bidirectional is True  # the encoder looks both ways
+    assert model.decoder_position_bias.bidirectional is False
+    assert model.source_embedder.position_weight is None  # nothing added to the embeddings
+    # the bias is used: changing either table changes the logits
+    for side in ("encoder_position_bias", "decoder_position_bias"):
+        changed = eqx.tree_at(lambda m, s=side: getattr(m, s).weight, model, jnp.zeros((8, 4)))
+        assert float(jnp.max(jnp.abs(changed(SRC, TGT) - model(SRC, TGT)))) > 1e-3
+
+
+def test_scale_output_rescales_a_tied_head_by_d_model():
+    plain = zoo.create("translator-tiny", key=jax.random.key(0))
+    scaled = zoo.create("translator-tiny", scale_output=True, key=jax.random.key(0))
+    np.testing.assert_allclose(scaled(SRC, TGT), plain(SRC, TGT) / 8.0, rtol=1e-5, atol=1e-7)
+
+
+def test_final_dropout_acts_only_with_a_key():
+    with_final = zoo.create(
+        "translator-tiny", dropout=0.5, final_dropout=True, key=jax.random.key(0)
+    )
+    without = zoo.create("translator-tiny", dropout=0.5, key=jax.random.key(0))
+    assert with_final.final_dropout.rate == 0.5 and without.final_dropout.rate == 0.0
+    np.testing.assert_allclose(with_final(SRC, TGT), without(SRC, TGT), atol=1e-6)
+    key = jax.random.key(1)
+    assert float(jnp.max(jnp.abs(with_final(SRC, TGT, key=key) - without(SRC, TGT, key=key)))) > 0
+
+
+@pytest.mark.parametrize(
+    ("flavor", "fields", "message"),
+    [
+        (
+            "gpt-tiny",
+            dict(positions="relative"),
+            "implemented for zoo.Translator only, not GPTConfig",
+        ),
+        ("translator-tiny", dict(final_dropout=True, norm_first=False), "set norm_first=True"),
+        (
+            "translator-tiny",
+            dict(positions="relative", relative_buckets=2),
+            "num_buckets=2 is too few",
+        ),
+        (
+            "translator-tiny",
+            dict(positions="relative", relative_buckets=32, relative_max_distance=8),
+            "max_distance=8 must exceed the exact buckets",
+        ),
+    ],
+)
+def test_relative_position_fields_are_checked(flavor, fields, message):
+    with pytest.raises(ValueError, match=message):
+        zoo.presets.config(flavor, **fields)

@@ -151,6 +151,11 @@ class Architecture(Generic[ConfigT]):
         """The `config.json` dict of `export_class` for a zoo config (refuses what it cannot say)."""
         raise NotImplementedError
 
+    def transformers_config(self, transformers: Any, config: ConfigT) -> Any:
+        """The transformers config object of `hf_config(config)` (for `to_hf`)."""
+        fields = {k: v for k, v in self.hf_config(config).items() if k != "model_type"}
+        return getattr(transformers, self.config_class)(**fields)
+
     def key_map(self, config: ConfigT, shapes: Mapping[str, Shape] | None = None) -> KeyMap:
         """The rules for `config`; `shapes` are the checkpoint's when loading, None when exporting."""
         raise NotImplementedError

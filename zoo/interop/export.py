@@ -43,10 +43,8 @@ def to_hf(model: Any) -> tuple[dict[str, Any], Any]:
         raise ImportError(
             f"to_hf builds torch tensors and a transformers config: {INSTALL_HF}"
         ) from error
-    arrays, hf_config = to_state_dict(model, full=True)
-    arch = architecture_for(model)
-    fields = {k: v for k, v in hf_config.items() if k != "model_type"}
-    config = getattr(transformers, arch.config_class)(**fields)
+    arrays, _ = to_state_dict(model, full=True)
+    config = architecture_for(model).transformers_config(transformers, model.config)
     tensors: dict[int, Any] = {}  # tied copies share one tensor, as in the torch model
 
     def tensor(array: np.ndarray) -> Any:

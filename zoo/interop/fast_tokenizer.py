@@ -72,12 +72,20 @@ class FastTokenizer(Tokenizer):
         self._added_special = {int(i) for i, token in added.items() if token.special}
 
     @classmethod
-    def from_folder(cls, folder: str | os.PathLike) -> FastTokenizer:
-        """The tokenizer of a checkpoint folder holding `tokenizer.json` (see the module doc)."""
+    def from_folder(
+        cls, folder: str | os.PathLike, *, start_id: int | None = None
+    ) -> FastTokenizer:
+        """The tokenizer of a checkpoint folder holding `tokenizer.json` (see the module doc).
+
+        `start_id` becomes the bos id when the files name none: an encoder-decoder's decoder
+        start token (T5 starts from its pad id), which targets begin with.
+        """
         folder = Path(folder)
         tokenizer = read_tokenizer_json(folder)
         config = read_json(folder / TOKENIZER_CONFIG)
         ids = special_ids(tokenizer, folder, config)
+        if ids["bos_id"] is None:
+            ids["bos_id"] = start_id
         adds_bos = config.get("add_bos_token")
         if not isinstance(adds_bos, bool):  # Llama 3: its post-processor adds bos
             with_specials = tokenizer.encode("", add_special_tokens=True).ids

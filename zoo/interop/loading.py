@@ -21,6 +21,7 @@ from zoo.interop.files import INSTALL_HF, read_config, read_json, read_weights, 
 from zoo.interop.gpt2 import GPT2
 from zoo.interop.llama import DECODER_FAMILIES, decoder_family_for
 from zoo.interop.marian import Marian
+from zoo.interop.t5 import REFUSED_MODEL_TYPES, T5
 from zoo.interop.zoo_keys import abstract_model, fill, zoo_shapes, zoo_state
 from zoo.models import flavor_of
 from zoo.presets import build
@@ -28,13 +29,17 @@ from zoo.presets import build
 GENERATION_CONFIG = "generation_config.json"
 DECODER_MODEL_TYPES = {family.model_type for family in DECODER_FAMILIES}
 ARCHITECTURES: dict[str, Architecture] = {
-    a.model_type: a for a in (GPT2(), Bert(), Marian(), *DECODER_FAMILIES)
+    a.model_type: a for a in (GPT2(), Bert(), Marian(), *DECODER_FAMILIES, T5())
 }
 
 
 def architecture_of(config: Mapping[str, Any]) -> Architecture:
     """The architecture a HuggingFace config dict describes (by its `model_type`)."""
     model_type = config.get("model_type")
+    if model_type in REFUSED_MODEL_TYPES:
+        raise UnsupportedConfig(
+            f"model_type={model_type!r} is not supported: {REFUSED_MODEL_TYPES[model_type]}"
+        )
     if model_type not in ARCHITECTURES:
         raise UnsupportedConfig(
             f"model_type={model_type!r} is not supported; zoo loads {sorted(ARCHITECTURES)}"
@@ -50,12 +55,15 @@ def architecture_for(model: Any) -> Architecture:
     """The architecture a zoo model (or config) exports to.
 
     A GPT with rotary positions is a Llama-style decoder: it exports to the simplest of Llama,
-    Mistral, Qwen2 and Qwen3 that expresses its parts; other GPTs export to GPT-2.
+    Mistral, Qwen2 and Qwen3 that expresses its parts; other GPTs export to GPT-2. A translator
+    with relative positions is a T5; other translators export to MarianMT.
     """
     flavor = flavor_of(model)
     config = getattr(model, "config", model)
     if flavor == "gpt" and config.positions == "rotary":
         return decoder_family_for(config)
+    if flavor == "translator" and config.positions == "relative":
+        return ARCHITECTURES["t5"]
     return ARCHITECTURES[EXPORTS[flavor]]
 
 
@@ -174,9 +182,9 @@ def from_pretrained(
     A name that is not a folder is downloaded with `huggingface_hub` (the config and one set of
     weights: safetensors when the repository has them). Weights the checkpoint lacks are
     initialised from `key` with a `FreshWeightsWarning`. Supported: GPT-2, Llama, Mistral,
-    Qwen2, Qwen3 -> `zoo.GPT`, BERT -> `zoo.Classifier`, MarianMT -> `zoo.Translator`. The end
-    ids of `generation_config.json` (Llama 3 instruct stops on several) become the model's
-    `stop_ids`. Keyword `overrides` change zoo config fields, e.g. `num_classes=2`.
+    Qwen2, Qwen3 -> `zoo.GPT`, BERT -> `zoo.Classifier`, MarianMT and T5 -> `zoo.Translator`.
+    The end ids of `generation_config.json` (Llama 3 instruct stops on several) become a
+    decoder's `stop_ids`. Keyword `overrides` change zoo config fields, e.g. `num_classes=2`.
     With `return_tokenizer=True`, returns `(model, tokenizer)`.
     """
     folder = resolve(name_or_dir, revision=revision, tokenizer=return_tokenizer)

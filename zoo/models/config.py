@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import jax.numpy as jnp
 
@@ -21,6 +21,9 @@ DTYPES = ("float32", "bfloat16", "float16")
 @dataclass(frozen=True, kw_only=True)
 class TransformerConfig:
     """Hyperparameters shared by the classifier, the GPT and the translator."""
+
+    # flavors whose model computes positions="relative" (T5's bias) set this
+    relative_positions_supported: ClassVar[bool] = False
 
     vocab_size: int = 32000  # token ids are in [0, vocab_size)
     d_model: int = 512  # model width
@@ -46,8 +49,9 @@ class TransformerConfig:
     attention_output_bias: bool | None = None  # bias on the attention output; None: use_bias
     feed_forward_bias: bool | None = None  # biases in the feed-forward; None: use_bias
     qk_norm: bool = False  # RMSNorm on each head's queries and keys before rotary (Qwen3)
+    scale_scores: bool = True  # divide attention scores by sqrt(head_dim); T5: False
     sliding_window: int | None = None  # decoder self-attention sees the last N positions (Mistral)
-    positions: str = "learned"  # learned | sinusoidal (added to embeddings) | rotary (in attention)
+    positions: str = "learned"  # learned | sinusoidal (added) | rotary | relative (T5, translator)
     rope_theta: float = 10000.0  # rotary base: pair i turns by position * theta^(-2i/head_dim)
     rope_scaling: str | None = None  # None | linear | llama3: stretch rotary to longer contexts
     rope_factor: float = 1.0  # rotary scaling factor (linear and llama3)
@@ -90,6 +94,12 @@ class TransformerConfig:
         if self.sinusoid_layout not in SINUSOID_LAYOUTS:
             raise ValueError(
                 f"sinusoid_layout must be one of {SINUSOID_LAYOUTS}, got {self.sinusoid_layout!r}"
+            )
+        if self.positions == "relative" and not self.relative_positions_supported:
+            raise ValueError(
+                f"positions='relative' (T5's relative position bias) is implemented for "
+                f"zoo.Translator only, not {type(self).__name__}; choose learned, sinusoidal or "
+                "rotary"
             )
         if self.positions == "sinusoidal" and self.d_model % 2 != 0:
             raise ValueError(f"sinusoidal positions need an even d_model, got {self.d_model}")
@@ -211,6 +221,7 @@ class TransformerConfig:
             attention_dropout=self.attention_dropout,
             activation_dropout=self.activation_dropout,
             attention_implementation=self.attention_implementation,
+            scale_scores=self.scale_scores,
             init_std=self.init_std,
             dtype=self.param_dtype,
         )

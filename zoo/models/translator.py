@@ -1,4 +1,12 @@
-"""Encoder-decoder translator ("Attention is all you need"): encode the source, decode the target."""
+"""Encoder-decoder translator ("Attention is all you need"): encode the source, decode the target.
+
+The same class is T5 by configuration (`zoo.presets`: `t5-small`, `flan-t5-small`): RMSNorm
+before each sub-layer, no biases, relative positions (`positions="relative"`: a bucketed bias
+on the self-attention scores, bidirectional in the encoder and causal in the decoder, computed
+once per pass and shared by the layers), unscaled scores (`scale_scores=False`), and a tied
+head that rescales the decoder output by d_model^-0.5 (`scale_output`, T5 v1.0) or an untied
+one (v1.1 and FLAN-T5).
+"""
 
 from __future__ import annotations
 
@@ -13,10 +21,11 @@ from zoo.models.common import DecodeCache, check_cache_room, check_tokens, valid
 from zoo.models.config import TransformerConfig
 from zoo.nn.attention import KVCache, attention_mask
 from zoo.nn.block import BlockExtras, TransformerBlock
-from zoo.nn.dropout import split_optional
+from zoo.nn.dropout import Dropout, split_optional
 from zoo.nn.embedding import Embedder
 from zoo.nn.linear import Linear
 from zoo.nn.norm import Norm
+from zoo.nn.relative_position import RelativePositionBias, check_relative_buckets
 from zoo.nn.stack import LayerStack
 
 
@@ -38,9 +47,25 @@ class TranslatorConfig(TransformerConfig):
     share_embeddings: bool = True  # one token table for source and target (needs one vocabulary)
     tie_output: bool = True  # output projection = target token table transposed
     output_bias: bool = False  # a bias on the output logits (MarianMT's final_logits_bias)
+    scale_output: bool = False  # decoder output times d_model**-0.5 before the head (T5 v1.0)
+    final_dropout: bool = False  # dropout after the final norms too (T5); needs norm_first
+    relative_buckets: int = 32  # positions="relative": distance buckets per table (T5: 32)
+    relative_max_distance: int = 128  # positions="relative": distances beyond share a bucket
+
+    relative_positions_supported = True
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.positions == "relative":
+            for bidirectional in (True, False):  # the encoder's table, then the decoder's
+                check_relative_buckets(
+                    self.relative_buckets, self.relative_max_distance, bidirectional=bidirectional
+                )
+        if self.final_dropout and not self.norm_first:
+            raise ValueError(
+                "final_dropout applies dropout after the final norms, which only a pre-norm "
+                "model has: set norm_first=True or final_dropout=False"
+            )
         if self.target_vocab_size is not None and self.target_vocab_size <= 0:
             raise ValueError(f"target_vocab_size must be positive, got {self.target_vocab_size}")
         if self.num_decoder_layers is not None and self.num_decoder_layers <= 0:
@@ -52,6 +77,22 @@ class TranslatorConfig(TransformerConfig):
             )
         for name in ("bos_id", "eos_id", "pad_id"):
             self._check_token_id(name, getattr(self, name), self.tgt_vocab)
+
+    def relative_bias(
+        self, *, bidirectional: bool, key: PRNGKeyArray
+    ) -> RelativePositionBias | None:
+        """The relative position table of one side, or None unless positions="relative"."""
+        if self.positions != "relative":
+            return None
+        return RelativePositionBias(
+            self.num_heads,
+            bidirectional=bidirectional,
+            num_buckets=self.relative_buckets,
+            max_distance=self.relative_max_distance,
+            init_std=self.init_std,
+            dtype=self.param_dtype,
+            key=key,
+        )
 
     @property
     def tgt_vocab(self) -> int:
@@ -89,6 +130,9 @@ class Translator(eqx.Module):
     decoder_norm: Norm | None
     output_proj: Linear | None
     output_bias: Float[Array, " vocab"] | None
+    encoder_position_bias: RelativePositionBias | None
+    decoder_position_bias: RelativePositionBias | None
+    final_dropout: Dropout
 
     def __init__(self, config: TranslatorConfig, *, key: PRNGKeyArray):
         keys = jax.random.split(key, 5)
@@ -137,6 +181,15 @@ class Translator(eqx.Module):
             )
         )
         self.output_bias = jnp.zeros((c.tgt_vocab,), c.param_dtype) if c.output_bias else None
+        # relative positions: one table per side (T5 keeps it in the first layer), shared by
+        # every layer of that side
+        self.encoder_position_bias = c.relative_bias(
+            bidirectional=True, key=jax.random.fold_in(key, 5)
+        )
+        self.decoder_position_bias = c.relative_bias(
+            bidirectional=False, key=jax.random.fold_in(key, 6)
+        )
+        self.final_dropout = Dropout(c.dropout if c.final_dropout else 0.0)
 
     @property
     def target_token_weight(self) -> Float[Array, "vocab d_model"]:
@@ -159,10 +212,21 @@ class Translator(eqx.Module):
         if valid is None:
             valid = jnp.ones((num_src,), bool)
         mask = attention_mask(num_src, valid, num_keys=num_src)
-        x, extras = self.encoder(x, mask=mask, key=layers_key, return_weights=return_weights)
-        if self.encoder_norm is not None:
-            x = self.encoder_norm(x)
-        return x, valid, extras
+        score_bias = None
+        if self.encoder_position_bias is not None:
+            score_bias = self.encoder_position_bias(jnp.arange(num_src), jnp.arange(num_src))
+        x, extras = self.encoder(
+            x, mask=mask, score_bias=score_bias, key=layers_key, return_weights=return_weights
+        )
+        return self._finish(self.encoder_norm, x, layers_key), valid, extras
+
+    def _finish(self, norm: Norm | None, x: Array, key: PRNGKeyArray | None) -> Array:
+        """A stack's final norm, then (T5) dropout on its output."""
+        if norm is not None:
+            x = norm(x)
+        if key is None:
+            return x
+        return self.final_dropout(x, key=jax.random.fold_in(key, 1))
 
     def encode(
         self,
@@ -194,6 +258,12 @@ class Translator(eqx.Module):
         )
         cross_mask = attention_mask(num_tgt, source_valid, num_keys=source_valid.shape[0])
         layer_cache = None if cache is None else KVCache(cache.keys, cache.values)
+        score_bias = None
+        if self.decoder_position_bias is not None:
+            # queries sit at their absolute positions: after the cached ones when decoding
+            score_bias = self.decoder_position_bias(
+                index + jnp.arange(num_tgt), jnp.arange(num_keys)
+            )
         x, extras = self.decoder(
             x,
             mask=self_mask,
@@ -201,11 +271,13 @@ class Translator(eqx.Module):
             cross_mask=cross_mask,
             cache=layer_cache,
             cache_index=index,
+            score_bias=score_bias,
             key=layers_key,
             return_weights=return_weights,
         )
-        if self.decoder_norm is not None:
-            x = self.decoder_norm(x)
+        x = self._finish(self.decoder_norm, x, layers_key)
+        if c.scale_output:
+            x = x * (c.d_model**-0.5)
         if self.output_proj is not None:
             logits = self.output_proj(x)
         else:

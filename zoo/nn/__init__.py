@@ -1,4 +1,5 @@
-"""Shared per-example layers: attention, embeddings, feed-forward, blocks, stacks."""
+"""Shared per-example layers: attention, embeddings, relative positions, feed-forward, blocks,
+stacks."""
 
 from zoo.nn.attention import (
     KVCache,
@@ -14,6 +15,7 @@ from zoo.nn.embedding import Embedder, check_token_ids, sinusoidal_positions
 from zoo.nn.feedforward import ACTIVATIONS, FeedForward
 from zoo.nn.linear import Linear
 from zoo.nn.norm import LayerNorm, RMSNorm, make_norm
+from zoo.nn.relative_position import RelativePositionBias, relative_position_buckets
 from zoo.nn.rotary import RotaryEmbedding, rotary_inverse_frequencies
 from zoo.nn.stack import LayerStack
 
@@ -29,6 +31,7 @@ __all__ = [
     "Linear",
     "MultiHeadAttention",
     "RMSNorm",
+    "RelativePositionBias",
     "RotaryEmbedding",
     "TransformerBlock",
     "attention_mask",
@@ -37,6 +40,7 @@ __all__ = [
     "check_token_ids",
     "dot_product_attention",
     "make_norm",
+    "relative_position_buckets",
     "rotary_inverse_frequencies",
     "sinusoidal_positions",
 ]

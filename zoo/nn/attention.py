@@ -88,15 +88,19 @@ def attention_weights(
     query: Float[Array, "seq heads head_dim"],
     key: Float[Array, "kv_seq kv_heads head_dim"],
     mask: Bool[Array, "seq kv_seq"] | None = None,
+    *,
+    score_bias: Float[Array, "heads seq kv_seq"] | None = None,
+    scale: bool = True,
 ) -> Float[Array, "heads seq kv_seq"]:
-    """softmax(q k^T / sqrt(head_dim)) per head, in float32.
+    """softmax(q k^T / sqrt(head_dim) + score_bias) per head, in float32.
 
-    With grouped-query attention (`kv_heads < heads`), query head `h` reads key head
-    `h // (heads // kv_heads)`; the shared keys are never copied. Masked keys get weight exactly
+    `score_bias` is added to the scaled scores (T5's relative positions); `scale=False` leaves
+    out the 1/sqrt(head_dim) (T5 folds it into its initialisation). With grouped-query
+    attention (`kv_heads < heads`), query head `h` reads key head `h // (heads // kv_heads)`;
+    the shared keys are never copied. Masked keys get weight exactly
     0. A query whose keys are all masked gets an all-zero row (finite values and gradients,
     never NaN).
     """
-    scale = 1.0 / math.sqrt(query.shape[-1])
     group = _groups(query, key)
     if group == 1:
         scores = jnp.einsum("qhd,khd->hqk", query, key)
@@ -104,7 +108,11 @@ def attention_weights(
         seq, heads, head_dim = query.shape
         grouped = query.reshape(seq, key.shape[1], group, head_dim)
         scores = jnp.einsum("qkgd,skd->kgqs", grouped, key).reshape(heads, seq, key.shape[0])
-    scores = scores.astype(jnp.float32) * scale
+    scores = scores.astype(jnp.float32)
+    if scale:
+        scores = scores * (1.0 / math.sqrt(query.shape[-1]))
+    if score_bias is not None:
+        scores = scores + score_bias.astype(jnp.float32)
     if mask is None:
         return jax.nn.softmax(scores, axis=-1)
     # A finite fill keeps fully masked rows finite (uniform), and the final `where` zeroes them.
@@ -132,6 +140,8 @@ def dot_product_attention(
     value: Float[Array, "kv_seq kv_heads head_dim"],
     mask: Bool[Array, "seq kv_seq"] | None = None,
     *,
+    score_bias: Float[Array, "heads seq kv_seq"] | None = None,
+    scale: bool = True,
     dropout: Dropout | None = None,
     dropout_key: PRNGKeyArray | None = None,
     return_weights: bool = False,
@@ -144,7 +154,8 @@ def dot_product_attention(
     default, where its backward pass is faster. Otherwise `jax.nn.dot_product_attention` runs:
     `implementation="xla"` forces it on any device, `"cudnn"` asks for the cuDNN flash kernel
     on an NVIDIA GPU. Both paths give zero output for fully masked queries, and both take
-    fewer key/value heads than query heads (grouped-query attention).
+    fewer key/value heads than query heads (grouped-query attention), and both add
+    `score_bias` to the scores and honour `scale` (see `attention_weights`).
     """
     dropout_active = (
         dropout is not None
@@ -154,7 +165,7 @@ def dot_product_attention(
     )
     explicit_by_default = implementation is None and jax.default_backend() == "cpu"
     if return_weights or dropout_active or explicit_by_default:
-        weights = attention_weights(query, key, mask)
+        weights = attention_weights(query, key, mask, score_bias=score_bias, scale=scale)
         if dropout is not None:
             weights = dropout(weights, key=dropout_key)
         output = _weighted_values(weights.astype(value.dtype), value)
@@ -166,7 +177,9 @@ def dot_product_attention(
             query,
             key,
             value,
+            bias=None if score_bias is None else score_bias.astype(query.dtype)[None],
             mask=None if mask is None else mask[None, :, :],
+            scale=None if scale else 1.0,
             implementation=implementation,  # type: ignore[arg-type]
         )
     if mask is not None:
@@ -223,7 +236,9 @@ class MultiHeadAttention(eqx.Module):
     The parts that tell today's families apart are options of this one class:
     `num_kv_heads < num_heads` (grouped-query attention; 1 is multi-query), an explicit
     `head_dim`, biases per projection (`qkv_bias`, `output_bias`), `qk_norm` (an RMSNorm over
-    each head of the queries and keys, Qwen3) and `rotary` (positions as rotations, Llama).
+    each head of the queries and keys, Qwen3), `rotary` (positions as rotations, Llama) and
+    `scale_scores=False` (no 1/sqrt(head_dim), T5, whose relative positions come in through
+    `attend(..., score_bias=...)`).
     """
 
     query_proj: Linear
@@ -238,6 +253,7 @@ class MultiHeadAttention(eqx.Module):
     num_kv_heads: int = eqx.field(static=True)
     head_dim: int = eqx.field(static=True)
     implementation: str | None = eqx.field(static=True)
+    scale_scores: bool = eqx.field(static=True)
 
     def __init__(
         self,
@@ -255,6 +271,7 @@ class MultiHeadAttention(eqx.Module):
         rotary: RotaryEmbedding | None = None,
         dropout_rate: float = 0.0,
         implementation: str | None = None,
+        scale_scores: bool = True,
         init_std: float = 0.02,
         dtype=jnp.float32,
         key: PRNGKeyArray,
@@ -299,6 +316,7 @@ class MultiHeadAttention(eqx.Module):
         self.num_kv_heads = num_kv_heads
         self.head_dim = head_dim
         self.implementation = implementation
+        self.scale_scores = scale_scores
 
     def _split_heads(self, x: Float[Array, "seq inner"], heads: int) -> Array:
         return x.reshape(x.shape[0], heads, self.head_dim)
@@ -336,15 +354,22 @@ class MultiHeadAttention(eqx.Module):
         values: Float[Array, "kv_seq kv_heads head_dim"],
         mask: Bool[Array, "seq kv_seq"] | None = None,
         *,
+        score_bias: Float[Array, "heads seq kv_seq"] | None = None,
         key: PRNGKeyArray | None = None,
         return_weights: bool = False,
     ) -> tuple[Float[Array, "seq d_model"], Float[Array, "heads seq kv_seq"] | None]:
-        """Attend projected queries to projected keys/values and apply the output projection."""
+        """Attend projected queries to projected keys/values and apply the output projection.
+
+        `score_bias` is added to every head's scores (relative positions,
+        `zoo.nn.relative_position`).
+        """
         heads, weights = dot_product_attention(
             query,
             keys,
             values,
             mask,
+            score_bias=score_bias,
+            scale=self.scale_scores,
             dropout=self.dropout,
             dropout_key=key,
             return_weights=return_weights,

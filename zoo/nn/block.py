@@ -67,6 +67,7 @@ class TransformerBlock(eqx.Module):
         attention_dropout: float = 0.0,
         activation_dropout: float | None = None,
         attention_implementation: str | None = None,
+        scale_scores: bool = True,
         init_std: float = 0.02,
         dtype=jnp.float32,
         key: PRNGKeyArray,
@@ -82,6 +83,7 @@ class TransformerBlock(eqx.Module):
             norm_eps=layer_norm_eps,
             dropout_rate=attention_dropout,
             implementation=attention_implementation,
+            scale_scores=scale_scores,
             init_std=init_std,
             dtype=dtype,
         )
@@ -137,6 +139,7 @@ class TransformerBlock(eqx.Module):
         cross_mask: Bool[Array, "seq src"] | None = None,
         cache: KVCache | None = None,
         cache_index: Int[Array, ""] | int = 0,
+        score_bias: Float[Array, "heads seq kv_seq"] | None = None,
         key: PRNGKeyArray | None = None,
         return_weights: bool = False,
     ) -> tuple[Float[Array, "seq d_model"], BlockExtras]:
@@ -147,7 +150,8 @@ class TransformerBlock(eqx.Module):
         With `cache`, the new keys and values are written at `cache_index` and the queries attend
         to the whole cache (`mask` is then `[seq, max_len]`). `cross_kv` are the encoder memory's
         projected keys and values for this layer's cross-attention (see
-        `MultiHeadAttention.project_key_value`).
+        `MultiHeadAttention.project_key_value`). `score_bias` is added to the self-attention
+        scores (relative positions; `[heads, seq, max_len]` with a cache).
         """
         self_key, cross_key, ff_key = split_optional(key, 3)
         if positions is None:
@@ -161,7 +165,13 @@ class TransformerBlock(eqx.Module):
                 keys, values = new_cache.keys, new_cache.values
             query = self.self_attention.project_query(h, positions)
             out, weights = self.self_attention.attend(
-                query, keys, values, mask, key=k, return_weights=return_weights
+                query,
+                keys,
+                values,
+                mask,
+                score_bias=score_bias,
+                key=k,
+                return_weights=return_weights,
             )
             return out, (new_cache, weights)
 

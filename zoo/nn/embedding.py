@@ -13,8 +13,9 @@ from zoo.nn.dropout import Dropout
 from zoo.nn.norm import LayerNorm
 
 # learned and sinusoidal positions are added to the token embeddings; rotary positions are
-# applied inside attention (zoo.nn.rotary), so the embedder adds nothing for them.
-POSITION_KINDS = ("learned", "sinusoidal", "rotary")
+# applied inside attention (zoo.nn.rotary) and relative ones are a bias on the attention scores
+# (zoo.nn.relative_position, T5), so the embedder adds nothing for those two.
+POSITION_KINDS = ("learned", "sinusoidal", "rotary", "relative")
 SINUSOID_LAYOUTS = ("interleaved", "concatenated")
 
 

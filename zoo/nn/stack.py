@@ -87,12 +87,14 @@ class LayerStack(eqx.Module):
         cross_mask: Bool[Array, "seq src"] | None = None,
         cache: KVCache | None = None,
         cache_index: Int[Array, ""] | int = 0,
+        score_bias: Float[Array, "heads seq kv_seq"] | None = None,
         key: PRNGKeyArray | None = None,
         return_weights: bool = False,
     ) -> tuple[Float[Array, "seq d_model"], BlockExtras]:
         """Run every layer. Extras (cache, attention weights) come back stacked on `layers`.
 
-        `positions` (absolute token positions, for rotary attention) are the same in every layer.
+        `positions` (absolute token positions, for rotary attention) and `score_bias` (relative
+        positions, added to the self-attention scores) are the same in every layer.
         """
         params, static = eqx.partition(self.blocks, eqx.is_array)
         layer_keys = None if key is None else jax.random.split(key, self.num_layers)
@@ -108,6 +110,7 @@ class LayerStack(eqx.Module):
                 cross_mask=cross_mask,
                 cache=layer_cache,
                 cache_index=cache_index,
+                score_bias=score_bias,
                 key=layer_key,
                 return_weights=return_weights,
             )
