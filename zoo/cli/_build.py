@@ -36,8 +36,9 @@ def build_model(args: argparse.Namespace, model_key: Any) -> tuple[Any, Any, Any
             raise ValueError(
                 f"--init {args.init} holds a {zoo.models.flavor_of(initial)}, not a {args.flavor}"
             )
-        if args.max_len is None:
-            args.max_len = initial.config.max_positions  # type: ignore[attr-defined]
+        if args.max_len is None:  # RoBERTa's position offset leaves fewer tokens than positions
+            config = initial.config  # type: ignore[attr-defined]
+            args.max_len = getattr(config, "max_tokens", config.max_positions)
     train, evaluation, tokenizer = resolve_data(args.data, args.flavor, args)
     overrides = model_overrides(args.flavor, tokenizer, train, [])
     if args.flavor == "classifier" and getattr(args, "data_num_classes", None):

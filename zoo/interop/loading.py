@@ -17,10 +17,12 @@ from jaxtyping import PRNGKeyArray
 from zoo.interop.architecture import Architecture, HFConfig, UnsupportedConfig, logger
 from zoo.interop.bert import Bert
 from zoo.interop.convert import hf_to_zoo
+from zoo.interop.distilbert import DistilBert
 from zoo.interop.files import INSTALL_HF, read_config, read_weights, resolve
 from zoo.interop.gpt2 import GPT2
 from zoo.interop.llama import DECODER_FAMILIES, decoder_family_for
 from zoo.interop.marian import Marian
+from zoo.interop.roberta import Roberta, XLMRoberta
 from zoo.interop.zoo_keys import abstract_model, fill, zoo_shapes, zoo_state
 from zoo.models import flavor_of
 from zoo.presets import build
@@ -28,6 +30,8 @@ from zoo.presets import build
 ARCHITECTURES: dict[str, Architecture] = {
     a.model_type: a for a in (GPT2(), Bert(), Marian(), *DECODER_FAMILIES)
 }
+# the encoder families beside BERT
+ARCHITECTURES.update({a.model_type: a for a in (Roberta(), XLMRoberta(), DistilBert())})
 
 
 def architecture_of(config: Mapping[str, Any]) -> Architecture:
@@ -48,12 +52,18 @@ def architecture_for(model: Any) -> Architecture:
     """The architecture a zoo model (or config) exports to.
 
     A GPT with rotary positions is a Llama-style decoder: it exports to the simplest of Llama,
-    Mistral, Qwen2 and Qwen3 that expresses its parts; other GPTs export to GPT-2.
+    Mistral, Qwen2 and Qwen3 that expresses its parts; other GPTs export to GPT-2. A classifier
+    with RoBERTa's position offset exports to RoBERTa (XLM-R checkpoints too: the same network),
+    one with DistilBERT's ReLU head to DistilBERT, others to BERT.
     """
     flavor = flavor_of(model)
     config = getattr(model, "config", model)
     if flavor == "gpt" and config.positions == "rotary":
         return decoder_family_for(config)
+    if flavor == "classifier" and config.position_offset > 0:
+        return ARCHITECTURES["roberta"]
+    if flavor == "classifier" and config.pooler_activation == "relu":
+        return ARCHITECTURES["distilbert"]
     return ARCHITECTURES[EXPORTS[flavor]]
 
 
@@ -171,8 +181,8 @@ def from_pretrained(
     index), or else `pytorch_model.bin` (or its shards), read with torch's weights-only loader.
     A name that is not a folder is downloaded with `huggingface_hub` (the config and one set of
     weights: safetensors when the repository has them). Weights the checkpoint lacks are
-    initialised from `key` with a `FreshWeightsWarning`. Supported: GPT-2 -> `zoo.GPT`, BERT ->
-    `zoo.Classifier`, MarianMT -> `zoo.Translator`. Keyword `overrides` change zoo config
+    initialised from `key` with a `FreshWeightsWarning`. Supported: GPT-2 and the Llama family -> `zoo.GPT`;
+    BERT, RoBERTa, XLM-R and DistilBERT -> `zoo.Classifier`; MarianMT -> `zoo.Translator`. Keyword `overrides` change zoo config
     fields, e.g. `num_classes=2`.
     With `return_tokenizer=True`, returns `(model, tokenizer)`.
     """

@@ -2,7 +2,8 @@
 
 GPT-2 uses tiktoken's `gpt2` encoding with the checkpoint's own 50257-id vocabulary
 (`TiktokenTokenizer("gpt2", pretrained=True)`); Llama, Mistral, Qwen2 and Qwen3 (SmolLM2 is a
-llama) read their `tokenizer.json` with the tokenizers library (`FastTokenizer`); BERT and
+llama), RoBERTa, XLM-R and DistilBERT read their `tokenizer.json` with the tokenizers library
+(`FastTokenizer`); BERT and
 MarianMT use their HuggingFace tokenizer through `transformers.AutoTokenizer`, wrapped in
 `HFTokenizer`. The last two are optional (`pip install 'jax-transformer-zoo[hf]'`). All save next to a model
 and come back with `zoo.data.load_tokenizer`.
@@ -26,6 +27,8 @@ from zoo.interop.files import CONFIG, INSTALL_HF, resolve
 
 # model_type values whose checkpoints ship a tokenizer.json that FastTokenizer reads
 FAST_TOKENIZER_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+# the encoders' hub snapshots ship one too; older BERT folders may hold only vocab.txt
+ENCODER_TOKENIZER_TYPES = ("roberta", "xlm-roberta", "distilbert")
 
 
 class HFTokenizer(Tokenizer):
@@ -115,8 +118,9 @@ def pretrained_tokenizer(name_or_dir: str | Path, *, revision: str | None = None
     """The tokenizer of a checkpoint folder or hub name.
 
     A folder saved by zoo (`zoo_tokenizer.json`) loads as saved; GPT-2 checkpoints with the
-    standard 50257-id vocabulary get tiktoken's `gpt2`; Llama, Mistral and Qwen checkpoints
-    get `FastTokenizer` (their `tokenizer.json`); everything else gets `HFTokenizer`.
+    standard 50257-id vocabulary get tiktoken's `gpt2`; Llama, Mistral, Qwen, RoBERTa, XLM-R and
+    DistilBERT checkpoints get `FastTokenizer` (their `tokenizer.json`); everything else gets
+    `HFTokenizer`.
     """
     folder = resolve(name_or_dir, revision=revision, tokenizer=True)
     if (folder / TOKENIZER_FILE).is_file():
@@ -126,6 +130,6 @@ def pretrained_tokenizer(name_or_dir: str | Path, *, revision: str | None = None
         config = json.loads((folder / CONFIG).read_text(encoding="utf-8"))
     if config.get("model_type") == "gpt2" and config.get("vocab_size", 50257) == 50257:
         return TiktokenTokenizer("gpt2", pretrained=True)
-    if config.get("model_type") in FAST_TOKENIZER_TYPES:
+    if config.get("model_type") in (*FAST_TOKENIZER_TYPES, *ENCODER_TOKENIZER_TYPES):
         return FastTokenizer.from_folder(folder)
     return HFTokenizer(_auto_tokenizer(folder))
