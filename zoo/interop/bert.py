@@ -124,6 +124,13 @@ class Bert(Architecture[ClassifierConfig]):
             hf.require(
                 "tie_word_embeddings", (True,), "zoo ties the masked-LM decoder to the embeddings"
             )
+        if masked_lm and f"{self.head}.weight" not in shapes:
+            logger.warning(
+                "%s: a masked-LM checkpoint has no classification head: zoo.Classifier's head "
+                "(and the dense layer before it) are initialised fresh; fine-tune them before "
+                "classifying, or use the masked-LM head (masked_lm_logits)",
+                self.name,
+            )
         if hf["problem_type"] == "multi_label_classification":
             logger.warning(
                 "%s: problem_type='multi_label_classification': the logits are the same, but "
@@ -266,8 +273,9 @@ class Bert(Architecture[ClassifierConfig]):
             self._warn_pretraining_heads(shapes or {})
         if config.masked_lm and exporting:
             return KeyMap(rules, ignore=tuple(ignore))  # the MLM class has no pooler or head
-        if config.pooler:  # an MLM checkpoint has none: it starts fresh
-            optional = config.masked_lm or self.pooler_in_head
+        if config.pooler:  # a masked-LM checkpoint has none: it starts fresh
+            mlm_checkpoint = f"{self.mlm.transform}.weight" in (shapes or {})
+            optional = mlm_checkpoint or self.pooler_in_head
             rules += weight_and_bias(self.pooler_key(), "pooler", optional=optional)
         if self._load_head(config, shapes):
             rules += weight_and_bias(self.head, "head", optional=True)

@@ -42,6 +42,7 @@ class ClassifierConfig(TransformerConfig):
     pooler_activation: str = "tanh"  # tanh (BERT, RoBERTa) | relu (DistilBERT's pre_classifier)
     position_offset: int = 0  # RoBERTa: pad_id + 1; > 0: positions count real tokens from here
     masked_lm: bool = False  # add the masked-LM head (tied decoder) for MLM pretraining
+    mask_id: int | None = None  # the mask token of masked-LM pretraining ([MASK], <mask>)
     type_vocab_size: int = 2  # token-type (segment) embeddings; 0 disables them
     classifier_dropout: float | None = None  # dropout before the class head (None: `dropout`)
     norm_first: bool = False  # BERT is post-LN
@@ -66,6 +67,7 @@ class ClassifierConfig(TransformerConfig):
                 f"{self.position_offset}; RoBERTa uses pad_id + 1 with max_positions = longest "
                 "input + pad_id + 1"
             )
+        self._check_token_id("mask_id", self.mask_id)
         if self.type_vocab_size < 0:
             raise ValueError(f"type_vocab_size must be >= 0, got {self.type_vocab_size}")
         rate = self.classifier_dropout
