@@ -156,6 +156,16 @@ def register(commands) -> None:
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
     parser.add_argument("--accumulate", type=int, default=1, help="micro-batches per step")
     parser.add_argument("--label-smoothing", type=float, help="translator only")
+    parser.add_argument(
+        "--objective",
+        choices=("classify", "mlm"),
+        default="classify",
+        help="classifier: classify (labels) or mlm (masked-LM pretraining on plain text)",
+    )
+    parser.add_argument("--mask-rate", type=float, default=0.15, help="mlm: tokens chosen")
+    parser.add_argument(
+        "--whole-word-masking", action="store_true", help="mlm: mask every piece of a word"
+    )
     parser.add_argument("--log-every", type=int, default=10)
     parser.add_argument("--eval-every", type=int, help="default: preset's, else at the end")
     parser.add_argument("--eval-limit", type=int, default=None, help="eval batches per eval")
@@ -175,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
     import jax
 
     import zoo
-    from zoo.cli._build import build_model, check_preset
+    from zoo.cli._build import build_model, check_preset, make_task
     from zoo.train import TrainingDiverged
     from zoo.train.freeze import check_freeze, freeze, parse_freeze
 
@@ -190,7 +200,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"zoo train: defaults: {shown}", file=sys.stderr)
     model_key, train_key = jax.random.split(jax.random.key(args.seed))
     model, train, evaluation, tokenizer = build_model(args, model_key)
-    options = {"label_smoothing": args.label_smoothing} if args.flavor == "translator" else {}
     optimizer = zoo.train.adamw(
         args.lr,
         warmup=args.warmup,
@@ -204,7 +213,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"zoo train: frozen parameters: {counts}", file=sys.stderr)
         optimizer = freeze(optimizer, args.freeze)
     trainer = zoo.Trainer(
-        zoo.tasks.for_flavor(args.flavor, **options),
+        make_task(args, model, tokenizer),
         optimizer,
         precision=args.precision,
         accumulate=args.accumulate,
