@@ -102,3 +102,12 @@ def transformers_count(config) -> tuple[str, int]:
     with torch.device("meta"):
         hf = getattr(transformers, class_name)(getattr(transformers, arch.config_class)(**fields))
     return class_name, hf.num_parameters()
+
+
+def check_preset_count(name: str, class_name: str, count: int) -> None:
+    """The preset `name` exports to `class_name`, and both have `count` parameters."""
+    import zoo
+
+    theirs = transformers_count(zoo.presets.config(name))
+    assert (class_name, zoo.presets.param_count(name)) == theirs
+    assert theirs[1] == count

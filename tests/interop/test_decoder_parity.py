@@ -18,13 +18,13 @@ import numpy as np
 import pytest
 from hf_helpers import (
     LOGIT_TOL,
+    check_preset_count,
     max_diff,
     randomize,
     record,
     tensor,
     torch,
     transformers,
-    transformers_count,
 )
 
 import zoo
@@ -391,6 +391,4 @@ PRESET_CLASSES = {
 
 @pytest.mark.parametrize("name", list(PRESET_CLASSES))
 def test_preset_counts_equal_transformers(name):
-    theirs = transformers_count(zoo.presets.config(name))
-    assert (PRESET_CLASSES[name][0], zoo.presets.param_count(name)) == theirs
-    assert theirs[1] == PRESET_CLASSES[name][1]
+    check_preset_count(name, *PRESET_CLASSES[name])

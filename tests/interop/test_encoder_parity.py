@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from hf_helpers import (
     LOGIT_TOL,
+    check_preset_count,
     jnp_int,
     max_diff,
     randomize,
@@ -19,7 +20,6 @@ from hf_helpers import (
     tensor,
     torch,
     transformers,
-    transformers_count,
 )
 
 import zoo
@@ -181,9 +181,7 @@ PRESET_CLASSES = {
 
 @pytest.mark.parametrize("name", list(PRESET_CLASSES))
 def test_preset_counts_equal_transformers(name):
-    theirs = transformers_count(zoo.presets.config(name))
-    assert (PRESET_CLASSES[name][0], zoo.presets.param_count(name)) == theirs
-    assert theirs[1] == PRESET_CLASSES[name][1]
+    check_preset_count(name, *PRESET_CLASSES[name])
 
 
 def test_roberta_positions_count_real_tokens_from_pad_plus_one():
