@@ -281,6 +281,35 @@ register(
     "BERT-large uncased shapes (335M)",
 )
 
+# BERT's relatives, field by field (the rest is bert-base): RoBERTa counts positions from
+# pad_id + 1 and has one token type; DistilBERT has 6 layers, no token types and a ReLU head.
+ROBERTA_PARTS: dict[str, Any] = dict(
+    vocab_size=50265,  # byte-level BPE
+    pad_id=1,  # <pad>
+    position_offset=2,  # pad_id + 1: positions 2..513 of a 514-row table
+    max_positions=514,  # 512 tokens after the offset
+    type_vocab_size=1,  # BERT: 2
+    layer_norm_eps=1e-5,  # BERT: 1e-12
+    activation_dropout=0.0,  # as in transformers: no dropout on the feed-forward hidden
+)
+register("roberta-base", ClassifierConfig(**ROBERTA_PARTS), "RoBERTa-base shapes (125M)")
+register(
+    "xlm-roberta-base",
+    ClassifierConfig(**{**ROBERTA_PARTS, "vocab_size": 250002}),
+    "XLM-RoBERTa-base shapes (278M, 250k SentencePiece vocabulary)",
+)
+register(
+    "distilbert-base",
+    ClassifierConfig(
+        num_layers=6,
+        type_vocab_size=0,  # no segment embeddings
+        pooler_activation="relu",  # pre_classifier + ReLU
+        classifier_dropout=0.2,  # seq_classif_dropout
+        activation_dropout=0.0,
+    ),
+    "DistilBERT-base uncased shapes (67M)",
+)
+
 register(
     "translator-tiny",
     TranslatorConfig(

@@ -89,3 +89,25 @@ def tensor(array) -> torch.Tensor:
 
 def jnp_int(array) -> jax.Array:
     return jnp.asarray(np.asarray(array), dtype=jnp.int32)
+
+
+def transformers_count(config) -> tuple[str, int]:
+    """`(class name, parameter count)` of the transformers model a zoo config exports to, built
+    on the meta device (no memory); a tied head is one tensor, counted once."""
+    from zoo.interop.loading import architecture_for
+
+    arch = architecture_for(config)
+    fields = {k: v for k, v in arch.hf_config(config).items() if k != "model_type"}
+    class_name = fields["architectures"][0]
+    with torch.device("meta"):
+        hf = getattr(transformers, class_name)(getattr(transformers, arch.config_class)(**fields))
+    return class_name, hf.num_parameters()
+
+
+def check_preset_count(name: str, class_name: str, count: int) -> None:
+    """The preset `name` exports to `class_name`, and both have `count` parameters."""
+    import zoo
+
+    theirs = transformers_count(zoo.presets.config(name))
+    assert (class_name, zoo.presets.param_count(name)) == theirs
+    assert theirs[1] == count

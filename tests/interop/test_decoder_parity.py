@@ -16,7 +16,16 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
-from hf_helpers import LOGIT_TOL, max_diff, randomize, record, tensor, torch, transformers
+from hf_helpers import (
+    LOGIT_TOL,
+    check_preset_count,
+    max_diff,
+    randomize,
+    record,
+    tensor,
+    torch,
+    transformers,
+)
 
 import zoo
 from zoo.interop import (
@@ -386,19 +395,7 @@ PRESET_CLASSES = {
 
 @pytest.mark.parametrize("name", list(PRESET_CLASSES))
 def test_preset_counts_equal_transformers(name):
-    from zoo.interop.loading import architecture_for
-
-    class_name, count = PRESET_CLASSES[name]
-    config = zoo.presets.config(name)
-    arch = architecture_for(config)
-    assert arch.export_class == class_name
-    fields = {k: v for k, v in arch.hf_config(config).items() if k != "model_type"}
-    hf_config = getattr(transformers, arch.config_class)(**fields)
-    with torch.device("meta"):
-        hf = getattr(transformers, class_name)(hf_config)
-    # a tied head is one tensor, counted once (as transformers' num_parameters does)
-    theirs = hf.num_parameters()
-    assert zoo.presets.param_count(name) == theirs == count
+    check_preset_count(name, *PRESET_CLASSES[name])
 
 
 def test_the_end_ids_of_generation_config_become_stop_ids(tmp_path):

@@ -67,3 +67,37 @@ def test_token_types(key):
     assert not np.allclose(clf(tokens, token_types=types), clf(tokens))
     with pytest.raises(Exception, match=r"token type id outside \[0, 2\)"):
         clf(tokens, token_types=types.at[0].set(2))
+
+
+def test_position_offset_counts_real_tokens_from_the_offset(key):
+    """RoBERTa: real tokens sit at offset, offset + 1, ...; left padding shifts nothing."""
+    model = zoo.create("classifier-tiny", position_offset=2, pad_id=1, key=key)
+    plain = zoo.create("classifier-tiny", pad_id=1, key=key)  # the same weights, offset 0
+    table = plain.embedder.position_weight
+    shifted = eqx.tree_at(lambda m: m.embedder.position_weight, plain, jnp.roll(table, -2, 0))
+    tokens = jnp.array([0, 5, 6, 9])
+    np.testing.assert_allclose(model.encode(tokens), shifted.encode(tokens), atol=1e-5)
+    padded = model.encode(jnp.array([1, 1, 0, 5, 6, 9]))[2:]
+    np.testing.assert_allclose(padded, model.encode(tokens), atol=1e-5)
+    assert model.config.max_tokens == 126
+    with pytest.raises(ValueError, match="max_positions=126"):
+        model(jnp.zeros(127, jnp.int32))
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("position_offset", 128, "position_offset must be in"),
+        ("pooler_activation", "gelu", "pooler_activation must be one of"),
+    ],
+)
+def test_bad_encoder_fields_are_refused(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        zoo.presets.config("classifier-tiny", **{field: value})
+
+
+def test_relu_pooler_is_distilberts_head(key):
+    model = zoo.create("classifier-tiny", pooler=True, pooler_activation="relu", key=key)
+    hidden = jnp.ones((3, 64)) * jnp.arange(64.0)[None] / 64 - 0.5
+    expected = jax.nn.relu(model.pooler(jnp.mean(hidden, axis=0)))
+    assert jnp.allclose(model.pool(hidden, None), expected)

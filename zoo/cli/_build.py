@@ -11,6 +11,10 @@ def check_preset(args: argparse.Namespace) -> str:
     """The flavor of `--preset`; it must match the command's flavor."""
     import zoo
 
+    if getattr(args, "objective", None) == "mlm" and args.flavor != "classifier":
+        raise ValueError(
+            f"--objective mlm pretrains an encoder: use `zoo train classifier`, not {args.flavor}"
+        )
     if args.preset is None:
         if args.init is None:
             raise ValueError("zoo train needs --preset NAME (see `zoo presets`) or --init PATH")
@@ -28,7 +32,7 @@ def build_model(args: argparse.Namespace, model_key: Any) -> tuple[Any, Any, Any
     """(model, train source, eval source, tokenizer) for the command line in `args`."""
     import zoo
     from zoo.cli.train import model_overrides, resolve_data
-    from zoo.train.warm_start import load_init, with_classes
+    from zoo.train.warm_start import load_init, with_classes, without_masked_lm
 
     initial, args.init_tokenizer = (None, None) if args.init is None else load_init(args.init)
     if initial is not None:
@@ -37,10 +41,14 @@ def build_model(args: argparse.Namespace, model_key: Any) -> tuple[Any, Any, Any
             raise ValueError(
                 f"--init {args.init} holds a {zoo.models.flavor_of(initial)}, not a {args.flavor}"
             )
-        if args.max_len is None:
-            args.max_len = initial.config.max_positions  # type: ignore[attr-defined]
+        if args.max_len is None:  # RoBERTa's position offset leaves fewer tokens than positions
+            config = initial.config  # type: ignore[attr-defined]
+            args.max_len = getattr(config, "max_tokens", config.max_positions)
     train, evaluation, tokenizer = resolve_data(args.data, args.flavor, args)
     overrides = model_overrides(args.flavor, tokenizer, train, [])
+    masked_lm = getattr(args, "objective", None) == "mlm"
+    if masked_lm:
+        overrides |= masked_lm_fields(tokenizer, initial)
     if args.flavor == "classifier" and getattr(args, "data_num_classes", None):
         overrides["num_classes"] = args.data_num_classes
     if initial is None:
@@ -51,6 +59,13 @@ def build_model(args: argparse.Namespace, model_key: Any) -> tuple[Any, Any, Any
     if args.set:
         raise ValueError("--set changes a fresh model's config; it cannot be used with --init")
     config = initial.config  # type: ignore[attr-defined]
+    if args.flavor == "classifier" and config.masked_lm and not masked_lm:
+        print(
+            f"zoo train: --init {args.init} was pretrained with a masked-LM head: it is dropped, "
+            "and the classification head is initialised fresh (every encoder weight is kept)",
+            file=sys.stderr,
+        )
+        initial = without_masked_lm(initial, key=model_key)
     if overrides.get("vocab_size", 0) > config.vocab_size:
         raise ValueError(
             f"the data's tokenizer has {overrides['vocab_size']} tokens but the --init model "
@@ -89,3 +104,40 @@ def _check_init_tokenizer(args: argparse.Namespace) -> None:
             f"{args.tokenizer} vocabulary; its tokens do not match the pretrained embeddings",
             file=sys.stderr,
         )
+
+
+def masked_lm_fields(tokenizer: Any, initial: Any) -> dict[str, Any]:
+    """Config fields of a classifier pretrained with `--objective mlm` on `tokenizer`'s data.
+
+    A tokenizer without a mask token (word, char) gets one more id, one past its vocabulary.
+    """
+    if initial is not None:
+        if not initial.config.masked_lm:
+            raise ValueError(
+                "--objective mlm trains a masked-LM head, and the --init model has none: "
+                "start from a preset, a masked-LM run or a *ForMaskedLM checkpoint"
+            )
+        return {}
+    mask_id = getattr(tokenizer, "mask_id", None)
+    if mask_id is not None:
+        return {"masked_lm": True, "mask_id": mask_id}
+    return {
+        "masked_lm": True,
+        "mask_id": tokenizer.vocab_size,
+        "vocab_size": tokenizer.vocab_size + 1,
+    }
+
+
+def make_task(args: argparse.Namespace, model: Any, tokenizer: Any) -> Any:
+    """The task `zoo train` optimises: the flavor's, or masked-LM pretraining (`--objective`)."""
+    import zoo
+
+    if getattr(args, "objective", None) != "mlm":
+        options = {"label_smoothing": args.label_smoothing} if args.flavor == "translator" else {}
+        return zoo.tasks.for_flavor(args.flavor, **options)
+    mask_id = model.config.mask_id
+    if mask_id is None:
+        mask_id = getattr(tokenizer, "mask_id", None)
+    return zoo.tasks.MaskedLanguageModeling.for_tokenizer(
+        tokenizer, args.mask_rate, whole_word=args.whole_word_masking, mask_id=mask_id
+    )

@@ -64,12 +64,14 @@ def data_options(args: argparse.Namespace, flavor: str, batch_size: int) -> dict
     return options
 
 
-def load_dataset(spec: str, args: argparse.Namespace, *, file_split: str = "train") -> Any:
+def load_dataset(
+    spec: str, args: argparse.Namespace, *, file_split: str = "train", **options: Any
+) -> Any:
     """The `DatasetDict` of `--data spec`, read with `--encoding` and `--streaming`."""
     import zoo.data
 
     return zoo.data.load_spec(
-        spec, streaming=args.streaming, encoding=args.encoding, file_split=file_split
+        spec, streaming=args.streaming, encoding=args.encoding, file_split=file_split, **options
     )
 
 
@@ -86,9 +88,21 @@ def load_task_data(
     """`zoo.data.TaskData` for `spec` (SCHEME:REST, a file scheme) and the flavor's task."""
     import zoo.data
 
-    if dataset is None:
-        dataset = load_dataset(spec, args)
+    masked_lm = getattr(args, "objective", None) == "mlm"
+    if dataset is None:  # masked-LM text files hold one example per line
+        by_line = {"sample_by": "line"} if masked_lm and spec.startswith("text:") else {}
+        dataset = load_dataset(spec, args, **by_line)
     if tokenizer is None:
         tokenizer = getattr(args, "init_tokenizer", None) or args.tokenizer
     options = data_options(args, flavor, batch_size) | extra
-    return zoo.data.from_hf(dataset, task=TASK_OF_FLAVOR[flavor], tokenizer=tokenizer, **options)
+    task = TASK_OF_FLAVOR[flavor]
+    if masked_lm:
+        # masked LM reads plain text as bos, text, eos rows, which hold max_len + 1 tokens
+        task, options["packing"] = "language_modeling", False
+        if tokenizer is None:  # the classifier's default (word), which fine-tuning then reuses
+            from zoo.data.choose import DEFAULT_TOKENIZERS
+
+            tokenizer = DEFAULT_TOKENIZERS["classification"]
+        if "max_len" in options:
+            options["max_len"] -= 1
+    return zoo.data.from_hf(dataset, task=task, tokenizer=tokenizer, **options)

@@ -176,6 +176,16 @@ def register(commands) -> None:
     parser.add_argument(
         "--num-classes", type=int, help="classifier: how many classes (default: from the labels)"
     )
+    parser.add_argument(
+        "--objective",
+        choices=("classify", "mlm"),
+        default="classify",
+        help="classifier: classify (labels) or mlm (masked-LM pretraining on plain text)",
+    )
+    parser.add_argument("--mask-rate", type=float, default=0.15, help="mlm: tokens chosen")
+    parser.add_argument(
+        "--whole-word-masking", action="store_true", help="mlm: mask every piece of a word"
+    )
     parser.add_argument("--log-every", type=int, default=10)
     parser.add_argument("--eval-every", type=int, help="default: preset's, else at the end")
     parser.add_argument("--eval-limit", type=int, default=None, help="eval batches per eval")
@@ -202,7 +212,7 @@ def run(args: argparse.Namespace) -> int:
     import jax
 
     import zoo
-    from zoo.cli._build import build_model, check_preset
+    from zoo.cli._build import build_model, check_preset, make_task
     from zoo.cli._run_dir import check_out_dir, check_resume
     from zoo.train import Terminated, TrainingDiverged
     from zoo.train.freeze import check_freeze, freeze, parse_freeze
@@ -227,7 +237,6 @@ def run(args: argparse.Namespace) -> int:
     check_resume(args, out, zoo.train.latest_checkpoint(out / "checkpoints") is not None)
     model_key, train_key = jax.random.split(jax.random.key(args.seed))
     model, train, evaluation, tokenizer = build_model(args, model_key)
-    options = {"label_smoothing": args.label_smoothing} if args.flavor == "translator" else {}
     optimizer = zoo.train.adamw(
         args.lr,
         warmup=args.warmup,
@@ -246,7 +255,7 @@ def run(args: argparse.Namespace) -> int:
     elif args.merge:
         raise ValueError("--merge folds LoRA adapters into the weights: use it with --lora")
     trainer = zoo.Trainer(
-        zoo.tasks.for_flavor(args.flavor, **options),
+        make_task(args, model, tokenizer),
         optimizer,
         precision=args.precision,
         accumulate=args.accumulate,

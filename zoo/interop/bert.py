@@ -1,15 +1,22 @@
-"""BERT (`BertModel`, `BertForSequenceClassification`, pretraining checkpoints) <-> `zoo.Classifier`.
+"""BERT (`BertModel`, `BertForSequenceClassification`, `BertForMaskedLM`) <-> `zoo.Classifier`.
 
 BERT is post-LN with learned positions, token types, a LayerNorm on the embeddings, exact GELU,
 LayerNorm epsilon 1e-12 and a pooler (dense + tanh on [CLS]) before the class head. A checkpoint
 without a sequence-classification head (a bare `BertModel`, `bert-base-uncased`'s pretraining
 heads) gets a freshly initialised head with `num_classes` outputs; so does one whose head has a
-different number of classes than asked for.
+different number of classes than asked for. A checkpoint with a masked-LM head
+(`cls.predictions.*`) loads it as the classifier's `mlm_head` (`masked_lm=True`, its decoder
+tied to the token embeddings) and exports back to `BertForMaskedLM`.
+
+`Bert` is also the engine of its relatives (roberta.py, distilbert.py): they change the key
+names, the head's keys and the config fields, through the class attributes and hooks below.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from zoo.interop.architecture import (
@@ -21,7 +28,7 @@ from zoo.interop.architecture import (
     require_fields,
     warn_activation_dropout,
 )
-from zoo.interop.rules import KeyMap, Shape, rule, weight_and_bias
+from zoo.interop.rules import KeyMap, Rule, Shape, rule, weight_and_bias
 from zoo.models import ClassifierConfig
 
 DEFAULTS: dict[str, Any] = dict(
@@ -43,26 +50,98 @@ DEFAULTS: dict[str, Any] = dict(
     is_decoder=False,
     add_cross_attention=False,
     problem_type=None,
+    tie_word_embeddings=True,
 )
-HEAD = "classifier"
+
+
+@dataclass(frozen=True)
+class MaskedLMKeys:
+    """Where a family keeps its masked-LM head (`zoo.nn.MaskedLMHead`)."""
+
+    transform: str  # the dense layer before the norm
+    norm: str  # its LayerNorm
+    bias: str  # the output bias over the vocabulary
+    decoder: str  # the decoder Linear, whose weight is the tied token embedding table
+    bias_aliases: tuple[str, ...] = ()  # tied copies of the bias
 
 
 class Bert(Architecture[ClassifierConfig]):
     name = "bert"
     model_type = "bert"
-    loads = ("BertForSequenceClassification", "BertModel", "BertForPreTraining", "BertForMaskedLM")
+    loads: tuple[str, ...] = (
+        "BertForSequenceClassification",
+        "BertModel",
+        "BertForPreTraining",
+        "BertForMaskedLM",
+    )
     export_class = "BertForSequenceClassification"
+    mlm_class = "BertForMaskedLM"  # the export class of a model with a masked-LM head
     prefix = "bert."
     config_class = "BertConfig"
     zoo_config_class = ClassifierConfig
+    head = "classifier"  # the class-logits Linear
+    pooler_in_head = False  # True: the pooler belongs to the task head (fresh in a bare model)
+    pretraining_heads: tuple[str, ...] = (r"cls\..*",)  # regexes: heads zoo loads only whole
+    mlm = MaskedLMKeys(
+        "cls.predictions.transform.dense",
+        "cls.predictions.transform.LayerNorm",
+        "cls.predictions.bias",
+        "cls.predictions.decoder",
+        bias_aliases=("cls.predictions.decoder.bias",),
+    )
 
     def hf_defaults(self) -> dict[str, Any]:
         return dict(DEFAULTS)
 
+    def pooler_key(self) -> str:
+        """The Linear the zoo pooler maps to (dense + tanh on the first token)."""
+        return f"{self.prefix}pooler.dense"
+
+    def ignored(self) -> list[str]:
+        """Regexes of checkpoint keys that carry nothing zoo computes."""
+        # pretraining heads (next sentence, a masked LM not loaded) and old position-id buffers
+        prefix = re.escape(self.prefix)
+        return [*self.pretraining_heads, rf"{prefix}embeddings\.position_ids"]
+
     def task_weights(self, hf_class: str) -> tuple[str, ...]:
         if hf_class.endswith("ForSequenceClassification"):
-            return (f"{HEAD}.weight", f"{HEAD}.bias")
+            return (f"{self.head}.weight", f"{self.head}.bias")
+        if hf_class.endswith("ForMaskedLM"):
+            return (f"{self.mlm.transform}.weight", self.mlm.bias)
         return ()
+
+    def num_classes(self, hf: HFConfig, shapes: Mapping[str, Shape]) -> int:
+        """Rows of the checkpoint's head, else the labels its config names, else 2."""
+        head = shapes.get(f"{self.head}.weight")
+        labels = hf["id2label"]
+        return head[0] if head is not None else (len(labels) if labels else 2)
+
+    def head_fields(self, hf: HFConfig, shapes: Mapping[str, Shape]) -> dict[str, Any]:
+        """Fields of the heads: classes, pooler, masked LM (an MLM checkpoint gets a fresh
+        pooler, as transformers' sequence classifier would)."""
+        masked_lm = f"{self.mlm.transform}.weight" in shapes
+        if masked_lm:
+            hf.require(
+                "tie_word_embeddings", (True,), "zoo ties the masked-LM decoder to the embeddings"
+            )
+        if masked_lm and f"{self.head}.weight" not in shapes:
+            logger.warning(
+                "%s: a masked-LM checkpoint has no classification head: zoo.Classifier's head "
+                "(and the dense layer before it) are initialised fresh; fine-tune them before "
+                "classifying, or use the masked-LM head (masked_lm_logits)",
+                self.name,
+            )
+        if hf["problem_type"] == "multi_label_classification":
+            logger.warning(
+                "%s: problem_type='multi_label_classification': the logits are the same, but "
+                "train them with a sigmoid (binary cross-entropy) loss, not softmax",
+                self.name,
+            )
+        return dict(
+            num_classes=self.num_classes(hf, shapes),
+            pooler=f"{self.pooler_key()}.weight" in shapes or masked_lm,
+            masked_lm=masked_lm,
+        )
 
     def zoo_fields(self, hf: HFConfig, shapes: Mapping[str, Shape]) -> dict[str, Any]:
         hf.require(
@@ -72,14 +151,6 @@ class Bert(Architecture[ClassifierConfig]):
         )
         hf.require("is_decoder", (False,), "zoo.Classifier is a bidirectional encoder")
         hf.require("add_cross_attention", (False,), "zoo.Classifier has no cross-attention")
-        if hf["problem_type"] == "multi_label_classification":
-            logger.warning(
-                "bert: problem_type='multi_label_classification': the logits are the same, but "
-                "train them with a sigmoid (binary cross-entropy) loss, not softmax"
-            )
-        head = shapes.get(f"{HEAD}.weight")
-        labels = hf["id2label"]
-        num_classes = head[0] if head is not None else (len(labels) if labels else 2)
         return dict(
             vocab_size=hf["vocab_size"],
             d_model=hf["hidden_size"],
@@ -96,37 +167,49 @@ class Bert(Architecture[ClassifierConfig]):
             init_std=hf["initializer_range"],
             type_vocab_size=hf["type_vocab_size"],
             pad_id=hf.token_id("pad_token_id", hf["vocab_size"]),
-            num_classes=num_classes,
-            pooler=f"{self.prefix}pooler.dense.weight" in shapes,
             pooling="first",
             norm_first=False,
             embedding_norm=True,
             positions="learned",
             use_bias=True,
             scale_embeddings=False,
+            **self.head_fields(hf, shapes),
+        )
+
+    def check_export(self, config: ClassifierConfig, **expected: Any) -> None:
+        """Refuse a config the export class cannot express (`expected`: family-specific)."""
+        fields = dict(
+            norm_first=False,
+            embedding_norm=True,
+            positions="learned",
+            use_bias=True,
+            scale_embeddings=False,
+            pooling="first",
+            position_offset=0,
+            pooler_activation="tanh",
+        )
+        if not config.masked_lm:
+            fields["pooler"] = True
+        require_fields(config, self.export_class, **{**fields, **expected})
+        warn_activation_dropout(config, self.export_class)
+
+    def export_classes(self, config: ClassifierConfig) -> dict[str, Any]:
+        """`architectures` and the labels of the exported config."""
+        return dict(
+            architectures=[self.mlm_class if config.masked_lm else self.export_class],
+            id2label={str(i): f"LABEL_{i}" for i in range(config.num_classes)},
+            label2id={f"LABEL_{i}": i for i in range(config.num_classes)},
         )
 
     def hf_config(self, config: ClassifierConfig) -> dict[str, Any]:
-        require_fields(
-            config,
-            self.export_class,
-            norm_first=False,
-            embedding_norm=True,
-            positions="learned",
-            use_bias=True,
-            scale_embeddings=False,
-            pooling="first",
-            pooler=True,
-        )
+        self.check_export(config)
         if config.type_vocab_size < 1:
             raise UnsupportedExport(
                 f"{self.export_class} always has token-type embeddings: type_vocab_size=0 "
                 "cannot be exported"
             )
-        warn_activation_dropout(config, self.export_class)
         return dict(
             model_type=self.model_type,
-            architectures=[self.export_class],
             vocab_size=config.vocab_size,
             hidden_size=config.d_model,
             num_hidden_layers=config.num_layers,
@@ -141,16 +224,14 @@ class Bert(Architecture[ClassifierConfig]):
             layer_norm_eps=config.layer_norm_eps,
             initializer_range=config.init_std,
             pad_token_id=config.pad_id,
-            id2label={str(i): f"LABEL_{i}" for i in range(config.num_classes)},
-            label2id={f"LABEL_{i}": i for i in range(config.num_classes)},
+            **self.export_classes(config),
         )
 
-    def key_map(
-        self, config: ClassifierConfig, shapes: Mapping[str, Shape] | None = None
-    ) -> KeyMap:
+    def embedding_rules(self, config: ClassifierConfig) -> list[Rule]:
         p = self.prefix
+        tied = (f"{self.mlm.decoder}.weight",) if config.masked_lm else ()
         rules = [
-            rule(f"{p}embeddings.word_embeddings.weight", "embedder.token_weight"),
+            rule(f"{p}embeddings.word_embeddings.weight", "embedder.token_weight", aliases=tied),
             rule(f"{p}embeddings.position_embeddings.weight", "embedder.position_weight"),
             *weight_and_bias(f"{p}embeddings.LayerNorm", "embedder.norm"),
         ]
@@ -158,46 +239,77 @@ class Bert(Architecture[ClassifierConfig]):
             rules.append(
                 rule(f"{p}embeddings.token_type_embeddings.weight", "embedder.token_type_weight")
             )
+        return rules
+
+    def layer_rules(self, i: int) -> list[Rule]:
+        hf, zoo = f"{self.prefix}encoder.layer.{i}.", f"encoder.{i}."
+        return [
+            *weight_and_bias(f"{hf}attention.self.query", f"{zoo}self_attention.query_proj"),
+            *weight_and_bias(f"{hf}attention.self.key", f"{zoo}self_attention.key_proj"),
+            *weight_and_bias(f"{hf}attention.self.value", f"{zoo}self_attention.value_proj"),
+            *weight_and_bias(f"{hf}attention.output.dense", f"{zoo}self_attention.output_proj"),
+            *weight_and_bias(f"{hf}attention.output.LayerNorm", f"{zoo}self_attention_norm"),
+            *weight_and_bias(f"{hf}intermediate.dense", f"{zoo}feed_forward.hidden"),
+            *weight_and_bias(f"{hf}output.dense", f"{zoo}feed_forward.output"),
+            *weight_and_bias(f"{hf}output.LayerNorm", f"{zoo}feed_forward_norm"),
+        ]
+
+    def key_map(
+        self, config: ClassifierConfig, shapes: Mapping[str, Shape] | None = None
+    ) -> KeyMap:
+        rules = self.embedding_rules(config)
         for i in range(config.num_layers):
-            hf, zoo = f"{p}encoder.layer.{i}.", f"encoder.{i}."
+            rules += self.layer_rules(i)
+        ignore = self.ignored()
+        exporting = shapes is None
+        if config.masked_lm:
+            m = self.mlm
             rules += [
-                *weight_and_bias(f"{hf}attention.self.query", f"{zoo}self_attention.query_proj"),
-                *weight_and_bias(f"{hf}attention.self.key", f"{zoo}self_attention.key_proj"),
-                *weight_and_bias(f"{hf}attention.self.value", f"{zoo}self_attention.value_proj"),
-                *weight_and_bias(f"{hf}attention.output.dense", f"{zoo}self_attention.output_proj"),
-                *weight_and_bias(f"{hf}attention.output.LayerNorm", f"{zoo}self_attention_norm"),
-                *weight_and_bias(f"{hf}intermediate.dense", f"{zoo}feed_forward.hidden"),
-                *weight_and_bias(f"{hf}output.dense", f"{zoo}feed_forward.output"),
-                *weight_and_bias(f"{hf}output.LayerNorm", f"{zoo}feed_forward_norm"),
+                *weight_and_bias(m.transform, "mlm_head.transform"),
+                *weight_and_bias(m.norm, "mlm_head.norm"),
+                rule(m.bias, "mlm_head.bias", aliases=m.bias_aliases),
             ]
-        if config.pooler:
-            rules += weight_and_bias(f"{p}pooler.dense", "pooler")
-        # pretraining heads (masked LM, next sentence) and old position-id buffers
-        ignore = [r"cls\..*", rf"{p}embeddings\.position_ids"]
-        pretraining = sorted(
-            {".".join(k.split(".")[:2]) for k in shapes or () if k.startswith("cls.")}
-        )
-        if pretraining:
-            logger.warning(
-                "bert: the checkpoint's pretraining heads (%s) are not part of zoo.Classifier "
-                "and are left out",
-                ", ".join(pretraining),
-            )
-        if self._load_head(config, shapes):
-            rules += weight_and_bias(HEAD, "head", optional=True)
         else:
-            ignore.append(rf"{HEAD}\..*")
+            self._warn_pretraining_heads(shapes or {})
+        if config.masked_lm and exporting:
+            return KeyMap(rules, ignore=tuple(ignore))  # the MLM class has no pooler or head
+        if config.pooler:  # a masked-LM checkpoint has none: it starts fresh
+            mlm_checkpoint = f"{self.mlm.transform}.weight" in (shapes or {})
+            optional = mlm_checkpoint or self.pooler_in_head
+            rules += weight_and_bias(self.pooler_key(), "pooler", optional=optional)
+        if self._load_head(config, shapes):
+            rules += weight_and_bias(self.head, "head", optional=True)
+        else:
+            ignore.append(rf"{self.head}\..*")
         return KeyMap(rules, ignore=tuple(ignore))
 
+    def _warn_pretraining_heads(self, shapes: Mapping[str, Shape]) -> None:
+        found = sorted(
+            {
+                ".".join(k.split(".")[:2])
+                for k in shapes
+                if any(re.fullmatch(pattern, k) for pattern in self.pretraining_heads)
+            }
+        )
+        if found:
+            logger.warning(
+                "%s: the checkpoint's pretraining heads (%s) are not part of zoo.Classifier "
+                "and are left out (load the masked-LM head with a checkpoint that has all of "
+                "it)",
+                self.name,
+                ", ".join(found),
+            )
+
     def _load_head(self, config: ClassifierConfig, shapes: Mapping[str, Shape] | None) -> bool:
-        if shapes is None or f"{HEAD}.weight" not in shapes:
+        if shapes is None or f"{self.head}.weight" not in shapes:
             return True  # exporting, or no head to load: the optional rule leaves it fresh
-        rows = shapes[f"{HEAD}.weight"][0]
+        rows = shapes[f"{self.head}.weight"][0]
         if rows == config.num_classes:
             return True
         logger.warning(
-            "bert: the checkpoint's classification head has %d classes but num_classes=%d: "
+            "%s: the checkpoint's classification head has %d classes but num_classes=%d: "
             "the head is initialised afresh (train it before use)",
+            self.name,
             rows,
             config.num_classes,
         )

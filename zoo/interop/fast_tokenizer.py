@@ -1,16 +1,19 @@
-"""HuggingFace fast tokenizers (`tokenizer.json`): Llama, Mistral, Qwen and SmolLM2 checkpoints.
+"""HuggingFace fast tokenizers (`tokenizer.json`): Llama, Mistral, Qwen, SmolLM2, RoBERTa, XLM-R and
+DistilBERT checkpoints.
 
 `tokenizer.json` holds the whole pipeline (normalizer, pre-tokenizer, BPE model, decoder,
 post-processor) and is read with the `tokenizers` library alone, without transformers. The
 special tokens come from beside it, the way transformers reads them:
 
-- bos, eos, pad and unk token strings (or `{"content": ...}` dicts) from
+- bos, eos, pad, unk, cls, sep and mask token strings (or `{"content": ...}` dicts) from
   `tokenizer_config.json`, with `special_tokens_map.json` filling in the ones it lacks; they are
   resolved to ids through the vocabulary and its added tokens;
 - without a bos or eos token there, the `bos_token_id` / `eos_token_id` of
   `generation_config.json`, then of `config.json`;
 - every `eos_token_id` of `generation_config.json` and `config.json` (an int or a list) joins
-  `eos_ids`, after the tokenizer's own eos.
+  `eos_ids`, after the tokenizer's own eos;
+- a WordPiece (BERT, DistilBERT) tokenizer without bos or eos uses `[CLS]` and `[SEP]` in their
+  place, as `HFTokenizer` does: `encode(text, add_bos=True, add_eos=True)` is `[CLS] text [SEP]`.
 
 Checkpoints without a pad token (Llama 3, Mistral) pad with their eos id, so padding is told
 apart by length, not by id (as for GPT-2).
@@ -32,7 +35,7 @@ TOKENIZER_JSON = "tokenizer.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"
 SPECIAL_TOKENS_MAP = "special_tokens_map.json"
 GENERATION_CONFIG = "generation_config.json"
-ROLES = ("bos", "eos", "pad", "unk")
+ROLES = ("bos", "eos", "pad", "unk", "cls", "sep", "mask")
 DOWNLOAD_HINT = (
     "download it with the checkpoint: `huggingface-cli download NAME --include 'tokenizer*' "
     "'special_tokens_map.json' 'generation_config.json' 'config.json' --local-dir DIR`"
@@ -60,6 +63,7 @@ class FastTokenizer(Tokenizer):
         eos_ids: Sequence[int] = (),
         pad_token_id: int | None = None,
         unk_id: int | None = None,
+        mask_id: int | None = None,
         adds_bos: bool = False,
         tokenizer_config: dict[str, Any] | None = None,
     ):
@@ -67,6 +71,9 @@ class FastTokenizer(Tokenizer):
         self._vocab_size = vocabulary_size(tokenizer)
         self._bos_id, self._eos_ids = bos_id, tuple(eos_ids)
         self.pad_token_id, self._unk_id, self.adds_bos = pad_token_id, unk_id, adds_bos
+        self.mask_id = (
+            mask_id  # the masked-LM token (`<mask>`, `[MASK]`), if the vocabulary has one
+        )
         self.tokenizer_config = tokenizer_config or {}
         added = tokenizer.get_added_tokens_decoder()
         self._added_special = {int(i) for i, token in added.items() if token.special}
@@ -158,6 +165,7 @@ class FastTokenizer(Tokenizer):
             "eos_ids": list(self._eos_ids),
             "pad_token_id": self.pad_token_id,
             "unk_id": self._unk_id,
+            "mask_id": self.mask_id,
             "adds_bos": self.adds_bos,
         }
 
@@ -219,8 +227,8 @@ def read_json(path: Path) -> dict[str, Any]:
 
 
 def special_ids(tokenizer: Any, folder: Path, config: dict[str, Any]) -> dict[str, Any]:
-    """`bos_id`, `eos_ids`, `pad_token_id`, `unk_id` of the checkpoint in `folder` (see the
-    module doc); `config` is its `tokenizer_config.json`."""
+    """`bos_id`, `eos_ids`, `pad_token_id`, `unk_id`, `mask_id` of the checkpoint in `folder`
+    (see the module doc); `config` is its `tokenizer_config.json`."""
     tokens = {**_token_texts(read_json(folder / SPECIAL_TOKENS_MAP)), **_token_texts(config)}
     ids = {role: _token_id(tokenizer, tokens.get(role), role, folder) for role in ROLES}
     model_configs = [read_json(folder / GENERATION_CONFIG), read_json(folder / CONFIG)]
@@ -228,12 +236,17 @@ def special_ids(tokenizer: Any, folder: Path, config: dict[str, Any]) -> dict[st
     if "bos" not in tokens:  # Qwen's `"bos_token": null` means none, whatever config.json says
         bos_ids = _config_ids(model_configs, "bos_token_id")[:1]
     eos_ids = [*_ids([ids["eos"]]), *_config_ids(model_configs, "eos_token_id")]
+    if not bos_ids and "bos" not in tokens:  # WordPiece: [CLS] opens a sequence
+        bos_ids = _ids([ids["cls"]])
+    if not eos_ids:  # and [SEP] closes it
+        eos_ids = _ids([ids["sep"]])
     size = vocabulary_size(tokenizer)
     return {
         "bos_id": next(iter(_inside(bos_ids, size, "bos_token_id", folder)), None),
         "eos_ids": _inside(list(dict.fromkeys(eos_ids)), size, "eos_token_id", folder),
         "pad_token_id": ids["pad"],
         "unk_id": ids["unk"],
+        "mask_id": ids["mask"],
     }
 
 

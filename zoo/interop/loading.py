@@ -17,10 +17,12 @@ from jaxtyping import PRNGKeyArray
 from zoo.interop.architecture import Architecture, HFConfig, UnsupportedConfig, logger
 from zoo.interop.bert import Bert
 from zoo.interop.convert import hf_to_zoo
+from zoo.interop.distilbert import DistilBert
 from zoo.interop.files import INSTALL_HF, read_config, read_json, read_weights, resolve
 from zoo.interop.gpt2 import GPT2
 from zoo.interop.llama import DECODER_FAMILIES, decoder_family_for
 from zoo.interop.marian import Marian
+from zoo.interop.roberta import Roberta, XLMRoberta
 from zoo.interop.t5 import REFUSED_MODEL_TYPES, T5
 from zoo.interop.zoo_keys import abstract_model, fill, zoo_shapes, zoo_state
 from zoo.models import flavor_of
@@ -31,6 +33,8 @@ DECODER_MODEL_TYPES = {family.model_type for family in DECODER_FAMILIES}
 ARCHITECTURES: dict[str, Architecture] = {
     a.model_type: a for a in (GPT2(), Bert(), Marian(), *DECODER_FAMILIES, T5())
 }
+# the encoder families beside BERT
+ARCHITECTURES.update({a.model_type: a for a in (Roberta(), XLMRoberta(), DistilBert())})
 
 
 def architecture_of(config: Mapping[str, Any]) -> Architecture:
@@ -55,8 +59,10 @@ def architecture_for(model: Any) -> Architecture:
     """The architecture a zoo model (or config) exports to.
 
     A GPT with rotary positions is a Llama-style decoder: it exports to the simplest of Llama,
-    Mistral, Qwen2 and Qwen3 that expresses its parts; other GPTs export to GPT-2. A translator
-    with relative positions is a T5; other translators export to MarianMT.
+    Mistral, Qwen2 and Qwen3 that expresses its parts; other GPTs export to GPT-2. A classifier
+    with RoBERTa's position offset exports to RoBERTa (XLM-R checkpoints too: the same network),
+    one with DistilBERT's ReLU head to DistilBERT, others to BERT. A translator with relative
+    positions is a T5; other translators export to MarianMT.
     """
     flavor = flavor_of(model)
     config = getattr(model, "config", model)
@@ -64,6 +70,10 @@ def architecture_for(model: Any) -> Architecture:
         return decoder_family_for(config)
     if flavor == "translator" and config.positions == "relative":
         return ARCHITECTURES["t5"]
+    if flavor == "classifier" and config.position_offset > 0:
+        return ARCHITECTURES["roberta"]
+    if flavor == "classifier" and config.pooler_activation == "relu":
+        return ARCHITECTURES["distilbert"]
     return ARCHITECTURES[EXPORTS[flavor]]
 
 
@@ -182,9 +192,10 @@ def from_pretrained(
     A name that is not a folder is downloaded with `huggingface_hub` (the config and one set of
     weights: safetensors when the repository has them). Weights the checkpoint lacks are
     initialised from `key` with a `FreshWeightsWarning`. Supported: GPT-2, Llama, Mistral,
-    Qwen2, Qwen3 -> `zoo.GPT`, BERT -> `zoo.Classifier`, MarianMT and T5 -> `zoo.Translator`.
-    The end ids of `generation_config.json` (Llama 3 instruct stops on several) become a
-    decoder's `stop_ids`. Keyword `overrides` change zoo config fields, e.g. `num_classes=2`.
+    Qwen2, Qwen3 -> `zoo.GPT`; BERT, RoBERTa, XLM-R, DistilBERT -> `zoo.Classifier`; MarianMT
+    and T5 -> `zoo.Translator`. The end ids of `generation_config.json` (Llama 3 instruct stops
+    on several) become a decoder's `stop_ids`. Keyword `overrides` change zoo config fields,
+    e.g. `num_classes=2`.
     With `return_tokenizer=True`, returns `(model, tokenizer)`.
     """
     folder = resolve(name_or_dir, revision=revision, tokenizer=return_tokenizer)

@@ -2,8 +2,9 @@
 
 GPT-2 uses tiktoken's `gpt2` encoding with the checkpoint's own 50257-id vocabulary
 (`TiktokenTokenizer("gpt2", pretrained=True)`); Llama, Mistral, Qwen2 and Qwen3 (SmolLM2 is a
-llama) and T5 (its SentencePiece Unigram, with the pad id as bos: T5's decoder start) read
-their `tokenizer.json` with the tokenizers library (`FastTokenizer`); BERT and
+llama), T5 (its SentencePiece Unigram, with the pad id as bos: T5's decoder start), RoBERTa,
+XLM-R and DistilBERT read their `tokenizer.json` with the tokenizers library (`FastTokenizer`);
+BERT and
 MarianMT use their HuggingFace tokenizer through `transformers.AutoTokenizer`, wrapped in
 `HFTokenizer`. The last two are optional (`pip install 'jax-transformer-zoo[hf]'`). All save next to a model
 and come back with `zoo.data.load_tokenizer`.
@@ -27,6 +28,8 @@ from zoo.interop.files import CONFIG, INSTALL_HF, resolve
 
 # model_type values whose checkpoints ship a tokenizer.json that FastTokenizer reads
 FAST_TOKENIZER_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+# the encoders' hub snapshots ship one too; older BERT folders may hold only vocab.txt
+ENCODER_TOKENIZER_TYPES = ("roberta", "xlm-roberta", "distilbert")
 
 
 class HFTokenizer(Tokenizer):
@@ -116,8 +119,9 @@ def pretrained_tokenizer(name_or_dir: str | Path, *, revision: str | None = None
     """The tokenizer of a checkpoint folder or hub name.
 
     A folder saved by zoo (`zoo_tokenizer.json`) loads as saved; GPT-2 checkpoints with the
-    standard 50257-id vocabulary get tiktoken's `gpt2`; Llama, Mistral, Qwen and T5 checkpoints
-    get `FastTokenizer` (their `tokenizer.json`); everything else gets `HFTokenizer`.
+    standard 50257-id vocabulary get tiktoken's `gpt2`; Llama, Mistral, Qwen, T5, RoBERTa, XLM-R
+    and DistilBERT checkpoints get `FastTokenizer` (their `tokenizer.json`); everything else gets
+    `HFTokenizer`.
     """
     folder = resolve(name_or_dir, revision=revision, tokenizer=True)
     if (folder / TOKENIZER_FILE).is_file():
@@ -130,6 +134,6 @@ def pretrained_tokenizer(name_or_dir: str | Path, *, revision: str | None = None
     if config.get("model_type") == "t5":  # targets start with the decoder start (pad) id
         start = config.get("decoder_start_token_id", config.get("pad_token_id", 0))
         return FastTokenizer.from_folder(folder, start_id=start)
-    if config.get("model_type") in FAST_TOKENIZER_TYPES:
+    if config.get("model_type") in (*FAST_TOKENIZER_TYPES, *ENCODER_TOKENIZER_TYPES):
         return FastTokenizer.from_folder(folder)
     return HFTokenizer(_auto_tokenizer(folder))

@@ -15,11 +15,14 @@ from zoo.nn.attention import attention_mask
 from zoo.nn.block import BlockExtras, TransformerBlock
 from zoo.nn.dropout import Dropout, split_optional
 from zoo.nn.embedding import Embedder, check_token_ids
+from zoo.nn.heads import MaskedLMHead
 from zoo.nn.linear import Linear
 from zoo.nn.norm import Norm
 from zoo.nn.stack import LayerStack
 
 POOLINGS = ("first", "mean")
+# the pooler's nonlinearity: BERT's pooler and RoBERTa's head use tanh, DistilBERT's head relu
+POOLER_ACTIVATIONS = {"tanh": jnp.tanh, "relu": jax.nn.relu}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,6 +39,10 @@ class ClassifierConfig(TransformerConfig):
     num_classes: int = 2  # labels in [0, num_classes)
     pooling: str = "first"  # first: the first token ([CLS]); mean: mean over non-pad tokens
     pooler: bool = True  # dense + tanh on the pooled vector (BERT's pooler)
+    pooler_activation: str = "tanh"  # tanh (BERT, RoBERTa) | relu (DistilBERT's pre_classifier)
+    position_offset: int = 0  # RoBERTa: pad_id + 1; > 0: positions count real tokens from here
+    masked_lm: bool = False  # add the masked-LM head (tied decoder) for MLM pretraining
+    mask_id: int | None = None  # the mask token of masked-LM pretraining ([MASK], <mask>)
     type_vocab_size: int = 2  # token-type (segment) embeddings; 0 disables them
     classifier_dropout: float | None = None  # dropout before the class head (None: `dropout`)
     norm_first: bool = False  # BERT is post-LN
@@ -49,11 +56,28 @@ class ClassifierConfig(TransformerConfig):
             raise ValueError(f"num_classes must be a positive integer, got {self.num_classes!r}")
         if self.pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}, got {self.pooling!r}")
+        if self.pooler_activation not in POOLER_ACTIVATIONS:
+            raise ValueError(
+                f"pooler_activation must be one of {sorted(POOLER_ACTIVATIONS)}, "
+                f"got {self.pooler_activation!r}"
+            )
+        if not 0 <= self.position_offset < self.max_positions:
+            raise ValueError(
+                f"position_offset must be in [0, max_positions={self.max_positions}), got "
+                f"{self.position_offset}; RoBERTa uses pad_id + 1 with max_positions = longest "
+                "input + pad_id + 1"
+            )
+        self._check_token_id("mask_id", self.mask_id)
         if self.type_vocab_size < 0:
             raise ValueError(f"type_vocab_size must be >= 0, got {self.type_vocab_size}")
         rate = self.classifier_dropout
         if rate is not None and not 0.0 <= rate < 1.0:
             raise ValueError(f"classifier_dropout must be in [0, 1), got {rate}")
+
+    @property
+    def max_tokens(self) -> int:
+        """The longest input: `max_positions` less the positions RoBERTa's offset skips."""
+        return self.max_positions - self.position_offset
 
 
 class Classifier(eqx.Module):
@@ -69,9 +93,10 @@ class Classifier(eqx.Module):
     pooler: Linear | None
     head_dropout: Dropout
     head: Linear
+    mlm_head: MaskedLMHead | None
 
     def __init__(self, config: ClassifierConfig, *, key: PRNGKeyArray):
-        embed_key, layers_key, pooler_key, head_key = jax.random.split(key, 4)
+        embed_key, layers_key, pooler_key, head_key, mlm_key = jax.random.split(key, 5)
         c = config
         self.config = c
         self.embedder = Embedder(
@@ -97,6 +122,17 @@ class Classifier(eqx.Module):
         rate = c.dropout if c.classifier_dropout is None else c.classifier_dropout
         self.head_dropout = Dropout(rate)
         self.head = Linear(c.d_model, c.num_classes, key=head_key, **linear_kwargs)
+        self.mlm_head = None
+        if c.masked_lm:
+            self.mlm_head = MaskedLMHead(
+                c.d_model,
+                c.vocab_size,
+                activation=c.activation,
+                eps=c.layer_norm_eps,
+                init_std=c.init_std,
+                dtype=c.param_dtype,
+                key=mlm_key,
+            )
 
     def _encode(
         self,
@@ -108,7 +144,7 @@ class Classifier(eqx.Module):
         return_weights: bool = False,
     ) -> tuple[Float[Array, "seq d_model"], Bool[Array, " seq"] | None, BlockExtras]:
         c = self.config
-        tokens = check_tokens(tokens, vocab_size=c.vocab_size, max_positions=c.max_positions)
+        tokens = check_tokens(tokens, vocab_size=c.vocab_size, max_positions=c.max_tokens)
         if token_types is not None:
             if token_types.shape != tokens.shape:
                 raise ValueError(
@@ -120,8 +156,15 @@ class Classifier(eqx.Module):
             token_types = check_token_ids(token_types, c.type_vocab_size, what="token type")
         embed_key, layers_key = split_optional(key, 2)
         num_tokens = tokens.shape[0]
-        x = self.embedder(tokens, jnp.arange(num_tokens), token_types, key=embed_key)
         valid = valid_positions(tokens, c.pad_id, mask)
+        positions = jnp.arange(num_tokens)
+        if c.position_offset > 0 and valid is not None:
+            # RoBERTa: real tokens count from pad_id + 1, padding sits at pad_id (one below)
+            counts = jnp.cumsum(valid.astype(jnp.int32))
+            positions = jnp.where(valid, counts, 0) + (c.position_offset - 1)
+        elif c.position_offset > 0:
+            positions = positions + c.position_offset
+        x = self.embedder(tokens, positions, token_types, key=embed_key)
         attn_mask = attention_mask(num_tokens, valid, num_keys=num_tokens)
         x, extras = self.encoder(x, mask=attn_mask, key=layers_key, return_weights=return_weights)
         if self.final_norm is not None:
@@ -155,7 +198,7 @@ class Classifier(eqx.Module):
             total = jnp.sum(hidden * weights[:, None], axis=0)
             pooled = total / jnp.maximum(jnp.sum(weights), 1.0)
         if self.pooler is not None:
-            pooled = jnp.tanh(self.pooler(pooled))
+            pooled = POOLER_ACTIVATIONS[self.config.pooler_activation](self.pooler(pooled))
         return pooled
 
     def __call__(
@@ -171,6 +214,24 @@ class Classifier(eqx.Module):
         hidden, valid, _ = self._encode(tokens, mask, token_types, key=encode_key)
         pooled = self.head_dropout(self.pool(hidden, valid), key=head_key)
         return self.head(pooled)
+
+    def masked_lm_logits(
+        self,
+        tokens: Int[Array, " seq"],
+        mask: Bool[Array, " seq"] | None = None,
+        token_types: Int[Array, " seq"] | None = None,
+        *,
+        key: PRNGKeyArray | None = None,
+    ) -> Float[Array, "seq vocab"]:
+        """Vocabulary logits at every position from the masked-LM head (`masked_lm=True`)."""
+        if self.mlm_head is None:
+            raise ValueError(
+                "this classifier has no masked-LM head: build it with masked_lm=True "
+                "(zoo.create(..., masked_lm=True)) to pretrain or score masked tokens"
+            )
+        hidden, _, _ = self._encode(tokens, mask, token_types, key=key)
+        assert self.embedder.token_weight is not None  # a classifier owns its token table
+        return self.mlm_head(hidden, self.embedder.token_weight)
 
     def attention_maps(
         self, tokens: Int[Array, " seq"], mask: Bool[Array, " seq"] | None = None

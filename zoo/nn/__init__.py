@@ -13,6 +13,7 @@ from zoo.nn.block import BlockExtras, TransformerBlock
 from zoo.nn.dropout import Dropout
 from zoo.nn.embedding import Embedder, check_token_ids, sinusoidal_positions
 from zoo.nn.feedforward import ACTIVATIONS, FeedForward
+from zoo.nn.heads import MaskedLMHead
 from zoo.nn.linear import Linear
 from zoo.nn.norm import LayerNorm, RMSNorm, make_norm
 from zoo.nn.relative_position import RelativePositionBias, relative_position_buckets
@@ -29,6 +30,7 @@ __all__ = [
     "LayerNorm",
     "LayerStack",
     "Linear",
+    "MaskedLMHead",
     "MultiHeadAttention",
     "RMSNorm",
     "RelativePositionBias",

@@ -5,6 +5,7 @@
 | `Classification()` | `Classifier` | `tokens`, `labels` | cross-entropy | accuracy |
 | `LanguageModeling()` | `GPT` | `tokens` (+ `loss_mask`) | next-token cross-entropy | perplexity |
 | `Translation(label_smoothing)` | `Translator` | `src`, `tgt` | teacher-forced cross-entropy | token accuracy |
+| `MaskedLanguageModeling(rate)` | `Classifier(masked_lm=True)` | `tokens` | cross-entropy of the masked tokens | their accuracy |
 
 Losses and metrics skip padding (the model's `pad_id`) and run in float32.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 from zoo.tasks.base import TASK_FOR_FLAVOR, Stats, Task, token_losses
 from zoo.tasks.classification import Classification
 from zoo.tasks.language_modeling import LanguageModeling
+from zoo.tasks.masked_lm import MaskedLanguageModeling, mask_tokens
 from zoo.tasks.translation import Translation
 
 
@@ -27,9 +29,11 @@ def for_flavor(flavor: str, **options) -> Task:
 __all__ = [
     "Classification",
     "LanguageModeling",
+    "MaskedLanguageModeling",
     "Stats",
     "Task",
     "Translation",
     "for_flavor",
+    "mask_tokens",
     "token_losses",
 ]

@@ -44,7 +44,7 @@ class Classification(Task):
 
     def _check_values(self, batch: Mapping[str, np.ndarray], model: eqx.Module) -> None:
         config = model.config  # type: ignore[attr-defined]
-        check_ids("tokens", batch["tokens"], config.vocab_size, config.max_positions)
+        check_ids("tokens", batch["tokens"], config.vocab_size, config.max_tokens)
         labels = batch["labels"]
         low, high = int(labels.min()), int(labels.max())
         if low < 0 or high >= config.num_classes:

@@ -2,7 +2,8 @@
 
 `load_init(path)` reads a directory written by `zoo.save` / `zoo train` (its `config.json`
 names a zoo flavor), else hands the path or hub name to `zoo.from_pretrained`. `with_classes`
-gives a classifier a new, freshly initialised head when the data has another number of classes.
+gives a classifier a new, freshly initialised head when the data has another number of classes;
+`without_masked_lm` turns an encoder pretrained with a masked-LM head into a classifier.
 """
 
 from __future__ import annotations
@@ -61,24 +62,39 @@ def folder_tokenizer(folder: Path, model: eqx.Module) -> Any:
 
 def with_classes(model: eqx.Module, num_classes: int, *, key: PRNGKeyArray) -> eqx.Module:
     """`model` with `num_classes` outputs: the same weights, a new head if the count differs."""
-    import zoo
-
     config = model.config  # type: ignore[attr-defined]
     if config.num_classes == num_classes:
         return model
-    fresh = zoo.presets.build(config.replace(num_classes=num_classes), key=key)
-    old_leaves = {
-        path_name(path): leaf for path, leaf in jax.tree_util.tree_flatten_with_path(model)[0]
-    }
-    paths_and_leaves, treedef = jax.tree_util.tree_flatten_with_path(fresh)
-    leaves = [
-        leaf if path_name(path).startswith("head") else old_leaves[path_name(path)]
-        for path, leaf in paths_and_leaves
-    ]
     logger.warning(
         "the data has %d classes and the initial model %d: the classification head is "
         "re-initialised (every other weight is kept)",
         num_classes,
         config.num_classes,
     )
+    return _transplant(model, config.replace(num_classes=num_classes), ("head",), key=key)
+
+
+def without_masked_lm(model: eqx.Module, *, key: PRNGKeyArray) -> eqx.Module:
+    """The classifier of an encoder pretrained with a masked-LM head: the same embeddings and
+    layers, the masked-LM head dropped, and a classification head (and pooler) started fresh,
+    since masked-LM pretraining never trains them."""
+    config = model.config.replace(masked_lm=False)  # type: ignore[attr-defined]
+    return _transplant(model, config, ("head", "pooler"), key=key)
+
+
+def _transplant(
+    model: eqx.Module, config: Any, fresh_parts: tuple[str, ...], *, key: PRNGKeyArray
+) -> eqx.Module:
+    """A model of `config` holding `model`'s weights, except the parts named (fresh from `key`)."""
+    import zoo
+
+    fresh = zoo.presets.build(config, key=key)
+    old_leaves = {
+        path_name(path): leaf for path, leaf in jax.tree_util.tree_flatten_with_path(model)[0]
+    }
+    paths_and_leaves, treedef = jax.tree_util.tree_flatten_with_path(fresh)
+    leaves = [
+        leaf if path_name(path).startswith(fresh_parts) else old_leaves[path_name(path)]
+        for path, leaf in paths_and_leaves
+    ]
     return jax.tree_util.tree_unflatten(treedef, leaves)
