@@ -69,21 +69,29 @@ class Layout:
                 f"size that is a multiple of {self.batch_ways}"
             )
 
-    def batch_sharding(self, ndim: int) -> NamedSharding:
-        """Rows over (data, fsdp), every other dimension whole."""
-        return NamedSharding(self.mesh, PartitionSpec(BATCH_AXES, *([None] * (ndim - 1))))
+    def batch_sharding(self, ndim: int, split: bool = True) -> NamedSharding:
+        """Rows over (data, fsdp), every other dimension whole (`split=False`: all whole)."""
+        rows = BATCH_AXES if split else None
+        return NamedSharding(self.mesh, PartitionSpec(rows, *([None] * (ndim - 1))))
 
-    def place_batch(self, batch: Mapping[str, Any]) -> dict[str, jax.Array]:
+    def place_batch(self, batch: Mapping[str, Any], *, even: bool = True) -> dict[str, jax.Array]:
         """Each array of `batch` (the global batch, the same on every process) as one global
-        array split by rows; a process hands over only the rows its devices hold."""
-        self.check_batch(batch)
+        array split by rows; a process hands over only the rows its devices hold.
+
+        Rows that do not split evenly raise ValueError, or with `even=False` (evaluation's
+        last, smaller batch) the batch is copied whole to every device instead."""
+        split = True
+        if even:
+            self.check_batch(batch)
+        else:
+            split = len(next(iter(batch.values()))) % self.batch_ways == 0
         placed = {}
         for name, value in batch.items():
-            if isinstance(value, jax.Array) and value.sharding == self.batch_sharding(value.ndim):
+            sharding = self.batch_sharding(np.ndim(value), split)
+            if isinstance(value, jax.Array) and value.sharding == sharding:
                 placed[name] = value
                 continue
             value = np.asarray(value)
-            sharding = self.batch_sharding(value.ndim)
             indices = sharding.addressable_devices_indices_map(value.shape).values()
             rows = [slice(None) if index is None else index[0] for index in indices]
             start = min(row.start or 0 for row in rows)
