@@ -17,7 +17,7 @@ from typing import Any
 import equinox as eqx
 import jax
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec
 
 from zoo.distributed.mesh import BATCH_AXES, as_mesh, axis_size, mesh_string
 from zoo.distributed.rules import RULES, Rule, shardings
@@ -27,7 +27,7 @@ from zoo.distributed.rules import RULES, Rule, shardings
 class Layout:
     """A mesh and the partition rules that place arrays on it (hashable: steps are cached by it)."""
 
-    mesh: Mesh
+    mesh: Mesh | AbstractMesh  # abstract: enough to plan shardings and check batches
     rules: tuple[Rule, ...] = RULES
 
     @classmethod
