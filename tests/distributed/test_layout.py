@@ -38,3 +38,14 @@ def test_a_mesh_without_orbax_names_the_extra(monkeypatch):
         zoo.Trainer(zoo.tasks.LanguageModeling(), mesh="data=-1")
     assert zoo.Trainer(zoo.tasks.LanguageModeling()).layout is None  # no mesh: no orbax needed
     assert jax.device_count() >= 1
+
+
+def test_bench_takes_a_mesh_but_not_with_the_peer(capsys):
+    from zoo.bench.workload import BenchSpec
+    from zoo.cli import main
+
+    assert BenchSpec(preset="gpt-tiny", batch=8, seq=16, mesh="fsdp=-1").mesh == "fsdp=-1"
+    with pytest.raises(ValueError, match="unknown axis 'model'"):
+        BenchSpec(preset="gpt-tiny", batch=8, seq=16, mesh="model=2")
+    assert main(["bench", "--preset", "gpt-tiny", "--mesh", "data=1", "--peer", "torch"]) == 2
+    assert "--peer runs PyTorch on one device: drop --mesh or --peer" in capsys.readouterr().err
