@@ -21,10 +21,17 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 def test_forced_device_suite_passes():
     env = dict(os.environ)
-    # 8 CPU devices; XLA's backend optimisations off: compiling is most of the time here
-    env["XLA_FLAGS"] = (
-        env.get("XLA_FLAGS", "")
-        + " --xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0"
+    # 8 CPU devices; XLA's backend optimisations off: compiling is most of the time here. The
+    # 8 devices are threads sharing the machine's cores: on a loaded machine one may wait long
+    # to join a collective, which XLA otherwise aborts after 40 s.
+    env["XLA_FLAGS"] = " ".join(
+        [
+            env.get("XLA_FLAGS", ""),
+            "--xla_force_host_platform_device_count=8",
+            "--xla_backend_optimization_level=0",
+            "--xla_cpu_collective_call_terminate_timeout_seconds=600",
+            "--xla_cpu_collective_call_warn_stuck_timeout_seconds=120",
+        ]
     )
     env["JAX_PLATFORMS"] = "cpu"
     result = subprocess.run(
