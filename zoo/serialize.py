@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -138,7 +139,9 @@ def read_config(directory: str | os.PathLike):
     return config_cls.from_dict(meta["config"]), meta
 
 
-def fill(skeleton: eqx.Module, tensors: dict[str, np.ndarray], source: str) -> eqx.Module:
+def fill(
+    skeleton: eqx.Module, tensors: Mapping[str, np.ndarray | jax.Array], source: str
+) -> eqx.Module:
     """Put `tensors` into the array slots of `skeleton`, checking names, shapes and dtypes."""
     expected = named_arrays(skeleton)
     missing = sorted(set(expected) - set(tensors))

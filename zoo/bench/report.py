@@ -22,6 +22,7 @@ FIELDS: dict[str, str] = {
     "attention": "jax.nn.dot_product_attention implementation (null: XLA's default)",
     "vocab_size": "vocabulary of the benchmarked model (padded with --pad-vocab)",
     "dropout": "dropout and attention dropout of both models",
+    "mesh": "devices zoo trained on, data=N,fsdp=N,tensor=N (null: one device; see --mesh)",
     "steps": "timed calls per measurement (the median is reported)",
     "warmup": "untimed calls after the first, compiling, call",
     "rounds": "rounds the timed calls are spread over, zoo and peer in turn",

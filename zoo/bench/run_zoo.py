@@ -90,10 +90,21 @@ class ZooRun:
         self.flops = train_flops(model, spec.batch, spec.seq)
         optimizer = adamw(lr=1e-4)
         opt_state = optimizer.init(eqx.filter(model, eqx.is_inexact_array))
+        layout = None
+        if spec.mesh is not None:  # the model, optimizer state and batch split over devices
+            from zoo.distributed import Layout
+
+            layout = Layout.of(spec.mesh)
+            model, opt_state = layout.place(model), layout.place(opt_state)
         train_step = make_train_step(
-            tasks.for_flavor(spec.flavor), optimizer, precision=spec.precision
+            tasks.for_flavor(spec.flavor), optimizer, precision=spec.precision, layout=layout
         )
-        batch = {name: jnp.asarray(value) for name, value in make_batch(spec).items()}
+        host_batch = make_batch(spec)
+        batch = (
+            {name: jnp.asarray(value) for name, value in host_batch.items()}
+            if layout is None
+            else layout.place_batch(host_batch)
+        )
         step_numbers = itertools.count()
 
         def train(state):

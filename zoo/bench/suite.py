@@ -60,7 +60,7 @@ def plan(
 
     Presets pick the rows when given (and must belong to `flavors`, if those are given too);
     otherwise each flavor (all by default) runs its default preset for the device. `options`
-    go to `BenchSpec` as they are (pad_vocab, layers, remat, dropout, seed).
+    go to `BenchSpec` as they are (pad_vocab, layers, remat, dropout, seed, mesh).
     """
     defaults = defaults_for(platform)
     for flavor in flavors or []:
@@ -132,6 +132,7 @@ def run_spec(
         attention=config.attention_implementation,
         vocab_size=config.vocab_size,
         dropout=spec.dropout,
+        mesh=spec.mesh,
         steps=spec.steps,
         warmup=spec.warmup,
         rounds=spec.rounds,

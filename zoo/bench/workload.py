@@ -87,6 +87,7 @@ class BenchSpec:
     decode_prompt: int = 16  # prompt length of the GPT decode measurement
     decode_tokens: int = 32  # tokens generated per sequence; 0 skips the decode measurement
     seed: int = 0  # data and parameter seed
+    mesh: str | None = None  # zoo on many devices (`--mesh`, zoo.distributed); None: one device
 
     def __post_init__(self) -> None:
         base = presets.get(self.preset).config  # unknown presets raise with close names
@@ -101,6 +102,10 @@ class BenchSpec:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.warmup < 0 or self.decode_tokens < 0 or self.decode_prompt < 1:
             raise ValueError("warmup and decode_tokens must be >= 0 and decode_prompt >= 1")
+        if self.mesh is not None:
+            from zoo.distributed import parse_mesh
+
+            parse_mesh(self.mesh)  # names and sizes; the device count is checked when run
         if self.seq > base.max_positions:
             raise ValueError(
                 f"seq={self.seq} exceeds max_positions={base.max_positions} of preset "

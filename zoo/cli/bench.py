@@ -8,6 +8,8 @@ import os
 import sys
 from pathlib import Path
 
+from zoo.cli._mesh import add_mesh_option
+
 EPILOG = """\
 examples:
   zoo bench                                    every flavor at the device's default shapes
@@ -74,6 +76,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         help="tokens to generate per sequence for GPT decoding (0: skip)",
     )
+    add_mesh_option(what)
     how = parser.add_argument_group("how to time")
     how.add_argument("--steps", type=int, help="timed calls per measurement (median reported)")
     how.add_argument("--warmup", type=int, help="untimed calls after the compiling one")
@@ -169,7 +172,10 @@ def run(args: argparse.Namespace) -> int:
         dropout=args.dropout,
         seed=args.seed,
         rounds=args.rounds,
+        mesh=args.mesh,
     )
+    if args.mesh and args.peer:
+        raise ValueError("--peer runs PyTorch on one device: drop --mesh or --peer")
     if args.peer:
         from zoo.bench.peer_models import import_torch
 

@@ -25,6 +25,7 @@ from zoo.cli._datasets import (
     data_options,
     load_dataset,
 )
+from zoo.cli._mesh import add_mesh_option, layout_from_args
 
 
 def register(commands) -> None:
@@ -41,6 +42,7 @@ def register(commands) -> None:
     parser.add_argument("--beam-size", type=int, default=1, help="translator: 1 is greedy")
     parser.add_argument("--limit", type=int, default=None, help="translator: first N examples")
     parser.add_argument("--seed", type=int, default=0)
+    add_mesh_option(parser)
     add_data_options(parser)
     parser.set_defaults(run=run)
 
@@ -57,7 +59,7 @@ def _load(directory: str) -> tuple[Any, Any, str]:
     return model, tokenizer, zoo.models.flavor_of(model)
 
 
-def _statistics(model: Any, task: Any, source: Any) -> tuple[Any, list[dict]]:
+def _statistics(model: Any, task: Any, source: Any, layout: Any) -> tuple[Any, list[dict]]:
     import equinox as eqx
 
     @eqx.filter_jit
@@ -68,7 +70,7 @@ def _statistics(model: Any, task: Any, source: Any) -> tuple[Any, list[dict]]:
     for index in range(len(source)):
         batch = source.batch(index)
         task.check_batch(batch, model)
-        part = stats(model, batch)
+        part = stats(model, batch if layout is None else layout.place_batch(batch, even=False))
         total = part if total is None else total + part
         batches.append(batch)
     return total, batches
@@ -128,6 +130,9 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     if args.data.partition(":")[0] not in FILE_SCHEMES:
         raise ValueError(f"--data {args.data!r}: zoo eval reads {', '.join(FILE_SCHEMES)} specs")
     model, tokenizer, flavor = _load(args.model)
+    layout = layout_from_args(args)
+    if layout is not None:
+        model = layout.place(model)
     if args.max_len is None:
         args.max_len = model.config.max_positions
     options = data_options(args, flavor, args.batch_size)
@@ -138,7 +143,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     source = split_batches(split, task=TASK_OF_FLAVOR[flavor], tokenizer=tokenizer,
                            split_name=args.split, **options)  # fmt: skip
     task = zoo.tasks.for_flavor(flavor)
-    stats, batches = _statistics(model, task, source)
+    stats, batches = _statistics(model, task, source, layout)
     scored = max(float(stats.weight), 1.0)
     loss = float(stats.nll_sum) / scored
     result: dict[str, Any] = {

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from zoo.cli._datasets import FILE_SCHEMES, add_data_options
+from zoo.cli._mesh import add_mesh_option
 from zoo.train.defaults import fill_defaults
 
 FLAVORS = ("classifier", "gpt", "translator")
@@ -204,6 +205,7 @@ def register(commands) -> None:
         help="also log to TensorBoard (DIR/tensorboard) or W&B (DIR/wandb, offline); repeatable",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_mesh_option(parser)
     add_data_options(parser)
     parser.set_defaults(run=run)
 
@@ -213,12 +215,14 @@ def run(args: argparse.Namespace) -> int:
 
     import zoo
     from zoo.cli._build import build_model, check_preset, make_task
+    from zoo.cli._mesh import layout_from_args
     from zoo.cli._run_dir import check_out_dir, check_resume
     from zoo.train import Terminated, TrainingDiverged
     from zoo.train.freeze import check_freeze, freeze, parse_freeze
     from zoo.train.loggers import check_loggers
 
     check_preset(args)
+    layout = layout_from_args(args)  # a mesh that does not fit the devices: before any work
     if args.plot:
         from zoo.train.plot import check_matplotlib
 
@@ -266,6 +270,7 @@ def run(args: argparse.Namespace) -> int:
         keep=args.keep,
         progress=not args.no_progress,
         loggers=loggers,
+        mesh=None if layout is None else layout.mesh,
     )
     try:
         model, history = trainer.fit(

@@ -6,6 +6,10 @@ A checkpoint is a directory `step_00000400/` inside the checkpoint directory:
 - `optimizer.safetensors`: the optimizer state's arrays, named by their path in the state
 - `state.json`: step, data position, RNG key, model flavor and config, anything extra
 
+A run on a mesh (`zoo.Trainer(mesh=...)`) writes both arrays files as one orbax folder
+`arrays/` instead, each process its own shards (`zoo.distributed.checkpoint`); either kind
+loads onto a mesh or one device.
+
 No pickle: the optimizer state is rebuilt by filling `optimizer.init(params)` (a skeleton of
 the right structure) with the saved arrays. Writing goes to a hidden temporary directory that
 is renamed into place only when complete, so a crash mid-write never leaves a broken newest
@@ -21,6 +25,7 @@ import os
 import shutil
 import tempfile
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +41,7 @@ from zoo.serialize import fill, model_config_dict, named_arrays, path_name
 MODEL_FILE = "model.safetensors"
 OPTIMIZER_FILE = "optimizer.safetensors"
 STATE_FILE = "state.json"
+ARRAYS_DIR = "arrays"  # a run on a mesh: model and optimizer arrays, written by orbax
 PREFIX = "step_"
 
 
@@ -89,7 +95,7 @@ def state_arrays(tree: Any) -> dict[str, Any]:
     return {path_name(path): leaf for path, leaf in flat if eqx.is_array(leaf)}
 
 
-def fill_state(skeleton: Any, tensors: dict[str, np.ndarray], source: str) -> Any:
+def fill_state(skeleton: Any, tensors: Mapping[str, np.ndarray | jax.Array], source: str) -> Any:
     """`skeleton` (e.g. `optimizer.init(params)`) with its arrays replaced by `tensors`."""
     expected = state_arrays(skeleton)
     missing = sorted(set(expected) - set(tensors))
@@ -139,6 +145,8 @@ def _key_from_json(saved: dict[str, Any]) -> PRNGKeyArray:
 def _sync_files(directory: Path) -> None:
     """Flush the directory's files to disk before it is published under its final name."""
     for path in directory.iterdir():
+        if path.is_dir():  # orbax's arrays/: it syncs its own files
+            continue
         with open(path, "rb") as handle:
             os.fsync(handle.fileno())
 
@@ -152,8 +160,11 @@ def save_checkpoint(
     key: PRNGKeyArray,
     extra: dict[str, Any] | None = None,
     keep: int | None = 3,
+    layout: Any = None,
 ) -> Path:
-    """Write checkpoint `step` atomically into `directory`, then keep only the newest `keep`."""
+    """Write checkpoint `step` atomically into `directory`, then keep only the newest `keep`.
+
+    With a `layout` (training on a mesh) the arrays go to an orbax `arrays/` folder."""
     from safetensors.numpy import save_file
 
     directory = Path(directory)
@@ -161,8 +172,13 @@ def save_checkpoint(
     final = directory / checkpoint_name(step)
     staging = Path(tempfile.mkdtemp(dir=directory, prefix=f".{final.name}."))
     try:
-        save_file(_host_arrays(named_arrays(model)), str(staging / MODEL_FILE))
-        save_file(_host_arrays(state_arrays(opt_state)), str(staging / OPTIMIZER_FILE))
+        if layout is None:
+            save_file(_host_arrays(named_arrays(model)), str(staging / MODEL_FILE))
+            save_file(_host_arrays(state_arrays(opt_state)), str(staging / OPTIMIZER_FILE))
+        else:
+            from zoo.distributed.checkpoint import save_arrays
+
+            save_arrays(staging, named_arrays(model), state_arrays(opt_state))
         state = {
             "step": step,
             "data_position": step,
@@ -211,12 +227,15 @@ def _prune(directory: Path, keep: int | None) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def load_checkpoint(path: str | os.PathLike, *, model: eqx.Module, opt_state: Any) -> Checkpoint:
+def load_checkpoint(
+    path: str | os.PathLike, *, model: eqx.Module, opt_state: Any, layout: Any = None
+) -> Checkpoint:
     """Read checkpoint `path`, filling the structures of `model` and `opt_state`.
 
     `model` must have the saved config (the same preset and overrides); `opt_state` is
     `optimizer.init(params)` of the same optimizer. Shapes and names are checked; files that
-    cannot be read raise `CorruptCheckpoint`.
+    cannot be read raise `CorruptCheckpoint`. With a `layout` the arrays land on its mesh
+    (whatever mesh or device wrote them); without one, on one device.
     """
     path = Path(path)
     state_file = path / STATE_FILE
@@ -240,9 +259,16 @@ def load_checkpoint(path: str | os.PathLike, *, model: eqx.Module, opt_state: An
             f"{current['flavor']}'s in {differ or ['flavor']}; resume with the same preset "
             "and overrides, or train into a new directory"
         )
-    filled_model = fill(model, _read_arrays(path / MODEL_FILE), str(path / MODEL_FILE))
-    optimizer_file = path / OPTIMIZER_FILE
-    optimizer_arrays = _read_arrays(optimizer_file)
+    model_file, optimizer_file = path / MODEL_FILE, path / OPTIMIZER_FILE
+    if is_sharded_checkpoint(path):
+        from zoo.distributed.checkpoint import load_arrays
+
+        model_file = optimizer_file = path / ARRAYS_DIR
+        arrays = load_arrays(path, _sharding_targets(model, opt_state, layout))
+        model_arrays, optimizer_arrays = arrays["model"], arrays["optimizer"]
+    else:
+        model_arrays, optimizer_arrays = _read_arrays(model_file), _read_arrays(optimizer_file)
+    filled_model = fill(model, model_arrays, str(model_file))
     try:
         filled_state = fill_state(opt_state, optimizer_arrays, str(optimizer_file))
     except ValueError as error:
@@ -250,9 +276,26 @@ def load_checkpoint(path: str | os.PathLike, *, model: eqx.Module, opt_state: An
             f"{error}. The optimizer state does not match: resume with the same optimizer "
             "settings (schedule, weight decay, clipping) as the saved run"
         ) from None
+    if layout is not None and not is_sharded_checkpoint(path):
+        filled_model, filled_state = layout.place(filled_model), layout.place(filled_state)
     return Checkpoint(
         path=path, step=step, model=filled_model, opt_state=filled_state, key=saved_key, meta=meta
     )
+
+
+def is_sharded_checkpoint(path: Path) -> bool:
+    """Whether checkpoint `path` was written on a mesh (an orbax `arrays/` folder)."""
+    return (path / ARRAYS_DIR).is_dir()
+
+
+def _sharding_targets(model: eqx.Module, opt_state: Any, layout: Any) -> dict[str, Any] | None:
+    """Where each saved array goes: its sharding by `layout`'s rules (None: one device)."""
+    if layout is None:
+        return None
+    return {
+        "model": layout.shardings(named_arrays(model)),
+        "optimizer": layout.shardings(state_arrays(opt_state)),
+    }
 
 
 def _read_arrays(path: Path) -> dict[str, np.ndarray]:
@@ -272,7 +315,7 @@ def all_finite(model: eqx.Module) -> bool:
 
 
 def load_newest_intact(
-    found: list[tuple[int, Path]], *, model: eqx.Module, opt_state: Any
+    found: list[tuple[int, Path]], *, model: eqx.Module, opt_state: Any, layout: Any = None
 ) -> Checkpoint:
     """The newest of `found` (from `list_checkpoints`) that reads whole with finite weights.
 
@@ -282,7 +325,7 @@ def load_newest_intact(
     skipped = []
     for _, path in reversed(found):
         try:
-            saved = load_checkpoint(path, model=model, opt_state=opt_state)
+            saved = load_checkpoint(path, model=model, opt_state=opt_state, layout=layout)
             if not all_finite(saved.model):
                 raise CorruptCheckpoint("its weights are not finite (NaN or inf)")
         except CorruptCheckpoint as error:

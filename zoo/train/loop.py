@@ -47,7 +47,8 @@ class TrainingRun:
         self.tokenizer = tokenizer
         self.plot = plot
         self._check_inputs(model, resume)
-        self.model = _fresh_copy(model)
+        layout = trainer.layout  # None: one device, else the mesh and its partition rules
+        self.model = _fresh_copy(model) if layout is None else layout.place(model)
         self.opt_state = trainer.init_optimizer(self.model)
         self.key = key
         self.start = 0
@@ -122,6 +123,8 @@ class TrainingRun:
 
     def _check_batch(self, batch: dict, model: eqx.Module) -> None:
         self.task.check_batch(batch, model)
+        if self.trainer.layout is not None:
+            self.trainer.layout.check_batch(batch)
         size = len(next(iter(batch.values())))
         if size % self.trainer.accumulate != 0:
             raise ValueError(
@@ -136,7 +139,9 @@ class TrainingRun:
                 f"no checkpoint in {self.checkpoint_dir}: starting from step 0", stacklevel=4
             )
             return
-        saved = ckpt.load_newest_intact(found, model=self.model, opt_state=self.opt_state)
+        saved = ckpt.load_newest_intact(
+            found, model=self.model, opt_state=self.opt_state, layout=self.trainer.layout
+        )
         if saved.meta.get("train_batches") not in (None, len(self.train_batches)):
             warnings.warn(
                 f"the training data has {len(self.train_batches)} batches per epoch but the "
@@ -295,6 +300,7 @@ class TrainingRun:
             key=self.key,
             extra=self._settings(),
             keep=self.trainer.keep,
+            layout=self.trainer.layout,
         )
         # Only now: a write cut short (a second Ctrl-C) is written again by _save_on_interrupt.
         self.last_saved = self.done
@@ -313,12 +319,17 @@ class TrainingRun:
 
     def _settings(self) -> dict[str, Any]:
         """The run's settings, kept in each checkpoint and given to experiment loggers."""
-        return {
+        settings = {
             "task": repr(self.task),
             "precision": self.trainer.precision,
             "accumulate": self.trainer.accumulate,
             "train_batches": len(self.train_batches),
         }
+        if self.trainer.layout is not None:
+            from zoo.distributed import mesh_string
+
+            settings["mesh"] = mesh_string(self.trainer.layout.mesh)
+        return settings
 
     def _logged_config(self) -> dict[str, Any]:
         """What an experiment logger records: model config, run settings, steps."""

@@ -67,12 +67,16 @@ def _split_micro_batches(batch: Mapping[str, ArrayLike], accumulate: int) -> dic
     }
 
 
-def make_train_step(task: Task, optimizer: Any, *, accumulate: int = 1, precision: str = "fp32"):
+def make_train_step(
+    task: Task, optimizer: Any, *, accumulate: int = 1, precision: str = "fp32", layout: Any = None
+):
     """`step((batch, key, step_index), model, opt_state) -> (model, opt_state, StepOutput)`.
 
     The dropout key of step `s` is `fold_in(key, s)`, so a resumed run draws the same keys.
     With `accumulate=k` the batch is cut into k micro-batches run one after another with
     `lax.scan`; their summed statistics and gradients equal those of the whole batch.
+    With a `layout` (`zoo.distributed.Layout`) the batch is placed split by rows over the mesh
+    and the updated model and optimizer state keep the shardings of its rules.
     """
     compute_dtype = check_precision(precision)
 
@@ -111,20 +115,27 @@ def make_train_step(task: Task, optimizer: Any, *, accumulate: int = 1, precisio
         with jax.numpy_dtype_promotion("standard"):
             updates, opt_state = optimizer.update(grads, opt_state, params)
         params = optax.apply_updates(params, updates)
-        return eqx.combine(params, static), opt_state, StepOutput(stats, grad_norm)
+        model = eqx.combine(params, static)
+        if layout is not None:  # each array keeps its sharding from step to step
+            model, opt_state = layout.constrain(model), layout.constrain(opt_state)
+        return model, opt_state, StepOutput(stats, grad_norm)
 
     def run(
         model: Any, opt_state: Any, batch: Mapping[str, Any], key: PRNGKeyArray, step: int
     ) -> tuple[Any, Any, StepOutput]:
         step_index: Int[Array, ""] = jnp.asarray(step, jnp.int32)
+        if layout is not None:
+            batch = layout.place_batch(batch)
         with promotion_scope(precision):
             return train_step((dict(batch), key, step_index), model, opt_state)
 
     return run
 
 
-def make_eval_step(task: Task, *, precision: str = "fp32"):
-    """`evaluate(model, batch) -> Stats`: deterministic (no dropout), in the compute dtype."""
+def make_eval_step(task: Task, *, precision: str = "fp32", layout: Any = None):
+    """`evaluate(model, batch) -> Stats`: deterministic (no dropout), in the compute dtype.
+
+    With a `layout` the batch is placed split by rows over its mesh."""
     compute_dtype = check_precision(precision)
 
     @eqx.filter_jit
@@ -132,6 +143,8 @@ def make_eval_step(task: Task, *, precision: str = "fp32"):
         return task.statistics(cast_floating(model, compute_dtype), batch, key=None)
 
     def run(model: Any, batch: Mapping[str, Any]) -> Stats:
+        if layout is not None:  # a last, smaller batch may not split: it goes whole
+            batch = layout.place_batch(batch, even=False)
         with promotion_scope(precision):
             return eval_step(model, dict(batch))
 
@@ -167,17 +180,21 @@ def _shared(key: Hashable, build: Callable[[], Callable], keep_alive: tuple) -> 
     return _SHARED[key][0]
 
 
-def shared_train_step(task: Task, optimizer: Any, *, accumulate: int, precision: str) -> Callable:
+def shared_train_step(
+    task: Task, optimizer: Any, *, accumulate: int, precision: str, layout: Any = None
+) -> Callable:
     """`make_train_step`, reused across calls with interchangeable task and optimizer."""
-    key = ("train", _identity(task), _identity(optimizer), accumulate, precision)
+    key = ("train", _identity(task), _identity(optimizer), accumulate, precision, layout)
     return _shared(
         key,
-        lambda: make_train_step(task, optimizer, accumulate=accumulate, precision=precision),
+        lambda: make_train_step(
+            task, optimizer, accumulate=accumulate, precision=precision, layout=layout
+        ),
         (task, optimizer),
     )
 
 
-def shared_eval_step(task: Task, *, precision: str) -> Callable:
+def shared_eval_step(task: Task, *, precision: str, layout: Any = None) -> Callable:
     """`make_eval_step`, reused across calls with an interchangeable task."""
-    key = ("eval", _identity(task), precision)
-    return _shared(key, lambda: make_eval_step(task, precision=precision), (task,))
+    key = ("eval", _identity(task), precision, layout)
+    return _shared(key, lambda: make_eval_step(task, precision=precision, layout=layout), (task,))

@@ -73,6 +73,10 @@ class Trainer:
     - `loggers`: also send the metrics rows to "tensorboard" and/or "wandb" (in `out_dir`; the
       `tensorboard` / `wandb` extras), or to objects with `log(row)` and `close()`; see
       `zoo.train.loggers`.
+    - `mesh`: train on many devices, a `jax.sharding.Mesh` or a string like
+      `"data=2,fsdp=2,tensor=2"` (see `zoo.distributed`); `rules` replaces the partition rules
+      (`zoo.distributed.RULES`). The model, optimizer state and batches are sharded at the
+      `jit` boundary; checkpoints are written with orbax (the `distributed` extra).
     """
 
     def __init__(
@@ -89,6 +93,8 @@ class Trainer:
         keep: int = 3,
         progress: bool = True,
         loggers: Any = (),
+        mesh: Any = None,
+        rules: Any = None,
     ):
         if not isinstance(task, Task):
             raise TypeError(
@@ -117,15 +123,27 @@ class Trainer:
         self.keep = keep
         self.progress = progress
         self.loggers = check_loggers(loggers)
+        self.layout = None
+        if mesh is not None:
+            from zoo.distributed import Layout
+            from zoo.distributed.checkpoint import require_orbax
+
+            require_orbax()
+            self.layout = Layout.of(mesh, rules)
         self.train_step = shared_train_step(
-            task, self.optimizer, accumulate=accumulate, precision=precision
+            task, self.optimizer, accumulate=accumulate, precision=precision, layout=self.layout
         )
-        self.eval_step = shared_eval_step(task, precision=precision)
+        self.eval_step = shared_eval_step(task, precision=precision, layout=self.layout)
 
     def init_optimizer(self, model: eqx.Module) -> Any:
-        """The optimizer state for `model`'s floating-point arrays."""
+        """The optimizer state for `model`'s floating-point arrays (sharded on the mesh)."""
+        params = eqx.filter(model, eqx.is_inexact_array)
         with jax.numpy_dtype_promotion("standard"):
-            return self.optimizer.init(eqx.filter(model, eqx.is_inexact_array))
+            if self.layout is None:
+                return self.optimizer.init(params)
+            shapes = jax.eval_shape(self.optimizer.init, params)
+            init = jax.jit(self.optimizer.init, out_shardings=self.layout.shardings(shapes))
+            return init(params)
 
     def learning_rate(self, step: int) -> float | None:
         """The learning rate of update number `step` (1-based), if the optimizer exposes it."""

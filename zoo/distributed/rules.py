@@ -1,0 +1,193 @@
+"""Partition rules as data: which mesh axes split each dimension of each parameter.
+
+A rule is `(pattern, spec)`. `pattern` is a regular expression searched (`re.search`) in the
+array's dotted pytree path (`zoo.serialize.path_name`); the first rule that matches wins, so a
+rule also matches the optimizer state's copies of that parameter (`0.mu.` + its path). `spec`
+names a mesh axis (or None) for each of the array's last dimensions; a leading dimension more
+(a `LayerStack`'s `layers` axis) is never split. A dimension an axis does not divide stays
+whole (a vocabulary of 50257 rows), except the heads and the feed-forward width under
+`tensor`, which `check_tensor` requires to divide.
+
+Weights are `[out, in]`: the attention's query/key/value projections are
+`[heads * head_dim, d_model]` (key/value: `kv_heads * head_dim`), so `tensor` splits whole
+heads; the feed-forward's gate/hidden are `[d_ff, d_model]` and its output `[d_model, d_ff]`.
+Arrays no rule matches are kept whole on every device (`describe` shows them).
+
+To extend the table (say for LoRA's `lora_a [rank, in]` / `lora_b [out, rank]`), put rows in
+front: `rules=((r"lora_a$", (None, "fsdp")), (r"lora_b$", ("fsdp", None)), *RULES)`.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec
+
+from zoo.distributed.mesh import axis_size, mesh_string
+from zoo.serialize import path_name
+
+Spec = tuple[str | None, ...]
+Rule = tuple[str, Spec]
+
+RULES: tuple[Rule, ...] = (
+    # attention: query/key/value [heads * head_dim, d_model], output [d_model, heads * head_dim]
+    (r"(query|key|value)_proj\.weight$", ("tensor", "fsdp")),
+    (r"(query|key|value)_proj\.bias$", ("tensor",)),
+    (r"attention\.output_proj\.weight$", ("fsdp", "tensor")),
+    (r"attention\.output_proj\.bias$", ("fsdp",)),
+    # QK-norm over one head's width [head_dim]
+    (r"(query|key)_norm\.(weight|bias)$", (None,)),
+    # feed-forward, dense or gated: gate/hidden [d_ff, d_model], output [d_model, d_ff]
+    (r"feed_forward\.(gate|hidden)\.weight$", ("tensor", "fsdp")),
+    (r"feed_forward\.(gate|hidden)\.bias$", ("tensor",)),
+    (r"feed_forward\.output\.weight$", ("fsdp", "tensor")),
+    (r"feed_forward\.output\.bias$", ("fsdp",)),
+    # LayerNorm and RMSNorm [d_model]
+    (r"norm\.(weight|bias)$", ("fsdp",)),
+    # embeddings: tokens [vocab, d_model]; learned positions and segments [rows, d_model]
+    (r"token_weight$", ("tensor", "fsdp")),
+    (r"(position|token_type)_weight$", (None, "fsdp")),
+    # output heads: an untied LM or translation head [vocab, d_model], a classifier's
+    # [classes, d_model], the pooler [d_model, d_model]
+    (r"(^|\.)(head|output_proj)\.weight$", ("tensor", "fsdp")),
+    (r"(^|\.)(head\.bias|output_bias)$", ("tensor",)),
+    (r"(^|\.)pooler\.weight$", (None, "fsdp")),
+    (r"(^|\.)pooler\.bias$", (None,)),
+)
+
+
+@lru_cache(maxsize=4096)
+def _rule_for(name: str, rules: tuple[Rule, ...]) -> Rule | None:
+    for rule in rules:
+        if re.search(rule[0], name):
+            return rule
+    return None
+
+
+def match_rule(name: str, rules: tuple[Rule, ...] = RULES) -> Rule | None:
+    """The first rule whose pattern is found in `name`, or None."""
+    return _rule_for(name, tuple(rules))
+
+
+def partition_spec(
+    name: str, shape: tuple[int, ...], mesh: Mesh | AbstractMesh, rules: tuple[Rule, ...] = RULES
+) -> PartitionSpec:
+    """How the array `name` of `shape` is split over `mesh` (`PartitionSpec()`: kept whole)."""
+    rule = match_rule(name, rules)
+    if rule is None or len(shape) not in (len(rule[1]), len(rule[1]) + 1):
+        return PartitionSpec()
+    spec = (None,) * (len(shape) - len(rule[1])) + tuple(rule[1])
+    axes = []
+    for size, axis in zip(shape, spec, strict=True):
+        count = 1 if axis is None else axis_size(mesh, axis)
+        axes.append(axis if count > 1 and size % count == 0 else None)
+    while axes and axes[-1] is None:
+        axes.pop()
+    return PartitionSpec(*axes)
+
+
+def _flat_slots(tree: Any) -> tuple[list[tuple[str, Any]], Any]:
+    flat, treedef = jax.tree_util.tree_flatten_with_path(tree)
+    return [(path_name(path), leaf) for path, leaf in flat], treedef
+
+
+def _is_slot(leaf: Any) -> bool:
+    return isinstance(leaf, jax.Array | jax.ShapeDtypeStruct | np.ndarray)
+
+
+def check_tensor(tree: Any, mesh: Mesh | AbstractMesh) -> None:
+    """`tensor` must divide the heads, key/value heads and feed-forward width of `tree`'s config."""
+    tensor = axis_size(mesh, "tensor")
+    config = getattr(tree, "config", None)
+    if tensor == 1 or config is None:
+        return
+    sizes = {
+        "num_heads": getattr(config, "num_heads", None),
+        "num_kv_heads": getattr(config, "num_kv_heads", None),  # None: as many as heads
+        "d_ff": getattr(config, "d_ff", None),
+    }
+    wrong = [f"{name}={size}" for name, size in sizes.items() if size and size % tensor]
+    if wrong:
+        divisors = [t for t in range(1, tensor + 1) if all(s % t == 0 for s in sizes.values() if s)]
+        raise ValueError(
+            f"mesh {mesh_string(mesh)}: tensor={tensor} must divide the model's heads, "
+            f"key/value heads and feed-forward width, but {', '.join(wrong)} is not divisible "
+            f"by {tensor}; choose tensor among {divisors} (put the other devices on data or "
+            "fsdp)"
+        )
+
+
+def shardings(tree: Any, mesh: Mesh | AbstractMesh, rules: tuple[Rule, ...] = RULES) -> Any:
+    """`tree` (a model, an optimizer state, or their `eqx.filter_eval_shape`) with each array
+    replaced by its `NamedSharding` on `mesh` (other leaves kept). Nothing is allocated."""
+    check_tensor(tree, mesh)
+    slots, treedef = _flat_slots(tree)
+    leaves = [
+        NamedSharding(mesh, partition_spec(name, tuple(leaf.shape), mesh, rules))
+        if _is_slot(leaf)
+        else leaf
+        for name, leaf in slots
+    ]
+    return jax.tree_util.tree_unflatten(treedef, leaves)
+
+
+def sharding_table(
+    tree: Any, mesh: Mesh | AbstractMesh, rules: tuple[Rule, ...] = RULES
+) -> list[dict]:
+    """One row per array of `tree`: name, shape, dtype, spec, bytes in all and per device."""
+    check_tensor(tree, mesh)
+    rows = []
+    for name, leaf in _flat_slots(tree)[0]:
+        if not _is_slot(leaf):
+            continue
+        shape = tuple(leaf.shape)
+        spec = partition_spec(name, shape, mesh, rules)
+        itemsize = np.dtype(leaf.dtype).itemsize
+        rows.append(
+            {
+                "name": name,
+                "shape": shape,
+                "dtype": str(np.dtype(leaf.dtype)),
+                "spec": spec,
+                "rule": not shape or match_rule(name, rules) is not None,
+                "bytes": int(np.prod(shape, dtype=np.int64)) * itemsize,
+                "bytes_per_device": int(
+                    np.prod(NamedSharding(mesh, spec).shard_shape(shape), dtype=np.int64)
+                )
+                * itemsize,
+            }
+        )
+    return rows
+
+
+def _spec_text(spec: PartitionSpec, ndim: int, matched: bool) -> str:
+    if not matched:
+        return "whole (no rule)"
+    if all(axis is None for axis in spec):
+        return "whole"
+    axes = [*spec, *([None] * (ndim - len(spec)))]
+    return "(" + ", ".join("-" if axis is None else str(axis) for axis in axes) + ")"
+
+
+def describe(model: Any, mesh: Mesh | AbstractMesh, rules: tuple[Rule, ...] = RULES) -> None:
+    """Print each parameter's shape, sharding and bytes per device on `mesh`, then the totals.
+
+    `model` may be `eqx.filter_eval_shape(...)` of a model (or of an optimizer state)."""
+    rows = sharding_table(model, mesh, rules)
+    width = max([len("parameter")] + [len(row["name"]) for row in rows])
+    print(f"mesh {mesh_string(mesh)} ({mesh.size} devices)")
+    print(f"{'parameter':<{width}}  {'shape':<16} {'split over':<18} {'bytes/device':>14}")
+    for row in rows:
+        shape = "x".join(str(size) for size in row["shape"]) or "scalar"
+        print(
+            f"{row['name']:<{width}}  {shape:<16} {_spec_text(row['spec'], len(row['shape']), row['rule']):<18} "
+            f"{row['bytes_per_device']:>14,}"
+        )
+    total = sum(row["bytes"] for row in rows)
+    per_device = sum(row["bytes_per_device"] for row in rows)
+    share = per_device / total if total else 0.0
+    print(f"total {total:,} bytes; {per_device:,} per device ({share:.1%})")
