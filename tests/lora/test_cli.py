@@ -78,3 +78,33 @@ def test_lora_options_are_checked(tmp_path, capsys):
     )
     assert main([*args, "--lora", "targets=attn"]) == 2
     assert "'attn' matches no Linear layer" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_classifier_lora_run_trains_adapters_and_head(tmp_path, capsys):
+    base, run = tmp_path / "base", tmp_path / "lora"
+    common = [*COMMON, "--data", "synthetic:majority", "--steps", "2"]  # the later --data wins
+    assert main(["train", "classifier", "--preset", "classifier-tiny", *common,
+                 "--out", str(base)]) == 0  # fmt: skip
+    assert main(["train", "classifier", "--init", str(base), *common, "--out", str(run),
+                 "--lora", "rank=2,alpha=4,targets=attention.qv", "--merge"]) == 0  # fmt: skip
+    summary = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert (summary["steps"], summary["adapter"]) == (2, str(run / "adapter"))
+    config = json.loads((run / "adapter" / "adapter_config.json").read_text())
+    assert (config["r"], config["lora_alpha"], config["task_type"]) == (2, 4.0, "SEQ_CLS")
+    assert config["modules_to_save"] == ["classifier"]  # a classifier's head trains whole
+    assert sorted(config["target_modules"]) == [
+        f"bert.encoder.layer.{layer}.attention.self.{name}"
+        for layer in (0, 1)
+        for name in ("query", "value")
+    ]
+    base_model, merged = zoo.load(base), zoo.load(run)
+    assert not zoo.lora.has_lora(merged)
+    # the head moved, the layers without adapters did not
+    assert not np.array_equal(merged.head.weight, base_model.head.weight)
+    np.testing.assert_array_equal(
+        merged.encoder.blocks.self_attention.key_proj.weight,
+        base_model.encoder.blocks.self_attention.key_proj.weight,
+    )
+    with_adapter = zoo.lora.load_adapter(base_model, run / "adapter")
+    np.testing.assert_allclose(forward(merged, TOKENS), forward(with_adapter, TOKENS), atol=1e-5)
