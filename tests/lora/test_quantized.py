@@ -53,9 +53,14 @@ def test_int8_base_is_close_to_float_and_a_quarter_of_the_bytes(key, preset):
     np.testing.assert_allclose(forward(merged), forward(adapted), atol=1e-5)
 
 
+@pytest.mark.slow
 def test_only_adapters_train_on_an_int8_base_and_it_saves(key, tmp_path):
     model = zoo.create("gpt-tiny", key=key)
     adapted = zoo.lora.quantize(zoo.lora.apply(model, rank=4, targets="attention", key=key))
+    # a separate int8 base for the adapter to go back onto (the step may donate shared buffers)
+    base = zoo.lora.quantize(
+        jax.tree_util.tree_map(lambda x: x.copy() if eqx.is_array(x) else x, model)
+    )
     optimizer = zoo.lora.only_adapters(zoo.train.adamw(1e-2))
     params = eqx.filter(adapted, eqx.is_inexact_array)
     with jax.numpy_dtype_promotion("standard"):
@@ -73,10 +78,17 @@ def test_only_adapters_train_on_an_int8_base_and_it_saves(key, tmp_path):
     assert after["layers.blocks.self_attention.query_proj.base.weight"].dtype == jnp.int8
     moments = sum(a.nbytes for name, a in state_arrays(state).items() if "count" not in name)
     assert moments == 2 * sum(before[name].nbytes for name in adapters)
-    zoo.save(trained, tmp_path)
-    loaded = zoo.load(tmp_path)
+    zoo.save(trained, tmp_path / "run")
+    loaded = zoo.load(tmp_path / "run")
     assert zoo.lora.quantized_paths(loaded) == zoo.lora.quantized_paths(trained)
     np.testing.assert_array_equal(forward(loaded), forward(trained))
+    # the PEFT adapter goes back onto the int8 base: the same logits
+    zoo.lora.save_adapter(trained, tmp_path / "adapter")
+    again = zoo.lora.load_adapter(base, tmp_path / "adapter")
+    assert zoo.lora.lora_layers(again)["layers.blocks.self_attention.query_proj"].lora_a.dtype == (
+        jnp.float32
+    )
+    np.testing.assert_allclose(forward(again), forward(trained), atol=1e-6)
 
 
 def test_bad_quantization_requests(key):
