@@ -50,7 +50,18 @@ def validation_loss(model, stream, pad_id: int, limit: int) -> float:
     batches = packed_batches(stream, block_size=BLOCK, batch_size=BATCH, pad_id=pad_id,
                              shuffle=False, drop_last=False, split_name="validation")  # fmt: skip
     trainer = zoo.Trainer(zoo.tasks.LanguageModeling(), zoo.train.adamw(1e-3))
-    return round(float(trainer.evaluate(model, batches, limit=limit)["loss"]), 4)
+    return round(float(trainer.evaluate(model, batches, limit=limit)["loss"]), 5)
+
+
+def logit_gap(model, other, stream) -> dict[str, float]:
+    """Largest |logit difference| of two models on the first validation block, and the scale."""
+    tokens = stream[None, :BLOCK]
+    reference = np.asarray(jax.vmap(model)(tokens))
+    gap = np.abs(np.asarray(jax.vmap(other)(tokens)) - reference).max()
+    return {
+        "max_logit_diff": round(float(gap), 5),
+        "max_logit": round(float(abs(reference).max()), 3),
+    }
 
 
 def main() -> None:
@@ -80,7 +91,9 @@ def main() -> None:
     base, _, seconds = train(model, pretrain_opt, first, args.pretrain, seed=0)
     rows = [{"run": "pretrained on the first half", "steps": args.pretrain,
              "step_seconds": round(seconds, 4), "valid_loss": loss(base)}]  # fmt: skip
-    rows.append({"run": "pretrained, int8 base", "valid_loss": loss(zoo.lora.quantize(base))})
+    int8 = zoo.lora.quantize(base)
+    rows.append({"run": "pretrained, int8 base", "valid_loss": loss(int8),
+                 **logit_gap(base, int8, adapt_valid)})  # fmt: skip
     lora_key = jax.random.key(1)
     runs = {
         "full fine-tuning": (base, zoo.train.adamw(args.lr)),
