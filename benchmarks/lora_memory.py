@@ -1,8 +1,9 @@
 """Trainable-state bytes and step time: full fine-tuning vs LoRA (run on purpose, not a test).
 
 `python benchmarks/lora_memory.py [--steps N] [--preset gpt-small]` prints JSON: for `gpt2`
-shapes (nothing trained, shapes only) the bytes of parameters, gradients' trained part and
-AdamW state, full vs LoRA rank 8 on attention; then measured step times on `--preset`.
+shapes (nothing trained, shapes only) the bytes of the model, its trained part and AdamW
+state, full vs LoRA rank 8 on attention vs the same LoRA on an int8 base; then measured step
+times on `--preset` (`--steps 0`: shapes only).
 """
 
 from __future__ import annotations
@@ -24,8 +25,12 @@ def _bytes(tree) -> int:
     return sum(int(np.prod(a.shape)) * a.dtype.itemsize for a in jax.tree_util.tree_leaves(tree))
 
 
-def state_bytes(preset: str, lora: bool) -> dict[str, int]:
-    """Parameter, trained-parameter and optimizer-state bytes, from shapes alone."""
+def state_bytes(preset: str, lora: bool, int8: bool = False) -> dict[str, int]:
+    """Model, trained-parameter and optimizer-state bytes, from shapes alone.
+
+    `model_bytes` counts every array (an int8 base's weights and scales too); `param_bytes` the
+    floating ones, which are what the optimizer is given.
+    """
 
     optimizer = zoo.train.adamw(1e-4)
     if lora:
@@ -37,13 +42,17 @@ def state_bytes(preset: str, lora: bool) -> dict[str, int]:
             model = zoo.lora.apply(
                 model, rank=8, alpha=16, targets="attention", key=jax.random.key(1)
             )
+        if int8:
+            model = zoo.lora.quantize(model, "int8")
+        arrays = eqx.filter(model, eqx.is_array)
         params = eqx.filter(model, eqx.is_inexact_array)
         trained = zoo.lora.adapter_arrays(model) if lora else params
         with jax.numpy_dtype_promotion("standard"):
-            return params, trained, optimizer.init(params)
+            return arrays, params, trained, optimizer.init(params)
 
-    params, trained, opt_state = jax.eval_shape(build)
+    arrays, params, trained, opt_state = jax.eval_shape(build)
     return {
+        "model_bytes": _bytes(arrays),
         "param_bytes": _bytes(params),
         "trained_bytes": _bytes(trained),
         "optimizer_bytes": _bytes(opt_state),
@@ -79,9 +88,10 @@ def main() -> None:
     parser.add_argument("--seq", type=int, default=128)
     args = parser.parse_args()
     rows = []
-    for lora in (False, True):
-        rows.append({"shapes": "gpt2", "lora": lora, **state_bytes("gpt2", lora)})
-    for lora in (False, True):
+    for lora, int8 in ((False, False), (True, False), (True, True)):
+        rows.append({"shapes": "gpt2", "lora": lora, "int8_base": int8,
+                     **state_bytes("gpt2", lora, int8)})  # fmt: skip
+    for lora in (False, True) if args.steps > 0 else ():
         row = {"preset": args.preset, "lora": lora, **state_bytes(args.preset, lora)}
         row |= step_seconds(args.preset, lora, args.steps, args.batch, args.seq)
         rows.append(row)

@@ -73,7 +73,11 @@ def model_config_dict(model: eqx.Module) -> dict[str, Any]:
 
     config = model.config  # type: ignore[attr-defined]
     meta = {"flavor": flavor_of(model), "config": config.to_dict()}
-    return meta | ({"lora": lora.describe(model)} if lora.has_lora(model) else {})
+    if lora.has_lora(model):
+        meta["lora"] = lora.describe(model)
+    if quantized := lora.quantized_paths(model):  # int8 layers (zoo.lora.quantize)
+        meta["quantized"] = {"mode": "int8", "paths": quantized}
+    return meta
 
 
 def save(
@@ -168,6 +172,7 @@ def load(directory: str | os.PathLike) -> eqx.Module:
     from safetensors.numpy import load_file
 
     from zoo import lora
+    from zoo.lora.quantized import quantize_at
     from zoo.presets import build
 
     config, meta = read_config(directory)
@@ -175,9 +180,11 @@ def load(directory: str | os.PathLike) -> eqx.Module:
     if not weights.is_file():
         raise FileNotFoundError(f"no {WEIGHTS_FILE} in {directory}")
 
-    def skeleton_model():  # a model saved with LoRA adapters comes back with them
+    def skeleton_model():  # a model saved with LoRA adapters (and an int8 base) comes back so
         model = build(config, key=jax.random.key(0))
-        return lora.rebuild(model, meta["lora"]) if meta.get("lora") else model
+        model = lora.rebuild(model, meta["lora"]) if meta.get("lora") else model
+        quantized = meta.get("quantized")
+        return quantize_at(model, quantized["paths"]) if quantized else model
 
     skeleton = eqx.filter_eval_shape(skeleton_model)
     try:

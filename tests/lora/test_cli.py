@@ -76,5 +76,65 @@ def test_lora_options_are_checked(tmp_path, capsys):
         "--merge folds LoRA adapters into the weights: use it with --lora"
         in capsys.readouterr().err
     )
+    assert main([*args, "--quantize", "int8"]) == 2
+    assert (
+        "--quantize stores the frozen base of LoRA adapters: use it with --lora"
+        in capsys.readouterr().err
+    )
     assert main([*args, "--lora", "targets=attn"]) == 2
     assert "'attn' matches no Linear layer" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_classifier_lora_run_trains_adapters_and_head(tmp_path, capsys):
+    base, run = tmp_path / "base", tmp_path / "lora"
+    common = [*COMMON, "--data", "synthetic:majority", "--steps", "2"]  # the later --data wins
+    assert main(["train", "classifier", "--preset", "classifier-tiny", *common,
+                 "--out", str(base)]) == 0  # fmt: skip
+    assert main(["train", "classifier", "--init", str(base), *common, "--out", str(run),
+                 "--lora", "rank=2,alpha=4,targets=attention.qv", "--merge"]) == 0  # fmt: skip
+    summary = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert (summary["steps"], summary["adapter"]) == (2, str(run / "adapter"))
+    config = json.loads((run / "adapter" / "adapter_config.json").read_text())
+    assert (config["r"], config["lora_alpha"], config["task_type"]) == (2, 4.0, "SEQ_CLS")
+    assert config["modules_to_save"] == ["classifier"]  # a classifier's head trains whole
+    assert sorted(config["target_modules"]) == [
+        f"bert.encoder.layer.{layer}.attention.self.{name}"
+        for layer in (0, 1)
+        for name in ("query", "value")
+    ]
+    base_model, merged = zoo.load(base), zoo.load(run)
+    assert not zoo.lora.has_lora(merged)
+    # the head moved, the layers without adapters did not
+    assert not np.array_equal(merged.head.weight, base_model.head.weight)
+    np.testing.assert_array_equal(
+        merged.encoder.blocks.self_attention.key_proj.weight,
+        base_model.encoder.blocks.self_attention.key_proj.weight,
+    )
+    with_adapter = zoo.lora.load_adapter(base_model, run / "adapter")
+    np.testing.assert_allclose(forward(merged, TOKENS), forward(with_adapter, TOKENS), atol=1e-5)
+
+
+@pytest.mark.slow
+def test_lora_on_an_int8_base_trains_saves_resumes_and_merges(tmp_path, capsys):
+    run = tmp_path / "qlora"
+    args = ["train", "gpt", "--preset", "gpt-tiny", *COMMON, "--out", str(run), "--lora",
+            "rank=4,targets=attention", "--quantize", "int8", "--checkpoint-every", "2"]  # fmt: skip
+    assert main([*args, "--steps", "2"]) == 0
+    adapted = zoo.load(run)
+    paths = zoo.lora.quantized_paths(adapted)
+    assert paths == [
+        "layers.blocks.self_attention.query_proj.base",
+        "layers.blocks.self_attention.key_proj.base",
+        "layers.blocks.self_attention.value_proj.base",
+        "layers.blocks.self_attention.output_proj.base",
+        "layers.blocks.feed_forward.hidden",
+        "layers.blocks.feed_forward.output",
+    ]
+    assert (run / "adapter" / "adapter_model.safetensors").is_file()
+    capsys.readouterr()
+    assert main([*args, "--steps", "3", "--resume", "--merge"]) == 0
+    assert json.loads(capsys.readouterr().out)["resumed_from"] == 2
+    merged = zoo.load(run)  # adapters folded into the dequantized weights: a float model
+    assert zoo.lora.quantized_paths(merged) == []
+    assert merged.layers.blocks.feed_forward.hidden.weight.dtype == np.float32

@@ -5,6 +5,7 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 import numpy as np
+import pytest
 
 import zoo
 from tests.lora.helpers import TOKENS
@@ -76,3 +77,50 @@ def test_save_and_load_keep_the_adapters(key, tmp_path):
         "alpha": 5.0,
     }
     np.testing.assert_array_equal(forward(loaded), forward(adapted))
+
+
+def _train_steps(adapted, key, *, steps: int, **step_options):
+    """`steps` updates of the adapters on a copy of `adapted` (the step donates its input)."""
+    adapted = jax.tree_util.tree_map(lambda x: x.copy() if eqx.is_array(x) else x, adapted)
+    optimizer = zoo.lora.only_adapters(zoo.train.adamw(1e-2))
+    with jax.numpy_dtype_promotion("standard"):
+        state = optimizer.init(eqx.filter(adapted, eqx.is_inexact_array))
+    step = make_train_step(zoo.tasks.LanguageModeling(), optimizer, **step_options)
+    losses = []
+    for index in range(steps):
+        adapted, state, out = step(adapted, state, {"tokens": TOKENS}, key, index)
+        losses.append(float(out.stats.loss_sum / out.stats.weight))
+    return adapted, losses
+
+
+def _changed(before, after) -> set[str]:
+    """Names of the arrays that differ; asserts every other array is bit-for-bit equal."""
+    new = named_arrays(after)
+    assert before.keys() == new.keys()
+    return {name for name in before if not np.array_equal(before[name], np.asarray(new[name]))}
+
+
+@pytest.mark.slow
+def test_bf16_and_accumulation_train_only_the_adapters(key):
+    model = zoo.create("gpt-tiny", key=key)
+    adapted = zoo.lora.apply(model, rank=4, alpha=8, targets="attention", key=key)
+    before = {name: np.asarray(a) for name, a in named_arrays(adapted).items()}
+    adapters = {name for name in before if name.endswith((".lora_a", ".lora_b"))}
+    assert len(adapters) == 8
+    runs = {
+        "fp32": _train_steps(adapted, key, steps=3),
+        "accumulate": _train_steps(adapted, key, steps=3, accumulate=2),
+        "bf16+accumulate": _train_steps(adapted, key, steps=3, precision="bf16", accumulate=2),
+    }
+    for name, (trained, losses) in runs.items():
+        assert _changed(before, trained) == adapters, name  # the base is bit-identical
+        assert all(np.isfinite(losses)), (name, losses)
+        # the master adapter weights stay float32 under bf16 compute
+        assert all(named_arrays(trained)[a].dtype == np.float32 for a in adapters), name
+    # two micro-batches sum to the whole batch's gradient: the same adapters up to rounding
+    fp32, accumulated = named_arrays(runs["fp32"][0]), named_arrays(runs["accumulate"][0])
+    for name in adapters:
+        np.testing.assert_allclose(accumulated[name], fp32[name], atol=1e-5, err_msg=name)
+    np.testing.assert_allclose(runs["accumulate"][1], runs["fp32"][1], rtol=1e-5)
+    # bf16 compute follows the fp32 losses to bf16 precision
+    np.testing.assert_allclose(runs["bf16+accumulate"][1], runs["fp32"][1], rtol=2e-2)

@@ -157,6 +157,11 @@ def register(commands) -> None:
         "--merge", action="store_true", help="with --lora: also save the merged model in DIR"
     )
     parser.add_argument(
+        "--quantize",
+        choices=("int8",),
+        help="with --lora: keep the frozen base's Linear layers in int8 (see zoo.lora.quantize)",
+    )
+    parser.add_argument(
         "--data",
         required=True,
         help="SCHEME:NAME: synthetic:addition, hf:rotten_tomatoes, json:DIR, text:FILE, ...",
@@ -258,6 +263,8 @@ def run(args: argparse.Namespace) -> int:
         model, optimizer, lora_train = _with_lora(args, model, optimizer, model_key)
     elif args.merge:
         raise ValueError("--merge folds LoRA adapters into the weights: use it with --lora")
+    elif args.quantize:
+        raise ValueError("--quantize stores the frozen base of LoRA adapters: use it with --lora")
     trainer = zoo.Trainer(
         make_task(args, model, tokenizer),
         optimizer,
@@ -318,6 +325,7 @@ def _with_lora(args: argparse.Namespace, model: Any, optimizer: Any, model_key: 
     import zoo
     from zoo.lora.adapters import check_train
     from zoo.lora.cli import parse_lora, trained_prefixes
+    from zoo.lora.targets import OUTPUT_LAYERS
 
     if args.freeze:
         raise ValueError("--lora trains only the adapters already; leave out --freeze")
@@ -326,6 +334,8 @@ def _with_lora(args: argparse.Namespace, model: Any, optimizer: Any, model_key: 
     key = jax.random.fold_in(model_key, 1)
     model = zoo.lora.apply(model, rank=spec.rank, alpha=spec.alpha, targets=spec.targets, key=key)
     check_train(model, train)
+    if args.quantize:  # layers trained whole (a classifier's head) stay float
+        model = zoo.lora.quantize(model, args.quantize, skip=(*OUTPUT_LAYERS, *train))
     counts = zoo.lora.adapter_arrays(model, train)
     total = sum(leaf.size for leaf in counts.values())
     print(f"zoo train: LoRA trains {total:,} of {zoo.count_params(model):,} parameters",

@@ -3,6 +3,7 @@
 - `apply(model, rank=8, alpha=16, targets="attention", key=key)` wraps the chosen `Linear`s;
 - `only_adapters(optimizer)` trains the adapters only (optimizer state for them alone);
 - `merge(model)` folds the adapters into the weights, `unmerge(merged, adapted)` undoes it;
+- `quantize(model, "int8")` stores the frozen base layers in int8 (QLoRA-style);
 - `save_adapter` / `load_adapter` write and read `adapter_config.json` +
   `adapter_model.safetensors` as the `peft` library does.
 """
@@ -24,13 +25,16 @@ from zoo.lora.adapters import (
 from zoo.lora.linear import LoRALinear
 from zoo.lora.peft import save_adapter
 from zoo.lora.peft_load import load_adapter
+from zoo.lora.quantized import QuantizedLinear, dequantize, quantize, quantized_paths
 from zoo.lora.targets import GROUPS, linear_paths
 
 __all__ = [
     "GROUPS",
     "LoRALinear",
+    "QuantizedLinear",
     "adapter_arrays",
     "apply",
+    "dequantize",
     "describe",
     "has_lora",
     "linear_paths",
@@ -38,6 +42,8 @@ __all__ = [
     "lora_layers",
     "merge",
     "only_adapters",
+    "quantize",
+    "quantized_paths",
     "rebuild",
     "save_adapter",
     "trainable_labels",

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 from jaxtyping import PRNGKeyArray
 
 from zoo.lora.linear import LoRALinear
+from zoo.lora.quantized import QuantizedLinear, dequantize, float_dtype
 from zoo.lora.targets import (
     is_linear,
     linear_paths,
@@ -109,17 +110,18 @@ def apply(
 def merge(model: Any) -> Any:
     """A plain model: every `LoRALinear` becomes a `Linear` with `W + alpha/rank * B A`.
 
+    An int8 base (`zoo.lora.quantize`) is dequantized (`W = q * scale`): the result is float.
     The merged model computes what the adapted one does (up to float32 rounding), exports with
     `zoo.to_hf` and saves with `zoo.save` like any model.
     """
     merged = {}
     for path, layer in lora_layers(model).items():
-        weight = layer.base.weight
-        folded = (weight.astype(jnp.float32) + layer.delta()).astype(weight.dtype)
-        merged[path] = eqx.tree_at(lambda linear: linear.weight, layer.base, folded)
+        base = layer.base.dequantize() if isinstance(layer.base, QuantizedLinear) else layer.base
+        folded = (base.weight.astype(jnp.float32) + layer.delta()).astype(base.weight.dtype)
+        merged[path] = eqx.tree_at(lambda linear: linear.weight, base, folded)
     if not merged:
         raise ValueError("this model has no LoRA adapters to merge (see zoo.lora.apply)")
-    return _replace(model, merged, is_lora)
+    return dequantize(_replace(model, merged, is_lora))
 
 
 def unmerge(merged: Any, adapted: Any) -> Any:
@@ -139,9 +141,12 @@ def unmerge(merged: Any, adapted: Any) -> Any:
                 f"the merged model has no Linear {path} of shape {layer.base.weight.shape}; "
                 "pass the model that zoo.lora.merge returned for this adapted model"
             )
-        weight = plain[path].weight
+        linear = plain[path]
+        if isinstance(linear, QuantizedLinear):
+            linear = linear.dequantize()
+        weight = linear.weight
         base_weight = (weight.astype(jnp.float32) - layer.delta()).astype(weight.dtype)
-        base = eqx.tree_at(lambda linear: linear.weight, plain[path], base_weight)
+        base = eqx.tree_at(lambda node: node.weight, linear, base_weight)
         restored[path] = LoRALinear(base, layer.lora_a, layer.lora_b, alpha=layer.alpha)
     return _replace(merged, restored, is_linear)
 
@@ -218,7 +223,7 @@ def rebuild(model: Any, layout: dict[str, Any]) -> Any:
     for path, entry in layout.items():
         linear = linears[path]
         lead = linear.weight.shape[:-2]
-        dtype = linear.weight.dtype
+        dtype = float_dtype(linear)
         rank = int(entry["rank"])
         lora_a = jnp.zeros((*lead, rank, linear.in_features), dtype)
         lora_b = jnp.zeros((*lead, linear.out_features, rank), dtype)

@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
+from zoo.lora.quantized import QuantizedLinear, float_dtype
 from zoo.nn.linear import Linear
 
 
@@ -24,19 +25,23 @@ class LoRALinear(eqx.Module):
     backward pass skips their weight-gradient products), so only `lora_a` and `lora_b` learn.
     """
 
-    base: Linear
+    base: Linear | QuantizedLinear
     lora_a: Float[Array, "*layers rank in_features"]
     lora_b: Float[Array, "*layers out_features rank"]
     alpha: float = eqx.field(static=True)
 
-    def __init__(self, base: Linear, lora_a: Array, lora_b: Array, *, alpha: float | int):
+    def __init__(
+        self, base: Linear | QuantizedLinear, lora_a: Array, lora_b: Array, *, alpha: float | int
+    ):
         self.base = base
         self.lora_a = lora_a
         self.lora_b = lora_b
         self.alpha = float(alpha)
 
     @staticmethod
-    def wrap(base: Linear, *, rank: int, alpha: float | int, key: PRNGKeyArray) -> LoRALinear:
+    def wrap(
+        base: Linear | QuantizedLinear, *, rank: int, alpha: float | int, key: PRNGKeyArray
+    ) -> LoRALinear:
         """`base` with a fresh adapter: `A` uniform in `±1/sqrt(in_features)`, `B` zero.
 
         `B = 0` makes the wrapped layer compute exactly what `base` does. `A`'s range is PEFT's
@@ -44,7 +49,7 @@ class LoRALinear(eqx.Module):
         """
         lead = base.weight.shape[:-2]
         bound = 1.0 / math.sqrt(base.in_features)
-        dtype = base.weight.dtype
+        dtype = float_dtype(base)
         lora_a = jax.random.uniform(
             key, (*lead, rank, base.in_features), jnp.float32, -bound, bound
         ).astype(dtype)

@@ -14,6 +14,7 @@ import numpy as np
 from zoo.lora.adapters import _replace, has_lora
 from zoo.lora.linear import LoRALinear
 from zoo.lora.peft import CONFIG_FILE, PREFIX, WEIGHTS_FILE, _Layout
+from zoo.lora.quantized import float_dtype
 from zoo.lora.targets import is_linear
 from zoo.serialize import path_name
 
@@ -118,7 +119,7 @@ def _stack(
     linear: Any, layers: dict[int | None, tuple[np.ndarray, np.ndarray, float]]
 ) -> LoRALinear:
     """One `LoRALinear` from per-layer (A, B, scale); layers the adapter skips get B = 0."""
-    dtype = linear.weight.dtype
+    dtype = float_dtype(linear)
     if None in layers:
         a, b, scale = layers[None]
         rank = a.shape[0]

@@ -17,6 +17,7 @@ from typing import Any
 import jax
 
 from zoo.lora.linear import LoRALinear
+from zoo.lora.quantized import QuantizedLinear
 from zoo.nn.linear import Linear
 from zoo.serialize import path_name
 
@@ -34,14 +35,15 @@ OUTPUT_LAYERS = ("head", "output_proj")
 
 
 def is_linear(node: Any) -> bool:
-    return isinstance(node, Linear)
+    """A plain `Linear` or an int8 `QuantizedLinear` (both take adapters)."""
+    return isinstance(node, Linear | QuantizedLinear)
 
 
-def plain_linears(model: Any) -> dict[str, Linear]:
+def plain_linears(model: Any) -> dict[str, Linear | QuantizedLinear]:
     """Every `Linear` of `model` keyed by its path, in pytree order (not those in a LoRALinear)."""
 
     def stop(node: Any) -> bool:
-        return isinstance(node, Linear | LoRALinear)
+        return isinstance(node, Linear | QuantizedLinear | LoRALinear)
 
     flat, _ = jax.tree_util.tree_flatten_with_path(model, is_leaf=stop)
     return {path_name(path): node for path, node in flat if is_linear(node)}
