@@ -114,8 +114,8 @@ def test_bare_gpt2_keys_with_mask_buffers_load(load, tmp_path):
 
 def test_bert_pretraining_checkpoint_with_gamma_beta_names(load, tmp_path, caplog):
     """The `bert-base-uncased` layout: BertForPreTraining with LayerNorm gamma/beta names,
-    loaded as a classifier: the MLM and NSP heads are left out with a note, the class head is
-    new and said so loudly."""
+    loaded as a classifier: the masked-LM head loads (the model can still fill in masks), the
+    next-sentence head is left out, the class head is new and said so loudly."""
     hf = make_bert(cls=transformers.BertForPreTraining)
     state = {
         k.replace("LayerNorm.weight", "LayerNorm.gamma").replace(
@@ -131,10 +131,12 @@ def test_bert_pretraining_checkpoint_with_gamma_beta_names(load, tmp_path, caplo
     ):
         model = load(tmp_path / "repo", expected, num_classes=2)
     assert "train them before use" in str(warned[0].message)
-    assert "pretraining heads (cls.predictions, cls.seq_relationship)" in caplog.text
+    assert "a masked-LM checkpoint has no classification head" in caplog.text
     assert "random from `key`): head.bias, head.weight" in caplog.text
-    assert model.head.weight.shape == (2, 32)
-    encoder = {k: v.numpy() for k, v in hf.state_dict().items() if k.startswith("bert.")}
+    assert model.head.weight.shape == (2, 32) and model.mlm_head is not None
+    encoder = {
+        k: v.numpy() for k, v in hf.state_dict().items() if not k.startswith("cls.seq_relationship")
+    }
     with pytest.warns(FreshWeightsWarning):  # the same fresh head, from the same default key
         reference = load_state_dict(hf.config.to_dict(), encoder, num_classes=2)
     assert_same_weights(model, reference)

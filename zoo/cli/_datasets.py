@@ -67,9 +67,14 @@ def data_options(args: argparse.Namespace, flavor: str, batch_size: int) -> dict
 def load_dataset(
     spec: str, args: argparse.Namespace, *, file_split: str = "train", **options: Any
 ) -> Any:
-    """The `DatasetDict` of `--data spec`, read with `--encoding` and `--streaming`."""
+    """The `DatasetDict` of `--data spec`, read with `--encoding` and `--streaming`.
+
+    Masked-LM text files (`--objective mlm`) hold one example per line.
+    """
     import zoo.data
 
+    if getattr(args, "objective", None) == "mlm" and spec.startswith("text:"):
+        options = {"sample_by": "line", **options}
     return zoo.data.load_spec(
         spec, streaming=args.streaming, encoding=args.encoding, file_split=file_split, **options
     )
@@ -89,9 +94,8 @@ def load_task_data(
     import zoo.data
 
     masked_lm = getattr(args, "objective", None) == "mlm"
-    if dataset is None:  # masked-LM text files hold one example per line
-        by_line = {"sample_by": "line"} if masked_lm and spec.startswith("text:") else {}
-        dataset = load_dataset(spec, args, **by_line)
+    if dataset is None:
+        dataset = load_dataset(spec, args)
     if tokenizer is None:
         tokenizer = getattr(args, "init_tokenizer", None) or args.tokenizer
     options = data_options(args, flavor, batch_size) | extra
