@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import struct
+import subprocess
 import sys
 import time
 
@@ -115,24 +117,34 @@ def wandb_history(run_file) -> dict[int, dict[str, float]]:
 
 
 @pytest.mark.slow
-def test_python_loggers_wandb_offline_and_an_own_logger_get_every_row(tmp_path, monkeypatch):
+def test_zoo_train_log_wandb_offline_writes_every_row(tmp_path):
+    """W&B runs in its own process here: its service threads stay out of the test workers."""
     pytest.importorskip("wandb", reason="the wandb extra is not installed")
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.delenv("WANDB_PROJECT", raising=False)
-    recorder = Recorder()
-    model = zoo.create("gpt-tiny", key=jax.random.key(0))
-    trainer = Trainer(zoo.tasks.LanguageModeling(), adamw(3e-3, warmup=3), log_every=1,
-                      eval_every=2, progress=False, loggers=["wandb", recorder])  # fmt: skip
-    trainer.fit(model, lm_batches(), eval_batches=lm_batches(num=16, seed=1), steps=4,
-                key=jax.random.key(1), out_dir=tmp_path)  # fmt: skip
-    rows = metrics(tmp_path)
-    assert recorder.rows == rows and recorder.closed
-    (run_file,) = (tmp_path / "wandb").glob("offline-run-*/run-*.wandb")
+    env = {**os.environ, "WANDB_MODE": "offline"}
+    env.pop("WANDB_PROJECT", None)
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "zoo", "train", "gpt", "--preset", "gpt-tiny",
+               "--data", "synthetic:addition", "--steps", "4", "--log-every", "1",
+               "--eval-every", "2", "--no-progress", "--out", str(out), "--log", "wandb"]  # fmt: skip
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = metrics(out)
+    (run_file,) = (out / "wandb").glob("offline-run-*/run-*.wandb")
     history = wandb_history(run_file)
     assert sorted(history) == [1, 2, 3, 4]
     for name, points in expected_scalars(rows).items():
         for step, value in points:
             assert history[step][name] == pytest.approx(value, rel=1e-12), (name, step)
+
+
+def test_an_own_logger_gets_every_row_and_is_closed(tmp_path):
+    recorder = Recorder()
+    model = zoo.create("gpt-tiny", key=jax.random.key(0))
+    trainer = Trainer(zoo.tasks.LanguageModeling(), adamw(3e-3, warmup=3), log_every=1,
+                      eval_every=2, progress=False, loggers=[recorder])  # fmt: skip
+    trainer.fit(model, lm_batches(), eval_batches=lm_batches(num=16, seed=1), steps=4,
+                key=jax.random.key(1), out_dir=tmp_path)  # fmt: skip
+    assert recorder.rows == metrics(tmp_path) and recorder.closed
 
 
 def test_a_missing_logger_package_is_one_line_naming_the_extra(tmp_path, monkeypatch, capsys):
