@@ -29,7 +29,7 @@ def test_forced_device_suite_passes():
             env.get("XLA_FLAGS", ""),
             "--xla_force_host_platform_device_count=8",
             "--xla_backend_optimization_level=0",
-            "--xla_cpu_collective_call_terminate_timeout_seconds=600",
+            "--xla_cpu_collective_call_terminate_timeout_seconds=240",
             "--xla_cpu_collective_call_warn_stuck_timeout_seconds=120",
         ]
     )
@@ -40,7 +40,7 @@ def test_forced_device_suite_passes():
         env=env,
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=420,
     )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-6000:]

@@ -309,9 +309,24 @@ def _read_arrays(path: Path) -> dict[str, np.ndarray]:
 
 
 def all_finite(model: eqx.Module) -> bool:
-    """Whether every floating-point weight of `model` is finite (one host sync)."""
+    """Whether every floating-point weight of `model` is finite (one host sync).
+
+    Weights spread over several devices are checked on the host from their shards: no
+    cross-device reduction is launched (many small collectives can stall CPU devices).
+    """
     leaves = jax.tree_util.tree_leaves(eqx.filter(model, eqx.is_inexact_array))
-    return bool(jnp.all(jnp.stack([jnp.all(jnp.isfinite(leaf)) for leaf in leaves])))
+    if any(isinstance(leaf, jax.Array) and len(leaf.sharding.device_set) > 1 for leaf in leaves):
+        return all(
+            bool(np.isfinite(np.asarray(shard.data, np.float32)).all())
+            for leaf in leaves
+            for shard in leaf.addressable_shards
+        )
+    return bool(_finite_on_device(leaves))
+
+
+@jax.jit
+def _finite_on_device(leaves: list[jax.Array]) -> jax.Array:
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(leaf)) for leaf in leaves]))
 
 
 def load_newest_intact(
