@@ -64,7 +64,7 @@ def test_remat_changes_neither_outputs_nor_gradients(key):
                 remat=remat,
                 key=key,
             )
-            results[remat, scan] = eqx.filter_value_and_grad(loss)(stack, x)
+            results[remat, scan] = eqx.filter_jit(eqx.filter_value_and_grad(loss))(stack, x)
     value, grads = results[None, True]
     for other_value, other_grads in results.values():
         np.testing.assert_allclose(other_value, value, rtol=1e-5)
