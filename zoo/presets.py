@@ -403,6 +403,11 @@ register(
     _t5(d_model=768, num_heads=12, num_layers=12, d_ff=2048, **T5_V1_1),
     "FLAN-T5 base shapes: gated GELU, untied head (248M)",
 )
+register(
+    "mt5-small",
+    _t5(vocab_size=250112, d_model=512, num_heads=6, num_layers=8, d_ff=1024, **T5_V1_1),
+    "mT5 small shapes: FLAN-T5 small with a 250,112-token multilingual vocabulary (300M)",
+)
 
 
 def names() -> list[str]:

@@ -23,7 +23,7 @@ from zoo.interop.gpt2 import GPT2
 from zoo.interop.llama import DECODER_FAMILIES, decoder_family_for
 from zoo.interop.marian import Marian
 from zoo.interop.roberta import Roberta, XLMRoberta
-from zoo.interop.t5 import REFUSED_MODEL_TYPES, T5
+from zoo.interop.t5 import MT5, REFUSED_MODEL_TYPES, T5
 from zoo.interop.zoo_keys import abstract_model, fill, zoo_shapes, zoo_state
 from zoo.models import flavor_of
 from zoo.presets import build
@@ -31,7 +31,7 @@ from zoo.presets import build
 GENERATION_CONFIG = "generation_config.json"
 DECODER_MODEL_TYPES = {family.model_type for family in DECODER_FAMILIES}
 ARCHITECTURES: dict[str, Architecture] = {
-    a.model_type: a for a in (GPT2(), Bert(), Marian(), *DECODER_FAMILIES, T5())
+    a.model_type: a for a in (GPT2(), Bert(), Marian(), *DECODER_FAMILIES, T5(), MT5())
 }
 # the encoder families beside BERT
 ARCHITECTURES.update({a.model_type: a for a in (Roberta(), XLMRoberta(), DistilBert())})

@@ -17,6 +17,12 @@ The versions differ in two switches:
 `scale_decoder_outputs` instead (and `tie_word_embeddings=true` whatever the head), which wins
 when present. A head-less checkpoint (`T5Model`) of a v1.1 model gets the shared table as its
 head, as transformers 5 does.
+
+mT5 (`MT5ForConditionalGeneration`) is T5 v1.1 with a 250,112-token multilingual vocabulary:
+its head is never rescaled, and its `lm_head` is its own whatever `tie_word_embeddings` says
+(hub configs say false; transformers 5 writes true but keeps a stored head). A zoo model loaded
+from mT5 exports as `T5ForConditionalGeneration` with `scale_decoder_outputs=false`: the same
+network, which transformers loads with the same logits.
 """
 
 from __future__ import annotations
@@ -99,7 +105,7 @@ def export_feed_forward(config: TranslatorConfig) -> str:
 class T5(Architecture[TranslatorConfig]):
     name = "t5"
     model_type = "t5"
-    loads = ("T5ForConditionalGeneration", "T5WithLMHeadModel", "T5Model")
+    loads: tuple[str, ...] = ("T5ForConditionalGeneration", "T5WithLMHeadModel", "T5Model")
     export_class = "T5ForConditionalGeneration"
     prefix = ""
     config_class = "T5Config"
@@ -288,3 +294,31 @@ def _attention(hf: str, zoo: str) -> list[Rule]:
 
 
 __all__ = ["REFUSED_MODEL_TYPES", "T5"]
+
+
+class MT5(T5):
+    """mT5: the T5 v1.1 network under its own model type and defaults (`MT5Config`)."""
+
+    name = "mt5"
+    model_type = "mt5"
+    loads = ("MT5ForConditionalGeneration", "MT5Model")
+    config_class = "MT5Config"
+
+    def hf_defaults(self) -> dict[str, Any]:
+        return {
+            **DEFAULTS,
+            "vocab_size": 250112,
+            "d_ff": 1024,
+            "num_layers": 8,
+            "num_heads": 6,
+            "feed_forward_proj": "gated-gelu",
+            "decoder_start_token_id": 0,
+            "tie_word_embeddings": False,
+            # mT5 never rescales its decoder output, whatever tie_word_embeddings says
+            "scale_decoder_outputs": False,
+        }
+
+    def zoo_fields(self, hf: HFConfig, shapes: Mapping[str, Shape]) -> dict[str, Any]:
+        fields = super().zoo_fields(hf, shapes)
+        # transformers 5 writes tie_word_embeddings=true for mT5 but loads a stored lm_head
+        return {**fields, "scale_output": False, "tie_output": HEAD not in shapes}

@@ -131,7 +131,7 @@ def pretrained_tokenizer(name_or_dir: str | Path, *, revision: str | None = None
         config = json.loads((folder / CONFIG).read_text(encoding="utf-8"))
     if config.get("model_type") == "gpt2" and config.get("vocab_size", 50257) == 50257:
         return TiktokenTokenizer("gpt2", pretrained=True)
-    if config.get("model_type") == "t5":  # targets start with the decoder start (pad) id
+    if config.get("model_type") in ("t5", "mt5"):  # targets start from the decoder start (pad) id
         start = config.get("decoder_start_token_id", config.get("pad_token_id", 0))
         return FastTokenizer.from_folder(folder, start_id=start)
     if config.get("model_type") in (*FAST_TOKENIZER_TYPES, *ENCODER_TOKENIZER_TYPES):
