@@ -108,18 +108,24 @@ def test_a_batch_that_does_not_split_is_generated_whole_on_every_device():
     )
 
 
+def compiled_text(function, *args) -> str:
+    return function.lower(*args).compile().compiled.as_text()
+
+
 def test_the_kv_cache_stays_split_by_rows_and_heads_in_the_compiled_loop():
-    """Per device the loop carries 1 of the 4 rows and 1 of llama-tiny's 2 key/value heads."""
+    """Per device the loop carries 1 of the 4 rows and 1 of llama-tiny's 2 key/value heads;
+    beam search's 12 rows (4 prompts x 3 beams) are never gathered onto one device."""
     layout = decoding_layout(CUBE)
     gpt = place_model(layout, model("llama-tiny"))
     batch, lengths = place_rows(layout, prompts(4), LENGTHS)
-    lowered = generate_module._sample.lower(gpt, batch, lengths, None, None, NEW)
-    loops = [
-        line for line in lowered.compile().compiled.as_text().splitlines() if " while(" in line
-    ]
+    greedy = compiled_text(generate_module._sample, gpt, batch, lengths, None, None, NEW)
+    loops = [line for line in greedy.splitlines() if " while(" in line]
     # keys/values [rows, layers, positions, kv_heads, head_dim]: positions = 5 + NEW - 1
     carried = set(re.findall(r"f32\[(\d+),2,10,(\d+),16\]", " ".join(loops)))
     assert carried == {("1", "1")}
+    beam = compiled_text(generate_module._beam, gpt, batch, lengths, NEW, 3, 0.6)
+    gathered = re.findall(r"= f32\[(\d+),2,10,\d+,16\]\S* all-gather\(", beam)
+    assert gathered == []  # reordering the beams over all rows gathered [12, 2, 10, 1, 16]
 
 
 def test_translator_on_a_mesh_translates_as_one_device():
