@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 
+from zoo.cli._mesh import add_mesh_option, layout_from_args
+
 
 def register(commands) -> None:
     parser = commands.add_parser("classify", help="classify texts with a trained classifier")
     parser.add_argument("model", help="model directory (zoo train --out) or hf:NAME")
     parser.add_argument("--adapter", help="a PEFT LoRA adapter folder to put on the model")
     parser.add_argument("text", nargs="+", help="texts to classify")
+    add_mesh_option(parser)
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.set_defaults(run=run)
 
@@ -18,8 +21,11 @@ def run(args) -> int:
     from zoo.cli._load import load_model
     from zoo.decoding.text import classify_texts
 
+    layout = layout_from_args(args)  # a mesh that does not fit stops here, before loading
     model, tokenizer = load_model(args.model, "classifier", args.adapter)
-    probabilities = classify_texts(model, tokenizer, args.text)
+    probabilities = classify_texts(
+        model, tokenizer, args.text, mesh=None if layout is None else layout.mesh
+    )
     for text, probs in zip(args.text, probabilities):
         label = int(probs.argmax())
         if args.json:

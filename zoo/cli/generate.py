@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from zoo.cli._mesh import add_mesh_option, layout_from_args
+
 
 def register(commands) -> None:
     parser = commands.add_parser("generate", help="continue a text prompt with a trained GPT")
@@ -15,6 +17,7 @@ def register(commands) -> None:
     parser.add_argument("--top-k", type=int, default=None)
     parser.add_argument("--top-p", type=float, default=None)
     parser.add_argument("--seed", type=int, default=0)
+    add_mesh_option(parser)
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     parser.set_defaults(run=run)
 
@@ -25,6 +28,7 @@ def run(args) -> int:
     from zoo.cli._load import load_model
     from zoo.decoding.text import generate_texts
 
+    layout = layout_from_args(args)  # a mesh that does not fit stops here, before loading
     model, tokenizer = load_model(args.model, "gpt", args.adapter)
     outputs = generate_texts(
         model,
@@ -35,6 +39,7 @@ def run(args) -> int:
         top_k=args.top_k,
         top_p=args.top_p,
         key=None if args.temperature == 0 else jax.random.key(args.seed),
+        mesh=None if layout is None else layout.mesh,
     )
     for prompt, output in zip(args.prompt, outputs):
         if args.json:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from zoo.cli._mesh import add_mesh_option, layout_from_args
+
 
 def register(commands) -> None:
     parser = commands.add_parser("translate", help="translate sentences with a translator")
@@ -13,6 +15,7 @@ def register(commands) -> None:
     parser.add_argument("--beam-size", type=int, default=1, help="1 is greedy")
     parser.add_argument("--length-penalty", type=float, default=0.6, help="GNMT alpha")
     parser.add_argument("--max-len", type=int, default=64, help="longest translation in tokens")
+    add_mesh_option(parser)
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     parser.set_defaults(run=run)
 
@@ -21,6 +24,7 @@ def run(args) -> int:
     from zoo.cli._load import load_model
     from zoo.decoding.text import translate_texts
 
+    layout = layout_from_args(args)  # a mesh that does not fit stops here, before loading
     model, tokenizer = load_model(args.model, "translator", args.adapter)
     outputs = translate_texts(
         model,
@@ -29,6 +33,7 @@ def run(args) -> int:
         beam_size=args.beam_size,
         length_penalty=args.length_penalty,
         max_len=args.max_len,
+        mesh=None if layout is None else layout.mesh,
     )
     for source, output in zip(args.text, outputs):
         if args.json:

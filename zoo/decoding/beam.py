@@ -133,9 +133,23 @@ def repeat_rows(tree: Any, times: int, row_axes: Any = 0) -> Any:
     return map_rows(lambda leaf, axis: jnp.repeat(leaf, times, axis=axis), tree, row_axes)
 
 
-def take_rows(tree: Any, rows: Int[Array, " rows"], row_axes: Any = 0) -> Any:
-    """The given rows of every leaf, in that order."""
-    return map_rows(lambda leaf, axis: jnp.take(leaf, rows, axis=axis), tree, row_axes)
+def take_beams(tree: Any, parents: Int[Array, "batch beams"], row_axes: Any = 0) -> Any:
+    """Every leaf's rows reordered within each source: row `b * beams + k` becomes row
+    `b * beams + parents[b, k]`.
+
+    Gathering within a source (a batched gather) keeps the rows where they are when a mesh
+    splits them by source: a gather over all rows would bring the whole KV cache to every
+    device at every step.
+    """
+    batch, beams = parents.shape
+
+    def reorder(leaf, axis):
+        rows = jnp.moveaxis(leaf, axis, 0)
+        grouped = rows.reshape(batch, beams, *rows.shape[1:])
+        picked = jax.vmap(lambda source, order: source[order])(grouped, parents)
+        return jnp.moveaxis(picked.reshape(rows.shape), 0, axis)
+
+    return map_rows(reorder, tree, row_axes)
 
 
 def _keep_where(done: Array, old: Any, new: Any) -> Any:
@@ -172,7 +186,6 @@ def beam_search(
     beams = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (batch, *x.shape)), start)
     tokens = jnp.repeat(first_tokens.astype(jnp.int32), beam_size)
     state = repeat_rows(state, beam_size, row_axes)
-    first_row = (jnp.arange(batch, dtype=jnp.int32) * beam_size)[:, None]
     extend = jax.vmap(
         lambda b, lp, i: extend_beams(b, lp, i, eos_id=eos_id, alpha=alpha), in_axes=(0, 0, None)
     )
@@ -189,7 +202,7 @@ def beam_search(
         new_beams, new_tokens, parents = extend(beams, log_probs, index)
         # Sources already done keep their beams; their (ignored) state evolves freely.
         new_beams = _keep_where(beams.done, beams, new_beams)
-        state = take_rows(state, (first_row + parents).reshape(-1), row_axes)
+        state = take_beams(state, parents, row_axes)
         return index + 1, new_tokens.reshape(-1), state, new_beams
 
     steps, _, _, beams = jax.lax.while_loop(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -9,6 +11,7 @@ import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
 from zoo.decoding.batching import TokenBatch, pad_batch, sequence_lengths
+from zoo.decoding.placement import decoding_layout, place_model, place_rows
 from zoo.models.classifier import Classifier
 
 
@@ -23,20 +26,24 @@ def classify(
     token_batch: TokenBatch,
     mask: Bool[Array, "batch seq"] | np.ndarray | None = None,
     token_types: Int[Array, "batch seq"] | np.ndarray | None = None,
+    *,
+    mesh: Any = None,
+    rules: Any = None,
 ) -> Float[Array, "batch classes"]:
     """Softmax of the class logits of every sequence (inference: no dropout).
 
     `token_batch` is `[batch, seq]` right-padded with `pad_id`, or a list of token lists (padded
-    here). `mask` (True = real token) overrides the padding found from `pad_id`.
+    here). `mask` (True = real token) overrides the padding found from `pad_id`. With `mesh`
+    (and `rules`) the model goes onto the rules' shardings and the rows are split over
+    `data x fsdp` when their number is a multiple of it, else copied whole (as `zoo.generate`).
     """
     if not isinstance(model, Classifier):
         raise TypeError(f"classify needs a zoo.Classifier, got {type(model).__name__}")
+    layout = decoding_layout(mesh, rules)
     batch = pad_batch(token_batch, model.config.pad_id, what="token_batch")
     if mask is None:
         sequence_lengths(batch, model.config.pad_id, what="token_batch")  # rejects empty rows
     else:
-        mask = jnp.asarray(mask, bool)
-    if token_types is not None:
-        token_types = jnp.asarray(token_types)
-    tokens = jnp.asarray(batch)
-    return _probabilities(model, tokens, mask, token_types)
+        mask = np.asarray(mask, bool)
+    tokens, mask, token_types = place_rows(layout, batch, mask, token_types)
+    return _probabilities(place_model(layout, model), tokens, mask, token_types)

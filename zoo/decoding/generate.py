@@ -9,6 +9,7 @@ overwrites the first padding slot, and later stale slots are invisible to causal
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -19,6 +20,7 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 from zoo.decoding.batching import TokenBatch, compact_left, pad_batch, sequence_lengths
 from zoo.decoding.beam import beam_search
 from zoo.decoding.loop import fill_token, sample_loop
+from zoo.decoding.placement import decoding_layout, place_model, place_rows
 from zoo.decoding.sampling import SamplingSettings
 from zoo.models.common import DecodeCache
 from zoo.models.gpt import GPT
@@ -90,8 +92,9 @@ def _beam(model, prompts, lengths, max_new_tokens, beam_size, alpha):
     return tokens, scores
 
 
-def _prepare(model, prompts, lengths, max_new_tokens, beam_size, attention_mask=None):
-    """Check the request and return (right-padded prompts, lengths) as device arrays."""
+def _prepare(model, prompts, lengths, max_new_tokens, beam_size, layout, attention_mask=None):
+    """Check the request; return the model, right-padded prompts and lengths placed for
+    decoding (on `layout`'s mesh, or the default device without one)."""
     if not isinstance(model, GPT):
         raise TypeError(
             f"generate needs a zoo.GPT, got {type(model).__name__}; "
@@ -116,7 +119,7 @@ def _prepare(model, prompts, lengths, max_new_tokens, beam_size, attention_mask=
             f"model's max_positions={limit}; prompts may be at most {limit - max_new_tokens} "
             "tokens long: shorten them or generate fewer tokens"
         )
-    return jnp.asarray(batch), jnp.asarray(found)
+    return place_model(layout, model), *place_rows(layout, batch, found)
 
 
 def beam_generate(
@@ -127,14 +130,18 @@ def beam_generate(
     beam_size: int,
     length_penalty: float = 0.6,
     lengths: Int[Array, " batch"] | np.ndarray | Sequence[int] | None = None,
+    mesh: Any = None,
+    rules: Any = None,
 ) -> tuple[Int[Array, "batch max_new_tokens"], Float[Array, " batch"]]:
     """Beam search continuation of each prompt: the best new tokens and their scores.
 
     The score is the total log-probability of the new tokens divided by the GNMT length penalty
-    `((5 + length) / 6) ** length_penalty`.
+    `((5 + length) / 6) ** length_penalty`. `mesh` and `rules`: as in `generate`.
     """
-    prompts, lengths = _prepare(model, prompts, lengths, max_new_tokens, beam_size)
-    return _beam(model, prompts, lengths, max_new_tokens, beam_size, float(length_penalty))
+    layout = decoding_layout(mesh, rules)
+    model, prompts, lengths = _prepare(model, prompts, lengths, max_new_tokens, beam_size, layout)
+    alpha = float(length_penalty)
+    return _beam(model, prompts, lengths, max_new_tokens, beam_size, alpha)
 
 
 def generate(
@@ -150,6 +157,8 @@ def generate(
     attention_mask: np.ndarray | Sequence[Sequence[int]] | None = None,
     beam_size: int = 1,
     length_penalty: float = 0.6,
+    mesh: Any = None,
+    rules: Any = None,
 ) -> Int[Array, "batch max_new_tokens"]:
     """Continue a batch of prompts with a GPT; returns only the new tokens.
 
@@ -160,16 +169,27 @@ def generate(
     the distribution filtered by `top_k` and `top_p`. `beam_size > 1` runs beam search instead
     (greedy only). A sequence ends at `eos_id` or any of the config's `stop_ids`; after its end
     the output holds `pad_id` (or `eos_id` when the model has no pad token). Compiles once per (batch, prompt width, max_new_tokens).
+
+    On many devices, pass `mesh` (a `jax.sharding.Mesh` or a string like
+    `"data=2,fsdp=2,tensor=2"`) and optionally `rules` (default `zoo.distributed.RULES`), as
+    for `zoo.Trainer`: the model is put on the rules' shardings (a model already placed there,
+    e.g. by `zoo.distributed.Layout.of(mesh).place(model)`, is used as it is, which saves a copy
+    per call), the prompts are split by rows over `data x fsdp` when their number is a multiple
+    of it and copied whole to every device otherwise, and the KV cache keeps the prompts' rows
+    and its key/value heads split over `tensor`. The tokens are those of one device.
     """
     settings = SamplingSettings(temperature, top_k, top_p)
-    prompts, lengths = _prepare(
-        model, prompts, lengths, max_new_tokens, beam_size, attention_mask=attention_mask
+    layout = decoding_layout(mesh, rules)
+    model, prompts, lengths = _prepare(
+        model, prompts, lengths, max_new_tokens, beam_size, layout, attention_mask=attention_mask
     )
     if beam_size > 1:
         if not settings.greedy:
             raise ValueError("beam search is deterministic: use temperature=0 with beam_size > 1")
-        tokens, _ = _beam(model, prompts, lengths, max_new_tokens, beam_size, float(length_penalty))
+        alpha = float(length_penalty)
+        tokens, _ = _beam(model, prompts, lengths, max_new_tokens, beam_size, alpha)
         return tokens
     settings.check_key(key)
     values = settings.values()
-    return _sample(model, prompts, lengths, None if values is None else key, values, max_new_tokens)
+    key = None if values is None else key
+    return _sample(model, prompts, lengths, key, values, max_new_tokens)

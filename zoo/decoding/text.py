@@ -8,6 +8,7 @@ return_tokenizer=True)`).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from jaxtyping import PRNGKeyArray
@@ -57,8 +58,11 @@ def generate_texts(
     top_k: int | None = None,
     top_p: float | None = None,
     key: PRNGKeyArray | None = None,
+    mesh: Any = None,
+    rules: Any = None,
 ) -> list[str]:
-    """Each prompt's continuation, decoded (the prompt itself not repeated)."""
+    """Each prompt's continuation, decoded (the prompt itself not repeated); `mesh` and
+    `rules` as in `zoo.generate`."""
     limit = model.config.max_positions - max_new_tokens
     batch = encode_texts(tokenizer, prompts, limit)
     warn_unknown(tokenizer, prompts, "the prompts")
@@ -72,6 +76,8 @@ def generate_texts(
         top_k=top_k,
         top_p=top_p,
         key=key,
+        mesh=mesh,
+        rules=rules,
     )
     return [tokenizer.decode(np.asarray(row).tolist()) for row in tokens]
 
@@ -84,26 +90,43 @@ def translate_texts(
     beam_size: int = 1,
     length_penalty: float = 0.6,
     max_len: int = 64,
+    mesh: Any = None,
+    rules: Any = None,
 ) -> list[str]:
-    """Each source sentence translated and detokenized through the target tokenizer."""
+    """Each source sentence translated and detokenized through the target tokenizer; `mesh`
+    and `rules` as in `zoo.translate`."""
     source = source_tokenizer(tokenizer)
     batch = encode_texts(source, sources, model.config.max_positions, add_eos=True)
     warn_unknown(source, sources, "the source texts")
     max_len = min(max_len, model.config.max_positions - 1)
     tokens = translate(
-        model, batch, beam_size=beam_size, length_penalty=length_penalty, max_len=max_len
+        model,
+        batch,
+        beam_size=beam_size,
+        length_penalty=length_penalty,
+        max_len=max_len,
+        mesh=mesh,
+        rules=rules,
     )
     target = target_tokenizer(tokenizer)
     return [target.decode(np.asarray(row).tolist()) for row in tokens]
 
 
-def classify_texts(model: Classifier, tokenizer: Tokenizer, texts: Sequence[str]) -> np.ndarray:
+def classify_texts(
+    model: Classifier,
+    tokenizer: Tokenizer,
+    texts: Sequence[str],
+    *,
+    mesh: Any = None,
+    rules: Any = None,
+) -> np.ndarray:
     """Class probabilities `[len(texts), classes]`, encoded as in training (bos first).
 
-    Texts longer than the model's `max_positions` are cut, as in training.
+    Texts longer than the model's `max_positions` are cut, as in training. `mesh` and `rules`
+    as in `zoo.classify`.
     """
     add_bos = tokenizer.bos_id is not None
     limit = model.config.max_positions
     batch = encode_texts(tokenizer, texts, limit, truncate=True, add_bos=add_bos)
     warn_unknown(tokenizer, texts, "the texts")
-    return np.asarray(classify(model, batch))
+    return np.asarray(classify(model, batch, mesh=mesh, rules=rules))

@@ -7,7 +7,7 @@ per beam and reordered; the cross-attention keys/values stay one copy per source
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import equinox as eqx
 import jax
@@ -17,6 +17,7 @@ from jaxtyping import Array, Bool, Float, Int
 from zoo.decoding.batching import TokenBatch, pad_batch, sequence_lengths
 from zoo.decoding.beam import beam_search
 from zoo.decoding.loop import fill_token, sample_loop
+from zoo.decoding.placement import decoding_layout, place_model, place_rows
 from zoo.models.common import DecodeCache
 from zoo.models.translator import Translator, TranslatorState
 
@@ -103,7 +104,8 @@ def _beam(model, src, max_len, beam_size, alpha):
     return tokens, scores
 
 
-def _prepare(model, src, max_len, beam_size):
+def _prepare(model, src, max_len, beam_size, layout):
+    """Check the request; return the model and the padded sources placed for decoding."""
     if not isinstance(model, Translator):
         raise TypeError(
             f"translate needs a zoo.Translator, got {type(model).__name__}; "
@@ -123,7 +125,7 @@ def _prepare(model, src, max_len, beam_size):
             f"sources have {batch.shape[1]} tokens but the model takes at most "
             f"max_positions={limit}; truncate them"
         )
-    return jnp.asarray(batch)
+    return place_model(layout, model), place_rows(layout, batch)[0]
 
 
 def beam_translate(
@@ -133,9 +135,14 @@ def beam_translate(
     max_len: int,
     beam_size: int,
     length_penalty: float = 0.6,
+    mesh: Any = None,
+    rules: Any = None,
 ) -> tuple[Int[Array, "batch max_len"], Float[Array, " batch"]]:
-    """Beam search translations and their scores (log-probability / GNMT length penalty)."""
-    batch = _prepare(model, src, max_len, beam_size)
+    """Beam search translations and their scores (log-probability / GNMT length penalty).
+
+    `mesh` and `rules`: as in `translate`."""
+    layout = decoding_layout(mesh, rules)
+    model, batch = _prepare(model, src, max_len, beam_size, layout)
     return _beam(model, batch, max_len, beam_size, float(length_penalty))
 
 
@@ -146,6 +153,8 @@ def translate(
     max_len: int,
     beam_size: int = 1,
     length_penalty: float = 0.6,
+    mesh: Any = None,
+    rules: Any = None,
 ) -> Int[Array, "batch max_len"]:
     """Translate a batch of sources; returns the target tokens after `bos_id`.
 
@@ -154,8 +163,16 @@ def translate(
     length penalty `((5 + length) / 6) ** length_penalty`. After `eos_id` the output holds
     `pad_id` (or `eos_id` when the model has no pad token). Compiles once per (batch, source
     width, max_len, beam_size).
+
+    On many devices, pass `mesh` (a `jax.sharding.Mesh` or a string like
+    `"data=2,fsdp=2,tensor=2"`) and optionally `rules`, as for `zoo.Trainer`: the model goes
+    onto the rules' shardings (used as it is when already there), the sources are split by rows
+    over `data x fsdp` when their number is a multiple of it and copied whole to every device
+    otherwise, and the encoder memory and KV cache keep the sources' rows and their key/value
+    heads split over `tensor`. The tokens are those of one device.
     """
-    batch = _prepare(model, src, max_len, beam_size)
+    layout = decoding_layout(mesh, rules)
+    model, batch = _prepare(model, src, max_len, beam_size, layout)
     if beam_size == 1:
         return _greedy(model, batch, max_len)
     tokens, _ = _beam(model, batch, max_len, beam_size, float(length_penalty))
