@@ -165,7 +165,7 @@ def train_only(
     )
     settings = (*getattr(optimizer, "settings", ()), setting)
     learning_rate = getattr(optimizer, "learning_rate", None)
-    return Optimizer(masked.init, masked.update, learning_rate, settings)
+    return Optimizer(masked.init, masked.update, learning_rate, settings, labels)
 
 
 def freeze(optimizer: Any, spec: str) -> Optimizer:

@@ -128,13 +128,16 @@ class Optimizer(NamedTuple):
     """An optax transformation (`init`, `update`) that also knows its learning-rate schedule.
 
     `settings` records the arguments that built it: two optimizers with equal settings behave
-    identically, so trainers can share one compiled step.
+    identically, so trainers can share one compiled step. `labels`, when set, marks each array
+    of the parameters "train" or "frozen" (`zoo.train.freeze.train_only`): the train step then
+    differentiates the trained arrays only, as the frozen ones are never updated.
     """
 
     init: Callable
     update: Callable
     learning_rate: optax.Schedule
     settings: tuple = ()
+    labels: Callable | None = None
 
 
 def adamw(

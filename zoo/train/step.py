@@ -67,6 +67,19 @@ def _split_micro_batches(batch: Mapping[str, ArrayLike], accumulate: int) -> dic
     }
 
 
+def split_trained(optimizer: Any, params: Any) -> tuple[Any, Any]:
+    """`(trained, frozen)` halves of `params` by the optimizer's `labels` ("train"/"frozen").
+
+    Without labels every array is trained. Differentiating the trained half only saves the
+    frozen weights' gradients: LoRA on a large base computes no full-size weight gradient.
+    """
+    labels = getattr(optimizer, "labels", None)
+    if labels is None:
+        return params, jax.tree_util.tree_map(lambda _: None, params)
+    trained_mask = jax.tree_util.tree_map(lambda label: label == "train", labels(params))
+    return eqx.partition(params, trained_mask)
+
+
 def make_train_step(
     task: Task, optimizer: Any, *, accumulate: int = 1, precision: str = "fp32", layout: Any = None
 ):
@@ -81,6 +94,7 @@ def make_train_step(
     compute_dtype = check_precision(precision)
 
     def objective(params, static, batch, key):
+        # `static` holds the non-float leaves and the frozen arrays: no gradient is taken there
         model = cast_floating(eqx.combine(params, static), compute_dtype)
         stats = task.statistics(model, batch, key=key)
         return stats.loss_sum, stats
@@ -106,11 +120,15 @@ def make_train_step(
     def train_step(inputs, model, opt_state):
         batch, base_key, step_index = inputs
         params, static = eqx.partition(model, eqx.is_inexact_array)
-        grads, stats = gradients(params, static, batch, jax.random.fold_in(base_key, step_index))
+        trained, frozen = split_trained(optimizer, params)
+        fixed = eqx.combine(frozen, static)
+        grads, stats = gradients(trained, fixed, batch, jax.random.fold_in(base_key, step_index))
         # The loss is loss_sum / weight and the weight does not depend on the parameters.
         scale = 1.0 / jnp.maximum(stats.weight, 1.0)
         grads = jax.tree_util.tree_map(lambda g: g * scale.astype(g.dtype), grads)
         grad_norm = optax.tree.norm(grads)
+        # frozen arrays get zero gradients, which the optimizer discards (`set_to_zero`)
+        grads = eqx.combine(grads, jax.tree_util.tree_map(jnp.zeros_like, frozen))
         # Optax mixes Python floats with integer step counts (`b1 ** count`).
         with jax.numpy_dtype_promotion("standard"):
             updates, opt_state = optimizer.update(grads, opt_state, params)
@@ -129,6 +147,16 @@ def make_train_step(
         with promotion_scope(precision):
             return train_step((dict(batch), key, step_index), model, opt_state)
 
+    def lower(model: Any, opt_state: Any, batch: Mapping[str, Any], key: PRNGKeyArray,
+              step: int = 0) -> Any:  # fmt: skip
+        """The step lowered for these arguments (`.as_text()`, `.compile().memory_analysis()`)."""
+        step_index: Int[Array, ""] = jnp.asarray(step, jnp.int32)
+        if layout is not None:
+            batch = layout.place_batch(batch)
+        with promotion_scope(precision):
+            return train_step.lower((dict(batch), key, step_index), model, opt_state)
+
+    run.lower = lower  # type: ignore[attr-defined]
     return run
 
 

@@ -7,11 +7,8 @@ on one device, and against the bytes per device that the partition rules plan.
 
 from __future__ import annotations
 
-import inspect
-
 import equinox as eqx
 import jax
-import jax.numpy as jnp
 
 from tests.distributed.forced.test_sharded_training import batches, initial, trainer_for
 from zoo.distributed import make_mesh, sharding_table
@@ -25,10 +22,9 @@ def compiled_step(mesh: str | None):
     if trainer.layout is not None:
         model, batch = trainer.layout.place(model), trainer.layout.place_batch(batch)
     state = trainer.init_optimizer(model)
-    # the jitted function inside the step that Trainer.fit calls
-    step = inspect.getclosurevars(inspect.unwrap(trainer.train_step)).nonlocals["train_step"]
-    inputs = (dict(batch), jax.random.key(1), jnp.int32(1))
-    analysis = step.lower(inputs, model, state).compile().compiled.memory_analysis()
+    # the step that Trainer.fit calls, lowered for these arguments
+    lowered = trainer.train_step.lower(model, state, batch, jax.random.key(1), 1)
+    analysis = lowered.compile().compiled.memory_analysis()
     return analysis, (model, state), batch["tokens"].nbytes
 
 
