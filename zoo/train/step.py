@@ -154,7 +154,7 @@ def make_train_step(
         if layout is not None:
             batch = layout.place_batch(batch)
         with promotion_scope(precision):
-            return train_step.lower((dict(batch), key, step_index), model, opt_state)
+            return train_step.lower((dict(batch), key, step_index), model, opt_state)  # type: ignore[attr-defined]
 
     run.lower = lower  # type: ignore[attr-defined]
     return run
