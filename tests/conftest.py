@@ -1,13 +1,31 @@
-"""Test-wide settings: strict dtype promotion, no implicit rank promotion, shared-data paths."""
+"""Test-wide settings: strict dtype promotion, no implicit rank promotion, shared-data paths,
+and on a CPU-only machine XLA's backend optimisations off."""
 
 from __future__ import annotations
 
 import os
+import shutil
 
 import jax
 import pytest
 
 from tests.data.shared_paths import SHARED_TIKTOKEN
+
+
+def _cpu_only() -> bool:
+    platforms = os.environ.get("JAX_PLATFORMS", "")
+    return platforms in ("", "cpu") and shutil.which("nvidia-smi") is None
+
+
+# The tests' programs are tiny: compiling them is most of the suite's time, and XLA's CPU
+# backend optimisations (LLVM passes) take a third of it; results agree within the tests'
+# tolerances either way. XLA reads the flag when JAX starts its backend (the first
+# computation, not the import); the CLI tests' subprocesses inherit it.
+if _cpu_only() and "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0"
+    ).strip()
+
 
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 jax.config.update("jax_numpy_rank_promotion", "raise")
