@@ -24,6 +24,7 @@ def test_pretrain_with_mlm_then_finetune(tmp_path, capsys, review_dir):
     text.write_text("\n".join(row["text"] for row in reviews(64, seed=5)) + "\n")
     pretrained = tmp_path / "mlm"
     argv = ["train", "classifier", "--preset", "classifier-tiny", "--objective", "mlm"]
+    argv += ["--set", "pooler=true"]  # BERT's shape: a pooler, which masked LM never trains
     assert main([*argv, "--data", f"text:{text}", "--out", str(pretrained), *FAST]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["steps"] == 2 and summary["metric_name"] == "accuracy"
@@ -43,6 +44,15 @@ def test_pretrain_with_mlm_then_finetune(tmp_path, capsys, review_dir):
     # with the encoder frozen it is exactly the pretrained one: its weights were carried over
     for ours, theirs in zip(jax.tree.leaves(model.encoder), jax.tree.leaves(encoder.encoder)):
         assert np.array_equal(ours, theirs)
+
+    # LoRA: the pooler is as new as the head, so both train whole (PEFT's modules_to_save);
+    # otherwise the adapters would learn on top of a random dense layer
+    adapted = tmp_path / "lora"
+    lora = ["--lora", "rank=2,alpha=4,targets=attention"]
+    assert main([*argv, "--out", str(adapted), *FAST, *lora]) == 0
+    config = json.loads((adapted / "adapter" / "adapter_config.json").read_text())
+    assert config["modules_to_save"] == ["bert.pooler.dense", "classifier"]
+    assert not np.array_equal(zoo.load(adapted).pooler.weight, model.pooler.weight)
 
 
 def test_mlm_is_for_classifiers_and_needs_a_masked_lm_head(tmp_path, capsys, review_dir):

@@ -66,6 +66,8 @@ def build_model(args: argparse.Namespace, model_key: Any) -> tuple[Any, Any, Any
             file=sys.stderr,
         )
         initial = without_masked_lm(initial, key=model_key)
+        has_pooler = initial.config.pooler  # type: ignore[attr-defined]
+        args.fresh_parts = ("head", "pooler") if has_pooler else ("head",)
     if overrides.get("vocab_size", 0) > config.vocab_size:
         raise ValueError(
             f"the data's tokenizer has {overrides['vocab_size']} tokens but the --init model "

@@ -330,7 +330,7 @@ def _with_lora(args: argparse.Namespace, model: Any, optimizer: Any, model_key: 
     if args.freeze:
         raise ValueError("--lora trains only the adapters already; leave out --freeze")
     spec = parse_lora(args.lora)
-    train = trained_prefixes(spec, args.flavor)
+    train = trained_prefixes(spec, args.flavor, getattr(args, "fresh_parts", ()))
     key = jax.random.fold_in(model_key, 1)
     model = zoo.lora.apply(model, rank=spec.rank, alpha=spec.alpha, targets=spec.targets, key=key)
     check_train(model, train)

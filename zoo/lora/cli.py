@@ -56,11 +56,14 @@ def parse_lora(spec: str) -> LoRASpec:
     return LoRASpec(rank, alpha, targets, train)
 
 
-def trained_prefixes(spec: LoRASpec, flavor: str) -> tuple[str, ...]:
-    """What trains whole beside the adapters: a classifier's head unless `train=` says otherwise."""
+def trained_prefixes(spec: LoRASpec, flavor: str, fresh: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """What trains whole beside the adapters, unless `train=` says: a classifier's head, and
+    the parts started fresh (`fresh`: the pooler of an encoder pretrained with masked LM)."""
     if spec.train is not None:
         return spec.train
-    return ("head",) if flavor == "classifier" else ()
+    if flavor != "classifier":
+        return ()
+    return ("head", *(part for part in fresh if part != "head"))
 
 
 def finish_run(
