@@ -99,7 +99,7 @@ class ShardedWriter:
     def _finish(self, staging: Path, final: Path) -> Path:
         """In the background: wait until every process's shards are on disk, then publish."""
         try:
-            self._checkpointer.wait_until_finished()
+            self._wait_for_arrays()
             if is_writer():
                 publish(staging, final)
                 prune(self.directory, self.keep)
@@ -110,6 +110,10 @@ class ShardedWriter:
                 raise disk_error(error, final) from error
             raise
         return final
+
+    def _wait_for_arrays(self) -> None:
+        """Until orbax has every process's shards on disk (it synchronises the processes)."""
+        self._checkpointer.wait_until_finished()
 
     def wait_published(self) -> Path | None:
         """Wait for the checkpoint being written; its path (None if there was none)."""
