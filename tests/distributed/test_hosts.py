@@ -7,6 +7,7 @@ import jax
 import numpy as np
 import pytest
 
+import zoo
 from zoo.cli import build_parser
 from zoo.cli._mesh import join_processes
 from zoo.distributed.hosts import (
@@ -29,7 +30,7 @@ def no_variables(monkeypatch):
 
 def test_nothing_asked_is_one_process():
     assert resolve_request() is None
-    assert initialize() is False  # nothing happens, even after JAX started
+    assert zoo.distributed.initialize() is False  # nothing happens, even after JAX started
     assert is_writer() and process_label() == ""
 
 
