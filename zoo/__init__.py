@@ -41,7 +41,8 @@ _LAZY = {
     "from_hf": "zoo.interop",
     "to_hf": "zoo.interop",
 }
-_LAZY_MODULES = ("data", "tasks", "train", "decoding", "inspection", "interop", "serialize", "lora")
+_LAZY_MODULES = ("data", "tasks", "train", "decoding", "inspection", "interop", "serialize", "lora",
+                 "distributed")  # fmt: skip
 
 
 def __getattr__(name: str) -> Any:

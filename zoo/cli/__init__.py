@@ -7,6 +7,7 @@ import importlib
 import pkgutil
 import sys
 
+from zoo.cli._mesh import join_processes
 from zoo.host import tune_host_allocator
 
 
@@ -31,17 +32,29 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        join_processes(args)  # before anything starts JAX's backend
         tune_host_allocator()
         return int(args.run(args) or 0)
     # ImportError: an optional package is missing; the message says which extra installs it.
     except (ValueError, KeyError, FileNotFoundError, TypeError, ImportError) as error:
         message = error.args[0] if isinstance(error, KeyError) and error.args else error
-        print(f"zoo {args.command}: error: {message}", file=sys.stderr)
+        print(f"{_process_label()}zoo {args.command}: error: {message}", file=sys.stderr)
         return 2
     # OSError: the world failed (hub unreachable, disk full, permissions): one line, status 1.
     except OSError as error:
-        print(f"zoo {args.command}: error: {error}", file=sys.stderr)
+        print(f"{_process_label()}zoo {args.command}: error: {error}", file=sys.stderr)
         return 1
+
+
+def _process_label() -> str:
+    """`[process 1/2] ` in a run of many processes (whose errors all reach one terminal)."""
+    import jax
+
+    if not jax.distributed.is_initialized():
+        return ""
+    from zoo.distributed.hosts import process_label
+
+    return process_label()
 
 
 if __name__ == "__main__":

@@ -47,9 +47,12 @@ def check_out_dir(text: str) -> Path:
     return path
 
 
-def check_resume(args: argparse.Namespace, out: Path, has_checkpoint: bool) -> None:
+def check_resume(
+    args: argparse.Namespace, out: Path, has_checkpoint: bool, *, record: bool = True
+) -> None:
     """On `--resume` of a run with a checkpoint, refuse options that differ from its start;
-    on a fresh start, record them in `out/train_args.json`."""
+    on a fresh start, record them in `out/train_args.json` (unless `record` is False: the
+    processes other than 0 of a run on many)."""
     from zoo.data.tokenizer import write_text_atomic
 
     path = out / RUN_ARGS_FILE
@@ -58,6 +61,8 @@ def check_resume(args: argparse.Namespace, out: Path, has_checkpoint: bool) -> N
         if args.resume and path.is_file():
             _compare(args, current, path, out)
         return  # an older run without a record, or one the trainer refuses to overwrite
+    if not record:
+        return
     out.mkdir(parents=True, exist_ok=True)
     write_text_atomic(path, json.dumps(current, indent=2, sort_keys=True))
 

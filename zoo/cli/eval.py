@@ -42,7 +42,7 @@ def register(commands) -> None:
     parser.add_argument("--beam-size", type=int, default=1, help="translator: 1 is greedy")
     parser.add_argument("--limit", type=int, default=None, help="translator: first N examples")
     parser.add_argument("--seed", type=int, default=0)
-    add_mesh_option(parser)
+    add_mesh_option(parser, processes=True)
     add_data_options(parser)
     parser.set_defaults(run=run)
 
@@ -76,10 +76,12 @@ def _statistics(model: Any, task: Any, source: Any, layout: Any) -> tuple[Any, l
     return total, batches
 
 
-def _classes(model: Any, batches: list[dict]) -> tuple[list[int], list[int]]:
+def _classes(model: Any, batches: list[dict], layout: Any) -> tuple[list[int], list[int]]:
     import equinox as eqx
     import jax
     import jax.numpy as jnp
+
+    from zoo.distributed.hosts import gather
 
     @eqx.filter_jit
     def predict(model, tokens):
@@ -89,7 +91,10 @@ def _classes(model: Any, batches: list[dict]) -> tuple[list[int], list[int]]:
     predictions: list[int] = []
     for batch in batches:
         labels.extend(int(label) for label in batch["labels"])
-        predictions.extend(int(p) for p in predict(model, jnp.asarray(batch["tokens"])))
+        tokens = batch["tokens"]
+        placed = jnp.asarray(tokens) if layout is None else layout.place_batch(
+            {"tokens": tokens}, even=False)["tokens"]  # fmt: skip
+        predictions.extend(int(p) for p in gather(predict(model, placed)))
     return labels, predictions
 
 
@@ -155,7 +160,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         "unknown_token_rate": _unknown_rate(tokenizer, split, flavor, args),
     }
     if flavor == "classifier":
-        labels, predictions = _classes(model, batches)
+        labels, predictions = _classes(model, batches, layout)
         result["examples"] = len(labels)
         result["accuracy"] = sum(a == b for a, b in zip(labels, predictions)) / len(labels)
         matrix = confusion_matrix(labels, predictions, num_classes=model.config.num_classes)
@@ -218,7 +223,11 @@ def _unknown_rate(tokenizer: Any, split: Any, flavor: str, args: argparse.Namesp
 
 
 def run(args: argparse.Namespace) -> int:
-    result = evaluate(args)
+    from zoo.distributed.hosts import is_writer
+
+    result = evaluate(args)  # every process computes; process 0 reports
+    if not is_writer():
+        return 0
     if args.json:
         print(json.dumps(result))
         return 0

@@ -210,7 +210,7 @@ def register(commands) -> None:
         help="also log to TensorBoard (DIR/tensorboard) or W&B (DIR/wandb, offline); repeatable",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    add_mesh_option(parser)
+    add_mesh_option(parser, processes=True)
     add_data_options(parser)
     parser.set_defaults(run=run)
 
@@ -222,12 +222,14 @@ def run(args: argparse.Namespace) -> int:
     from zoo.cli._build import build_model, check_preset, make_task
     from zoo.cli._mesh import layout_from_args
     from zoo.cli._run_dir import check_out_dir, check_resume
+    from zoo.distributed.hosts import is_writer
     from zoo.train import Terminated, TrainingDiverged
     from zoo.train.freeze import check_freeze, freeze, parse_freeze
     from zoo.train.loggers import check_loggers
 
     check_preset(args)
     layout = layout_from_args(args)  # a mesh that does not fit the devices: before any work
+    writes = is_writer()  # with many processes, process 0 alone prints and writes
     if args.plot:
         from zoo.train.plot import check_matplotlib
 
@@ -240,10 +242,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"zoo train: error: {error}", file=sys.stderr)
         return 2
     filled = fill_defaults(args, args.preset or "", args.flavor)
-    if filled and not args.json:
+    if filled and not args.json and writes:
         shown = ", ".join(f"{name}={value}" for name, value in filled.items())
         print(f"zoo train: defaults: {shown}", file=sys.stderr)
-    check_resume(args, out, zoo.train.latest_checkpoint(out / "checkpoints") is not None)
+    has_checkpoint = zoo.train.latest_checkpoint(out / "checkpoints") is not None
+    check_resume(args, out, has_checkpoint, record=writes)
     model_key, train_key = jax.random.split(jax.random.key(args.seed))
     model, train, evaluation, tokenizer = build_model(args, model_key)
     optimizer = zoo.train.adamw(
@@ -256,9 +259,15 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.freeze:
         counts = check_freeze(model, parse_freeze(args.freeze))
-        print(f"zoo train: frozen parameters: {counts}", file=sys.stderr)
+        if writes:
+            print(f"zoo train: frozen parameters: {counts}", file=sys.stderr)
         optimizer = freeze(optimizer, args.freeze)
     lora_train: tuple[str, ...] = ()
+    if args.lora and jax.process_count() > 1:
+        raise ValueError(
+            "--lora trains on one process for now; run it without --num-processes / "
+            "--distributed (a mesh over one process's devices works)"
+        )
     if args.lora:
         model, optimizer, lora_train = _with_lora(args, model, optimizer, model_key)
     elif args.merge:
@@ -303,6 +312,8 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("zoo train: interrupted; continue with --resume", file=sys.stderr)
         return 130
+    if not writes:
+        return 0  # process 0 reports the run
     summary = _summary(args, model, history)
     if args.lora:
         from zoo.lora.cli import finish_run

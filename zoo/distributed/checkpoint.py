@@ -5,17 +5,37 @@ and, instead of `model.safetensors` + `optimizer.safetensors`, a folder `arrays/
 orbax: `{"model": {path: array}, "optimizer": {path: array}}`, each array named by its pytree
 path. Restoring reads each array straight onto the sharding asked for, so a checkpoint moves
 between meshes (fsdp=8 -> data=2,tensor=4) and onto one device.
+
+`ShardedWriter` writes them: every process hands orbax its shards, which are copied to host
+memory before `save` returns and written to disk in the background while training goes on;
+process 0 writes `state.json` and, once every process's shards are on disk, publishes the
+checkpoint (`zoo.train.pending`).
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 from typing import Any
 
 import jax
 
+from zoo.distributed.hosts import is_writer
 from zoo.extras import pip_install
-from zoo.train.checkpoint import ARRAYS_DIR, CorruptCheckpoint
+from zoo.serialize import named_arrays
+from zoo.train.checkpoint import (
+    ARRAYS_DIR,
+    CorruptCheckpoint,
+    checkpoint_name,
+    checkpoint_state,
+    disk_error,
+    prune,
+    publish,
+    state_arrays,
+    write_state,
+)
+from zoo.train.pending import PendingWrite
 
 
 def require_orbax() -> Any:
@@ -30,12 +50,88 @@ def require_orbax() -> Any:
     return ocp
 
 
-def save_arrays(path: Path, model_arrays: dict[str, Any], state_arrays: dict[str, Any]) -> None:
-    """Write the named arrays into `path/arrays` and wait until they are on disk."""
-    ocp = require_orbax()
-    with ocp.StandardCheckpointer() as checkpointer:
-        checkpointer.save(path / ARRAYS_DIR, {"model": model_arrays, "optimizer": state_arrays})
-        checkpointer.wait_until_finished()
+class ShardedWriter:
+    """Writes mesh checkpoints into `directory`, one at a time, keeping the newest `keep`.
+
+    Every process calls `save` with the same step. With `background=True` it returns once the
+    arrays are in host memory; the write finishes in the background and the checkpoint is
+    published (renamed into place, counted for `keep`) only when complete. `wait_published`
+    waits for it and raises a failure (`CheckpointWriteFailed`); the next `save` and `close`
+    wait first."""
+
+    def __init__(self, directory: str | os.PathLike, *, keep: int | None, background: bool = True):
+        ocp = require_orbax()
+        self.directory = Path(directory)
+        self.keep = keep
+        self.background = background
+        self.pending: PendingWrite | None = None
+        self._checkpointer = ocp.StandardCheckpointer()  # asynchronous: it writes in threads
+
+    def save(
+        self,
+        *,
+        step: int,
+        model: Any,
+        opt_state: Any,
+        key: Any,
+        extra: dict[str, Any] | None = None,
+    ) -> Path:
+        """Start writing checkpoint `step`; returns the path it will have once published."""
+        self.wait_published()
+        final = self.directory / checkpoint_name(step)
+        # the same name on every process: they all write into it (orbax first waits for all)
+        staging = self.directory / f".{final.name}.partial"
+        if is_writer():
+            shutil.rmtree(staging, ignore_errors=True)  # left by a crash
+            try:
+                staging.mkdir(parents=True)
+                write_state(staging, checkpoint_state(step, model, key, extra))
+            except OSError as error:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise disk_error(error, final) from None
+        arrays = {"model": named_arrays(model), "optimizer": state_arrays(opt_state)}
+        self._checkpointer.save(staging / ARRAYS_DIR, arrays)
+        self.pending = PendingWrite(final, lambda: self._finish(staging, final))
+        if not self.background:
+            self.wait_published()
+        return final
+
+    def _finish(self, staging: Path, final: Path) -> Path:
+        """In the background: wait until every process's shards are on disk, then publish."""
+        try:
+            self._wait_for_arrays()
+            if is_writer():
+                publish(staging, final)
+                prune(self.directory, self.keep)
+        except BaseException as error:
+            if is_writer():
+                shutil.rmtree(staging, ignore_errors=True)
+            if isinstance(error, OSError):
+                raise disk_error(error, final) from error
+            raise
+        return final
+
+    def _wait_for_arrays(self) -> None:
+        """Until orbax has every process's shards on disk (it synchronises the processes)."""
+        self._checkpointer.wait_until_finished()
+
+    def wait_published(self) -> Path | None:
+        """Wait for the checkpoint being written; its path (None if there was none)."""
+        pending, self.pending = self.pending, None
+        return None if pending is None else pending.wait()
+
+    def close(self) -> None:
+        """Wait for a pending write (raising its failure) and release orbax's threads."""
+        try:
+            self.wait_published()
+        finally:
+            self._checkpointer.close()
+
+    def __enter__(self) -> ShardedWriter:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
 
 def load_arrays(path: Path, shardings: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:

@@ -58,8 +58,13 @@ def parse_mesh(spec: str) -> dict[str, int]:
     return sizes
 
 
-def resolve_sizes(spec: str, device_count: int, platform: str = "device") -> tuple[int, ...]:
-    """The size of each of `AXES` for `spec` on `device_count` devices."""
+def resolve_sizes(
+    spec: str, device_count: int, platform: str = "device", processes: int = 1
+) -> tuple[int, ...]:
+    """The size of each of `AXES` for `spec` on `device_count` devices (of `processes`)."""
+    where = (
+        "" if processes == 1 else f" ({device_count // processes} on each of {processes} processes)"
+    )
     sizes = parse_mesh(spec)
     known = math.prod(size for size in sizes.values() if size != -1)
     for name, size in sizes.items():
@@ -75,7 +80,7 @@ def resolve_sizes(spec: str, device_count: int, platform: str = "device") -> tup
     if total != device_count:
         raise ValueError(
             f"mesh {spec!r} needs {total} devices but there are {device_count} {platform} "
-            f"devices; make the sizes multiply to {device_count}, or give one axis -1 to take "
+            f"devices{where}; make the sizes multiply to {device_count}, or give one axis -1 to take "
             f"the rest (e.g. {EXAMPLE})"
         )
     return tuple(sizes.get(name, 1) for name in AXES)
@@ -84,7 +89,9 @@ def resolve_sizes(spec: str, device_count: int, platform: str = "device") -> tup
 def make_mesh(spec: str, devices: Sequence[Any] | None = None) -> Mesh:
     """The `Mesh` with axes `AXES` that `spec` describes, over `devices` (default: all)."""
     devices = list(jax.devices() if devices is None else devices)
-    shape = resolve_sizes(spec, len(devices), devices[0].platform if devices else "device")
+    processes = len({device.process_index for device in devices})
+    platform = devices[0].platform if devices else "device"
+    shape = resolve_sizes(spec, len(devices), platform, processes)
     from jax.experimental import mesh_utils
 
     try:  # an arrangement that keeps the inner axes on nearby chips (TPU, NVLink)

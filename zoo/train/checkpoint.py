@@ -164,7 +164,14 @@ def save_checkpoint(
 ) -> Path:
     """Write checkpoint `step` atomically into `directory`, then keep only the newest `keep`.
 
-    With a `layout` (training on a mesh) the arrays go to an orbax `arrays/` folder."""
+    With a `layout` (training on a mesh) the arrays go to an orbax `arrays/` folder (every
+    process calls this; see `zoo.distributed.checkpoint.ShardedWriter`, which can also write
+    in the background)."""
+    if layout is not None:
+        from zoo.distributed.checkpoint import ShardedWriter
+
+        with ShardedWriter(directory, keep=keep, background=False) as writer:
+            return writer.save(step=step, model=model, opt_state=opt_state, key=key, extra=extra)
     from safetensors.numpy import save_file
 
     directory = Path(directory)
@@ -172,38 +179,53 @@ def save_checkpoint(
     final = directory / checkpoint_name(step)
     staging = Path(tempfile.mkdtemp(dir=directory, prefix=f".{final.name}."))
     try:
-        if layout is None:
-            save_file(_host_arrays(named_arrays(model)), str(staging / MODEL_FILE))
-            save_file(_host_arrays(state_arrays(opt_state)), str(staging / OPTIMIZER_FILE))
-        else:
-            from zoo.distributed.checkpoint import save_arrays
-
-            save_arrays(staging, named_arrays(model), state_arrays(opt_state))
-        state = {
-            "step": step,
-            "data_position": step,
-            "key": _key_to_json(key),
-            **model_config_dict(model),
-            **(extra or {}),
-        }
-        (staging / STATE_FILE).write_text(json.dumps(state, indent=2, sort_keys=True))
-        _sync_files(staging)
-        if final.exists():  # the same step saved again (e.g. an interrupted final save)
-            shutil.rmtree(final)
-        os.replace(staging, final)
+        save_file(_host_arrays(named_arrays(model)), str(staging / MODEL_FILE))
+        save_file(_host_arrays(state_arrays(opt_state)), str(staging / OPTIMIZER_FILE))
+        write_state(staging, checkpoint_state(step, model, key, extra))
+        publish(staging, final)
     except BaseException as error:
         shutil.rmtree(staging, ignore_errors=True)
-        if isinstance(error, OSError):  # e.g. a full disk: say what was lost and what is kept
-            kept = latest_checkpoint(directory)
-            raise OSError(
-                error.errno,
-                f"could not write checkpoint {final} ({error.strerror or error}); the newest "
-                f"intact checkpoint is {kept or 'none'}. Free some disk space (or keep fewer "
-                "checkpoints) and continue with resume=True (zoo train --resume)",
-            ) from None
+        if isinstance(error, OSError):
+            raise disk_error(error, final) from None
         raise
-    _prune(directory, keep)
+    prune(directory, keep)
     return final
+
+
+def checkpoint_state(
+    step: int, model: eqx.Module, key: PRNGKeyArray, extra: dict[str, Any] | None
+) -> dict[str, Any]:
+    """What `state.json` holds: step, data position, RNG key, model config, `extra`."""
+    return {
+        "step": step,
+        "data_position": step,
+        "key": _key_to_json(key),
+        **model_config_dict(model),
+        **(extra or {}),
+    }
+
+
+def write_state(staging: Path, state: dict[str, Any]) -> None:
+    (staging / STATE_FILE).write_text(json.dumps(state, indent=2, sort_keys=True))
+
+
+def publish(staging: Path, final: Path) -> None:
+    """Flush `staging` to disk and rename it to `final`: the checkpoint now counts."""
+    _sync_files(staging)
+    if final.exists():  # the same step saved again (e.g. an interrupted final save)
+        shutil.rmtree(final)
+    os.replace(staging, final)
+
+
+def disk_error(error: OSError, final: Path) -> OSError:
+    """A failed write (e.g. a full disk): what was lost, what is kept, what to do."""
+    kept = latest_checkpoint(final.parent)
+    return OSError(
+        error.errno,
+        f"could not write checkpoint {final} ({error.strerror or error}); the newest "
+        f"intact checkpoint is {kept or 'none'}. Free some disk space (or keep fewer "
+        "checkpoints) and continue with resume=True (zoo train --resume)",
+    )
 
 
 def set_aside(path: Path) -> Path:
@@ -217,7 +239,8 @@ def set_aside(path: Path) -> Path:
     return target
 
 
-def _prune(directory: Path, keep: int | None) -> None:
+def prune(directory: Path, keep: int | None) -> None:
+    """Remove hidden staging directories and all but the newest `keep` checkpoints."""
     for entry in directory.iterdir():  # staging directories left behind by a crash
         if entry.name.startswith(f".{PREFIX}") and entry.is_dir():
             shutil.rmtree(entry, ignore_errors=True)
@@ -316,11 +339,14 @@ def all_finite(model: eqx.Module) -> bool:
     """
     leaves = jax.tree_util.tree_leaves(eqx.filter(model, eqx.is_inexact_array))
     if any(isinstance(leaf, jax.Array) and len(leaf.sharding.device_set) > 1 for leaf in leaves):
-        return all(
+        from zoo.distributed.hosts import all_processes_agree
+
+        finite = all(
             bool(np.isfinite(np.asarray(shard.data, np.float32)).all())
             for leaf in leaves
             for shard in leaf.addressable_shards
         )
+        return all_processes_agree(finite)  # each process sees only its own shards
     return bool(_finite_on_device(leaves))
 
 
@@ -344,12 +370,15 @@ def load_newest_intact(
             if not all_finite(saved.model):
                 raise CorruptCheckpoint("its weights are not finite (NaN or inf)")
         except CorruptCheckpoint as error:
-            aside = set_aside(path)
+            from zoo.distributed.hosts import is_writer
+
             skipped.append(f"{path.name}: {error}")
-            warnings.warn(
-                f"skipped checkpoint {path.name}: {error}; moved it to {aside.name}",
-                stacklevel=5,
-            )
+            if is_writer():  # with many processes, process 0 moves it for all
+                aside = set_aside(path)
+                warnings.warn(
+                    f"skipped checkpoint {path.name}: {error}; moved it to {aside.name}",
+                    stacklevel=5,
+                )
             continue
         return saved
     raise ValueError(

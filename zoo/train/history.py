@@ -40,22 +40,29 @@ class History:
 
 
 class MetricsLog:
-    """Appends rows to `directory/metrics.jsonl` (one JSON object per line), or keeps none."""
+    """Appends rows to `directory/metrics.jsonl` (one JSON object per line), or keeps none.
 
-    def __init__(self, directory: str | os.PathLike | None, *, resume_at: int | None):
+    With `write=False` (processes other than 0 of a run on many) the earlier rows are read but
+    nothing is written."""
+
+    def __init__(
+        self, directory: str | os.PathLike | None, *, resume_at: int | None, write: bool = True
+    ):
         self.path = None if directory is None else Path(directory) / METRICS_FILE
+        self.writes = write
         self.previous: list[dict[str, Any]] = []
         if self.path is None:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         if resume_at is not None and self.path.is_file():
             # Rows after the checkpoint belong to the interrupted attempt: they are redone.
             rows = read_rows(self.path)
             self.previous = [row for row in rows if row["step"] <= resume_at]
-        write_text_atomic(self.path, "".join(json.dumps(row) + "\n" for row in self.previous))
+        if write:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            write_text_atomic(self.path, "".join(json.dumps(row) + "\n" for row in self.previous))
 
     def write(self, row: dict[str, Any]) -> None:
-        if self.path is None:
+        if self.path is None or not self.writes:
             return
         try:
             with open(self.path, "a", encoding="utf-8") as handle:

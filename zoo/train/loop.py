@@ -13,6 +13,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from zoo.distributed.hosts import is_writer
 from zoo.serialize import model_config_dict
 from zoo.tasks.base import Stats
 from zoo.train import checkpoint as ckpt
@@ -53,9 +54,14 @@ class TrainingRun:
         self.key = key
         self.start = 0
         self.last_checkpoint: Path | None = None
+        # with many processes, process 0 alone writes the files the run shares
+        self.writes = is_writer()
+        self.arrays_writer: Any = None  # on a mesh: a ShardedWriter, made by the first save
         if resume:
             self._resume()
-        self.log = MetricsLog(self.out_dir, resume_at=self.start if resume else None)
+        self.log = MetricsLog(
+            self.out_dir, resume_at=self.start if resume else None, write=self.writes
+        )
         self.history = History(rows=list(self.log.previous))
         self.done = self.start
         self.pending: list[tuple[int, Any, int]] = []  # (step, StepOutput, tokens counted)
@@ -158,19 +164,23 @@ class TrainingRun:
     def train(self) -> tuple[eqx.Module, History]:
         trainer = self.trainer
         progress = Progress(
-            total=self.steps, initial=self.start, enabled=trainer.progress, description="train"
+            total=self.steps,
+            initial=self.start,
+            enabled=trainer.progress and self.writes,
+            description="train",
         )
         self.progress = progress
         started = time.perf_counter()
         # Ctrl-C and SIGTERM wait for the step or checkpoint write in progress (see interrupts).
         with self.interrupts as interrupts:
             try:
-                self.loggers = open_loggers(
-                    trainer.loggers,
-                    self.out_dir,
-                    resumed_from=self.start,
-                    config=self._logged_config(),
-                )
+                if self.writes:
+                    self.loggers = open_loggers(
+                        trainer.loggers,
+                        self.out_dir,
+                        resumed_from=self.start,
+                        config=self._logged_config(),
+                    )
                 for step in range(self.start, self.steps):
                     interrupts.check()
                     self._one_step(step)
@@ -187,9 +197,13 @@ class TrainingRun:
                     self.evaluate()
                 if self.last_saved != self.done:
                     self.save()
+                self._wait_for_checkpoint()
                 interrupts.check()
             except KeyboardInterrupt as interrupt:
                 self._save_on_interrupt(interrupt)
+                raise
+            except BaseException:
+                self._wait_for_checkpoint(quiet=True)  # the error that stopped the run comes first
                 raise
             finally:
                 progress.close()
@@ -288,30 +302,63 @@ class TrainingRun:
         if not ckpt.all_finite(self.model):
             from zoo.train.trainer import TrainingDiverged
 
+            self._wait_for_checkpoint(quiet=True)  # the last good one, still being written
             raise TrainingDiverged.weights(self.done, self.last_checkpoint)
         if self.checkpoint_dir is None:
             self.last_saved = self.done
             return
-        self.last_checkpoint = ckpt.save_checkpoint(
-            self.checkpoint_dir,
-            step=self.done,
-            model=self.model,
-            opt_state=self.opt_state,
-            key=self.key,
-            extra=self._settings(),
-            keep=self.trainer.keep,
-            layout=self.trainer.layout,
-        )
+        if self.trainer.layout is None:
+            self.last_checkpoint = ckpt.save_checkpoint(
+                self.checkpoint_dir,
+                step=self.done,
+                model=self.model,
+                opt_state=self.opt_state,
+                key=self.key,
+                extra=self._settings(),
+                keep=self.trainer.keep,
+            )
+        else:  # the arrays are in host memory now; they reach the disk while training goes on
+            if self.arrays_writer is None:
+                from zoo.distributed.checkpoint import ShardedWriter
+
+                self.arrays_writer = ShardedWriter(self.checkpoint_dir, keep=self.trainer.keep)
+            self.last_checkpoint = self.arrays_writer.save(
+                step=self.done,
+                model=self.model,
+                opt_state=self.opt_state,
+                key=self.key,
+                extra=self._settings(),
+            )
         # Only now: a write cut short (a second Ctrl-C) is written again by _save_on_interrupt.
         self.last_saved = self.done
         self.clock = time.perf_counter()
 
+    def _wait_for_checkpoint(self, *, quiet: bool = False) -> None:
+        """Wait until a checkpoint written in the background is published (on a mesh).
+
+        Its failure is raised, or with `quiet` (another error is on its way) only warned about."""
+        if self.arrays_writer is None:
+            return
+        writer, self.arrays_writer = self.arrays_writer, None
+        try:
+            writer.close()
+        except OSError as error:
+            if not quiet:
+                raise
+            warnings.warn(str(error), stacklevel=3)
+
     def _save_on_interrupt(self, interrupt: KeyboardInterrupt) -> None:
         if self.checkpoint_dir is None or self.last_saved == self.done:
+            self._wait_for_checkpoint(quiet=True)
             return
         try:
             self.save()
+            self._wait_for_checkpoint()
         except RuntimeError as error:  # interrupted inside a step: its inputs were donated
+            warnings.warn(f"could not save on interrupt ({error})", stacklevel=3)
+            self._wait_for_checkpoint(quiet=True)
+            return
+        except OSError as error:  # the interrupt goes on; say what was not saved
             warnings.warn(f"could not save on interrupt ({error})", stacklevel=3)
             return
         cause = "terminated (SIGTERM)" if isinstance(interrupt, Terminated) else "interrupted"
@@ -353,10 +400,18 @@ class TrainingRun:
             "final_eval": self.history.last("eval"),
             "checkpoint": None if self.last_checkpoint is None else str(self.last_checkpoint),
         }
-        if self.out_dir is not None:
+        if self.out_dir is None:
+            return
+        model = self.model
+        if self.trainer.layout is not None:  # every process takes part in the gather
+            from zoo.distributed.hosts import gather
+
+            arrays, static = eqx.partition(model, eqx.is_array)
+            model = eqx.combine(gather(arrays), static)
+        if self.writes:
             from zoo.serialize import save
 
-            save(self.model, self.out_dir, tokenizer=self.tokenizer,
+            save(model, self.out_dir, tokenizer=self.tokenizer,
                  extra={"training": self.history.summary})  # fmt: skip
             if self.plot:
                 from zoo.train.plot import plot_history

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any
 
@@ -10,6 +11,7 @@ import jax
 from jaxtyping import PRNGKeyArray
 
 from zoo.data.batches import BatchSource
+from zoo.distributed.hosts import is_writer
 from zoo.host import tune_host_allocator
 from zoo.tasks.base import Stats, Task
 from zoo.train.history import History
@@ -69,14 +71,17 @@ class Trainer:
       this many eval batches per evaluation (None: all of `len(eval_batches)`).
     - `checkpoint_every`: steps between checkpoints (None: only at the end and on Ctrl-C or
       SIGTERM); `keep`: how many checkpoints to keep.
-    - `progress`: show a tqdm bar (only on a terminal).
+    - `progress`: show a tqdm bar (only on a terminal, and only in process 0 of many).
     - `loggers`: also send the metrics rows to "tensorboard" and/or "wandb" (in `out_dir`; the
       `tensorboard` / `wandb` extras), or to objects with `log(row)` and `close()`; see
       `zoo.train.loggers`.
     - `mesh`: train on many devices, a `jax.sharding.Mesh` or a string like
       `"data=2,fsdp=2,tensor=2"` (see `zoo.distributed`); `rules` replaces the partition rules
       (`zoo.distributed.RULES`). The model, optimizer state and batches are sharded at the
-      `jit` boundary; checkpoints are written with orbax (the `distributed` extra).
+      `jit` boundary; checkpoints are written with orbax (the `distributed` extra), in the
+      background while training goes on. On many processes (`zoo.distributed.initialize`) the
+      mesh spans every process's devices and is required; every process runs `fit` and process
+      0 alone writes metrics, logs, `state.json` and the final model.
     """
 
     def __init__(
@@ -124,6 +129,12 @@ class Trainer:
         self.progress = progress
         self.loggers = check_loggers(loggers)
         self.layout = None
+        if mesh is None and jax.process_count() > 1:
+            raise ValueError(
+                f"this run has {jax.process_count()} processes and {jax.device_count()} devices "
+                'in all: train on a mesh over all of them, e.g. mesh="data=-1" (zoo train '
+                "--mesh data=-1); without one each process would train alone"
+            )
         if mesh is not None:
             from zoo.distributed import Layout
             from zoo.distributed.checkpoint import require_orbax
@@ -205,7 +216,9 @@ class Trainer:
             # reuse freed step memory (see zoo.host); ZOO_MALLOC_TOP_PAD_MB=0 opts out
             tune_host_allocator()
         out_dir = checkpoint_dir if out_dir is None else out_dir
-        with RunLock(checkpoint_dir, out_dir):  # one run at a time per directory
+        # one run at a time per directory; with many processes process 0 holds the lock for all
+        lock = RunLock(checkpoint_dir, out_dir) if is_writer() else contextlib.nullcontext()
+        with lock:
             run = TrainingRun(
                 self,
                 model,
