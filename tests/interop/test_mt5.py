@@ -12,7 +12,8 @@ import json
 import jax
 import numpy as np
 import pytest
-from hf_helpers import LOGIT_TOL, jnp_int, max_diff, tensor, torch, transformers
+from hf_helpers import LOGIT_TOL, jnp_int, max_diff, torch, transformers
+from test_t5_parity import hf_logits as t5_logits
 
 import zoo
 from zoo.interop import from_pretrained, to_hf
@@ -40,12 +41,7 @@ def make_mt5(seed: int = 0):
 
 
 def hf_logits(hf):
-    with torch.no_grad():
-        return hf(
-            input_ids=tensor(SOURCE),
-            attention_mask=tensor((SOURCE != 0).astype(int)),
-            decoder_input_ids=tensor(TARGET),
-        ).logits.numpy()
+    return t5_logits(hf, SOURCE, TARGET)
 
 
 @pytest.mark.parametrize("tie_in_config", [False, True], ids=["hub-config", "transformers5"])
