@@ -314,11 +314,7 @@ class MT5(T5):
             "feed_forward_proj": "gated-gelu",
             "decoder_start_token_id": 0,
             "tie_word_embeddings": False,
-            # mT5 never rescales its decoder output, whatever tie_word_embeddings says
+            # mT5 never rescales its decoder output, whatever tie_word_embeddings says (its
+            # configs never carry this key): the head is its own lm_head when stored
             "scale_decoder_outputs": False,
         }
-
-    def zoo_fields(self, hf: HFConfig, shapes: Mapping[str, Shape]) -> dict[str, Any]:
-        fields = super().zoo_fields(hf, shapes)
-        # transformers 5 writes tie_word_embeddings=true for mT5 but loads a stored lm_head
-        return {**fields, "scale_output": False, "tie_output": HEAD not in shapes}
