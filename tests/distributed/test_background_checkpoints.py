@@ -73,6 +73,18 @@ def test_a_checkpoint_counts_only_once_written(tmp_path, placed, monkeypatch):
     writer.close()
 
 
+def test_a_relative_directory_is_written_and_read_back(tmp_path, placed, monkeypatch):
+    """`zoo train --out run` gives a relative path; orbax itself takes absolute ones only."""
+    monkeypatch.chdir(tmp_path)
+    with ShardedWriter("checkpoints", keep=2) as writer:
+        path = save(writer, 3, placed)
+    assert path == tmp_path / "checkpoints" / "step_00000003" and path.is_dir()
+    layout, model, opt_state = placed
+    relative = path.relative_to(tmp_path)
+    loaded = load_checkpoint(relative, model=model, opt_state=opt_state, layout=layout)
+    np.testing.assert_array_equal(loaded.model.embedder.token_weight, model.embedder.token_weight)
+
+
 def test_a_failed_background_write_is_reported_and_not_published(tmp_path, placed, monkeypatch):
     writer = ShardedWriter(tmp_path, keep=3)
     save(writer, 1, placed)

@@ -61,7 +61,7 @@ class ShardedWriter:
 
     def __init__(self, directory: str | os.PathLike, *, keep: int | None, background: bool = True):
         ocp = require_orbax()
-        self.directory = Path(directory)
+        self.directory = Path(directory).absolute()  # orbax takes absolute paths only
         self.keep = keep
         self.background = background
         self.pending: PendingWrite | None = None
@@ -142,7 +142,7 @@ def load_arrays(path: Path, shardings: dict[str, dict[str, Any]] | None = None) 
     `zoo.serialize.fill` does that and says what differs. A folder orbax cannot read raises
     `CorruptCheckpoint`."""
     ocp = require_orbax()
-    folder = path / ARRAYS_DIR
+    folder = Path(path).absolute() / ARRAYS_DIR  # orbax takes absolute paths only
     device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     with ocp.StandardCheckpointer() as checkpointer:
         try:
