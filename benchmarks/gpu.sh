@@ -6,9 +6,14 @@
 #
 #   benchmarks/gpu.sh RESULTS_DIR              on the GPU machine (docs/benchmarks.md)
 #   benchmarks/gpu.sh --dry-run RESULTS_DIR    rehearsal on the CPU: tiny presets, few steps
+#   benchmarks/gpu.sh --archive FILE.tar.gz RESULTS_DIR
+#                                              also pack RESULTS_DIR into one archive, again
+#                                              after every step (a killed run keeps the last)
 #
 # RESULTS_DIR receives environment.json, presets.jsonl, pytest-gpu.xml, one bench-*.json per
-# row, steps.tsv (step, status, seconds, note), summary.json and logs/<step>.log.
+# row, steps.tsv (step, status, seconds, note), summary.json, logs/<step>.log and profile/ (the
+# `zoo bench --profile` summaries, HLO and traces of the rows that ask for one). The archive
+# leaves out the xprof .xplane.pb files, and the traces too if it would pass 15 MiB.
 #
 # Environment (all optional):
 #   ZOO_GPU_PRESETS    rows to bench, one per line (or separated by ";"):
@@ -28,39 +33,63 @@ set -u -o pipefail
 
 dry_run=0
 results=""
-for argument in "$@"; do
-    case "$argument" in
+archive=""
+while [ "$#" -gt 0 ]; do
+    case "$1" in
         --dry-run) dry_run=1 ;;
-        -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
-        -*) echo "gpu.sh: unknown option $argument (expected --dry-run)" >&2; exit 2 ;;
-        *) results="$argument" ;;
+        --archive)
+            [ "$#" -ge 2 ] || { echo "gpu.sh: --archive needs a file name" >&2; exit 2; }
+            archive="$2"
+            shift
+            ;;
+        -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
+        -*) echo "gpu.sh: unknown option $1 (expected --dry-run, --archive FILE)" >&2; exit 2 ;;
+        *) results="$1" ;;
     esac
+    shift
 done
 if [ -z "$results" ]; then
-    echo "gpu.sh: usage: benchmarks/gpu.sh [--dry-run] RESULTS_DIR" >&2
+    echo "gpu.sh: usage: benchmarks/gpu.sh [--dry-run] [--archive FILE.tar.gz] RESULTS_DIR" >&2
     exit 2
 fi
 
 mkdir -p "$results/logs" || exit 2
 results="$(cd "$results" && pwd)"  # absolute: the steps run from the checkout's root
+if [ -n "$archive" ]; then
+    mkdir -p "$(dirname "$archive")" || exit 2
+    archive="$(cd "$(dirname "$archive")" && pwd)/$(basename "$archive")"
+fi
+# pack: RESULTS_DIR into the archive, written aside and renamed, so the archive is always whole
+pack() {
+    [ -n "$archive" ] || return 0
+    local parent name
+    parent="$(dirname "$results")" name="$(basename "$results")"
+    tar -czf "$archive.part" --exclude='*.xplane.pb' -C "$parent" "$name" 2> /dev/null
+    if [ "$(stat -c %s "$archive.part" 2> /dev/null || echo 0)" -gt $((15 * 1024 * 1024)) ]; then
+        tar -czf "$archive.part" --exclude='*.xplane.pb' --exclude='*.trace.json.gz' \
+            -C "$parent" "$name" 2> /dev/null
+    fi
+    mv -f "$archive.part" "$archive"
+}
 cd "$(dirname "$0")/.." || exit 2
 PYTHON="${PYTHON:-python3}"
 : > "$results/steps.tsv"
 
 # The rows, most important first (the budget cuts the last ones). GPU: the published shapes
 # in bf16 against the peer (sdpa; eager and torch.compile, bf16 autocast); batch-1 decoding for
-# the weight-bandwidth floor; smollm2-135m last (its peer is LlamaForCausalLM).
+# the weight-bandwidth floor; smollm2-135m last (its peer is LlamaForCausalLM). The training
+# rows also profile zoo's step (3 traced steps; PROFILE is replaced by RESULTS_DIR/profile).
 GPU_PRESETS="
-gpt2 16 1024 --peer torch --peer-compile
-bert-base 32 512 --peer torch --peer-compile
-transformer-base 32 128 --peer torch --peer-compile
+gpt2 16 1024 --peer torch --peer-compile --profile PROFILE
+bert-base 32 512 --peer torch --peer-compile --profile PROFILE
+transformer-base 32 128 --peer torch --peer-compile --profile PROFILE
 gpt2 1 128 --decode-prompt 128 --decode-tokens 256 --steps 5 --peer torch
-smollm2-135m 16 1024 --peer torch --peer-compile
+smollm2-135m 16 1024 --peer torch --peer-compile --profile PROFILE
 "
 GPU_BENCH_ARGS="--precision bf16 --steps 10 --warmup 2 --rounds 5"
 # Dry run: the same rows on tiny presets, so every code path but the GPU's runs on the CPU.
 DRY_PRESETS="
-gpt-tiny 4 32 --peer torch --peer-compile
+gpt-tiny 4 32 --peer torch --peer-compile --profile PROFILE
 classifier-tiny 4 32 --peer torch
 translator-tiny 4 32 --peer torch
 llama-tiny 4 32 --peer torch
@@ -111,6 +140,7 @@ step() {
     printf '%s\t%s\t%s\t%s\n' "$name" "$outcome" "$took" "$note" >> "$results/steps.tsv"
     tail -n 12 "$log" | sed 's/^/   | /'
     echo "-- $name: $outcome in ${took} s"
+    pack
     return "$status"
 }
 
@@ -158,6 +188,7 @@ while IFS= read -r line; do
     read -r -a words <<< "$line"
     [ "${#words[@]}" -eq 0 ] && continue
     preset="${words[0]}" batch="${words[1]:-}" seq="${words[2]:-}" extra=("${words[@]:3}")
+    extra=("${extra[@]/#PROFILE/$results/profile}")
     name="bench-$preset-${batch}x$seq"
     if ! known "$preset"; then
         printf '%s\tskipped\t0\tpreset %s is not in zoo presets\n' "$name" "$preset" >> "$results/steps.tsv"
@@ -190,4 +221,5 @@ done <<< "$(printf '%s\n' "$presets" | tr ';' '\n')"
 # 4. the closing table: steps, targets, every row
 echo
 "$PYTHON" benchmarks/gpu_suite.py summary "$results"
-echo "gpu.sh: $((SECONDS - started)) s; results in $results"
+pack
+echo "gpu.sh: $((SECONDS - started)) s; results in $results${archive:+, packed in $archive}"

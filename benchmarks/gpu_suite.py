@@ -239,6 +239,30 @@ def peer_warnings(rows: list[dict[str, Any]]) -> list[str]:
     ]
 
 
+def read_profiles(results: Path) -> list[dict[str, Any]]:
+    return [json.loads(path.read_text()) for path in sorted(results.glob("profile/*.profile.json"))]
+
+
+def profile_lines(profiles: list[dict[str, Any]]) -> list[str]:
+    """One line per profile: wall and busy time, the three largest kinds of work, the top op."""
+    lines = []
+    for found in profiles:
+        kinds = sorted(found["categories"].items(), key=lambda item: -item[1]["ms"])[:3]
+        shares = ", ".join(f"{name} {slot['share']:.0%}" for name, slot in kinds)
+        wall = found.get("wall_ms_per_step")
+        top = found["top"][0] if found["top"] else None
+        lines.append(
+            f"{found['preset']} {found['batch']}x{found['seq']}: wall {_cell(wall)}, "
+            f"busy {_cell(found['busy_ms_per_step'])}; {shares}"
+            + (
+                f"; top {top['op']} {_cell(top['ms'])} ({top['category']}, {top['source']})"
+                if top
+                else ""
+            )
+        )
+    return lines
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return "-"
@@ -263,12 +287,22 @@ def summary(results: Path) -> dict[str, Any]:
             f"  {check['target']:<30} {_cell(check['value']):>10}  goal {check['goal']:<12} "
             f"{verdict:<12} {check['note']}"
         )
+    profiles = read_profiles(results)
+    if profiles:
+        print("\nwhere the train step's time goes (zoo bench --profile; ms per step):")
+        for line in profile_lines(profiles):
+            print(f"  {line}")
     print(f"\n{len(rows)} bench row(s) from {results}:")
     if rows:
         print(table(rows))
         for line in notes(rows) + peer_warnings(rows):
             print(line)
-    return {"steps": steps, "targets": checks, "rows": len(rows)}
+    return {
+        "steps": steps,
+        "targets": checks,
+        "rows": len(rows),
+        "profiles": profile_lines(profiles),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -37,9 +38,14 @@ def steps(results: Path) -> dict[str, tuple[str, str]]:
 
 @pytest.mark.slow
 def test_dry_run_writes_rows_logs_failures_and_ends_with_the_table(tmp_path):
-    rows = "gpt-tiny 2 16;no-such-preset 2 16;gpt-tiny 2 999 --peer torch"
-    done = run_script("--dry-run", str(tmp_path), ZOO_GPU_PRESETS=rows)
+    rows = "gpt-tiny 2 16 --profile PROFILE;no-such-preset 2 16;gpt-tiny 2 999 --peer torch"
+    archive = tmp_path / "back" / "gpu.tar.gz"
+    done = run_script("--dry-run", "--archive", str(archive), str(tmp_path / "gpu"),
+                      ZOO_GPU_PRESETS=rows)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
+    with tarfile.open(archive) as packed:
+        archived = packed.getnames()
+    tmp_path = tmp_path / "gpu"
     found = steps(tmp_path)
     assert found["environment"][0] == found["presets"][0] == "ok"
     assert found["bench-gpt-tiny-2x16"] == ("ok", "")
@@ -69,13 +75,28 @@ def test_dry_run_writes_rows_logs_failures_and_ends_with_the_table(tmp_path):
     assert summary["rows"] == 1 and len(summary["targets"]) == 6
     assert {target["met"] for target in summary["targets"]} == {None}  # no GPU rows here
     assert "gpt-tiny" in (tmp_path / "logs" / "bench-gpt-tiny-2x16.log").read_text()
+    # the row's profile, its line in the closing table, and one archive of it all
+    profile = json.loads((tmp_path / "profile" / "gpt-tiny-2x16-bf16.profile.json").read_text())
+    assert row["profile"] == str(tmp_path / "profile" / "gpt-tiny-2x16-bf16.profile.json")
+    assert summary["profiles"][0].startswith(
+        f"gpt-tiny 2x16: wall {profile['wall_ms_per_step']:,.3g}"
+    )
+    assert {"gpu/summary.json", "gpu/steps.tsv", "gpu/logs/bench-gpt-tiny-2x16.log",
+            "gpu/profile/gpt-tiny-2x16-bf16.profile.json",
+            "gpu/profile/gpt-tiny-2x16-bf16.trace.json.gz"} <= set(archived)  # fmt: skip
+    assert (tmp_path / "profile" / "gpt-tiny-2x16-bf16.xplane.pb").exists()
+    assert not [name for name in archived if name.endswith(".xplane.pb")]
 
     # the table comes last: the steps, the targets, then the rows
     tail = done.stdout.rsplit("\nsteps:\n", 1)[1]
     assert "bench-gpt-tiny-2x999-alone" in tail and "gpt2 16x1024 train tokens/s" in tail
     table = tail.split("1 bench row(s) from")[1].splitlines()
     assert "train tok/s" in table[1] and "gpt-tiny" in table[3] and "2x16" in table[3]
-    assert done.stdout.rstrip().splitlines()[-1].endswith(f"results in {tmp_path}")
+    assert (
+        done.stdout.rstrip()
+        .splitlines()[-1]
+        .endswith(f"results in {tmp_path}, packed in {archive}")
+    )
 
 
 def test_every_step_is_skipped_when_the_budget_is_spent(tmp_path):
@@ -91,9 +112,11 @@ def test_every_step_is_skipped_when_the_budget_is_spent(tmp_path):
 def test_usage_errors(tmp_path):
     done = run_script()
     assert done.returncode == 2
-    assert "usage: benchmarks/gpu.sh [--dry-run] RESULTS_DIR" in done.stderr
+    assert "usage: benchmarks/gpu.sh [--dry-run] [--archive FILE.tar.gz] RESULTS_DIR" in done.stderr
     done = run_script("--fast", str(tmp_path))
     assert done.returncode == 2 and "unknown option --fast" in done.stderr
+    done = run_script(str(tmp_path), "--archive")
+    assert done.returncode == 2 and "--archive needs a file name" in done.stderr
 
 
 def load_gpu_suite():

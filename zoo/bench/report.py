@@ -70,6 +70,8 @@ FIELDS: dict[str, str] = {
     "ratio": "tokens_per_s / peer_tokens_per_s (> 1: zoo is faster)",
     "inference_ratio": "inference_tokens_per_s / peer_inference_tokens_per_s",
     "decode_ratio": "decode_tokens_per_s / peer_decode_tokens_per_s",
+    "profile": "the --profile summary of the train step (file name), null without --profile",
+    "profile_categories": "share of the profiled step's op time by kind of work (--profile)",
     "xla_settings": "XLA environment variables and JAX settings in force (null: unset)",
     "device": "the device the row ran on",
     "date": "when the run started (UTC, ISO 8601)",

@@ -106,6 +106,7 @@ class ZooRun:
             else layout.place_batch(host_batch)
         )
         step_numbers = itertools.count()
+        self.train_step, self.batch, self.key = train_step, batch, key
 
         def train(state):
             model, opt_state, _ = state

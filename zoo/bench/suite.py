@@ -110,13 +110,16 @@ def run_spec(
     date: str | None = None,
     first: bool = True,
     sequential: bool = False,
+    profile: Path | None = None,
+    profile_steps: int = 3,
 ) -> dict[str, Any]:
     """Measure one row: start (compile, warm up) the peer and zoo, then time them in turns.
 
     The timed calls of every measurement (train, forward, decode; zoo and peer) are spread over
     `spec.rounds` rounds, so a change in the machine's load hits both sides alike. With
     `sequential`, the peer is timed alone and its memory released before zoo starts (for
-    accelerators that cannot hold both).
+    accelerators that cannot hold both). With `profile`, zoo's train step is then traced for
+    `profile_steps` more steps and summarised there (`zoo.bench.profile`).
     """
     device = device_info()
     config = spec.config()
@@ -146,7 +149,8 @@ def run_spec(
     )
     if peer is None:
         row["peer_reason"] = "no peer requested (--peer torch)"
-        row.update(_timed([ZooRun(spec, *peaks)], spec)[0])
+        zoo_run = ZooRun(spec, *peaks)
+        row.update(_timed([zoo_run], spec)[0])
     else:
         if peer not in PEERS:
             raise ValueError(f"unknown peer {peer!r}; choose from {PEERS}")
@@ -158,12 +162,26 @@ def run_spec(
             row.update(_timed([peer_run], spec)[0])
             del peer_run
             peer_torch.release_memory(torch_device)
-            row.update(_timed([ZooRun(spec, *peaks)], spec)[0])
+            zoo_run = ZooRun(spec, *peaks)
+            row.update(_timed([zoo_run], spec)[0])
         else:
-            for fields in _timed([peer_run, ZooRun(spec, *peaks)], spec):
+            zoo_run = ZooRun(spec, *peaks)
+            for fields in _timed([peer_run, zoo_run], spec):
                 row.update(fields)
             del peer_run
             peer_torch.release_memory(torch_device)
+    if profile is not None:
+        from zoo.bench.profile import format_summary, profile_run
+
+        summary = profile_run(zoo_run, profile, steps=profile_steps)
+        print(
+            format_summary(summary, f"{spec.preset} {spec.batch}x{spec.seq} {spec.precision}"),
+            file=sys.stderr,
+        )
+        row["profile"] = str(Path(profile) / summary["files"]["summary"])
+        row["profile_categories"] = {
+            name: round(slot["share"], 4) for name, slot in summary["categories"].items()
+        }
     if not first and before is not None and row["peak_memory_bytes"] == before:
         row["peak_memory_reason"] = (
             "upper bound: an earlier row in this process set the peak; "

@@ -112,6 +112,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="directory for the results file (default: benchmarks/results)",
     )
     out.add_argument("--no-save", action="store_true", help="do not write a results file")
+    out.add_argument(
+        "--profile",
+        type=Path,
+        metavar="DIR",
+        help="after timing, trace zoo's train step and write where its time goes to DIR "
+        "(a summary by kind of work and op, the optimised HLO, the trace for Perfetto/xprof)",
+    )
+    out.add_argument(
+        "--profile-steps", type=int, default=3, help="train steps traced by --profile (default 3)"
+    )
 
 
 def register(commands) -> None:
@@ -174,6 +184,8 @@ def run(args: argparse.Namespace) -> int:
         rounds=args.rounds,
         mesh=args.mesh,
     )
+    if args.profile_steps < 1:
+        raise ValueError(f"--profile-steps must be >= 1, got {args.profile_steps}")
     if args.mesh and args.peer:
         raise ValueError("--peer runs PyTorch on one device: drop --mesh or --peer")
     if args.peer:
@@ -194,6 +206,8 @@ def run(args: argparse.Namespace) -> int:
                 sequential=args.sequential,
                 date=date,
                 first=index == 0,
+                profile=args.profile,
+                profile_steps=args.profile_steps,
             )
         )
     if args.json:
