@@ -16,7 +16,8 @@
 # leaves out the xprof .xplane.pb files, and the traces too if it would pass 15 MiB.
 #
 # Environment (all optional):
-#   ZOO_GPU_PRESETS    rows to bench, one per line (or separated by ";"):
+#   ZOO_GPU_PRESETS    rows to bench, one per line (or separated by ";"); PROFILE in a row
+#                      stands for RESULTS_DIR/profile:
 #                      "PRESET BATCH SEQ [more zoo bench options]"; a preset that
 #                      `zoo presets` does not list is skipped with a note
 #   ZOO_GPU_BENCH_ARGS options given to every row before its own (steps, warm-up, precision)
@@ -42,7 +43,7 @@ while [ "$#" -gt 0 ]; do
             archive="$2"
             shift
             ;;
-        -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
         -*) echo "gpu.sh: unknown option $1 (expected --dry-run, --archive FILE)" >&2; exit 2 ;;
         *) results="$1" ;;
     esac

@@ -259,3 +259,20 @@ def test_zoo_bench_profile_on_gpt_tiny(tmp_path, capsys):
     assert matmuls and all(row["source"].startswith("nn/") for row in matmuls)
     assert zoo.cli.main([*argv, "--profile-steps", "0"]) == 2
     assert "--profile-steps must be >= 1" in capsys.readouterr().err
+
+
+def test_a_failed_profile_keeps_the_row(tmp_path, monkeypatch):
+    import zoo.bench.profile
+    from zoo.bench.suite import run_spec
+    from zoo.bench.workload import BenchSpec
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no CUPTI")
+
+    monkeypatch.setattr(zoo.bench.profile, "profile_run", broken)
+    spec = BenchSpec(preset="gpt-tiny", batch=2, seq=8, steps=1, warmup=0, rounds=1,
+                     decode_tokens=0)  # fmt: skip
+    row = run_spec(spec, profile=tmp_path)
+    assert row["tokens_per_s"] > 0 and row["profile"] is None
+    assert row["profile_reason"] == "profiling failed: RuntimeError: no CUPTI"
+    assert run_spec(spec)["profile_reason"] == "not asked for (--profile DIR)"

@@ -76,7 +76,8 @@ def op_spans(events: list[dict[str, Any]], module: str) -> tuple[list[dict[str, 
                         self=float(event["dur"]),
                     )
                 )
-        return chosen, "device"
+        if chosen:
+            return chosen, "device"
     by_thread: dict[tuple[Any, Any], list[dict[str, Any]]] = defaultdict(list)
     for event in spans:
         if "hlo_op" in event.get("args", {}) and _module_matches(event, module):

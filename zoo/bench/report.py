@@ -72,6 +72,7 @@ FIELDS: dict[str, str] = {
     "decode_ratio": "decode_tokens_per_s / peer_decode_tokens_per_s",
     "profile": "the --profile summary of the train step (file name), null without --profile",
     "profile_categories": "share of the profiled step's op time by kind of work (--profile)",
+    "profile_reason": "why profile is null: not asked for, or the trace failed (the timings stand)",
     "xla_settings": "XLA environment variables and JAX settings in force (null: unset)",
     "device": "the device the row ran on",
     "date": "when the run started (UTC, ISO 8601)",

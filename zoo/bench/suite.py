@@ -173,15 +173,22 @@ def run_spec(
     if profile is not None:
         from zoo.bench.profile import format_summary, profile_run
 
-        summary = profile_run(zoo_run, profile, steps=profile_steps)
-        print(
-            format_summary(summary, f"{spec.preset} {spec.batch}x{spec.seq} {spec.precision}"),
-            file=sys.stderr,
-        )
-        row["profile"] = str(Path(profile) / summary["files"]["summary"])
-        row["profile_categories"] = {
-            name: round(slot["share"], 4) for name, slot in summary["categories"].items()
-        }
+        try:
+            summary = profile_run(zoo_run, profile, steps=profile_steps)
+        except Exception as error:  # the row's timings stand without the profile
+            row["profile_reason"] = f"profiling failed: {type(error).__name__}: {error}"
+            print(f"zoo bench: {row['profile_reason']}", file=sys.stderr)
+        else:
+            print(
+                format_summary(summary, f"{spec.preset} {spec.batch}x{spec.seq} {spec.precision}"),
+                file=sys.stderr,
+            )
+            row["profile"] = str(Path(profile) / summary["files"]["summary"])
+            row["profile_categories"] = {
+                name: round(slot["share"], 4) for name, slot in summary["categories"].items()
+            }
+    else:
+        row["profile_reason"] = "not asked for (--profile DIR)"
     if not first and before is not None and row["peak_memory_bytes"] == before:
         row["peak_memory_reason"] = (
             "upper bound: an earlier row in this process set the peak; "

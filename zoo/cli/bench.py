@@ -186,6 +186,8 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.profile_steps < 1:
         raise ValueError(f"--profile-steps must be >= 1, got {args.profile_steps}")
+    if args.profile is not None:  # an unwritable folder fails now, before any work
+        args.profile.mkdir(parents=True, exist_ok=True)
     if args.mesh and args.peer:
         raise ValueError("--peer runs PyTorch on one device: drop --mesh or --peer")
     if args.peer:
