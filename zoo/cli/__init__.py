@@ -7,7 +7,7 @@ import importlib
 import pkgutil
 import sys
 
-from zoo.cli._mesh import join_processes
+from zoo.cli._mesh import join_processes, quiet_other_processes
 from zoo.host import tune_host_allocator
 
 
@@ -32,8 +32,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        join_processes(args)  # before anything starts JAX's backend
+        joined = join_processes(args)  # before anything starts JAX's backend
         tune_host_allocator()
+        if joined:
+            quiet_other_processes()
         return int(args.run(args) or 0)
     # ImportError: an optional package is missing; the message says which extra installs it.
     except (ValueError, KeyError, FileNotFoundError, TypeError, ImportError) as error:

@@ -4,7 +4,8 @@ join many processes (`zoo train`, `zoo eval`).
 `--coordinator HOST:PORT --num-processes N --process-id I` (or the variables
 `JAX_COORDINATOR_ADDRESS`, `JAX_NUM_PROCESSES`, `JAX_PROCESS_ID`), or `--distributed auto` on a
 cluster JAX recognises (SLURM, Open MPI, TPU pods), join one run of many processes. The command
-line calls `join_processes` before anything starts JAX's backend.
+line calls `join_processes` before anything starts JAX's backend, then `quiet_other_processes`:
+process 0 reports for all of them.
 """
 
 from __future__ import annotations
@@ -54,6 +55,24 @@ def join_processes(args: argparse.Namespace) -> bool:
         )
     coordinator = AUTO if args.distributed == AUTO else args.coordinator
     return initialize(coordinator, args.num_processes, args.process_id)
+
+
+def quiet_other_processes() -> None:
+    """On processes other than 0: no warnings from zoo's loggers and no progress bars or logs
+    from `datasets` (process 0 shows them once for the run); errors still reach the terminal."""
+    import logging
+
+    import jax
+
+    if jax.process_index() == 0:
+        return
+    logging.getLogger("zoo").setLevel(logging.ERROR)
+    try:
+        import datasets
+    except ImportError:  # a command that reads no datasets
+        return
+    datasets.disable_progress_bars()
+    datasets.logging.set_verbosity_error()
 
 
 def layout_from_args(args: argparse.Namespace) -> Any:

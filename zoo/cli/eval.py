@@ -6,7 +6,9 @@
 | gpt | loss (nats per token), perplexity |
 | translator | loss, token accuracy, BLEU (sacrebleu, detokenized) of greedy or beam translations |
 
-The data is tokenized with the model's own tokenizer (saved beside it by `zoo train`).
+The data is tokenized with the model's own tokenizer (saved beside it by `zoo train`). With
+`--mesh` the batches' rows (and a translator's sources) are split over the devices, of many
+processes too (`--coordinator ...`: every process runs the command, process 0 prints).
 """
 
 from __future__ import annotations
@@ -98,22 +100,26 @@ def _classes(model: Any, batches: list[dict], layout: Any) -> tuple[list[int], l
     return labels, predictions
 
 
-def _bleu(model: Any, tokenizer: Any, args: argparse.Namespace, split: Any) -> dict[str, Any]:
-    import numpy as np
-
+def _bleu(
+    model: Any, tokenizer: Any, args: argparse.Namespace, split: Any, layout: Any
+) -> dict[str, Any]:
+    """BLEU of greedy or beam translations; on a mesh the sources' rows are split over it (on
+    many processes too) and the tokens gathered whole into every process."""
     from zoo.data import bleu, source_tokenizer
     from zoo.decoding import translate
+    from zoo.distributed.hosts import gather
 
     source_column, target_column = args.source or "de", args.target or "en"
     rows = split if args.limit is None else split.select(range(min(args.limit, len(split))))
     sources, references = rows[source_column], rows[target_column]
     length = model.config.max_positions
+    mesh = {} if layout is None else {"mesh": layout.mesh, "rules": layout.rules}
     hypotheses: list[str] = []
     for start in range(0, len(sources), args.batch_size):
         src = source_tokenizer(tokenizer).encode_batch(
             sources[start : start + args.batch_size], length=length, add_eos=True
         )
-        out = np.asarray(translate(model, src, beam_size=args.beam_size, max_len=length))
+        out = gather(translate(model, src, beam_size=args.beam_size, max_len=length, **mesh))
         hypotheses.extend(tokenizer.decode(ids.tolist()) for ids in out)  # stops at eos
     return {
         "bleu": bleu(hypotheses, references),
@@ -170,7 +176,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         result["perplexity"] = math.exp(loss)
     else:
         result["token_accuracy"] = float(stats.accuracy)
-        result |= _bleu(model, tokenizer, args, split)
+        result |= _bleu(model, tokenizer, args, split, layout)
     return result
 
 
@@ -184,6 +190,7 @@ def _eval_split(
     from zoo.data import DataConfig
     from zoo.data.specs import check_split
     from zoo.data.splits import hold_out
+    from zoo.distributed.hosts import is_writer
 
     if args.split not in dataset:
         if Path(args.split).is_file():
@@ -196,7 +203,7 @@ def _eval_split(
             config = DataConfig.from_options(TASK_OF_FLAVOR[flavor], options)
             return hold_out(train, config)[1], "validation (held out of train)"
         check_split(dataset, args.split, args.data)
-    if args.split == "train":
+    if args.split == "train" and is_writer():
         print(
             "zoo eval: evaluating on the train split: the numbers measure how well the model "
             "fits its training data, not how it generalises",
