@@ -9,6 +9,8 @@ fallback to XLA cannot pass as cuDNN.
 
 from __future__ import annotations
 
+import re
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -125,3 +127,34 @@ def test_gpt_with_cudnn_attention_matches_xla_and_compiles_the_kernel():
         xla = np.asarray(run(params, tokens))
     # logits of a 2-layer model at init are small (|logit| < 1): a few bf16 steps
     np.testing.assert_allclose(fast, xla, atol=3e-2, rtol=0)
+
+
+def test_the_causal_flag_compiles_cudnn_causal_kernel_forward_and_backward():
+    """`causal=True` (a GPT without padding) reaches cuDNN as its causal mask type, with no
+    bias operand, and equals the explicit causal mask."""
+    query, key, value, mask = inputs("causal")
+    cotangent = jax.random.normal(jax.random.key(1), query.shape, jnp.float32)
+
+    def flagged(implementation):
+        def one(q, k, v):
+            return dot_product_attention(q, k, v, implementation=implementation, causal=True)[0]
+
+        def total(q, k, v):
+            return jnp.sum(jax.vmap(one)(q, k, v).astype(jnp.float32) * cotangent)
+
+        return jax.jit(jax.value_and_grad(total, argnums=(0, 1, 2)))
+
+    with jax.numpy_dtype_promotion("standard"):
+        step = flagged("cudnn")
+        text = step.lower(query, key, value).compile().as_text()
+        calls = [
+            line for line in text.splitlines() if CUDNN_CALL in line and "custom-call(" in line
+        ]
+        assert calls, "cuDNN attention was not compiled in (XLA fallback)"
+        assert all(re.search(r"mask_type\W+CAUSAL", line) for line in calls), calls[0][:400]
+        (value_fast, grads_fast) = step(query, key, value)
+        reference = jax.jit(loss("xla"))(query, key, value, mask, cotangent)
+    for ours, theirs in zip(grads_fast, reference):
+        ours, theirs = np.asarray(ours, np.float32), np.asarray(theirs, np.float32)
+        assert np.abs(ours - theirs).max() <= GRADIENT_RTOL * np.abs(theirs).max()
+    assert np.isfinite(float(value_fast))

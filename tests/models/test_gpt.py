@@ -110,3 +110,34 @@ def test_a_python_list_is_refused_with_the_fix():
     with pytest.raises(TypeError, match=r"tokens must be a JAX array of token ids, got a list; "
                        r"wrap it: jnp.asarray\(tokens\)"):  # fmt: skip
         inspect.unwrap(check_tokens)([1, 2, 3], vocab_size=64, max_positions=128)
+
+
+def test_without_padding_the_fused_kernel_gets_is_causal_and_no_mask(monkeypatch, key):
+    """No pad id, no mask, no cache, no window: the causal order goes to the kernel as a flag
+    (cuDNN's causal kernel skips the masked half); anything else passes the mask."""
+    seen = []
+    original = jax.nn.dot_product_attention
+
+    def recording(*args, **kwargs):
+        seen.append((kwargs.get("is_causal"), kwargs.get("mask") is None))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(jax.nn, "dot_product_attention", recording)
+    tokens = jnp.array([5, 9, 17, 3, 44, 8])
+    for name in ("gpt-tiny", "llama-tiny"):
+        plain = zoo.create(name, pad_id=None, attention_implementation="xla", key=key)
+        padded = zoo.create(name, attention_implementation="xla", key=key)  # pad_id 0
+        seen.clear()
+        causal_logits = plain(tokens)
+        assert seen and set(seen) == {(True, True)}  # traced once per layer (or once, scanned)
+        seen.clear()
+        masked_logits = padded(tokens)  # no pad token in `tokens`: the same logits
+        assert seen and set(seen) == {(False, False)}
+        np.testing.assert_allclose(causal_logits, masked_logits, atol=1e-6)
+        seen.clear()
+        plain(tokens, mask=jnp.array([True] * 5 + [False]))  # an explicit mask is a mask
+        assert set(seen) == {(False, False)}
+        seen.clear()
+        cache = plain.init_cache(8)
+        plain.extend(tokens[:3], cache)  # the cache's mask covers its length
+        assert set(seen) == {(False, False)}

@@ -110,6 +110,41 @@ def test_fused_and_explicit_paths_agree(key):
     np.testing.assert_allclose(fused, explicit, atol=1e-5)
 
 
+@pytest.mark.parametrize("implementation", [None, "xla"])
+def test_causal_flag_equals_the_causal_mask_in_value_and_gradient(key, implementation):
+    """`causal=True` is the causal mask; on the fused path it becomes `is_causal`."""
+    q = jax.random.normal(key, (6, 4, 8))
+    k, v = (jax.random.normal(jax.random.key(seed), (6, 2, 8)) for seed in (1, 2))
+    ordered = attention_mask(6, causal=True, num_keys=6)
+    padded = attention_mask(6, jnp.array([True] * 4 + [False] * 2), causal=True, num_keys=6)
+    padding = attention_mask(6, jnp.array([True] * 4 + [False] * 2))
+
+    def total(q, k, v, mask, causal):
+        out, _ = dot_product_attention(q, k, v, mask, implementation=implementation, causal=causal)
+        return jnp.sum(out * jnp.arange(8.0)[None, None, :]), out
+
+    for mask, flag_mask in ((ordered, None), (padded, padding)):
+        (_, expected), grads = jax.value_and_grad(total, (0, 1, 2), has_aux=True)(
+            q, k, v, mask, False
+        )
+        (_, found), flag_grads = jax.value_and_grad(total, (0, 1, 2), has_aux=True)(
+            q, k, v, flag_mask, True
+        )
+        np.testing.assert_allclose(found, expected, atol=1e-6)
+        for ours, theirs in zip(flag_grads, grads):
+            np.testing.assert_allclose(ours, theirs, atol=1e-6)
+    # the first query sees only the first key: its output is that key's value, per head group
+    first, _ = dot_product_attention(q, k, v, implementation=implementation, causal=True)
+    np.testing.assert_allclose(first[0], jnp.repeat(v[0], 2, axis=0), atol=1e-6)
+
+
+def test_causal_flag_is_for_self_attention_without_a_cache(key):
+    q = jax.random.normal(key, (2, 2, 4))
+    kv = jax.random.normal(key, (5, 2, 4))
+    with pytest.raises(ValueError, match="2 queries and 5 keys; with a KV cache pass the mask"):
+        dot_product_attention(q, kv, kv, causal=True)
+
+
 def test_attention_dropout_needs_key_and_respects_inference_mode(key):
     mha = MultiHeadAttention(8, 2, dropout_rate=0.5, key=key)
     x = jax.random.normal(key, (4, 8))

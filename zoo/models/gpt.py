@@ -127,11 +127,19 @@ class GPT(eqx.Module):
         embed_key, layers_key = split_optional(key, 2)
         index = jnp.zeros((), jnp.int32) if cache is None else cache.index
         layer_cache = None
+        # Without padding or a window the mask is the causal order alone: the layers get it as
+        # a flag, which a fused attention kernel applies without reading a mask.
+        causal_only = cache is None and mask is None and c.pad_id is None
+        causal_only = causal_only and c.sliding_window is None
         if cache is None:
             key_valid = valid_positions(tokens, c.pad_id, mask)
             positions = token_positions(key_valid, num_tokens)
-            attn_mask = attention_mask(
-                num_tokens, key_valid, causal=True, num_keys=num_tokens, window=c.sliding_window
+            attn_mask = (
+                None
+                if causal_only
+                else attention_mask(
+                    num_tokens, key_valid, causal=True, num_keys=num_tokens, window=c.sliding_window
+                )
             )
         else:
             positions = index + jnp.arange(num_tokens)
@@ -153,6 +161,7 @@ class GPT(eqx.Module):
             cache_index=index,
             key=layers_key,
             return_weights=return_weights,
+            causal=causal_only,
         )
         return self._logits(x), extras
 

@@ -134,6 +134,23 @@ def _weighted_values(
     return output.reshape(seq, heads, value.shape[2])
 
 
+def _fused(
+    implementation: str | None,
+    return_weights: bool,
+    dropout: Dropout | None,
+    dropout_key: PRNGKeyArray | None,
+) -> bool:
+    """Whether `dot_product_attention` takes `jax.nn.dot_product_attention` (see its docstring)."""
+    dropout_active = (
+        dropout is not None
+        and dropout_key is not None
+        and not dropout.inference
+        and dropout.rate > 0.0
+    )
+    explicit_by_default = implementation is None and jax.default_backend() == "cpu"
+    return not (return_weights or dropout_active or explicit_by_default)
+
+
 def dot_product_attention(
     query: Float[Array, "seq heads head_dim"],
     key: Float[Array, "kv_seq kv_heads head_dim"],
@@ -146,6 +163,7 @@ def dot_product_attention(
     dropout_key: PRNGKeyArray | None = None,
     return_weights: bool = False,
     implementation: str | None = None,
+    causal: bool = False,
 ) -> tuple[Float[Array, "seq heads head_dim"], Float[Array, "heads seq kv_seq"] | None]:
     """Scaled dot-product attention for one example; returns (output, weights or None).
 
@@ -156,15 +174,24 @@ def dot_product_attention(
     on an NVIDIA GPU. Both paths give zero output for fully masked queries, and both take
     fewer key/value heads than query heads (grouped-query attention), and both add
     `score_bias` to the scores and honour `scale` (see `attention_weights`).
+
+    `causal=True` lets query `i` see keys `0..i` only, on top of `mask` (self-attention over
+    one sequence without a cache: `seq == kv_seq`). It equals passing the causal mask, but
+    with no other mask the fused path hands it to the kernel as `is_causal`: cuDNN then skips
+    the masked half of the scores instead of reading a `[seq, kv_seq]` bias.
     """
-    dropout_active = (
-        dropout is not None
-        and dropout_key is not None
-        and not dropout.inference
-        and dropout.rate > 0.0
-    )
-    explicit_by_default = implementation is None and jax.default_backend() == "cpu"
-    if return_weights or dropout_active or explicit_by_default:
+    if causal:
+        if query.shape[0] != key.shape[0]:
+            raise ValueError(
+                f"causal=True needs as many queries as keys (self-attention without a cache), "
+                f"got {query.shape[0]} queries and {key.shape[0]} keys; with a KV cache pass "
+                "the mask instead: attention_mask(..., causal=True, query_offset=index)"
+            )
+        if mask is not None or not _fused(implementation, return_weights, dropout, dropout_key):
+            ordered = causal_mask(jnp.arange(query.shape[0]), jnp.arange(key.shape[0]))
+            mask = ordered if mask is None else mask & ordered
+            causal = False
+    if not _fused(implementation, return_weights, dropout, dropout_key):
         weights = attention_weights(query, key, mask, score_bias=score_bias, scale=scale)
         if dropout is not None:
             weights = dropout(weights, key=dropout_key)
@@ -180,6 +207,7 @@ def dot_product_attention(
             bias=None if score_bias is None else score_bias.astype(query.dtype)[None],
             mask=None if mask is None else mask[None, :, :],
             scale=None if scale else 1.0,
+            is_causal=causal,
             implementation=implementation,  # type: ignore[arg-type]
         )
     if mask is not None:
@@ -357,11 +385,13 @@ class MultiHeadAttention(eqx.Module):
         score_bias: Float[Array, "heads seq kv_seq"] | None = None,
         key: PRNGKeyArray | None = None,
         return_weights: bool = False,
+        causal: bool = False,
     ) -> tuple[Float[Array, "seq d_model"], Float[Array, "heads seq kv_seq"] | None]:
         """Attend projected queries to projected keys/values and apply the output projection.
 
         `score_bias` is added to every head's scores (relative positions,
-        `zoo.nn.relative_position`).
+        `zoo.nn.relative_position`). `causal` adds the causal order to `mask` (see
+        `dot_product_attention`).
         """
         heads, weights = dot_product_attention(
             query,
@@ -374,6 +404,7 @@ class MultiHeadAttention(eqx.Module):
             dropout_key=key,
             return_weights=return_weights,
             implementation=self.implementation,
+            causal=causal,
         )
         merged = heads.reshape(heads.shape[0], self.num_heads * self.head_dim)
         return self.output_proj(merged), weights
@@ -386,11 +417,13 @@ class MultiHeadAttention(eqx.Module):
         mask: Bool[Array, "seq kv_seq"] | None = None,
         positions: Int[Array, " seq"] | None = None,
         key: PRNGKeyArray | None = None,
+        causal: bool = False,
     ) -> Float[Array, "seq d_model"]:
         """Self-attention over `x` (at `positions`), or cross-attention from `x` to `context`."""
         if context is None:
             keys, values = self.project_key_value(x, positions)
         else:
             keys, values = self.project_key_value(context)
-        output, _ = self.attend(self.project_query(x, positions), keys, values, mask, key=key)
+        query = self.project_query(x, positions)
+        output, _ = self.attend(query, keys, values, mask, key=key, causal=causal)
         return output

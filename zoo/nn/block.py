@@ -142,10 +142,12 @@ class TransformerBlock(eqx.Module):
         score_bias: Float[Array, "heads seq kv_seq"] | None = None,
         key: PRNGKeyArray | None = None,
         return_weights: bool = False,
+        causal: bool = False,
     ) -> tuple[Float[Array, "seq d_model"], BlockExtras]:
         """Run the layer.
 
-        `mask` is the self-attention mask (padding and/or causal). `positions` are the absolute
+        `mask` is the self-attention mask (padding and/or causal); `causal=True` adds the
+        causal order to it without a cache (`zoo.nn.attention.dot_product_attention`). `positions` are the absolute
         positions of the `seq` tokens for rotary attention (default: `cache_index + 0, 1, ...`).
         With `cache`, the new keys and values are written at `cache_index` and the queries attend
         to the whole cache (`mask` is then `[seq, max_len]`). `cross_kv` are the encoder memory's
@@ -172,6 +174,7 @@ class TransformerBlock(eqx.Module):
                 score_bias=score_bias,
                 key=k,
                 return_weights=return_weights,
+                causal=causal,
             )
             return out, (new_cache, weights)
 

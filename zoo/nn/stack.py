@@ -90,11 +90,13 @@ class LayerStack(eqx.Module):
         score_bias: Float[Array, "heads seq kv_seq"] | None = None,
         key: PRNGKeyArray | None = None,
         return_weights: bool = False,
+        causal: bool = False,
     ) -> tuple[Float[Array, "seq d_model"], BlockExtras]:
         """Run every layer. Extras (cache, attention weights) come back stacked on `layers`.
 
-        `positions` (absolute token positions, for rotary attention) and `score_bias` (relative
-        positions, added to the self-attention scores) are the same in every layer.
+        `positions` (absolute token positions, for rotary attention), `score_bias` (relative
+        positions, added to the self-attention scores) and `causal` (the causal order on top of
+        `mask`) are the same in every layer.
         """
         params, static = eqx.partition(self.blocks, eqx.is_array)
         layer_keys = None if key is None else jax.random.split(key, self.num_layers)
@@ -113,6 +115,7 @@ class LayerStack(eqx.Module):
                 score_bias=score_bias,
                 key=layer_key,
                 return_weights=return_weights,
+                causal=causal,
             )
 
         if self.scan and cache is not None:
