@@ -17,7 +17,7 @@ from zoo.nn.heads import MaskedLMHead
 from zoo.nn.linear import Linear
 from zoo.nn.norm import LayerNorm, RMSNorm, make_norm
 from zoo.nn.relative_position import RelativePositionBias, relative_position_buckets
-from zoo.nn.rotary import RotaryEmbedding, rotary_inverse_frequencies
+from zoo.nn.rotary import RotaryEmbedding, RotaryTable, apply_rotary, rotary_inverse_frequencies
 from zoo.nn.stack import LayerStack
 
 __all__ = [
@@ -35,7 +35,9 @@ __all__ = [
     "RMSNorm",
     "RelativePositionBias",
     "RotaryEmbedding",
+    "RotaryTable",
     "TransformerBlock",
+    "apply_rotary",
     "attention_mask",
     "attention_weights",
     "causal_mask",

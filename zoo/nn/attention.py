@@ -17,7 +17,7 @@ from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 from zoo.nn.dropout import Dropout
 from zoo.nn.linear import Linear
 from zoo.nn.norm import RMSNorm
-from zoo.nn.rotary import RotaryEmbedding
+from zoo.nn.rotary import RotaryEmbedding, RotaryTable
 
 # --------------------------------------------------------------------------------------------
 # masks: True means "this query may attend to this key"
@@ -350,30 +350,51 @@ class MultiHeadAttention(eqx.Module):
         return x.reshape(x.shape[0], heads, self.head_dim)
 
     def _position(
-        self, x: Array, norm: RMSNorm | None, positions: Int[Array, " seq"] | None
+        self,
+        x: Array,
+        norm: RMSNorm | None,
+        positions: Int[Array, " seq"] | None,
+        rotary_table: RotaryTable | None,
     ) -> Array:
-        """QK-norm, then the rotary rotation (positions default to 0, 1, ...)."""
+        """QK-norm, then the rotary rotation: by `rotary_table` if given, else by `positions`
+        (default 0, 1, ...)."""
         if norm is not None:
             x = norm(x)
         if self.rotary is not None:
-            positions = jnp.arange(x.shape[0]) if positions is None else positions
-            x = self.rotary(x, positions)
+            if rotary_table is None and positions is None:
+                positions = jnp.arange(x.shape[0])
+            x = self.rotary(x, positions, table=rotary_table)
         return x
 
+    def rotary_table(self, positions: Int[Array, " seq"]) -> RotaryTable | None:
+        """The cos/sin table of `positions` for `project_query` and `project_key_value` (None
+        without rotary): compute it once for the queries, the keys and every layer."""
+        return None if self.rotary is None else self.rotary.table(positions)
+
     def project_query(
-        self, x: Float[Array, "seq d_model"], positions: Int[Array, " seq"] | None = None
+        self,
+        x: Float[Array, "seq d_model"],
+        positions: Int[Array, " seq"] | None = None,
+        *,
+        rotary_table: RotaryTable | None = None,
     ) -> Float[Array, "seq heads head_dim"]:
-        """Queries of `x`; with rotary, rotated by `positions` (absolute token indices)."""
+        """Queries of `x`; with rotary, rotated by `positions` (absolute token indices) or by
+        their precomputed `rotary_table` (see `rotary_table`)."""
         query = self._split_heads(self.query_proj(x), self.num_heads)
-        return self._position(query, self.query_norm, positions)
+        return self._position(query, self.query_norm, positions, rotary_table)
 
     def project_key_value(
-        self, context: Float[Array, "kv_seq d_kv"], positions: Int[Array, " kv_seq"] | None = None
+        self,
+        context: Float[Array, "kv_seq d_kv"],
+        positions: Int[Array, " kv_seq"] | None = None,
+        *,
+        rotary_table: RotaryTable | None = None,
     ) -> tuple[Float[Array, "kv_seq kv_heads head_dim"], Float[Array, "kv_seq kv_heads head_dim"]]:
-        """Keys and values of `context`: computed once per source for cross-attention."""
+        """Keys and values of `context`: computed once per source for cross-attention. With
+        rotary the keys are rotated like the queries (`positions` or `rotary_table`)."""
         keys = self._split_heads(self.key_proj(context), self.num_kv_heads)
         values = self._split_heads(self.value_proj(context), self.num_kv_heads)
-        return self._position(keys, self.key_norm, positions), values
+        return self._position(keys, self.key_norm, positions, rotary_table), values
 
     def attend(
         self,
@@ -416,14 +437,20 @@ class MultiHeadAttention(eqx.Module):
         *,
         mask: Bool[Array, "seq kv_seq"] | None = None,
         positions: Int[Array, " seq"] | None = None,
+        rotary_table: RotaryTable | None = None,
         key: PRNGKeyArray | None = None,
         causal: bool = False,
     ) -> Float[Array, "seq d_model"]:
-        """Self-attention over `x` (at `positions`), or cross-attention from `x` to `context`."""
+        """Self-attention over `x` (at `positions`, or rotated by their precomputed
+        `rotary_table`), or cross-attention from `x` to `context`."""
         if context is None:
-            keys, values = self.project_key_value(x, positions)
+            if rotary_table is None and self.rotary is not None:
+                positions = jnp.arange(x.shape[0]) if positions is None else positions
+                rotary_table = self.rotary.table(positions)
+            keys, values = self.project_key_value(x, rotary_table=rotary_table)
+            query = self.project_query(x, rotary_table=rotary_table)
         else:
             keys, values = self.project_key_value(context)
-        query = self.project_query(x, positions)
+            query = self.project_query(x, positions, rotary_table=rotary_table)
         output, _ = self.attend(query, keys, values, mask, key=key, causal=causal)
         return output

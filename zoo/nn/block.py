@@ -20,7 +20,7 @@ from zoo.nn.attention import KVCache, MultiHeadAttention
 from zoo.nn.dropout import Dropout, split_optional
 from zoo.nn.feedforward import FeedForward
 from zoo.nn.norm import Norm, make_norm
-from zoo.nn.rotary import RotaryEmbedding
+from zoo.nn.rotary import RotaryEmbedding, RotaryTable
 
 
 class BlockExtras(NamedTuple):
@@ -135,6 +135,7 @@ class TransformerBlock(eqx.Module):
         *,
         mask: Bool[Array, "seq kv_seq"] | None = None,
         positions: Int[Array, " seq"] | None = None,
+        rotary_table: RotaryTable | None = None,
         cross_kv: tuple[Array, Array] | None = None,
         cross_mask: Bool[Array, "seq src"] | None = None,
         cache: KVCache | None = None,
@@ -147,8 +148,11 @@ class TransformerBlock(eqx.Module):
         """Run the layer.
 
         `mask` is the self-attention mask (padding and/or causal); `causal=True` adds the
-        causal order to it without a cache (`zoo.nn.attention.dot_product_attention`). `positions` are the absolute
-        positions of the `seq` tokens for rotary attention (default: `cache_index + 0, 1, ...`).
+        causal order to it without a cache (`zoo.nn.attention.dot_product_attention`).
+        `positions` are the absolute positions of the `seq` tokens for rotary attention
+        (default: `cache_index + 0, 1, ...`); `rotary_table` is their cos/sin table made once
+        for every layer (`MultiHeadAttention.rotary_table`), else the block makes it from
+        `positions`.
         With `cache`, the new keys and values are written at `cache_index` and the queries attend
         to the whole cache (`mask` is then `[seq, max_len]`). `cross_kv` are the encoder memory's
         projected keys and values for this layer's cross-attention (see
@@ -156,17 +160,20 @@ class TransformerBlock(eqx.Module):
         scores (relative positions; `[heads, seq, max_len]` with a cache).
         """
         self_key, cross_key, ff_key = split_optional(key, 3)
-        if positions is None:
-            positions = cache_index + jnp.arange(x.shape[0])
+        if rotary_table is None and self.self_attention.rotary is not None:
+            if positions is None:
+                positions = cache_index + jnp.arange(x.shape[0])
+            rotary_table = self.self_attention.rotary_table(positions)
 
         def self_attend(h, k):
-            keys, values = self.self_attention.project_key_value(h, positions)
+            attention = self.self_attention
+            keys, values = attention.project_key_value(h, rotary_table=rotary_table)
             new_cache = None
             if cache is not None:
                 new_cache = cache.write(keys, values, cache_index)
                 keys, values = new_cache.keys, new_cache.values
-            query = self.self_attention.project_query(h, positions)
-            out, weights = self.self_attention.attend(
+            query = attention.project_query(h, rotary_table=rotary_table)
+            out, weights = attention.attend(
                 query,
                 keys,
                 values,

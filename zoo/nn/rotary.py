@@ -6,6 +6,12 @@ Llama, not interleaved pairs); pair `i` is rotated by the angle `position * inv_
 position s then depends on p - s only. Positions are absolute token indices, so a KV cache keeps
 the rotated keys and decoding continues with the next index.
 
+The cos and sin of the angles are the same in every layer and every head: a model computes them
+once per forward pass (`RotaryEmbedding.table`, `[seq, head_dim]`) and hands the `RotaryTable`
+to each layer (HuggingFace's `position_embeddings`). Computed inside a scanned layer instead,
+XLA evaluates them again in every layer, in the backward pass's recomputation, and once per head
+where it fuses them into the rotation.
+
 Scaling variants stretch the context a model was trained for:
 - `linear`: every frequency divided by `factor` (position interpolation);
 - `llama3`: long wavelengths divided by `factor`, short ones kept, a smooth blend between
@@ -15,6 +21,7 @@ Scaling variants stretch the context a model was trained for:
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -63,11 +70,39 @@ def rotate_half(x: Float[Array, "*lead dim"]) -> Float[Array, "*lead dim"]:
     return jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
 
 
+class RotaryTable(NamedTuple):
+    """cos and sin of the rotation angles of `seq` positions, `[seq, head_dim]` float32 each.
+
+    Made by `RotaryEmbedding.table`; the same for every layer and head, so computed once.
+    """
+
+    cos: Float[Array, "seq head_dim"]
+    sin: Float[Array, "seq head_dim"]
+
+
+def apply_rotary(
+    x: Float[Array, "seq heads head_dim"], table: RotaryTable
+) -> Float[Array, "seq heads head_dim"]:
+    """Rotate every head of `x` by the table's angles, in float32, cast back to `x.dtype`."""
+    expected = (x.shape[0], x.shape[-1])
+    if table.cos.shape != expected or table.sin.shape != expected:
+        raise ValueError(
+            f"the rotary table is {table.cos.shape} but the [seq, heads, head_dim] input "
+            f"{x.shape} needs {expected}: make it from these positions with "
+            "RotaryEmbedding.table(positions)"
+        )
+    cos = table.cos.astype(jnp.float32)[:, None, :]
+    sin = table.sin.astype(jnp.float32)[:, None, :]
+    x32 = x.astype(jnp.float32)
+    return (x32 * cos + rotate_half(x32) * sin).astype(x.dtype)
+
+
 class RotaryEmbedding(eqx.Module):
     """Rotates `[seq, heads, head_dim]` queries or keys by their absolute positions.
 
     Holds no arrays: the frequencies follow from the static settings. The rotation is computed
-    in float32 and the result cast back to the input dtype.
+    in float32 and the result cast back to the input dtype. `table(positions)` gives the cos and
+    sin once for many calls (every layer of a model).
     """
 
     head_dim: int = eqx.field(static=True)
@@ -115,10 +150,21 @@ class RotaryEmbedding(eqx.Module):
         half = positions.astype(jnp.float32)[:, None] * inv_freq[None, :]
         return jnp.concatenate([half, half], axis=-1)
 
+    def table(self, positions: Int[Array, " seq"]) -> RotaryTable:
+        """cos and sin of `angles(positions)`, float32 `[seq, head_dim]`: compute once, pass on."""
+        angles = self.angles(positions)
+        return RotaryTable(jnp.cos(angles), jnp.sin(angles))
+
     def __call__(
-        self, x: Float[Array, "seq heads head_dim"], positions: Int[Array, " seq"]
+        self,
+        x: Float[Array, "seq heads head_dim"],
+        positions: Int[Array, " seq"] | None = None,
+        *,
+        table: RotaryTable | None = None,
     ) -> Float[Array, "seq heads head_dim"]:
-        angles = self.angles(positions)[:, None, :]
-        x32 = x.astype(jnp.float32)
-        rotated = x32 * jnp.cos(angles) + rotate_half(x32) * jnp.sin(angles)
-        return rotated.astype(x.dtype)
+        """`x` rotated by `positions`, or by a `table` made once for them (which then wins)."""
+        if table is None:
+            if positions is None:
+                raise ValueError("rotary needs the positions of the sequence or their table")
+            table = self.table(positions)
+        return apply_rotary(x, table)

@@ -16,6 +16,7 @@ from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 from zoo.nn.attention import KVCache
 from zoo.nn.block import BlockExtras, TransformerBlock
+from zoo.nn.rotary import RotaryTable
 
 # What the backward pass recomputes instead of keeping (`jax.checkpoint` policies per layer):
 # None keeps every intermediate; "dots" keeps the matrix products and recomputes the cheap
@@ -83,6 +84,7 @@ class LayerStack(eqx.Module):
         *,
         mask: Bool[Array, "seq kv_seq"] | None = None,
         positions: Int[Array, " seq"] | None = None,
+        rotary_table: RotaryTable | None = None,
         cross_kv: tuple[Array, Array] | None = None,
         cross_mask: Bool[Array, "seq src"] | None = None,
         cache: KVCache | None = None,
@@ -94,10 +96,18 @@ class LayerStack(eqx.Module):
     ) -> tuple[Float[Array, "seq d_model"], BlockExtras]:
         """Run every layer. Extras (cache, attention weights) come back stacked on `layers`.
 
-        `positions` (absolute token positions, for rotary attention), `score_bias` (relative
-        positions, added to the self-attention scores) and `causal` (the causal order on top of
-        `mask`) are the same in every layer.
+        `positions` (absolute token positions, for rotary attention; default
+        `cache_index + 0, 1, ...`), `score_bias` (relative positions, added to the
+        self-attention scores) and `causal` (the causal order on top of `mask`) are the same in
+        every layer. With rotary attention the cos/sin table of the positions is made here,
+        once, outside the layer loop, and handed to every layer (or pass `rotary_table` made by
+        `MultiHeadAttention.rotary_table`).
         """
+        attention = self.blocks.self_attention
+        if rotary_table is None and attention.rotary is not None:
+            if positions is None:
+                positions = cache_index + jnp.arange(x.shape[0])
+            rotary_table = attention.rotary_table(positions)
         params, static = eqx.partition(self.blocks, eqx.is_array)
         layer_keys = None if key is None else jax.random.split(key, self.num_layers)
 
@@ -108,6 +118,7 @@ class LayerStack(eqx.Module):
                 h,
                 mask=mask,
                 positions=positions,
+                rotary_table=rotary_table,
                 cross_kv=layer_cross_kv,
                 cross_mask=cross_mask,
                 cache=layer_cache,
