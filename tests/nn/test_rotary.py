@@ -170,23 +170,9 @@ def test_gpt_logits_equal_the_per_layer_angles(overrides):
 
 def loop_opcodes(program: Program) -> set[str]:
     """Opcodes of every while loop's body and condition and of all they call (fusions, ...)."""
-    pending = [
-        name
-        for instruction in program.instructions.values()
-        if instruction.opcode == "while"
-        for name in instruction.calls
-    ]
-    seen: set[str] = set()
-    opcodes: set[str] = set()
-    while pending:
-        computation = pending.pop()
-        if computation in seen:
-            continue
-        seen.add(computation)
-        for name in program.computations.get(computation, []):
-            opcodes.add(program.instructions[name].opcode)
-            pending.extend(program.instructions[name].calls)
-    return opcodes
+    loops = [instruction for instruction in program.instructions.values()
+             if instruction.opcode == "while"]  # fmt: skip
+    return program.reach([name for loop in loops for name in loop.calls])[0]
 
 
 def test_the_train_step_evaluates_no_sine_or_cosine_in_its_layer_loops():

@@ -105,7 +105,14 @@ class Program:
         opcodes, targets = {instruction.opcode}, {instruction.target} - {""}
         if instruction.opcode in _CONTROL:  # a loop's body is profiled op by op, not here
             return opcodes, targets
-        pending, seen = list(instruction.calls), set()
+        inner_opcodes, inner_targets = self.reach(instruction.calls)
+        return opcodes | inner_opcodes, targets | inner_targets
+
+    def reach(self, computations: list[str]) -> tuple[set[str], set[str]]:
+        """Opcodes and custom-call targets in these computations and all they call."""
+        opcodes: set[str] = set()
+        targets: set[str] = set()
+        pending, seen = list(computations), set()
         while pending:
             computation = pending.pop()
             if computation in seen:
