@@ -180,6 +180,7 @@ def dot_product_attention(
     with no other mask the fused path hands it to the kernel as `is_causal`: cuDNN then skips
     the masked half of the scores instead of reading a `[seq, kv_seq]` bias.
     """
+    fused = _fused(implementation, return_weights, dropout, dropout_key)
     if causal:
         if query.shape[0] != key.shape[0]:
             raise ValueError(
@@ -187,11 +188,11 @@ def dot_product_attention(
                 f"got {query.shape[0]} queries and {key.shape[0]} keys; with a KV cache pass "
                 "the mask instead: attention_mask(..., causal=True, query_offset=index)"
             )
-        if mask is not None or not _fused(implementation, return_weights, dropout, dropout_key):
+        if mask is not None or not fused:
             ordered = causal_mask(jnp.arange(query.shape[0]), jnp.arange(key.shape[0]))
             mask = ordered if mask is None else mask & ordered
             causal = False
-    if not _fused(implementation, return_weights, dropout, dropout_key):
+    if not fused:
         weights = attention_weights(query, key, mask, score_bias=score_bias, scale=scale)
         if dropout is not None:
             weights = dropout(weights, key=dropout_key)
@@ -366,10 +367,23 @@ class MultiHeadAttention(eqx.Module):
             x = self.rotary(x, positions, table=rotary_table)
         return x
 
-    def rotary_table(self, positions: Int[Array, " seq"]) -> RotaryTable | None:
+    def rotary_table(
+        self,
+        positions: Int[Array, " seq"] | None = None,
+        *,
+        length: int | None = None,
+        offset: Int[Array, ""] | int = 0,
+    ) -> RotaryTable | None:
         """The cos/sin table of `positions` for `project_query` and `project_key_value` (None
-        without rotary): compute it once for the queries, the keys and every layer."""
-        return None if self.rotary is None else self.rotary.table(positions)
+        without rotary): compute it once for the queries, the keys and every layer. Without
+        `positions`, the `length` positions from `offset` (a KV cache's index)."""
+        if self.rotary is None:
+            return None
+        if positions is None:
+            if length is None:
+                raise ValueError("rotary_table needs positions or a length")
+            positions = offset + jnp.arange(length)
+        return self.rotary.table(positions)
 
     def project_query(
         self,
@@ -444,9 +458,8 @@ class MultiHeadAttention(eqx.Module):
         """Self-attention over `x` (at `positions`, or rotated by their precomputed
         `rotary_table`), or cross-attention from `x` to `context`."""
         if context is None:
-            if rotary_table is None and self.rotary is not None:
-                positions = jnp.arange(x.shape[0]) if positions is None else positions
-                rotary_table = self.rotary.table(positions)
+            if rotary_table is None:
+                rotary_table = self.rotary_table(positions, length=x.shape[0])
             keys, values = self.project_key_value(x, rotary_table=rotary_table)
             query = self.project_query(x, rotary_table=rotary_table)
         else:

@@ -160,10 +160,10 @@ class TransformerBlock(eqx.Module):
         scores (relative positions; `[heads, seq, max_len]` with a cache).
         """
         self_key, cross_key, ff_key = split_optional(key, 3)
-        if rotary_table is None and self.self_attention.rotary is not None:
-            if positions is None:
-                positions = cache_index + jnp.arange(x.shape[0])
-            rotary_table = self.self_attention.rotary_table(positions)
+        if rotary_table is None:
+            rotary_table = self.self_attention.rotary_table(
+                positions, length=x.shape[0], offset=cache_index
+            )
 
         def self_attend(h, k):
             attention = self.self_attention

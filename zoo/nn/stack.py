@@ -103,11 +103,10 @@ class LayerStack(eqx.Module):
         once, outside the layer loop, and handed to every layer (or pass `rotary_table` made by
         `MultiHeadAttention.rotary_table`).
         """
-        attention = self.blocks.self_attention
-        if rotary_table is None and attention.rotary is not None:
-            if positions is None:
-                positions = cache_index + jnp.arange(x.shape[0])
-            rotary_table = attention.rotary_table(positions)
+        if rotary_table is None:
+            rotary_table = self.blocks.self_attention.rotary_table(
+                positions, length=x.shape[0], offset=cache_index
+            )
         params, static = eqx.partition(self.blocks, eqx.is_array)
         layer_keys = None if key is None else jax.random.split(key, self.num_layers)
 
