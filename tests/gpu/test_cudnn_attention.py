@@ -2,9 +2,11 @@
 
 zoo's attention is per example and batched by `jax.vmap`; on a GPU in bf16 it asks
 `jax.nn.dot_product_attention` for cuDNN's fused kernel. These checks compare it with the XLA
-path and a float32 reference for causal, padded and cross attention, forward and backward,
-and look for cuDNN's custom call (`__cudnn$fmha...`) in the compiled program, so a silent
-fallback to XLA cannot pass as cuDNN.
+path and a float32 reference for causal, padded, causal-and-padded, windowed and cross
+attention and a decoding step after a cache, forward and backward, and look for cuDNN's custom
+call (`__cudnn$fmha...`) in the compiled program, so a silent fallback to XLA cannot pass as
+cuDNN. The masks are `zoo.nn.Mask` values: cuDNN gets them as its own causal flag, sequence
+lengths and window (`test_cuda_program.py` checks the same structure on a CPU).
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ import pytest
 from gpu_checks import requires_cudnn
 
 from zoo import presets
-from zoo.nn.attention import attention_mask, dot_product_attention
+from zoo.nn import Mask
+from zoo.nn.attention import dot_product_attention
 from zoo.train import cast_floating
 
 pytestmark = [pytest.mark.gpu, requires_cudnn]
@@ -34,21 +37,31 @@ GRADIENT_RTOL = 5e-2
 CUDNN_CALL = "__cudnn$fmha"
 
 
+KINDS = ["causal", "padded", "causal-padded", "window", "cross", "decode"]
+
+
 def inputs(kind: str):
-    """(query, key, value, mask) for a batch: bf16 unit normals, masks per example."""
-    kv_seq = CROSS_KV if kind == "cross" else SEQ
+    """(query, key, value, masks) for a batch: bf16 unit normals, one `Mask` per example."""
+    kv_seq = CROSS_KV if kind in ("cross", "decode") else SEQ
+    seq = 1 if kind == "decode" else SEQ
     keys = jax.random.split(jax.random.key(0), 3)
-    query = jax.random.normal(keys[0], (BATCH, SEQ, HEADS, HEAD_DIM), jnp.bfloat16)
+    query = jax.random.normal(keys[0], (BATCH, seq, HEADS, HEAD_DIM), jnp.bfloat16)
     key = jax.random.normal(keys[1], (BATCH, kv_seq, HEADS, HEAD_DIM), jnp.bfloat16)
     value = jax.random.normal(keys[2], (BATCH, kv_seq, HEADS, HEAD_DIM), jnp.bfloat16)
     # ragged key lengths: full, most, half, a single key
-    lengths = jnp.array([kv_seq, kv_seq - 28, kv_seq // 2, 1])
-    valid = jnp.arange(kv_seq)[None, :] < lengths[:, None]
-    if kind == "causal":
-        mask = jax.vmap(lambda _: attention_mask(SEQ, None, num_keys=SEQ, causal=True))(lengths)
-    else:  # padded self-attention, or cross-attention to a padded source
-        mask = jax.vmap(lambda v: attention_mask(SEQ, v))(valid)
-    return query, key, value, mask
+    lengths = jnp.array([kv_seq, kv_seq - 28, kv_seq // 2, 1], jnp.int32)
+
+    def mask(length):
+        return {
+            "causal": Mask(causal=True),
+            "padded": Mask(key_length=length),
+            "causal-padded": Mask(causal=True, key_length=length),
+            "window": Mask(causal=True, window=16),
+            "cross": Mask(key_length=length),
+            "decode": Mask(causal=True, offset=length - 1),  # the query sits at length - 1
+        }[kind]
+
+    return query, key, value, jax.vmap(mask)(lengths)
 
 
 def attend(implementation: str | None):
@@ -69,7 +82,7 @@ def loss(implementation: str | None):
     return jax.grad(total, argnums=(0, 1, 2))
 
 
-@pytest.mark.parametrize("kind", ["causal", "padded", "cross"])
+@pytest.mark.parametrize("kind", KINDS)
 def test_cudnn_forward_equals_xla_and_the_float32_reference(kind):
     query, key, value, mask = inputs(kind)
     with jax.numpy_dtype_promotion("standard"):
@@ -85,7 +98,7 @@ def test_cudnn_forward_equals_xla_and_the_float32_reference(kind):
     np.testing.assert_allclose(fast, xla, atol=OUTPUT_ATOL, rtol=0)
 
 
-@pytest.mark.parametrize("kind", ["causal", "padded", "cross"])
+@pytest.mark.parametrize("kind", KINDS)
 def test_cudnn_backward_equals_xla(kind):
     query, key, value, mask = inputs(kind)
     cotangent = jax.random.normal(jax.random.key(1), query.shape, jnp.float32)
@@ -129,32 +142,18 @@ def test_gpt_with_cudnn_attention_matches_xla_and_compiles_the_kernel():
     np.testing.assert_allclose(fast, xla, atol=3e-2, rtol=0)
 
 
-def test_the_causal_flag_compiles_cudnn_causal_kernel_forward_and_backward():
-    """`causal=True` (a GPT without padding) reaches cuDNN as its causal mask type, with no
-    bias operand, and equals the explicit causal mask."""
-    query, key, value, mask = inputs("causal")
+@pytest.mark.parametrize(
+    ("kind", "mask_type"),
+    [("causal", "CAUSAL"), ("padded", "PADDING"), ("causal-padded", "PADDING_CAUSAL")],
+)
+def test_the_mask_reaches_cudnn_as_its_own_mask_type_forward_and_backward(kind, mask_type):
+    """The causal order and key lengths reach cuDNN as its mask types, with no bias operand."""
+    query, key, value, mask = inputs(kind)
     cotangent = jax.random.normal(jax.random.key(1), query.shape, jnp.float32)
-
-    def flagged(implementation):
-        def one(q, k, v):
-            return dot_product_attention(q, k, v, implementation=implementation, causal=True)[0]
-
-        def total(q, k, v):
-            return jnp.sum(jax.vmap(one)(q, k, v).astype(jnp.float32) * cotangent)
-
-        return jax.jit(jax.value_and_grad(total, argnums=(0, 1, 2)))
-
     with jax.numpy_dtype_promotion("standard"):
-        step = flagged("cudnn")
-        text = step.lower(query, key, value).compile().as_text()
-        calls = [
-            line for line in text.splitlines() if CUDNN_CALL in line and "custom-call(" in line
-        ]
-        assert calls, "cuDNN attention was not compiled in (XLA fallback)"
-        assert all(re.search(r"mask_type\W+CAUSAL", line) for line in calls), calls[0][:400]
-        (value_fast, grads_fast) = step(query, key, value)
-        reference = jax.jit(loss("xla"))(query, key, value, mask, cotangent)
-    for ours, theirs in zip(grads_fast, reference):
-        ours, theirs = np.asarray(ours, np.float32), np.asarray(theirs, np.float32)
-        assert np.abs(ours - theirs).max() <= GRADIENT_RTOL * np.abs(theirs).max()
-    assert np.isfinite(float(value_fast))
+        step = jax.jit(loss("cudnn"))
+        text = step.lower(query, key, value, mask, cotangent).compile().as_text()
+    calls = [line for line in text.splitlines() if CUDNN_CALL in line and "custom-call(" in line]
+    assert calls, "cuDNN attention was not compiled in (XLA fallback)"
+    assert all(re.search(rf"mask_type\W+{mask_type}\b", line) for line in calls), calls[0][:400]
+    assert not any("Bias" in line.split("custom_call_target=")[-1][:40] for line in calls)

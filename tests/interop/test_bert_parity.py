@@ -32,7 +32,7 @@ from zoo.interop import (
     save_hf,
     to_hf,
 )
-from zoo.nn import attention_mask
+from zoo.nn import Mask
 
 pytestmark = pytest.mark.hf
 
@@ -73,7 +73,7 @@ def zoo_outputs(model, tokens, types, real):
 
     def one(tokens, types, real):
         x = model.embedder(tokens, jnp.arange(tokens.shape[0]), types)
-        mask = attention_mask(tokens.shape[0], real)
+        mask = Mask.keys(real, tokens.shape[0])
         attended = block.self_attention(x, mask=mask)
         return model(tokens, real, types), x, attended, block(x, mask=mask)[0]
 

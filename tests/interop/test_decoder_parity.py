@@ -39,7 +39,7 @@ from zoo.interop import (
 )
 from zoo.interop.files import write_safetensors
 from zoo.models.common import token_positions
-from zoo.nn import attention_mask
+from zoo.nn import Mask
 
 pytestmark = pytest.mark.hf
 
@@ -150,7 +150,7 @@ def run(request):
 def hidden_states(model, tokens, real):
     """The embeddings and every layer's output, one example (the blocks run one by one)."""
     positions = token_positions(real, tokens.shape[0])
-    mask = attention_mask(tokens.shape[0], real, causal=True, window=model.config.sliding_window)
+    mask = Mask.keys(real, tokens.shape[0], causal=True, window=model.config.sliding_window)
     x = model.embedder(tokens, positions)
     states = [x]
     for index in range(model.config.num_layers):

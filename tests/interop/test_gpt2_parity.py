@@ -23,7 +23,7 @@ from hf_helpers import (
 import zoo
 from zoo.interop import UnsupportedConfig, from_hf, from_pretrained, load_state_dict, save_hf, to_hf
 from zoo.interop.files import write_safetensors
-from zoo.nn import attention_mask
+from zoo.nn import Mask
 
 pytestmark = pytest.mark.hf
 
@@ -54,7 +54,7 @@ def zoo_outputs(model, tokens, real):
 
     def one(tokens, real):
         x = model.embedder(tokens, jnp.arange(tokens.shape[0]))
-        mask = attention_mask(tokens.shape[0], real, causal=True)
+        mask = Mask.keys(real, tokens.shape[0], causal=True)
         attended = block.self_attention(block.self_attention_norm(x), mask=mask)
         return model(tokens, real), x, attended, block(x, mask=mask)[0]
 

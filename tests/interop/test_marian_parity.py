@@ -29,7 +29,7 @@ from zoo.interop import (
     save_hf,
     to_hf,
 )
-from zoo.nn import attention_mask
+from zoo.nn import Mask
 
 pytestmark = pytest.mark.hf
 
@@ -110,7 +110,7 @@ def zoo_outputs(model, src, real, tgt):
 
     def one(src, real, tgt):
         x = model.source_embedder(src, jnp.arange(src.shape[0]))
-        mask = attention_mask(src.shape[0], real)
+        mask = Mask.keys(real, src.shape[0])
         attended = encoder_block.self_attention(x, mask=mask)
         encoded = encoder_block(x, mask=mask)[0]
         memory = model.encode(src, real)
@@ -119,9 +119,9 @@ def zoo_outputs(model, src, real, tgt):
         )
         decoded = decoder_block(
             y,
-            mask=attention_mask(tgt.shape[0], causal=True, num_keys=tgt.shape[0]),
+            mask=Mask(causal=True),
             cross_kv=decoder_block.cross_attention.project_key_value(memory),
-            cross_mask=attention_mask(tgt.shape[0], real),
+            cross_mask=Mask.keys(real, tgt.shape[0]),
         )[0]
         return model(src, tgt, real), x, attended, encoded, decoded
 

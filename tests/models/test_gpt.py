@@ -112,14 +112,16 @@ def test_a_python_list_is_refused_with_the_fix():
         inspect.unwrap(check_tokens)([1, 2, 3], vocab_size=64, max_positions=128)
 
 
-def test_without_padding_the_fused_kernel_gets_is_causal_and_no_mask(monkeypatch, key):
-    """No pad id, no mask, no cache, no window: the causal order goes to the kernel as a flag
-    (cuDNN's causal kernel skips the masked half); anything else passes the mask."""
+def test_the_fused_kernel_gets_the_mask_as_flags_and_lengths(monkeypatch, key):
+    """The causal order goes to the kernel as `is_causal` (cuDNN's causal kernel skips the
+    masked half) and padding as a key length, with no `[seq, kv_seq]` array; only a cache
+    whose fill is known at run time, fed several tokens at once, needs the array."""
     seen = []
     original = jax.nn.dot_product_attention
 
     def recording(*args, **kwargs):
-        seen.append((kwargs.get("is_causal"), kwargs.get("mask") is None))
+        lengths = kwargs.get("key_value_seq_lengths") is not None
+        seen.append((kwargs.get("is_causal"), kwargs.get("mask") is None, lengths))
         return original(*args, **kwargs)
 
     monkeypatch.setattr(jax.nn, "dot_product_attention", recording)
@@ -129,15 +131,21 @@ def test_without_padding_the_fused_kernel_gets_is_causal_and_no_mask(monkeypatch
         padded = zoo.create(name, attention_implementation="xla", key=key)  # pad_id 0
         seen.clear()
         causal_logits = plain(tokens)
-        assert seen and set(seen) == {(True, True)}  # traced once per layer (or once, scanned)
+        assert seen and set(seen) == {(True, True, False)}  # per layer (once, scanned)
         seen.clear()
         masked_logits = padded(tokens)  # no pad token in `tokens`: the same logits
-        assert seen and set(seen) == {(False, False)}
+        assert seen and set(seen) == {(True, True, True)}
         np.testing.assert_allclose(causal_logits, masked_logits, atol=1e-6)
         seen.clear()
-        plain(tokens, mask=jnp.array([True] * 5 + [False]))  # an explicit mask is a mask
-        assert set(seen) == {(False, False)}
+        left = plain(tokens, mask=jnp.array([False] + [True] * 5))  # a left pad: 5 real keys
+        assert set(seen) == {(True, True, True)}
+        np.testing.assert_allclose(left[1:], plain(tokens[1:]), atol=1e-6)
         seen.clear()
-        cache = plain.init_cache(8)
-        plain.extend(tokens[:3], cache)  # the cache's mask covers its length
-        assert set(seen) == {(False, False)}
+        _, cache = plain.prefill(tokens[:3], 8)  # an empty cache: the new keys, in order
+        assert set(seen) == {(True, True, False)}
+        seen.clear()
+        _, cache = plain.extend(tokens[3:4], cache)  # one query: the filled 4 keys of 8
+        assert set(seen) == {(False, True, True)}
+        seen.clear()
+        plain.extend(tokens[4:6], cache)  # two queries at a run-time offset: the array
+        assert set(seen) == {(False, False, False)}

@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from zoo.nn import KVCache, MultiHeadAttention, attention_mask, attention_weights
+from zoo.nn import KVCache, Mask, MultiHeadAttention, attention_weights
 from zoo.nn.attention import dot_product_attention
 
 
@@ -40,7 +40,7 @@ def random_mha(key, d_model=12, heads=3):
 def test_self_attention_matches_numpy(key, weights_path):
     mha = random_mha(key)
     x = np.asarray(jax.random.normal(jax.random.key(1), (5, 12)))
-    mask = np.asarray(attention_mask(5, jnp.array([True, True, True, True, False]), causal=True))
+    mask = np.asarray(Mask(causal=True, key_length=jnp.array(4)).array(5, 5))
     q = mha.project_query(jnp.asarray(x))
     k, v = mha.project_key_value(jnp.asarray(x))
     out, _ = mha.attend(q, k, v, jnp.asarray(mask), return_weights=weights_path)
@@ -51,29 +51,15 @@ def test_cross_attention_matches_numpy(key):
     mha = random_mha(key)
     x = np.asarray(jax.random.normal(jax.random.key(1), (4, 12)))
     context = np.asarray(jax.random.normal(jax.random.key(2), (6, 12)))
-    mask = np.asarray(attention_mask(4, jnp.array([True] * 4 + [False] * 2)))
+    mask = np.asarray(Mask(key_length=jnp.array(4)).array(4, 6))
     out = mha(jnp.asarray(x), jnp.asarray(context), mask=jnp.asarray(mask))
     np.testing.assert_allclose(out, numpy_attention(mha, x, context, mask), atol=1e-5)
-
-
-def test_masks_by_hand():
-    valid = jnp.array([True, True, False])
-    expected_causal_pad = np.array(
-        [[1, 0, 0], [1, 1, 0], [1, 1, 0]],
-        dtype=bool,
-    )
-    np.testing.assert_array_equal(attention_mask(3, valid, causal=True), expected_causal_pad)
-    np.testing.assert_array_equal(attention_mask(2, valid), np.array([[1, 1, 0], [1, 1, 0]], bool))
-    # a query offset of 2 (two positions cached) on a 4-slot cache
-    offset = attention_mask(2, None, num_keys=4, causal=True, query_offset=2)
-    np.testing.assert_array_equal(offset, np.array([[1, 1, 1, 0], [1, 1, 1, 1]], bool))
-    assert attention_mask(3) is None
 
 
 def test_weights_rows_sum_to_one_over_unmasked_keys(key):
     q = jax.random.normal(key, (4, 2, 8))
     k = jax.random.normal(jax.random.key(3), (4, 2, 8))
-    mask = attention_mask(4, jnp.array([True, True, True, False]), causal=True)
+    mask = Mask(causal=True, key_length=jnp.array(3)).array(4, 4)
     weights = attention_weights(q, k, mask)
     np.testing.assert_allclose(weights.sum(-1), np.ones((2, 4)), atol=1e-6)
     assert float(jnp.abs(jnp.where(mask[None], 0.0, weights)).max()) == 0.0
@@ -103,46 +89,70 @@ def test_fused_and_explicit_paths_agree(key):
     q = jax.random.normal(key, (5, 2, 4))
     k = jax.random.normal(jax.random.key(1), (7, 2, 4))
     v = jax.random.normal(jax.random.key(2), (7, 2, 4))
-    mask = attention_mask(5, jnp.array([True] * 5 + [False] * 2))
+    mask = Mask(key_length=jnp.array(5))
     fused, none = dot_product_attention(q, k, v, mask, implementation="xla")
     explicit, weights = dot_product_attention(q, k, v, mask, return_weights=True)
     assert none is None and weights.shape == (2, 5, 7)
     np.testing.assert_allclose(fused, explicit, atol=1e-5)
 
 
+MASKS = {
+    "causal": lambda: Mask(causal=True),
+    "causal, 4 real keys": lambda: Mask(causal=True, key_length=jnp.array(4)),
+    "4 real keys": lambda: Mask(key_length=jnp.array(4)),
+    "4 real queries, 5 real keys": lambda: Mask(key_length=jnp.array(5), query_length=jnp.array(4)),
+    "no real key": lambda: Mask(key_length=jnp.array(0)),
+    "window of 3": lambda: Mask(causal=True, window=3),
+    "window of 2, 5 real keys": lambda: Mask(causal=True, window=2, key_length=jnp.array(5)),
+    "segments": lambda: Mask(
+        query_segments=jnp.array([0, 0, 1, 1, 1, 2]), key_segments=jnp.array([0, 0, 1, 1, 1, 2])
+    ),
+    "explicit": lambda: Mask(explicit=jnp.eye(6, dtype=bool) | jnp.eye(6, k=-2, dtype=bool)),
+}
+
+
 @pytest.mark.parametrize("implementation", [None, "xla"])
-def test_causal_flag_equals_the_causal_mask_in_value_and_gradient(key, implementation):
-    """`causal=True` is the causal mask; on the fused path it becomes `is_causal`."""
+@pytest.mark.parametrize("name", sorted(MASKS))
+def test_every_mask_equals_its_array_in_value_and_gradient(key, implementation, name):
+    """Lengths, flags and windows on the fused path equal the mask's array on the explicit one.
+
+    On the fused path the mask reaches `jax.nn.dot_product_attention` as `is_causal`, sequence
+    lengths and `local_window_size` (segments and explicit masks as the array)."""
     q = jax.random.normal(key, (6, 4, 8))
     k, v = (jax.random.normal(jax.random.key(seed), (6, 2, 8)) for seed in (1, 2))
-    ordered = attention_mask(6, causal=True, num_keys=6)
-    padded = attention_mask(6, jnp.array([True] * 4 + [False] * 2), causal=True, num_keys=6)
-    padding = attention_mask(6, jnp.array([True] * 4 + [False] * 2))
+    mask = MASKS[name]()
 
-    def total(q, k, v, mask, causal):
-        out, _ = dot_product_attention(q, k, v, mask, implementation=implementation, causal=causal)
+    def total(q, k, v, mask, implementation):
+        out, _ = dot_product_attention(q, k, v, mask, implementation=implementation)
         return jnp.sum(out * jnp.arange(8.0)[None, None, :]), out
 
-    for mask, flag_mask in ((ordered, None), (padded, padding)):
-        (_, expected), grads = jax.value_and_grad(total, (0, 1, 2), has_aux=True)(
-            q, k, v, mask, False
-        )
-        (_, found), flag_grads = jax.value_and_grad(total, (0, 1, 2), has_aux=True)(
-            q, k, v, flag_mask, True
-        )
-        np.testing.assert_allclose(found, expected, atol=1e-6)
-        for ours, theirs in zip(flag_grads, grads):
-            np.testing.assert_allclose(ours, theirs, atol=1e-6)
-    # the first query sees only the first key: its output is that key's value, per head group
-    first, _ = dot_product_attention(q, k, v, implementation=implementation, causal=True)
+    grad = jax.value_and_grad(total, (0, 1, 2), has_aux=True)
+    (_, expected), grads = grad(q, k, v, mask.array(6, 6), "explicit")
+    (_, found), mask_grads = grad(q, k, v, mask, implementation)
+    np.testing.assert_allclose(found, expected, atol=1e-6)
+    for ours, theirs in zip(mask_grads, grads):
+        np.testing.assert_allclose(ours, theirs, atol=1e-6)
+    answered = np.asarray(jnp.any(mask.array(6, 6), axis=-1))
+    np.testing.assert_array_equal(np.any(np.asarray(found) != 0, axis=(1, 2)), answered)
+
+
+@pytest.mark.parametrize("implementation", [None, "xla"])
+def test_causal_mask_lets_the_first_query_see_only_the_first_key(key, implementation):
+    q = jax.random.normal(key, (6, 4, 8))
+    k, v = (jax.random.normal(jax.random.key(seed), (6, 2, 8)) for seed in (1, 2))
+    first, _ = dot_product_attention(q, k, v, Mask(causal=True), implementation=implementation)
     np.testing.assert_allclose(first[0], jnp.repeat(v[0], 2, axis=0), atol=1e-6)
 
 
-def test_causal_flag_is_for_self_attention_without_a_cache(key):
-    q = jax.random.normal(key, (2, 2, 4))
-    kv = jax.random.normal(key, (5, 2, 4))
-    with pytest.raises(ValueError, match="2 queries and 5 keys; with a KV cache pass the mask"):
-        dot_product_attention(q, kv, kv, causal=True)
+@pytest.mark.parametrize("implementation", [None, "xla"])
+def test_one_query_after_a_cache_sees_the_filled_prefix(key, implementation):
+    """A decoding step: one query at offset 3 of an 8-slot cache sees keys 0..3 only."""
+    q = jax.random.normal(key, (1, 2, 8))
+    k, v = (jax.random.normal(jax.random.key(seed), (8, 2, 8)) for seed in (1, 2))
+    mask = Mask(causal=True, offset=jnp.array(3))
+    found, _ = dot_product_attention(q, k, v, mask, implementation=implementation)
+    expected, _ = dot_product_attention(q, k[:4], v[:4], implementation="explicit")
+    np.testing.assert_allclose(found, expected, atol=1e-6)
 
 
 def test_attention_dropout_needs_key_and_respects_inference_mode(key):

@@ -15,10 +15,10 @@ import pytest
 import zoo
 from zoo.nn import (
     FeedForward,
+    Mask,
     MultiHeadAttention,
     RMSNorm,
     RotaryEmbedding,
-    attention_mask,
     attention_weights,
     make_norm,
     rotary_inverse_frequencies,
@@ -130,7 +130,7 @@ def test_grouped_query_attention_equals_repeated_keys(key):
     query = jax.random.normal(q_key, (5, 6, 4))  # 6 query heads
     keys = jax.random.normal(k_key, (7, 2, 4))  # 2 key/value heads: 3 query heads each
     values = jax.random.normal(v_key, (7, 2, 4))
-    mask = attention_mask(5, jnp.array([True] * 6 + [False]), num_keys=7)
+    mask = Mask(key_length=jnp.array(6))
     out, _ = dot_product_attention(query, keys, values, mask)
     repeated_k = np.repeat(np.asarray(keys), 3, axis=1)  # head h reads kv head h // 3
     repeated_v = np.repeat(np.asarray(values), 3, axis=1)
@@ -140,7 +140,7 @@ def test_grouped_query_attention_equals_repeated_keys(key):
     np.testing.assert_allclose(out, reference, atol=1e-6)
     fused, _ = dot_product_attention(query, keys, values, mask, implementation="xla")
     np.testing.assert_allclose(fused, reference, atol=1e-5)
-    weights = attention_weights(query, keys, mask)
+    weights = attention_weights(query, keys, mask.array(5, 7))
     assert weights.shape == (6, 5, 7)
     np.testing.assert_allclose(weights[:, :, 6], 0.0)
 
@@ -185,7 +185,7 @@ def test_gated_feed_forward_is_silu_gate_times_up(key):
 
 
 def test_sliding_window_mask_by_hand():
-    mask = attention_mask(5, causal=True, num_keys=5, window=2)
+    mask = Mask(causal=True, window=2).array(5, 5)
     expected = np.array(
         [
             [1, 0, 0, 0, 0],
@@ -198,10 +198,10 @@ def test_sliding_window_mask_by_hand():
     )
     np.testing.assert_array_equal(mask, expected)
     # in cached decoding, the query at absolute position 4 sees positions 3 and 4 of the cache
-    cached = attention_mask(1, None, num_keys=8, causal=True, query_offset=4, window=2)
+    cached = Mask(causal=True, offset=jnp.array(4), window=2).array(1, 8)
     np.testing.assert_array_equal(cached[0], [0, 0, 0, 1, 1, 0, 0, 0])
     with pytest.raises(ValueError, match="sliding window needs causal"):
-        attention_mask(3, jnp.ones(3, bool), window=2)
+        Mask(window=2)
 
 
 def test_sliding_window_cached_decoding_equals_full_forward():

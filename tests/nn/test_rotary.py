@@ -18,7 +18,7 @@ import pytest
 import zoo
 from zoo.bench.hlo_ops import Program, parse_program
 from zoo.models.common import DecodeCache, token_positions, valid_positions
-from zoo.nn import KVCache, RotaryEmbedding, RotaryTable, apply_rotary, attention_mask
+from zoo.nn import KVCache, Mask, RotaryEmbedding, RotaryTable, apply_rotary
 from zoo.nn.stack import REMAT_POLICIES
 
 TOKENS = jnp.array(
@@ -61,7 +61,7 @@ def test_a_block_with_the_table_equals_a_block_without(key):
     positions = jnp.array([0, 0, 0, 1, 2, 3])  # two left pads
     table = block.self_attention.rotary_table(positions)
     assert isinstance(table, RotaryTable)
-    mask = attention_mask(6, positions > -1, causal=True)
+    mask = Mask(causal=True)
 
     @eqx.filter_jit
     def both(block, table):
@@ -101,9 +101,9 @@ def per_layer_logits(model, tokens):
     c = model.config
     key_valid = valid_positions(tokens, c.pad_id, None)
     positions = token_positions(key_valid, tokens.shape[0])
-    mask = attention_mask(
-        tokens.shape[0], key_valid, causal=True, num_keys=tokens.shape[0], window=c.sliding_window
-    )
+    num_tokens = tokens.shape[0]
+    explicit = None if key_valid is None else jnp.broadcast_to(key_valid, (num_tokens, num_tokens))
+    mask = Mask(causal=True, window=c.sliding_window, explicit=explicit)
     x = model.embedder(tokens, positions)
     return model._logits(own_angles(model, x, mask=mask, positions=positions))
 
@@ -111,14 +111,7 @@ def per_layer_logits(model, tokens):
 def per_layer_extend(model, tokens, cache: DecodeCache):
     """`GPT.extend`'s logits with each layer making its table from the cache index."""
     positions = cache.index + jnp.arange(tokens.shape[0])
-    mask = attention_mask(
-        tokens.shape[0],
-        None,
-        num_keys=cache.keys.shape[1],
-        causal=True,
-        query_offset=cache.index,
-        window=model.config.sliding_window,
-    )
+    mask = Mask(causal=True, offset=cache.index, window=model.config.sliding_window)
     params, static = eqx.partition(model.layers.blocks, eqx.is_array)
 
     def body(h, per_layer):
@@ -157,7 +150,12 @@ def test_gpt_logits_equal_the_per_layer_angles(overrides):
     ours = jax.vmap(model)(TOKENS)  # left- and right-padded rows (pad_id=0)
     reference = jax.vmap(lambda t: per_layer_logits(model, t))(TOKENS)
     assert float(jnp.max(jnp.abs(reference))) > 0.5  # logits that rotation changes visibly
-    np.testing.assert_allclose(ours, reference, rtol=0, atol=1e-6)
+    # every real token's logits; a padding position's are unspecified (the model runs the real
+    # tokens first, zoo.nn.Compaction, so its padding sees other keys than the reference's)
+    real = np.asarray(TOKENS != 0)
+    np.testing.assert_allclose(
+        np.asarray(ours)[real], np.asarray(reference)[real], rtol=0, atol=1e-6
+    )
     # cached decoding: a prompt of 7 then one token at a time, positions from the cache index
     tokens = TOKENS[1, :10]
     cache = model.init_cache(10)

@@ -2,7 +2,7 @@ import equinox as eqx
 import jax
 import numpy as np
 
-from zoo.nn import LayerStack, TransformerBlock, attention_mask
+from zoo.nn import LayerStack, Mask, TransformerBlock
 
 
 def make_stack(key, scan):
@@ -12,7 +12,7 @@ def make_stack(key, scan):
 def test_scan_equals_unrolled_equals_block_by_block(key):
     scanned, unrolled = make_stack(key, True), make_stack(key, False)
     x = jax.random.normal(key, (4, 8))
-    mask = attention_mask(4, None, num_keys=4, causal=True)
+    mask = Mask(causal=True)
     out_scan, extras = scanned(x, mask=mask, return_weights=True)
     out_unrolled, extras_unrolled = unrolled(x, mask=mask, return_weights=True)
     manual = x
@@ -48,7 +48,7 @@ def test_remat_changes_neither_outputs_nor_gradients(key):
     import pytest
 
     x = jax.random.normal(key, (4, 8))
-    mask = attention_mask(4, None, num_keys=4, causal=True)
+    mask = Mask(causal=True)
 
     def loss(stack, x):
         out, _ = stack(x, mask=mask, key=jax.random.key(3))

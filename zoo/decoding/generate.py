@@ -36,7 +36,7 @@ def start_gpt_decoding(
     """
 
     def prefill(tokens, length):
-        _, cache = model.extend(tokens, model.init_cache(max_len))
+        _, cache = model.prefill(tokens, max_len)
         return eqx.tree_at(lambda c: c.index, cache, length - 1)
 
     return jax.vmap(prefill)(prompts, lengths)

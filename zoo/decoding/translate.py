@@ -1,8 +1,9 @@
 """Batch translation with a Translator: encode once, then decode greedily or with beam search.
 
 The encoder runs once per source and every decoder layer's cross-attention keys/values are
-computed once (`Translator.start_decoding`). With beams, only the self-attention cache is copied
-per beam and reordered; the cross-attention keys/values stay one copy per source.
+computed once (`Translator.start_decoding`). With beams, every beam row gets its own copy of its
+source's cross keys/values, made once before decoding (a fused attention kernel such as
+cuDNN's reads keys per row); only the self-attention caches are reordered between beams.
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ from typing import Any, NamedTuple
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Bool, Float, Int
+from jaxtyping import Array, Float, Int
 
 from zoo.decoding.batching import TokenBatch, pad_batch, sequence_lengths
-from zoo.decoding.beam import beam_search
+from zoo.decoding.beam import beam_search, repeat_rows
 from zoo.decoding.loop import fill_token, sample_loop
 from zoo.decoding.placement import decoding_layout, place_model, place_rows
 from zoo.models.common import DecodeCache
@@ -27,7 +28,7 @@ class SourceMemory(NamedTuple):
 
     cross_keys: Float[Array, "batch layers src kv_heads head_dim"]
     cross_values: Float[Array, "batch layers src kv_heads head_dim"]
-    source_valid: Bool[Array, "batch src"]
+    source_length: Int[Array, " batch"]
 
 
 def start_translation(
@@ -37,7 +38,7 @@ def start_translation(
 
     def start(source):
         state = model.start_decoding(source, max_len)
-        return SourceMemory(state.cross_keys, state.cross_values, state.source_valid), state.cache
+        return SourceMemory(state.cross_keys, state.cross_values, state.source_length), state.cache
 
     return jax.vmap(start)(src)
 
@@ -47,27 +48,18 @@ def translator_step(
     memory: SourceMemory,
     tokens: Int[Array, " rows"],
     caches: DecodeCache,
-    beams: int = 1,
 ) -> tuple[Float[Array, "rows vocab"], DecodeCache]:
     """Feed one target token per row; returns next-token logits and the grown caches.
 
-    Rows are `batch * beams`, source `b` owning rows `b * beams + k`: every beam of a source
-    reads that source's single copy of the cross-attention keys and values.
+    `memory` has one entry per row (`repeat_rows` repeats each source's for its beams).
     """
-    batch = memory.source_valid.shape[0]
 
     def one(source, token, cache):
         state = TranslatorState(*source, cache)
         logits, state = model.decode_step(token[None], state)
         return logits[0], state.cache
 
-    per_source = jax.vmap(jax.vmap(one, in_axes=(None, 0, 0)))
-    per_beam_rows = jax.tree_util.tree_map(
-        lambda leaf: leaf.reshape(batch, beams, *leaf.shape[1:]), (tokens, caches)
-    )
-    logits, caches = per_source(memory, *per_beam_rows)
-    caches = jax.tree_util.tree_map(lambda leaf: leaf.reshape(-1, *leaf.shape[2:]), caches)
-    return logits.reshape(batch * beams, -1), caches
+    return jax.vmap(one)(memory, tokens, caches)
 
 
 @eqx.filter_jit
@@ -91,8 +83,9 @@ def _greedy(model, src, max_len):
 def _beam(model, src, max_len, beam_size, alpha):
     c = model.config
     memory, caches = start_translation(model, src, max_len)
+    rows = repeat_rows(memory, beam_size)
     tokens, scores, _ = beam_search(
-        lambda tokens, caches: translator_step(model, memory, tokens, caches, beam_size),
+        lambda tokens, caches: translator_step(model, rows, tokens, caches),
         caches,
         jnp.full((src.shape[0],), c.bos_id, jnp.int32),
         beam_size=beam_size,

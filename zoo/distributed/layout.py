@@ -79,7 +79,8 @@ class Layout:
         array split by rows; a process hands over only the rows its devices hold.
 
         Rows that do not split evenly raise ValueError, or with `even=False` (evaluation's
-        last, smaller batch) the batch is copied whole to every device instead."""
+        last, smaller batch) the batch is copied whole to every device instead. Inside a
+        traced program (a step lowered as a whole) the rows are constrained to the sharding."""
         split = True
         if even:
             self.check_batch(batch)
@@ -88,6 +89,9 @@ class Layout:
         placed = {}
         for name, value in batch.items():
             sharding = self.batch_sharding(np.ndim(value), split)
+            if isinstance(value, jax.core.Tracer):  # inside a traced program: a constraint
+                placed[name] = jax.lax.with_sharding_constraint(value, sharding)
+                continue
             if isinstance(value, jax.Array) and value.sharding == sharding:
                 placed[name] = value
                 continue

@@ -9,14 +9,14 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
-from zoo.models.common import check_tokens, valid_positions
+from zoo.models.common import check_tokens, uncompact_weights, valid_positions
 from zoo.models.config import TransformerConfig
-from zoo.nn.attention import attention_mask
 from zoo.nn.block import BlockExtras, TransformerBlock
 from zoo.nn.dropout import Dropout, split_optional
 from zoo.nn.embedding import Embedder, check_token_ids
 from zoo.nn.heads import MaskedLMHead
 from zoo.nn.linear import Linear
+from zoo.nn.mask import Compaction, Mask
 from zoo.nn.norm import Norm
 from zoo.nn.stack import LayerStack
 
@@ -164,11 +164,24 @@ class Classifier(eqx.Module):
             positions = jnp.where(valid, counts, 0) + (c.position_offset - 1)
         elif c.position_offset > 0:
             positions = positions + c.position_offset
+        attention = Mask()
+        compaction = None
+        if valid is not None:
+            # real tokens first, so that the padding is a length (zoo.nn.Compaction)
+            compaction = Compaction.of(valid)
+            tokens, positions = compaction.gather(tokens), compaction.gather(positions)
+            if token_types is not None:
+                token_types = compaction.gather(token_types)
+            attention = Mask(key_length=compaction.length)
         x = self.embedder(tokens, positions, token_types, key=embed_key)
-        attn_mask = attention_mask(num_tokens, valid, num_keys=num_tokens)
-        x, extras = self.encoder(x, mask=attn_mask, key=layers_key, return_weights=return_weights)
+        x, extras = self.encoder(x, mask=attention, key=layers_key, return_weights=return_weights)
         if self.final_norm is not None:
             x = self.final_norm(x)
+        if compaction is not None:
+            x = compaction.scatter(x)
+            extras = extras._replace(
+                self_weights=uncompact_weights(extras.self_weights, compaction)
+            )
         return x, valid, extras
 
     def encode(

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from zoo.nn.embedding import check_token_ids
+from zoo.nn.mask import Compaction
 
 
 class DecodeCache(eqx.Module):
@@ -79,3 +80,12 @@ def check_cache_room(index: Array, new: int, capacity: int, max_positions: int) 
         f"decoding past the end: the cache holds {capacity} positions and the model takes "
         f"{max_positions}; shorten the prompt or generate fewer tokens",
     )
+
+
+def uncompact_weights(
+    weights: Float[Array, "*layers heads seq kv_seq"] | None, compaction: Compaction | None
+) -> Float[Array, "*layers heads seq kv_seq"] | None:
+    """Attention weights of a compacted self-attention, back in the tokens' own order."""
+    if weights is None or compaction is None:
+        return weights
+    return compaction.scatter(compaction.scatter(weights, axis=-1), axis=-2)

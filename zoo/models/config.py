@@ -11,6 +11,7 @@ import jax.numpy as jnp
 
 from zoo.nn.embedding import POSITION_KINDS, SINUSOID_LAYOUTS
 from zoo.nn.feedforward import ACTIVATIONS, FEED_FORWARD_KINDS
+from zoo.nn.kernel import IMPLEMENTATIONS
 from zoo.nn.norm import NORM_KINDS, Norm, make_norm
 from zoo.nn.rotary import ROPE_SCALINGS, RotaryEmbedding
 from zoo.nn.stack import REMAT_CHOICES
@@ -63,7 +64,7 @@ class TransformerConfig:
     embedding_norm: bool = False  # LayerNorm right after the embeddings (BERT)
     init_std: float = 0.02  # std of the normal init of weight matrices and embeddings
     scan_layers: bool = True  # run layers with lax.scan (fast compile); False unrolls them
-    attention_implementation: str | None = None  # jax.nn.dot_product_attention: None|xla|cudnn
+    attention_implementation: str | None = None  # None (by platform) | explicit | xla | cudnn
     remat: str | None = None  # rematerialise in the backward: None | "dots" | "full" (zoo.nn.stack)
     dtype: str = "float32"  # parameter dtype
 
@@ -107,10 +108,10 @@ class TransformerConfig:
             raise ValueError(f"layer_norm_eps must be positive, got {self.layer_norm_eps}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
-        if self.attention_implementation not in (None, "xla", "cudnn"):
+        if self.attention_implementation not in IMPLEMENTATIONS:
             raise ValueError(
-                "attention_implementation must be None, 'xla' or 'cudnn', "
-                f"got {self.attention_implementation!r}"
+                f"attention_implementation must be one of {IMPLEMENTATIONS} (None picks by "
+                f"platform), got {self.attention_implementation!r}"
             )
         if self.remat not in REMAT_CHOICES:
             raise ValueError(f"remat must be one of {REMAT_CHOICES}, got {self.remat!r}")

@@ -19,14 +19,16 @@ from zoo.models.common import (
     check_cache_room,
     check_tokens,
     token_positions,
+    uncompact_weights,
     valid_positions,
 )
 from zoo.models.config import TransformerConfig
-from zoo.nn.attention import KVCache, attention_mask
+from zoo.nn.attention import KVCache
 from zoo.nn.block import BlockExtras, TransformerBlock
 from zoo.nn.dropout import split_optional
 from zoo.nn.embedding import Embedder
 from zoo.nn.linear import Linear
+from zoo.nn.mask import Compaction, Mask
 from zoo.nn.norm import Norm
 from zoo.nn.stack import LayerStack
 
@@ -119,50 +121,44 @@ class GPT(eqx.Module):
         *,
         key: PRNGKeyArray | None,
         cache: DecodeCache | None = None,
+        prefill: bool = False,
         return_weights: bool = False,
     ) -> tuple[Float[Array, "seq vocab"], BlockExtras]:
+        """Logits and the layers' extras. Padding (by `pad_id` or `mask`) is compacted away
+        first (`zoo.nn.Compaction`): the layers see the real tokens at the front and a length."""
         c = self.config
         tokens = check_tokens(tokens, vocab_size=c.vocab_size, max_positions=c.max_positions)
         num_tokens = tokens.shape[0]
         embed_key, layers_key = split_optional(key, 2)
         index = jnp.zeros((), jnp.int32) if cache is None else cache.index
-        layer_cache = None
-        # Without padding or a window the mask is the causal order alone: the layers get it as
-        # a flag, which a fused attention kernel applies without reading a mask.
-        causal_only = cache is None and mask is None and c.pad_id is None
-        causal_only = causal_only and c.sliding_window is None
-        if cache is None:
-            key_valid = valid_positions(tokens, c.pad_id, mask)
-            positions = token_positions(key_valid, num_tokens)
-            attn_mask = (
-                None
-                if causal_only
-                else attention_mask(
-                    num_tokens, key_valid, causal=True, num_keys=num_tokens, window=c.sliding_window
-                )
-            )
+        layer_cache = None if cache is None else KVCache(cache.keys, cache.values)
+        compaction = None
+        if cache is None or prefill:
+            valid = None if cache is not None else valid_positions(tokens, c.pad_id, mask)
+            positions = token_positions(valid, num_tokens)
+            attention = Mask(causal=True, window=c.sliding_window)
+            if valid is not None:
+                compaction = Compaction.of(valid)
+                tokens, positions = compaction.gather(tokens), compaction.gather(positions)
+                attention = attention.limit_keys(compaction.length)
         else:
             positions = index + jnp.arange(num_tokens)
-            layer_cache = KVCache(cache.keys, cache.values)
-            attn_mask = attention_mask(
-                num_tokens,
-                None,
-                num_keys=cache.keys.shape[1],
-                causal=True,
-                query_offset=index,
-                window=c.sliding_window,
-            )
+            attention = Mask(causal=True, window=c.sliding_window, offset=index)
         x = self.embedder(tokens, positions, key=embed_key)
         x, extras = self.layers(
             x,
-            mask=attn_mask,
+            mask=attention,
             positions=positions,
             cache=layer_cache,
             cache_index=index,
             key=layers_key,
             return_weights=return_weights,
-            causal=causal_only,
         )
+        if compaction is not None:
+            x = compaction.scatter(x)
+            extras = extras._replace(
+                self_weights=uncompact_weights(extras.self_weights, compaction)
+            )
         return self._logits(x), extras
 
     def __call__(
@@ -189,7 +185,8 @@ class GPT(eqx.Module):
         return extras.self_weights
 
     def init_cache(self, max_len: int | None = None, dtype=None) -> DecodeCache:
-        """An empty KV cache for `max_len` positions (default `max_positions`).
+        """An empty KV cache for `max_len` positions (default `max_positions`), in `dtype`
+        (default: the dtype of the model's token table).
 
         It holds `[layers, max_len, kv_heads, head_dim]` keys and values: one cached token costs
         `2 * num_layers * kv_heads * head_dim * dtype.itemsize` bytes (`kv_cache_bytes_per_token`).
@@ -197,7 +194,9 @@ class GPT(eqx.Module):
         max_len = self.config.max_positions if max_len is None else max_len
         if max_len > self.config.max_positions:
             raise ValueError(f"max_len={max_len} exceeds max_positions={self.config.max_positions}")
-        dtype = self.config.param_dtype if dtype is None else dtype
+        if dtype is None:  # the weights' own dtype: a model cast to bf16 caches in bf16
+            assert self.embedder.token_weight is not None  # a GPT owns its token table
+            dtype = self.embedder.token_weight.dtype
         kv = self.layers.init_cache(max_len, dtype)
         return DecodeCache(kv.keys, kv.values, jnp.zeros((), jnp.int32))
 
@@ -206,6 +205,26 @@ class GPT(eqx.Module):
         c = self.config
         itemsize = jnp.dtype(c.param_dtype if dtype is None else dtype).itemsize
         return 2 * c.num_layers * c.kv_heads * c.head_dim * itemsize
+
+    def prefill(
+        self, tokens: Int[Array, " seq"], max_len: int | None = None, dtype=None
+    ) -> tuple[Float[Array, "seq vocab"], DecodeCache]:
+        """Start incremental decoding: `tokens` into a fresh cache of `max_len` positions.
+
+        The same as `extend(tokens, init_cache(max_len, dtype))`, but the attention knows the
+        cache was empty, so it runs over the new tokens alone in causal order (a fused
+        kernel's causal path) instead of masking the whole cache.
+        """
+        cache = self.init_cache(max_len, dtype)
+        if tokens.shape[0] > cache.keys.shape[1]:
+            raise ValueError(
+                f"{tokens.shape[0]} tokens do not fit a cache of {cache.keys.shape[1]} "
+                "positions; pass a larger max_len or a shorter prompt"
+            )
+        logits, extras = self._run(tokens, None, key=None, cache=cache, prefill=True)
+        assert extras.cache is not None
+        index = jnp.asarray(tokens.shape[0], jnp.int32)
+        return logits, DecodeCache(extras.cache.keys, extras.cache.values, index)
 
     def extend(
         self, tokens: Int[Array, " seq"], cache: DecodeCache

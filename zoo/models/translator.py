@@ -11,19 +11,27 @@ one (v1.1 and FLAN-T5).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
-from zoo.models.common import DecodeCache, check_cache_room, check_tokens, valid_positions
+from zoo.models.common import (
+    DecodeCache,
+    check_cache_room,
+    check_tokens,
+    uncompact_weights,
+    valid_positions,
+)
 from zoo.models.config import TransformerConfig
-from zoo.nn.attention import KVCache, attention_mask
+from zoo.nn.attention import KVCache
 from zoo.nn.block import BlockExtras, TransformerBlock
 from zoo.nn.dropout import Dropout, split_optional
 from zoo.nn.embedding import Embedder
 from zoo.nn.linear import Linear
+from zoo.nn.mask import Compaction, Mask
 from zoo.nn.norm import Norm
 from zoo.nn.relative_position import RelativePositionBias, check_relative_buckets
 from zoo.nn.stack import LayerStack
@@ -106,12 +114,32 @@ class TranslatorConfig(TransformerConfig):
 
 
 class TranslatorState(eqx.Module):
-    """Everything incremental decoding needs about one source: cross keys/values and the cache."""
+    """Everything incremental decoding needs about one source: cross keys/values and the cache.
+
+    The cross keys/values are those of the source's real tokens first (`zoo.nn.Compaction`);
+    `source_length` of them are real.
+    """
 
     cross_keys: Float[Array, "layers src kv_heads head_dim"]
     cross_values: Float[Array, "layers src kv_heads head_dim"]
-    source_valid: Bool[Array, " src"]
+    source_length: Int[Array, ""]
     cache: DecodeCache
+
+
+class EncodedSource(NamedTuple):
+    """The encoder's output for one source, real tokens first, and how to put it back."""
+
+    memory: Float[Array, "src d_model"]
+    length: Int[Array, ""] | None  # real tokens at the front of `memory`; None: all are real
+    compaction: Compaction | None  # None when nothing was moved
+
+    def cross_mask(self) -> Mask:
+        """The cross-attention's mask: the source's real tokens."""
+        return Mask() if self.length is None else Mask(key_length=self.length)
+
+    def in_order(self) -> Float[Array, "src d_model"]:
+        """The memory in the source's own order."""
+        return self.memory if self.compaction is None else self.compaction.scatter(self.memory)
 
 
 class Translator(eqx.Module):
@@ -206,19 +234,25 @@ class Translator(eqx.Module):
         c = self.config
         src = check_tokens(src, vocab_size=c.vocab_size, max_positions=c.max_positions, name="src")
         embed_key, layers_key = split_optional(key, 2)
-        num_src = src.shape[0]
-        x = self.source_embedder(src, jnp.arange(num_src), key=embed_key)
+        positions = jnp.arange(src.shape[0])
         valid = valid_positions(src, c.pad_id, src_mask)
-        if valid is None:
-            valid = jnp.ones((num_src,), bool)
-        mask = attention_mask(num_src, valid, num_keys=num_src)
+        compaction, attention = None, Mask()
+        if valid is not None:
+            # real tokens first, so that the padding is a length (zoo.nn.Compaction)
+            compaction = Compaction.of(valid)
+            src, positions = compaction.gather(src), compaction.gather(positions)
+            attention = Mask(key_length=compaction.length)
+        x = self.source_embedder(src, positions, key=embed_key)
         score_bias = None
         if self.encoder_position_bias is not None:
-            score_bias = self.encoder_position_bias(jnp.arange(num_src), jnp.arange(num_src))
+            score_bias = self.encoder_position_bias(positions, positions)
         x, extras = self.encoder(
-            x, mask=mask, score_bias=score_bias, key=layers_key, return_weights=return_weights
+            x, mask=attention, score_bias=score_bias, key=layers_key, return_weights=return_weights
         )
-        return self._finish(self.encoder_norm, x, layers_key), valid, extras
+        memory = self._finish(self.encoder_norm, x, layers_key)
+        length = None if compaction is None else compaction.length
+        extras = extras._replace(self_weights=uncompact_weights(extras.self_weights, compaction))
+        return EncodedSource(memory, length, compaction), extras
 
     def _finish(self, norm: Norm | None, x: Array, key: PRNGKeyArray | None) -> Array:
         """A stack's final norm, then (T5) dropout on its output."""
@@ -236,12 +270,12 @@ class Translator(eqx.Module):
         key: PRNGKeyArray | None = None,
     ) -> Float[Array, "src d_model"]:
         """Encoder output (the memory the decoder attends to)."""
-        memory, _, _ = self._encode(src, src_mask, key=key)
-        return memory
+        source, _ = self._encode(src, src_mask, key=key)
+        return source.in_order()
 
     # ---------------------------------------------------------------- decoder
 
-    def _decode(self, tgt, cross_kv, source_valid, *, key, cache=None, return_weights=False):
+    def _decode(self, tgt, cross_kv, cross_mask, *, key, cache=None, return_weights=False):
         c = self.config
         tgt = check_tokens(tgt, vocab_size=c.tgt_vocab, max_positions=c.max_positions, name="tgt")
         embed_key, layers_key = split_optional(key, 2)
@@ -252,11 +286,8 @@ class Translator(eqx.Module):
         )
         # Targets are right-padded and attention is causal, so real positions never see padding
         # (and a bos_id equal to pad_id, as in MarianMT, stays visible).
+        self_mask = Mask(causal=True, offset=None if cache is None else index)
         num_keys = num_tgt if cache is None else cache.keys.shape[1]
-        self_mask = attention_mask(
-            num_tgt, None, num_keys=num_keys, causal=True, query_offset=index
-        )
-        cross_mask = attention_mask(num_tgt, source_valid, num_keys=source_valid.shape[0])
         layer_cache = None if cache is None else KVCache(cache.keys, cache.values)
         score_bias = None
         if self.decoder_position_bias is not None:
@@ -299,8 +330,12 @@ class Translator(eqx.Module):
         `src_mask` marks real source positions (derive it from the source with `pad_id`); without
         it every memory position is attended to.
         """
-        valid = jnp.ones(memory.shape[0], bool) if src_mask is None else src_mask.astype(bool)
-        logits, _ = self._decode(tgt, self.decoder.cross_kv(memory), valid, key=key)
+        source = EncodedSource(memory, None, None)
+        if src_mask is not None:
+            compaction = Compaction.of(src_mask.astype(bool))
+            source = EncodedSource(compaction.gather(memory), compaction.length, compaction)
+        cross_kv = self.decoder.cross_kv(source.memory)
+        logits, _ = self._decode(tgt, cross_kv, source.cross_mask(), key=key)
         return logits
 
     def __call__(
@@ -313,23 +348,22 @@ class Translator(eqx.Module):
     ) -> Float[Array, "tgt vocab"]:
         """Teacher-forced logits: position i of `tgt` predicts token i+1."""
         encode_key, decode_key = split_optional(key, 2)
-        memory, valid, _ = self._encode(src, src_mask, key=encode_key)
-        logits, _ = self._decode(tgt, self.decoder.cross_kv(memory), valid, key=decode_key)
+        source, _ = self._encode(src, src_mask, key=encode_key)
+        cross_kv = self.decoder.cross_kv(source.memory)
+        logits, _ = self._decode(tgt, cross_kv, source.cross_mask(), key=decode_key)
         return logits
 
     def attention_maps(
         self, src: Int[Array, " src"], tgt: Int[Array, " tgt"]
     ) -> dict[str, Float[Array, "layers heads q k"]]:
         """Weights per layer and head: `encoder` [src, src], `decoder` [tgt, tgt], `cross` [tgt, src]."""
-        memory, valid, enc = self._encode(src, None, key=None, return_weights=True)
-        _, dec = self._decode(
-            tgt, self.decoder.cross_kv(memory), valid, key=None, return_weights=True
-        )
-        return {
-            "encoder": enc.self_weights,
-            "decoder": dec.self_weights,
-            "cross": dec.cross_weights,
-        }
+        source, enc = self._encode(src, None, key=None, return_weights=True)
+        cross_kv = self.decoder.cross_kv(source.memory)
+        _, dec = self._decode(tgt, cross_kv, source.cross_mask(), key=None, return_weights=True)
+        cross = dec.cross_weights
+        if source.compaction is not None and cross is not None:
+            cross = source.compaction.scatter(cross, axis=-1)
+        return {"encoder": enc.self_weights, "decoder": dec.self_weights, "cross": cross}
 
     # ---------------------------------------------------------------- incremental decoding
 
@@ -342,11 +376,12 @@ class Translator(eqx.Module):
         """Encode `src` once, compute every layer's cross keys/values, allocate the cache."""
         if max_len > self.config.max_positions:
             raise ValueError(f"max_len={max_len} exceeds max_positions={self.config.max_positions}")
-        memory, valid, _ = self._encode(src, src_mask, key=None)
-        cross_keys, cross_values = self.decoder.cross_kv(memory)
-        kv = self.decoder.init_cache(max_len, memory.dtype)
+        source, _ = self._encode(src, src_mask, key=None)
+        cross_keys, cross_values = self.decoder.cross_kv(source.memory)
+        kv = self.decoder.init_cache(max_len, source.memory.dtype)
         cache = DecodeCache(kv.keys, kv.values, jnp.zeros((), jnp.int32))
-        return TranslatorState(cross_keys, cross_values, valid, cache)
+        length = jnp.asarray(src.shape[0] if source.length is None else source.length, jnp.int32)
+        return TranslatorState(cross_keys, cross_values, length, cache)
 
     def decode_step(
         self, tgt: Int[Array, " seq"], state: TranslatorState
@@ -357,11 +392,12 @@ class Translator(eqx.Module):
             cache.index, tgt.shape[0], cache.keys.shape[1], self.config.max_positions
         )
         cache = DecodeCache(cache.keys, cache.values, index)
+        cross_mask = Mask(key_length=state.source_length)
         logits, extras = self._decode(
-            tgt, (state.cross_keys, state.cross_values), state.source_valid, key=None, cache=cache
+            tgt, (state.cross_keys, state.cross_values), cross_mask, key=None, cache=cache
         )
         assert isinstance(extras, BlockExtras) and extras.cache is not None
         new_cache = DecodeCache(extras.cache.keys, extras.cache.values, index + tgt.shape[0])
         return logits, TranslatorState(
-            state.cross_keys, state.cross_values, state.source_valid, new_cache
+            state.cross_keys, state.cross_values, state.source_length, new_cache
         )

@@ -4,9 +4,7 @@ stacks."""
 from zoo.nn.attention import (
     KVCache,
     MultiHeadAttention,
-    attention_mask,
     attention_weights,
-    causal_mask,
     dot_product_attention,
 )
 from zoo.nn.block import BlockExtras, TransformerBlock
@@ -14,7 +12,9 @@ from zoo.nn.dropout import Dropout
 from zoo.nn.embedding import Embedder, check_token_ids, sinusoidal_positions
 from zoo.nn.feedforward import ACTIVATIONS, FeedForward
 from zoo.nn.heads import MaskedLMHead
+from zoo.nn.kernel import kernel_platform
 from zoo.nn.linear import Linear
+from zoo.nn.mask import Compaction, Mask
 from zoo.nn.norm import LayerNorm, RMSNorm, make_norm
 from zoo.nn.relative_position import RelativePositionBias, relative_position_buckets
 from zoo.nn.rotary import RotaryEmbedding, RotaryTable, apply_rotary, rotary_inverse_frequencies
@@ -23,6 +23,7 @@ from zoo.nn.stack import LayerStack
 __all__ = [
     "ACTIVATIONS",
     "BlockExtras",
+    "Compaction",
     "Dropout",
     "Embedder",
     "FeedForward",
@@ -30,6 +31,7 @@ __all__ = [
     "LayerNorm",
     "LayerStack",
     "Linear",
+    "Mask",
     "MaskedLMHead",
     "MultiHeadAttention",
     "RMSNorm",
@@ -38,11 +40,10 @@ __all__ = [
     "RotaryTable",
     "TransformerBlock",
     "apply_rotary",
-    "attention_mask",
     "attention_weights",
-    "causal_mask",
     "check_token_ids",
     "dot_product_attention",
+    "kernel_platform",
     "make_norm",
     "relative_position_buckets",
     "rotary_inverse_frequencies",

@@ -1,4 +1,4 @@
-"""The one attention of zoo: masks, scaled dot-product attention, multi-head attention, KV cache.
+"""The one attention of zoo: scaled dot-product attention, multi-head attention, KV cache.
 
 Every model (classifier, GPT, translator) attends through this file. Everything works on one
 example: sequences are `Float[Array, "seq d_model"]`; batch with `jax.vmap`.
@@ -15,58 +15,11 @@ import numpy as np
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 from zoo.nn.dropout import Dropout
+from zoo.nn.kernel import choose_kernel
 from zoo.nn.linear import Linear
+from zoo.nn.mask import KernelArguments, Mask
 from zoo.nn.norm import RMSNorm
 from zoo.nn.rotary import RotaryEmbedding, RotaryTable
-
-# --------------------------------------------------------------------------------------------
-# masks: True means "this query may attend to this key"
-# --------------------------------------------------------------------------------------------
-
-
-def causal_mask(
-    query_positions: Int[Array, " seq"], key_positions: Int[Array, " kv_seq"]
-) -> Bool[Array, "seq kv_seq"]:
-    """A query at absolute position p may attend to keys at positions <= p."""
-    return key_positions[None, :] <= query_positions[:, None]
-
-
-def attention_mask(
-    num_queries: int,
-    key_valid: Bool[Array, " kv_seq"] | None = None,
-    *,
-    num_keys: int | None = None,
-    causal: bool = False,
-    query_offset: Int[Array, ""] | int = 0,
-    window: int | None = None,
-) -> Bool[Array, "seq kv_seq"] | None:
-    """Combine a key-padding mask and a causal mask into one `[seq, kv_seq]` mask.
-
-    `key_valid[j]` is False for padding keys. With `causal=True`, query `i` sits at absolute
-    position `query_offset + i` and sees keys at positions `<= query_offset + i` (the offset is
-    how far a KV cache is already filled). A sliding `window` (causal only, Mistral) keeps the
-    last `window` of those: keys at positions `> query_position - window`. Returns None when
-    nothing is masked.
-    """
-    if window is not None and not causal:
-        raise ValueError("a sliding window needs causal=True")
-    if key_valid is None and not causal:
-        return None
-    if num_keys is None:
-        if key_valid is None:
-            raise ValueError("attention_mask needs num_keys or key_valid")
-        num_keys = key_valid.shape[0]
-    mask = jnp.ones((num_queries, num_keys), dtype=bool)
-    if causal:
-        query_positions = query_offset + jnp.arange(num_queries)
-        key_positions = jnp.arange(num_keys)
-        mask = causal_mask(query_positions, key_positions)
-        if window is not None:
-            mask = mask & (key_positions[None, :] > query_positions[:, None] - window)
-    if key_valid is not None:
-        mask = mask & key_valid[None, :]
-    return mask
-
 
 # --------------------------------------------------------------------------------------------
 # scaled dot-product attention
@@ -134,28 +87,20 @@ def _weighted_values(
     return output.reshape(seq, heads, value.shape[2])
 
 
-def _fused(
-    implementation: str | None,
-    return_weights: bool,
-    dropout: Dropout | None,
-    dropout_key: PRNGKeyArray | None,
-) -> bool:
-    """Whether `dot_product_attention` takes `jax.nn.dot_product_attention` (see its docstring)."""
-    dropout_active = (
-        dropout is not None
-        and dropout_key is not None
-        and not dropout.inference
-        and dropout.rate > 0.0
-    )
-    explicit_by_default = implementation is None and jax.default_backend() == "cpu"
-    return not (return_weights or dropout_active or explicit_by_default)
+def as_mask(mask: Mask | Bool[Array, "seq kv_seq"] | None) -> Mask:
+    """A `Mask` from a mask value, a boolean `[seq, kv_seq]` array (True = may attend) or None."""
+    if mask is None:
+        return Mask()
+    if isinstance(mask, Mask):
+        return mask
+    return Mask(explicit=mask)
 
 
 def dot_product_attention(
     query: Float[Array, "seq heads head_dim"],
     key: Float[Array, "kv_seq kv_heads head_dim"],
     value: Float[Array, "kv_seq kv_heads head_dim"],
-    mask: Bool[Array, "seq kv_seq"] | None = None,
+    mask: Mask | Bool[Array, "seq kv_seq"] | None = None,
     *,
     score_bias: Float[Array, "heads seq kv_seq"] | None = None,
     scale: bool = True,
@@ -163,42 +108,73 @@ def dot_product_attention(
     dropout_key: PRNGKeyArray | None = None,
     return_weights: bool = False,
     implementation: str | None = None,
-    causal: bool = False,
 ) -> tuple[Float[Array, "seq heads head_dim"], Float[Array, "heads seq kv_seq"] | None]:
     """Scaled dot-product attention for one example; returns (output, weights or None).
 
-    Two paths with the same result. The explicit one computes the weights (float32 softmax of
-    einsum scores) and is used for attention dropout, for `return_weights`, and on the CPU by
-    default, where its backward pass is faster. Otherwise `jax.nn.dot_product_attention` runs:
-    `implementation="xla"` forces it on any device, `"cudnn"` asks for the cuDNN flash kernel
-    on an NVIDIA GPU. Both paths give zero output for fully masked queries, and both take
-    fewer key/value heads than query heads (grouped-query attention), and both add
-    `score_bias` to the scores and honour `scale` (see `attention_weights`).
-
-    `causal=True` lets query `i` see keys `0..i` only, on top of `mask` (self-attention over
-    one sequence without a cache: `seq == kv_seq`). It equals passing the causal mask, but
-    with no other mask the fused path hands it to the kernel as `is_causal`: cuDNN then skips
-    the masked half of the scores instead of reading a `[seq, kv_seq]` bias.
+    `mask` is a `zoo.nn.Mask` (causal order, lengths, window, cache offset, segments) or a
+    boolean `[seq, kv_seq]` array. `zoo.nn.kernel.choose_kernel` picks the kernel from
+    `implementation` (None: by platform; "explicit", "xla", "cudnn"): zoo's explicit float32
+    softmax (attention dropout, `return_weights`, the CPU by default) or
+    `jax.nn.dot_product_attention`, which gets the mask as its own arguments (`is_causal`,
+    sequence lengths, `local_window_size`) where the mask can be said that way, so cuDNN runs
+    its causal and padding kernels without reading a `[seq, kv_seq]` array. Every kernel
+    gives the same result: zero output for queries that see no key, grouped-query attention
+    (fewer key/value heads), `score_bias` added to the scaled scores and `scale` honoured
+    (see `attention_weights`).
     """
-    fused = _fused(implementation, return_weights, dropout, dropout_key)
-    if causal:
-        if query.shape[0] != key.shape[0]:
-            raise ValueError(
-                f"causal=True needs as many queries as keys (self-attention without a cache), "
-                f"got {query.shape[0]} queries and {key.shape[0]} keys; with a KV cache pass "
-                "the mask instead: attention_mask(..., causal=True, query_offset=index)"
-            )
-        if mask is not None or not fused:
-            ordered = causal_mask(jnp.arange(query.shape[0]), jnp.arange(key.shape[0]))
-            mask = ordered if mask is None else mask & ordered
-            causal = False
-    if not fused:
-        weights = attention_weights(query, key, mask, score_bias=score_bias, scale=scale)
+    mask = as_mask(mask)
+    num_queries, num_keys = query.shape[0], key.shape[0]
+    dropout_active = (
+        dropout is not None
+        and dropout_key is not None
+        and not dropout.inference
+        and dropout.rate > 0.0
+    )
+    arguments = mask.kernel_arguments(num_queries, num_keys)
+    kernel = choose_kernel(
+        implementation,
+        query=query,
+        key=key,
+        mask_arguments=arguments,
+        has_score_bias=score_bias is not None,
+        return_weights=return_weights,
+        dropout_active=dropout_active,
+    )
+    if kernel == "explicit":
+        weights = attention_weights(
+            query, key, mask.array(num_queries, num_keys), score_bias=score_bias, scale=scale
+        )
         if dropout is not None:
             weights = dropout(weights, key=dropout_key)
         output = _weighted_values(weights.astype(value.dtype), value)
         return output, (weights if return_weights else None)
+    return _fused_attention(query, key, value, mask, arguments, score_bias, scale, kernel), None
 
+
+def _fused_attention(query, key, value, mask, arguments, score_bias, scale, kernel):
+    """`jax.nn.dot_product_attention` with the mask as its own arguments, or as an array."""
+    num_queries, num_keys = query.shape[0], key.shape[0]
+    mask_array = None
+    if arguments is None:
+        mask_array = mask.array(num_queries, num_keys)
+        arguments = KernelArguments(False, None, None, None)
+        answered = jnp.any(mask_array, axis=-1)
+    else:
+        answered = _answered_queries(arguments, num_queries)
+    # the fused kernels take one dtype (a float32 cache read by bf16 queries)
+    key, value = key.astype(query.dtype), value.astype(query.dtype)
+    query_lengths, key_lengths = arguments.query_seq_lengths, arguments.key_value_seq_lengths
+    if key_lengths is not None:
+        # a query with no key is zeroed below; the kernel always gets one key to read
+        key_lengths = jnp.maximum(key_lengths, 1)
+    if kernel == "cudnn":
+        if key_lengths is not None and query_lengths is None:
+            query_lengths = jnp.full((1,), num_queries, jnp.int32)
+        if query_lengths is not None and key_lengths is None:
+            key_lengths = jnp.full((1,), num_keys, jnp.int32)
+        key, value, query_lengths, key_lengths = _batched_like(
+            query, key, value, query_lengths, key_lengths
+        )
     # jax's own kernel mixes bf16 and f32 internally, which strict promotion would reject.
     with jax.numpy_dtype_promotion("standard"):
         output = jax.nn.dot_product_attention(
@@ -206,15 +182,43 @@ def dot_product_attention(
             key,
             value,
             bias=None if score_bias is None else score_bias.astype(query.dtype)[None],
-            mask=None if mask is None else mask[None, :, :],
+            mask=None if mask_array is None else mask_array[None, :, :],
             scale=None if scale else 1.0,
-            is_causal=causal,
-            implementation=implementation,  # type: ignore[arg-type]
+            is_causal=arguments.is_causal,
+            query_seq_lengths=query_lengths,
+            key_value_seq_lengths=key_lengths,
+            local_window_size=arguments.local_window_size,
+            implementation=kernel,
         )
-    if mask is not None:
-        any_key = jnp.any(mask, axis=-1)
-        output = jnp.where(any_key[:, None, None], output, jnp.zeros_like(output))
-    return output, None
+    if answered is None:
+        return output
+    return jnp.where(answered[:, None, None], output, jnp.zeros_like(output))
+
+
+def _batched_like(query: Array, *operands: Array | None) -> list[Array | None]:
+    """`operands` plus a zero computed from `query`, so that under `jax.vmap` they carry the
+    queries' batch axis.
+
+    cuDNN's batching rule reshapes every operand to the queries' batch; one that does not vary
+    over the batch (a length known when tracing, a cross-attention memory shared by every
+    beam) has no batch axis and cannot be reshaped. The zero is the same select on both sides,
+    which XLA removes.
+    """
+    zero = jnp.where(jnp.isnan(query[0, 0, 0]), 0, 0).astype(jnp.int32)
+    return [
+        None if operand is None else operand + zero.astype(operand.dtype) for operand in operands
+    ]
+
+
+def _answered_queries(arguments: KernelArguments, num_queries: int) -> Bool[Array, " seq"] | None:
+    """Which queries see at least one key under a mask said in lengths (None: all of them)."""
+    answered = None
+    if arguments.query_seq_lengths is not None:
+        answered = jnp.arange(num_queries) < arguments.query_seq_lengths[0]
+    if arguments.key_value_seq_lengths is not None:
+        any_key = jnp.broadcast_to(arguments.key_value_seq_lengths[0] > 0, (num_queries,))
+        answered = any_key if answered is None else answered & any_key
+    return answered
 
 
 # --------------------------------------------------------------------------------------------
@@ -415,18 +419,17 @@ class MultiHeadAttention(eqx.Module):
         query: Float[Array, "seq heads head_dim"],
         keys: Float[Array, "kv_seq kv_heads head_dim"],
         values: Float[Array, "kv_seq kv_heads head_dim"],
-        mask: Bool[Array, "seq kv_seq"] | None = None,
+        mask: Mask | Bool[Array, "seq kv_seq"] | None = None,
         *,
         score_bias: Float[Array, "heads seq kv_seq"] | None = None,
         key: PRNGKeyArray | None = None,
         return_weights: bool = False,
-        causal: bool = False,
     ) -> tuple[Float[Array, "seq d_model"], Float[Array, "heads seq kv_seq"] | None]:
         """Attend projected queries to projected keys/values and apply the output projection.
 
-        `score_bias` is added to every head's scores (relative positions,
-        `zoo.nn.relative_position`). `causal` adds the causal order to `mask` (see
-        `dot_product_attention`).
+        `mask` is a `zoo.nn.Mask` or a boolean `[seq, kv_seq]` array (see
+        `dot_product_attention`). `score_bias` is added to every head's scores (relative
+        positions, `zoo.nn.relative_position`).
         """
         heads, weights = dot_product_attention(
             query,
@@ -439,7 +442,6 @@ class MultiHeadAttention(eqx.Module):
             dropout_key=key,
             return_weights=return_weights,
             implementation=self.implementation,
-            causal=causal,
         )
         merged = heads.reshape(heads.shape[0], self.num_heads * self.head_dim)
         return self.output_proj(merged), weights
@@ -449,11 +451,10 @@ class MultiHeadAttention(eqx.Module):
         x: Float[Array, "seq d_model"],
         context: Float[Array, "kv_seq d_kv"] | None = None,
         *,
-        mask: Bool[Array, "seq kv_seq"] | None = None,
+        mask: Mask | Bool[Array, "seq kv_seq"] | None = None,
         positions: Int[Array, " seq"] | None = None,
         rotary_table: RotaryTable | None = None,
         key: PRNGKeyArray | None = None,
-        causal: bool = False,
     ) -> Float[Array, "seq d_model"]:
         """Self-attention over `x` (at `positions`, or rotated by their precomputed
         `rotary_table`), or cross-attention from `x` to `context`."""
@@ -465,5 +466,5 @@ class MultiHeadAttention(eqx.Module):
         else:
             keys, values = self.project_key_value(context)
             query = self.project_query(x, positions, rotary_table=rotary_table)
-        output, _ = self.attend(query, keys, values, mask, key=key, causal=causal)
+        output, _ = self.attend(query, keys, values, mask, key=key)
         return output

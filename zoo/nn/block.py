@@ -14,11 +14,12 @@ from typing import Any, NamedTuple
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
+from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from zoo.nn.attention import KVCache, MultiHeadAttention
 from zoo.nn.dropout import Dropout, split_optional
 from zoo.nn.feedforward import FeedForward
+from zoo.nn.mask import Mask
 from zoo.nn.norm import Norm, make_norm
 from zoo.nn.rotary import RotaryEmbedding, RotaryTable
 
@@ -133,33 +134,35 @@ class TransformerBlock(eqx.Module):
         self,
         x: Float[Array, "seq d_model"],
         *,
-        mask: Bool[Array, "seq kv_seq"] | None = None,
+        mask: Mask | None = None,
         positions: Int[Array, " seq"] | None = None,
         rotary_table: RotaryTable | None = None,
         cross_kv: tuple[Array, Array] | None = None,
-        cross_mask: Bool[Array, "seq src"] | None = None,
+        cross_mask: Mask | None = None,
         cache: KVCache | None = None,
         cache_index: Int[Array, ""] | int = 0,
         score_bias: Float[Array, "heads seq kv_seq"] | None = None,
         key: PRNGKeyArray | None = None,
         return_weights: bool = False,
-        causal: bool = False,
     ) -> tuple[Float[Array, "seq d_model"], BlockExtras]:
         """Run the layer.
 
-        `mask` is the self-attention mask (padding and/or causal); `causal=True` adds the
-        causal order to it without a cache (`zoo.nn.attention.dot_product_attention`).
+        `mask` is the self-attention's `zoo.nn.Mask` (causal order, padding, window);
+        `cross_mask` the cross-attention's (the source's length).
         `positions` are the absolute positions of the `seq` tokens for rotary attention
         (default: `cache_index + 0, 1, ...`); `rotary_table` is their cos/sin table made once
         for every layer (`MultiHeadAttention.rotary_table`), else the block makes it from
         `positions`.
         With `cache`, the new keys and values are written at `cache_index` and the queries attend
-        to the whole cache (`mask` is then `[seq, max_len]`). `cross_kv` are the encoder memory's
-        projected keys and values for this layer's cross-attention (see
-        `MultiHeadAttention.project_key_value`). `score_bias` is added to the self-attention
-        scores (relative positions; `[heads, seq, max_len]` with a cache).
+        to the whole cache, the mask's `offset` saying where they sit; a causal mask without an
+        offset says the cache was empty (a prefill), and the queries attend to the new keys
+        alone. `cross_kv` are the encoder memory's projected keys and values for this layer's
+        cross-attention (see `MultiHeadAttention.project_key_value`). `score_bias` is added to
+        the self-attention scores (relative positions; `[heads, seq, kv_seq]` for the keys
+        attended to).
         """
         self_key, cross_key, ff_key = split_optional(key, 3)
+        prefill = mask is not None and mask.causal and mask.offset is None
         if rotary_table is None:
             rotary_table = self.self_attention.rotary_table(
                 positions, length=x.shape[0], offset=cache_index
@@ -171,7 +174,8 @@ class TransformerBlock(eqx.Module):
             new_cache = None
             if cache is not None:
                 new_cache = cache.write(keys, values, cache_index)
-                keys, values = new_cache.keys, new_cache.values
+                if not prefill:
+                    keys, values = new_cache.keys, new_cache.values
             query = attention.project_query(h, rotary_table=rotary_table)
             out, weights = attention.attend(
                 query,
@@ -181,7 +185,6 @@ class TransformerBlock(eqx.Module):
                 score_bias=score_bias,
                 key=k,
                 return_weights=return_weights,
-                causal=causal,
             )
             return out, (new_cache, weights)
 

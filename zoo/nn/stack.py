@@ -12,10 +12,11 @@ from collections.abc import Callable
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
+from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from zoo.nn.attention import KVCache
 from zoo.nn.block import BlockExtras, TransformerBlock
+from zoo.nn.mask import Mask
 from zoo.nn.rotary import RotaryTable
 
 # What the backward pass recomputes instead of keeping (`jax.checkpoint` policies per layer):
@@ -82,24 +83,22 @@ class LayerStack(eqx.Module):
         self,
         x: Float[Array, "seq d_model"],
         *,
-        mask: Bool[Array, "seq kv_seq"] | None = None,
+        mask: Mask | None = None,
         positions: Int[Array, " seq"] | None = None,
         rotary_table: RotaryTable | None = None,
         cross_kv: tuple[Array, Array] | None = None,
-        cross_mask: Bool[Array, "seq src"] | None = None,
+        cross_mask: Mask | None = None,
         cache: KVCache | None = None,
         cache_index: Int[Array, ""] | int = 0,
         score_bias: Float[Array, "heads seq kv_seq"] | None = None,
         key: PRNGKeyArray | None = None,
         return_weights: bool = False,
-        causal: bool = False,
     ) -> tuple[Float[Array, "seq d_model"], BlockExtras]:
         """Run every layer. Extras (cache, attention weights) come back stacked on `layers`.
 
-        `positions` (absolute token positions, for rotary attention; default
-        `cache_index + 0, 1, ...`), `score_bias` (relative positions, added to the
-        self-attention scores) and `causal` (the causal order on top of `mask`) are the same in
-        every layer. With rotary attention the cos/sin table of the positions is made here,
+        `mask` and `cross_mask` (`zoo.nn.Mask`), `positions` (absolute token positions, for
+        rotary attention; default `cache_index + 0, 1, ...`) and `score_bias` (relative
+        positions, added to the self-attention scores) are the same in every layer. With rotary attention the cos/sin table of the positions is made here,
         once, outside the layer loop, and handed to every layer (or pass `rotary_table` made by
         `MultiHeadAttention.rotary_table`).
         """
@@ -125,7 +124,6 @@ class LayerStack(eqx.Module):
                 score_bias=score_bias,
                 key=layer_key,
                 return_weights=return_weights,
-                causal=causal,
             )
 
         if self.scan and cache is not None:
