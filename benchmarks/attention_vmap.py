@@ -37,7 +37,8 @@ import numpy as np
 
 from zoo.bench.report import now_utc
 from zoo.bench.suite import write_script_results
-from zoo.nn.attention import attention_mask, dot_product_attention
+from zoo.nn import Mask
+from zoo.nn.attention import dot_product_attention
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -112,7 +113,7 @@ def measure(shape: tuple[int, int, int, int], steps: int, rounds: int) -> list[d
     batch, seq, heads, head_dim = shape
     keys = jax.random.split(jax.random.key(0), 3)
     q, k, v = (jax.random.normal(key, shape, jnp.float32) for key in keys)
-    mask = attention_mask(seq, None, num_keys=seq, causal=True)
+    mask = Mask(causal=True).array(seq, seq)
     programs, outputs = {}, {}
     for name, attend in variants(mask).items():
         for pass_name, fn in (("forward", attend), ("forward+backward", with_backward(attend))):

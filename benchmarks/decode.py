@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import zoo
-from zoo.nn.attention import attention_mask
+from zoo.nn import Mask
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -48,8 +48,7 @@ def last_position_logits(model: zoo.GPT, tokens: jax.Array) -> jax.Array:
     """One uncached forward over `tokens` [seq]; logits of the last position only [vocab]."""
     num_tokens = tokens.shape[0]
     x = model.embedder(tokens, jnp.arange(num_tokens))
-    mask = attention_mask(num_tokens, None, num_keys=num_tokens, causal=True)
-    x, _ = model.layers(x, mask=mask)
+    x, _ = model.layers(x, mask=Mask(causal=True))
     last = x[-1:]
     if model.final_norm is not None:
         last = model.final_norm(last)
