@@ -1,0 +1,247 @@
+"""A model's chat template: the Jinja text that turns a conversation into the text the model reads.
+
+Rendered the way transformers' `apply_chat_template` renders it: a sandboxed Jinja environment
+(`ImmutableSandboxedEnvironment`, `trim_blocks=True`, `lstrip_blocks=True`, loop controls), a
+`tojson` filter that keeps non-ASCII text, `raise_exception(message)` and `strftime_now(format)`
+globals, and the variables `messages`, `add_generation_prompt`, `tools` (None unless given),
+`documents` (None) and the tokenizer's special token strings (`bos_token`, `eos_token`, ...),
+which the caller's own variables override.
+
+`{% generation %}...{% endgeneration %}` (transformers' extension) marks text the assistant
+generates; `ChatTemplate.spans` gives its character spans in the rendered text.
+
+`DEFAULT_TEMPLATE` serves models without a template of their own (gpt2, a zoo model trained
+from scratch with a char or word tokenizer): each turn is `role:` on a line, then the content,
+then the eos token, then a newline; the generation prompt is `assistant:` and a newline.
+
+- The eos token ends each turn because every zoo tokenizer has one and generation already stops
+  on it, whereas ChatML markers (`<|im_start|>`) are no token in such vocabularies: a word
+  tokenizer reads them as `<unk>`, a char or byte-level one spells them out, and nothing stops
+  generation at them.
+- The content starts on a new line, not after `role: `: byte-level BPE (GPT-2) joins a space to
+  the word after it, so a prompt ending in a space would ask the model to continue in the middle
+  of a token it never saw split there in training.
+
+jinja2 is an optional dependency: `pip install 'jax-transformer-zoo[chat]'`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import lru_cache
+from typing import Any
+
+from zoo.extras import pip_install
+
+INSTALL_CHAT = pip_install("chat")
+MIN_JINJA = (3, 1, 6)  # older releases have known sandbox escapes; hub templates are untrusted
+# Private-use characters that bracket `{% generation %}` output while spans are being found.
+GENERATION_START, GENERATION_END = "\ue000", "\ue001"
+GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")
+
+DEFAULT_TEMPLATE = """\
+{#- zoo's default chat template (zoo/data/chat_template.py says why it looks like this) #}
+{%- if bos_token is defined and bos_token %}{{ bos_token }}{% endif %}
+{%- for message in messages %}
+    {{- message['role'] + ':\\n' }}
+    {%- if message['role'] == 'assistant' %}
+        {%- generation %}{{ message['content'] + eos_token }}{% endgeneration %}
+    {%- else %}
+        {{- message['content'] + eos_token }}
+    {%- endif %}
+    {{- '\\n' }}
+{%- endfor %}
+{%- if add_generation_prompt %}{{ 'assistant:\\n' }}{% endif %}
+"""
+
+_marking: ContextVar[bool] = ContextVar("zoo_chat_generation_marks", default=False)
+
+
+@dataclass(frozen=True)
+class ChatTemplate:
+    """A chat template's Jinja `source` and the special token strings it is rendered with.
+
+    `origin` says where the template came from (a file, a tokenizer, zoo's default), for errors.
+    """
+
+    source: str
+    special_tokens: Mapping[str, str] = field(default_factory=dict)
+    origin: str = "a chat template"
+
+    @property
+    def has_generation_blocks(self) -> bool:
+        """Whether the template marks the assistant's text with `{% generation %}` blocks."""
+        return GENERATION_TAG.search(self.source) is not None
+
+    def render(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        add_generation_prompt: bool = False,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        **variables: Any,
+    ) -> str:
+        """The conversation as text; `add_generation_prompt` ends it with the opening of an
+        assistant turn (for generation); `variables` reach the template (e.g. `date_string`)."""
+        return self._render(messages, add_generation_prompt, tools, variables, marking=False)
+
+    def spans(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        add_generation_prompt: bool = False,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        **variables: Any,
+    ) -> tuple[str, list[tuple[int, int]]]:
+        """`render`'s text and the `(start, end)` character span of every `{% generation %}`
+        block in it, in order (none for a template without them)."""
+        for value in _strings(messages, variables):
+            if GENERATION_START in value or GENERATION_END in value:
+                raise ValueError(
+                    "the conversation holds the private-use character U+E000 or U+E001, which "
+                    "mark {% generation %} blocks while they are measured; remove them"
+                )
+        marked = self._render(messages, add_generation_prompt, tools, variables, marking=True)
+        return _unmark(marked, self.origin)
+
+    def _render(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        add_generation_prompt: bool,
+        tools: Sequence[Mapping[str, Any]] | None,
+        variables: Mapping[str, Any],
+        *,
+        marking: bool,
+    ) -> str:
+        jinja2 = _jinja()
+        compiled = _compile(self.source, self.origin)
+        context = {
+            **self.special_tokens,
+            **variables,
+            "messages": [dict(message) for message in messages],
+            "tools": None if tools is None else [dict(tool) for tool in tools],
+            "documents": None,
+            "add_generation_prompt": add_generation_prompt,
+        }
+        token = _marking.set(marking)
+        try:
+            return compiled.render(**context)
+        except jinja2.TemplateError as error:
+            raise ValueError(
+                f"{self.origin} cannot render this conversation: {error} (roles: "
+                f"{[message.get('role') for message in messages]})"
+            ) from error
+        finally:
+            _marking.reset(token)
+
+
+def _jinja() -> Any:
+    """The jinja2 module, or an ImportError that says how to install it."""
+    try:
+        import jinja2
+    except ImportError as error:
+        raise ImportError(f"chat templates are rendered with jinja2: {INSTALL_CHAT}") from error
+    version = tuple(int(part) for part in jinja2.__version__.split(".")[:3] if part.isdigit())
+    if version < MIN_JINJA:
+        raise ImportError(
+            f"chat templates need jinja2 >= 3.1.6 (older versions have sandbox escapes), found "
+            f"{jinja2.__version__}: {INSTALL_CHAT}"
+        )
+    return jinja2
+
+
+@lru_cache(maxsize=1)
+def _environment() -> Any:
+    """The one sandboxed environment every template compiles in (see the module doc)."""
+    jinja2 = _jinja()
+    from jinja2 import nodes
+    from jinja2.ext import Extension
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    class GenerationBlock(Extension):
+        """`{% generation %}...{% endgeneration %}`: its text, bracketed while measuring."""
+
+        tags = {"generation"}  # noqa: RUF012 (jinja2 reads a set here)
+
+        def parse(self, parser: Any) -> Any:
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+            call = self.call_method("_bracket", [])
+            return nodes.CallBlock(call, [], [], body).set_lineno(lineno)
+
+        def _bracket(self, caller: Any) -> str:
+            text = caller()
+            return f"{GENERATION_START}{text}{GENERATION_END}" if _marking.get() else text
+
+    def raise_exception(message: str) -> None:
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(
+        value: Any,
+        ensure_ascii: bool = False,
+        indent: int | None = None,
+        separators: tuple[str, str] | None = None,
+        sort_keys: bool = False,
+    ) -> str:
+        # Jinja's own tojson escapes HTML characters; templates expect plain JSON.
+        return json.dumps(
+            value, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+            sort_keys=sort_keys,
+        )  # fmt: skip
+
+    def strftime_now(format: str) -> str:
+        return datetime.now().strftime(format)
+
+    environment = ImmutableSandboxedEnvironment(
+        trim_blocks=True,
+        lstrip_blocks=True,
+        extensions=[GenerationBlock, "jinja2.ext.loopcontrols"],
+    )
+    environment.filters["tojson"] = tojson
+    environment.globals["raise_exception"] = raise_exception
+    environment.globals["strftime_now"] = strftime_now
+    return environment
+
+
+@lru_cache(maxsize=32)
+def _compile(source: str, origin: str) -> Any:
+    jinja2 = _jinja()
+    try:
+        return _environment().from_string(source)
+    except jinja2.TemplateSyntaxError as error:
+        raise ValueError(
+            f"{origin} is not a valid Jinja template: {error.message} (line {error.lineno})"
+        ) from error
+
+
+def _strings(messages: Sequence[Mapping[str, Any]], variables: Mapping[str, Any]) -> list[str]:
+    values = [value for message in messages for value in message.values()]
+    return [value for value in [*values, *variables.values()] if isinstance(value, str)]
+
+
+def _unmark(marked: str, origin: str) -> tuple[str, list[tuple[int, int]]]:
+    """The text without its generation marks, and the span each pair of marks enclosed."""
+    pieces: list[str] = []
+    spans: list[tuple[int, int]] = []
+    length, start = 0, None
+    for part in re.split(f"([{GENERATION_START}{GENERATION_END}])", marked):
+        if part == GENERATION_START:
+            if start is not None:
+                raise ValueError(f"{origin}: a {{% generation %}} block is nested in another")
+            start = length
+        elif part == GENERATION_END:
+            if start is None:  # a block's output cut in two by a filter or a string method
+                raise ValueError(f"{origin}: a {{% generation %}} block's text was split")
+            spans.append((start, length))
+            start = None
+        else:
+            pieces.append(part)
+            length += len(part)
+    if start is not None:
+        raise ValueError(f"{origin}: a {{% generation %}} block's text was split")
+    return "".join(pieces), spans

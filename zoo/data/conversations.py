@@ -1,0 +1,197 @@
+"""Conversation and instruction rows -> one normalised list of `{role, content}` messages each.
+
+| format | columns | becomes |
+| --- | --- | --- |
+| `messages` | `messages`: `[{role, content}, ...]` (the HF convention), or `conversations`: ShareGPT `[{from, value}, ...]` | the messages, ShareGPT's `human`/`gpt` read as `user`/`assistant` |
+| `instruction` | `instruction`, optional `input`, `output`, optional `system` (Alpaca) | system turn, user turn (instruction, then the input after a blank line), assistant turn (output) |
+| `prompt_completion` | `prompt`, `completion` (a text each, or TRL's conversational lists of messages) | user turn(s), then assistant turn(s) |
+
+`detect_format(columns)` picks the format from the column names (in the order of the table);
+an explicit `format=` overrides it. Roles are `system`, `user` and `assistant`; every content is
+non-empty text; a training conversation has at least one assistant turn. A row that breaks
+these gets a `DataError` (a `ValueError`) naming the row and what was expected.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, TypeAlias
+
+from zoo.data.errors import DataError
+
+Message: TypeAlias = dict[str, str]  # {"role": "system" | "user" | "assistant", "content": text}
+
+ROLES = ("system", "user", "assistant")
+FORMATS = ("messages", "instruction", "prompt_completion")
+# ShareGPT speaker names (`from`) -> roles; `human`/`gpt` are ShareGPT's own, the rest pass through.
+SHAREGPT_ROLES = {
+    "human": "user",
+    "gpt": "assistant",
+    "system": "system",
+    "user": "user",
+    "assistant": "assistant",
+}
+MESSAGE_COLUMNS = ("messages", "conversations")
+EXPECTED = {
+    "messages": "'messages' (or ShareGPT 'conversations')",
+    "instruction": "'instruction' and 'output' (optional 'input', 'system')",
+    "prompt_completion": "'prompt' and 'completion'",
+}
+
+
+def detect_format(columns: Iterable[str]) -> str | None:
+    """The format the column names fit (see the module table), or None when none fits."""
+    names = set(columns)
+    if names & set(MESSAGE_COLUMNS):
+        return "messages"
+    if {"instruction", "output"} <= names:
+        return "instruction"
+    if {"prompt", "completion"} <= names:
+        return "prompt_completion"
+    return None
+
+
+def conversation_messages(
+    row: Mapping[str, Any],
+    *,
+    format: str | None = None,
+    index: int = 0,
+    require_assistant: bool = True,
+) -> list[Message]:
+    """The normalised messages of one row (`index` is its number, for error messages).
+
+    `format` is one of `FORMATS`, or None to detect it from the row's columns.
+    `require_assistant=False` accepts a conversation without an assistant turn (a prompt).
+    """
+    chosen = format if format is not None else detect_format(row)
+    if chosen is None:
+        raise DataError(
+            f"row {index} fits no conversation format: expected the column(s) "
+            f"{'; or '.join(EXPECTED.values())}; found {sorted(row)}"
+        )
+    if chosen not in FORMATS:
+        raise ValueError(f"unknown conversation format {chosen!r}; use one of {FORMATS}")
+    if chosen == "messages":
+        messages = _from_messages(row, index)
+    elif chosen == "instruction":
+        messages = _from_instruction(row, index)
+    else:
+        messages = _from_prompt_completion(row, index)
+    return check_messages(messages, index=index, require_assistant=require_assistant)
+
+
+def conversations(
+    rows: Iterable[Mapping[str, Any]],
+    *,
+    format: str | None = None,
+    require_assistant: bool = True,
+) -> Iterator[list[Message]]:
+    """`conversation_messages` of every row, numbered from 0; the format is detected from the
+    first row when not given, so every row is read the same way."""
+    for index, row in enumerate(rows):
+        if format is None:
+            format = detect_format(row)
+        yield conversation_messages(
+            row, format=format, index=index, require_assistant=require_assistant
+        )
+
+
+def check_messages(
+    messages: Sequence[Mapping[str, Any]], *, index: int = 0, require_assistant: bool = True
+) -> list[Message]:
+    """`messages` as plain `{role, content}` dicts, or a `DataError` naming what is wrong."""
+    if not messages:
+        raise DataError(f"row {index} holds an empty conversation (no messages)")
+    checked: list[Message] = []
+    for number, message in enumerate(messages):
+        where = f"row {index}, message {number}"
+        if not isinstance(message, Mapping) or "role" not in message or "content" not in message:
+            raise DataError(
+                f"{where} should be a mapping with 'role' and 'content', found {message!r}"
+            )
+        role, content = message["role"], message["content"]
+        if role not in ROLES:
+            raise DataError(f"{where} has the role {role!r}; roles are {ROLES}")
+        if not isinstance(content, str):
+            raise DataError(f"{where} ({role}) has {type(content).__name__} content, expected text")
+        if not content.strip():
+            raise DataError(f"{where} ({role}) has empty content; fill it or drop the row")
+        checked.append({"role": role, "content": content})
+    if require_assistant and all(message["role"] != "assistant" for message in checked):
+        roles = [message["role"] for message in checked]
+        raise DataError(
+            f"row {index} has no assistant turn (its roles: {roles}): there is nothing to "
+            "learn from it; drop the row, or read it as a prompt (require_assistant=False)"
+        )
+    return checked
+
+
+def _column(row: Mapping[str, Any], name: str, index: int, format: str) -> Any:
+    if name not in row or row[name] is None:
+        raise DataError(
+            f"row {index} lacks the column {name!r} of the {format!r} format: expected "
+            f"{EXPECTED[format]}; found {sorted(row)}"
+        )
+    return row[name]
+
+
+def _from_messages(row: Mapping[str, Any], index: int) -> list[Any]:
+    present = [column for column in MESSAGE_COLUMNS if row.get(column) is not None]
+    name = present[0] if present else "messages"
+    turns = _column(row, name, index, "messages")
+    if isinstance(turns, str) or not isinstance(turns, Sequence):
+        raise DataError(
+            f"row {index}: column {name!r} should hold a list of messages, found "
+            f"{type(turns).__name__}"
+        )
+    return [_sharegpt(turn, index, number) for number, turn in enumerate(turns)]
+
+
+def _sharegpt(turn: Any, index: int, number: int) -> Any:
+    """A ShareGPT `{from, value}` turn as `{role, content}`; any other turn as it is."""
+    if not isinstance(turn, Mapping) or "role" in turn or "from" not in turn:
+        return turn
+    speaker = turn["from"]
+    if speaker not in SHAREGPT_ROLES:
+        raise DataError(
+            f"row {index}, message {number} is from {speaker!r}; ShareGPT speakers are "
+            f"{sorted(SHAREGPT_ROLES)}"
+        )
+    return {"role": SHAREGPT_ROLES[speaker], "content": turn.get("value")}
+
+
+def _from_instruction(row: Mapping[str, Any], index: int) -> list[Any]:
+    instruction = _column(row, "instruction", index, "instruction")
+    output = _column(row, "output", index, "instruction")
+    request = instruction
+    extra = row.get("input")
+    if isinstance(extra, str) and extra.strip():
+        # Alpaca's own prompt puts the input in a section of its own, after the instruction.
+        request = f"{instruction}\n\n{extra}"
+    messages = [{"role": "user", "content": request}, {"role": "assistant", "content": output}]
+    system = row.get("system")
+    if isinstance(system, str) and system.strip():
+        messages.insert(0, {"role": "system", "content": system})
+    return messages
+
+
+def _from_prompt_completion(row: Mapping[str, Any], index: int) -> list[Any]:
+    prompt = _column(row, "prompt", index, "prompt_completion")
+    completion = _column(row, "completion", index, "prompt_completion")
+    turns = [
+        _as_turns(prompt, "user", "prompt", index),
+        _as_turns(completion, "assistant", "completion", index),
+    ]
+    return [*turns[0], *turns[1]]
+
+
+def _as_turns(value: Any, role: str, column: str, index: int) -> list[Any]:
+    """A text as one turn of `role`; a list (TRL's conversational form) as its messages."""
+    if isinstance(value, str):
+        return [{"role": role, "content": value}]
+    if isinstance(value, Sequence):
+        return list(value)
+    raise DataError(
+        f"row {index}: column {column!r} should hold text or a list of messages, found "
+        f"{type(value).__name__}"
+    )
