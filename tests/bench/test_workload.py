@@ -28,7 +28,7 @@ def test_spec_changes_the_config():
     spec = BenchSpec(preset="gpt2", batch=1, seq=8, pad_vocab=True, layers="unroll", dropout=0.1)
     config = spec.config()
     assert config.vocab_size == 50304  # 50257 rounded up to a multiple of 64
-    assert config.scan_layers is False
+    assert config.layer_loop == "unroll"
     assert config.dropout == config.attention_dropout == 0.1
     # the data still uses the preset's own ids
     assert make_batch(spec)["tokens"].max() < 50257

@@ -326,7 +326,7 @@ def test_loading_and_saving_a_folder_never_imports_torch(tmp_path):
 
 def test_overrides_change_zoo_fields_and_misspelt_ones_are_named(tmp_path):
     random_checkpoint(tmp_path, CONFIGS["bert"])
-    model = from_pretrained(tmp_path, dropout=0.0, scan_layers=False)
+    model = from_pretrained(tmp_path, dropout=0.0, layer_loop="unroll")
     assert model.config.dropout == 0.0 and not model.encoder.scan
     with pytest.raises(TypeError, match="num_clases"):
         from_pretrained(tmp_path, num_clases=2)

@@ -67,3 +67,19 @@ def test_scale_scores_reaches_every_attention():
     ]
     assert [a.scale_scores for a in attentions] == [False, False, False]
     assert zoo.create("gpt-tiny", key=jax.random.key(0)).layers.blocks.self_attention.scale_scores
+
+
+def test_layer_loop_choices_and_configs_saved_with_scan_layers():
+    """`layer_loop` replaced the boolean `scan_layers`: a saved true (the old default) reads
+    as "auto" and a saved false as "unroll"."""
+    config = GPTConfig()
+    assert config.layer_loop == "auto" and config.scan_layers is None
+    assert GPTConfig(layer_loop="scan").scan_layers is True
+    assert GPTConfig(layer_loop="unroll").scan_layers is False
+    with pytest.raises(ValueError, match="layer_loop must be one of"):
+        GPTConfig(layer_loop="loop")
+    old = {**GPTConfig().to_dict(), "scan_layers": True}
+    del old["layer_loop"]
+    assert GPTConfig.from_dict(old).layer_loop == "auto"
+    assert GPTConfig.from_dict({**old, "scan_layers": False}).layer_loop == "unroll"
+    assert GPTConfig.from_dict(GPTConfig(layer_loop="scan").to_dict()).layer_loop == "scan"

@@ -19,7 +19,7 @@ import zoo
 from zoo.bench.hlo_ops import Program, parse_program
 from zoo.models.common import DecodeCache, token_positions, valid_positions
 from zoo.nn import KVCache, Mask, RotaryEmbedding, RotaryTable, apply_rotary
-from zoo.nn.stack import REMAT_POLICIES
+from zoo.nn.stack import REMAT_POLICIES, scans
 
 TOKENS = jnp.array(
     [[0, 0, 5, 9, 3, 12, 7, 30, 4, 8, 21, 6], [5, 9, 3, 12, 7, 30, 4, 8, 21, 6, 0, 0]]
@@ -88,7 +88,7 @@ def own_angles(model, x, **kwargs):
 
     if model.config.remat is not None:
         body = jax.checkpoint(body, policy=REMAT_POLICIES[model.config.remat])
-    if model.config.scan_layers:
+    if scans(model.config.scan_layers):
         return jax.lax.scan(body, x, params)[0]
     for index in range(model.config.num_layers):
         x, _ = model.layers.layer(index)(x, **kwargs)
@@ -121,7 +121,7 @@ def per_layer_extend(model, tokens, cache: DecodeCache):
 
     x = model.embedder(tokens, positions)
     kv = KVCache(cache.keys, cache.values)
-    if model.config.scan_layers:  # the stack's own cached scan, with this body
+    if scans(model.config.scan_layers):  # the stack's own cached scan, with this body
         x, _ = model.layers._scan_with_cache(body, x, (params, None, None), kv)
     else:
         for index in range(model.config.num_layers):
@@ -141,7 +141,7 @@ def per_layer_extend(model, tokens, cache: DecodeCache):
             qk_norm=True,
             sliding_window=5,
         ),
-        dict(rope_scaling="linear", rope_factor=2.0, scan_layers=False, remat=None),
+        dict(rope_scaling="linear", rope_factor=2.0, layer_loop="unroll", remat=None),
     ],
     ids=["llama-tiny", "llama3-qknorm-window", "linear-unrolled"],
 )
@@ -177,7 +177,7 @@ def test_the_train_step_evaluates_no_sine_or_cosine_in_its_layer_loops():
     """llama-tiny scans its layers and recomputes elementwise work in the backward pass
     (remat="dots"): the table is made once, before the loops, not per layer, pass and head."""
     model = zoo.create("llama-tiny", key=jax.random.key(0))
-    assert model.config.scan_layers and model.config.remat == "dots"
+    assert scans(model.config.scan_layers) and model.config.remat == "dots"
     trainer = zoo.Trainer(zoo.tasks.LanguageModeling(), progress=False)
     state = trainer.init_optimizer(model)
     lowered = trainer.train_step.lower(model, state, {"tokens": TOKENS}, jax.random.key(1), 1)

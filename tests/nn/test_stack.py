@@ -72,3 +72,47 @@ def test_remat_changes_neither_outputs_nor_gradients(key):
             np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
     with pytest.raises(ValueError, match="remat must be one of"):
         LayerStack(lambda k: TransformerBlock(8, 2, 16, key=k), 2, remat="most", key=key)
+
+
+def test_by_default_layers_are_unrolled_on_a_gpu_and_scanned_elsewhere(key):
+    """`scan=None` decides when traced: one scan over the layers on this CPU, three unrolled
+    layers when traced for a GPU (`kernel_platform`), the same numbers either way."""
+    from zoo.nn import kernel_platform
+    from zoo.nn.stack import scans
+
+    stack = make_stack(key, None)
+    x = jax.random.normal(key, (4, 8))
+
+    def primitives(platform):
+        with kernel_platform(platform):
+            assert scans(None) == (platform == "cpu")
+            jaxpr = eqx.filter_make_jaxpr(lambda s, x: s(x, mask=Mask(causal=True))[0])(stack, x)[0]
+        return [equation.primitive.name for equation in jaxpr.jaxpr.eqns]
+
+    assert primitives("cpu").count("scan") == 1
+    assert "scan" not in primitives("gpu")
+    with kernel_platform("gpu"):
+        unrolled = stack(x, mask=Mask(causal=True))[0]
+    np.testing.assert_allclose(unrolled, stack(x, mask=Mask(causal=True))[0], atol=1e-6)
+    assert scans(True) and not scans(False)
+
+
+def test_unrolled_decoding_updates_the_stacked_cache_like_the_scan(key):
+    """Three positions fed one at a time through the cache: scanned and unrolled stacks write
+    the same cache and give the same outputs as attending over all three at once."""
+    import jax.numpy as jnp
+
+    x = jax.random.normal(key, (3, 8))
+    full, _ = make_stack(key, True)(x, mask=Mask(causal=True))
+    for scan in (True, False):
+        stack = make_stack(key, scan)
+        cache = stack.init_cache(4)
+        outputs = []
+        for index in range(3):
+            mask = Mask(causal=True, offset=jnp.asarray(index)).limit_keys(index + 1)
+            out, extras = stack(x[index : index + 1], mask=mask, cache=cache, cache_index=index)
+            cache = extras.cache
+            outputs.append(out)
+        np.testing.assert_allclose(jnp.concatenate(outputs), full, atol=1e-5)
+        assert cache.keys.shape == (3, 4, 2, 4)
+        assert np.all(np.asarray(cache.keys[:, 3]) == 0)  # the fourth slot was never written

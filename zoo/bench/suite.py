@@ -27,6 +27,7 @@ from zoo.bench.run_zoo import ZooRun
 from zoo.bench.timing import interleave
 from zoo.bench.workload import FLAVORS, BenchSpec, defaults_for
 from zoo.host import allocator_note
+from zoo.nn.stack import scans
 
 PEERS = ("torch",)
 
@@ -130,7 +131,7 @@ def run_spec(
         seq=spec.seq,
         tokens_per_step=spec.tokens_per_step(),
         precision=spec.precision,
-        layers="scan" if config.scan_layers else "unroll",
+        layers="scan" if scans(config.scan_layers) else "unroll",
         remat=config.remat or "none",
         attention=config.attention_implementation,
         vocab_size=config.vocab_size,

@@ -80,7 +80,7 @@ class BenchSpec:
     warmup: int = 3  # untimed calls after the first (compiling) one
     rounds: int = 5  # the timed calls are spread over this many rounds, zoo and peer in turn
     pad_vocab: bool = False  # round the vocabulary up to a multiple of 64
-    layers: str | None = None  # scan | unroll; None keeps the preset's `scan_layers`
+    layers: str | None = None  # scan | unroll; None keeps the preset's `layer_loop`
     remat: str | None = None  # none | dots | full; None keeps the preset's `remat`
     attention: str | None = None  # jax.nn.dot_product_attention implementation: None|xla|cudnn
     dropout: float = 0.0  # dropout and attention dropout of both models
@@ -143,7 +143,7 @@ class BenchSpec:
             if target is not None:
                 changes["target_vocab_size"] = round_up(target, VOCAB_MULTIPLE)
         if self.layers is not None:
-            changes["scan_layers"] = self.layers == "scan"
+            changes["layer_loop"] = self.layers
         if self.remat is not None:
             changes["remat"] = None if self.remat == "none" else self.remat
         if self.attention is not None:

@@ -114,7 +114,7 @@ def load_state_dict(
 ) -> eqx.Module:
     """A zoo model from a HuggingFace config dict and state dict of numpy arrays.
 
-    `overrides` change zoo config fields (`num_classes`, `dropout`, `dtype`, `scan_layers`...).
+    `overrides` change zoo config fields (`num_classes`, `dropout`, `dtype`, `layer_loop`...).
     Parts the checkpoint lacks (a classification head) are initialised with `key`. A checkpoint
     stored in bfloat16 loads in bfloat16 unless `dtype=` says otherwise.
     """

@@ -14,7 +14,7 @@ from zoo.nn.feedforward import ACTIVATIONS, FEED_FORWARD_KINDS
 from zoo.nn.kernel import IMPLEMENTATIONS
 from zoo.nn.norm import NORM_KINDS, Norm, make_norm
 from zoo.nn.rotary import ROPE_SCALINGS, RotaryEmbedding
-from zoo.nn.stack import REMAT_CHOICES
+from zoo.nn.stack import LAYER_LOOPS, REMAT_CHOICES
 
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -63,7 +63,7 @@ class TransformerConfig:
     scale_embeddings: bool = False  # multiply token embeddings by sqrt(d_model)
     embedding_norm: bool = False  # LayerNorm right after the embeddings (BERT)
     init_std: float = 0.02  # std of the normal init of weight matrices and embeddings
-    scan_layers: bool = True  # run layers with lax.scan (fast compile); False unrolls them
+    layer_loop: str = "auto"  # auto (unrolled on a GPU, scanned elsewhere) | scan | unroll
     attention_implementation: str | None = None  # None (by platform) | explicit | xla | cudnn
     remat: str | None = None  # rematerialise in the backward: None | "dots" | "full" (zoo.nn.stack)
     dtype: str = "float32"  # parameter dtype
@@ -112,6 +112,11 @@ class TransformerConfig:
             raise ValueError(
                 f"attention_implementation must be one of {IMPLEMENTATIONS} (None picks by "
                 f"platform), got {self.attention_implementation!r}"
+            )
+        if self.layer_loop not in LAYER_LOOPS:
+            raise ValueError(
+                f"layer_loop must be one of {LAYER_LOOPS} (auto: unrolled on a GPU, scanned "
+                f"elsewhere), got {self.layer_loop!r}"
             )
         if self.remat not in REMAT_CHOICES:
             raise ValueError(f"remat must be one of {REMAT_CHOICES}, got {self.remat!r}")
@@ -199,6 +204,11 @@ class TransformerConfig:
         )
 
     @property
+    def scan_layers(self) -> bool | None:
+        """`LayerStack`'s `scan`: True (scan), False (unroll), None (by platform)."""
+        return {"auto": None, "scan": True, "unroll": False}[self.layer_loop]
+
+    @property
     def param_dtype(self):
         return jnp.dtype(self.dtype)
 
@@ -267,6 +277,7 @@ class TransformerConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]):
         valid = {f.name for f in dataclasses.fields(cls)}
+        data = _upgraded(data)
         unknown = sorted(set(data) - valid)
         if unknown:
             raise ValueError(f"unknown {cls.__name__} field(s) {unknown}")
@@ -275,6 +286,16 @@ class TransformerConfig:
             name: tuple(value) if isinstance(value, list) else value for name, value in data.items()
         }
         return cls(**fields)
+
+
+def _upgraded(data: dict[str, Any]) -> dict[str, Any]:
+    """A config saved by an earlier zoo in today's fields: `scan_layers` (true was the default,
+    so it means "auto"; false chose unrolled layers) became `layer_loop`."""
+    if "scan_layers" not in data:
+        return data
+    data = dict(data)
+    data["layer_loop"] = "auto" if data.pop("scan_layers") else "unroll"
+    return data
 
 
 def _divisors(n: int) -> list[int]:

@@ -1,8 +1,11 @@
-"""N identical transformer blocks, built once with `filter_vmap` and run with `lax.scan`.
+"""N identical transformer blocks, built once with `filter_vmap`, run scanned or unrolled.
 
-The blocks' arrays carry a leading `layers` axis. Scanning over it compiles one layer's graph
-whatever the depth; `scan=False` unrolls the loop instead (one graph per layer: slower to
-compile, sometimes faster to run).
+The blocks' arrays carry a leading `layers` axis. Scanning over it (`lax.scan`) compiles one
+layer's graph whatever the depth; unrolling writes one graph per layer: slower to compile, but
+on a GPU XLA then fuses across layers and keeps no stacked copy of every layer's activations
+(GPT-2 small on an H100, bf16: 344k tokens/s unrolled against 257k scanned, compiled in 25 s
+against 13 s). `scan=None`, the default, chooses by the platform the program is traced for:
+unrolled on a GPU, scanned elsewhere (on a CPU the scan is as fast and compiles faster).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from zoo.nn.attention import KVCache
 from zoo.nn.block import BlockExtras, TransformerBlock
+from zoo.nn.kernel import current_platform
 from zoo.nn.mask import Mask
 from zoo.nn.rotary import RotaryTable
 
@@ -27,6 +31,15 @@ REMAT_POLICIES = {
     "full": jax.checkpoint_policies.nothing_saveable,
 }
 REMAT_CHOICES = (None, *REMAT_POLICIES)
+LAYER_LOOPS = ("auto", "scan", "unroll")  # a config's `layer_loop`: `scan` None, True, False
+
+
+def scans(scan: bool | None) -> bool:
+    """Whether a stack built with `scan` runs its layers with `lax.scan` when traced now: an
+    explicit choice, else unrolled on a GPU and scanned elsewhere (the module docstring)."""
+    if scan is not None:
+        return scan
+    return current_platform() != "gpu"
 
 
 class LayerStack(eqx.Module):
@@ -34,7 +47,7 @@ class LayerStack(eqx.Module):
 
     blocks: TransformerBlock
     num_layers: int = eqx.field(static=True)
-    scan: bool = eqx.field(static=True)
+    scan: bool | None = eqx.field(static=True)
     remat: str | None = eqx.field(static=True)
 
     def __init__(
@@ -42,7 +55,7 @@ class LayerStack(eqx.Module):
         make_block: Callable[[PRNGKeyArray], TransformerBlock],
         num_layers: int,
         *,
-        scan: bool = True,
+        scan: bool | None = None,
         remat: str | None = None,
         key: PRNGKeyArray,
     ):
@@ -126,20 +139,20 @@ class LayerStack(eqx.Module):
                 return_weights=return_weights,
             )
 
-        if self.scan and cache is not None:
-            return self._scan_with_cache(body, x, (params, layer_keys, cross_kv), cache)
-        if self.remat is not None and cache is None:
+        scan = scans(self.scan)
+        if cache is not None:
+            run = self._scan_with_cache if scan else self._unroll_with_cache
+            return run(body, x, (params, layer_keys, cross_kv), cache)
+        if self.remat is not None:
             body = jax.checkpoint(body, policy=REMAT_POLICIES[self.remat])
-        per_layer = (params, layer_keys, cache, cross_kv)
-        if self.scan:
+        per_layer = (params, layer_keys, None, cross_kv)
+        if scan:
             return jax.lax.scan(body, x, per_layer)
-
         extras = []
         for index in range(self.num_layers):
-            x, extra = body(x, jax.tree_util.tree_map(lambda a, i=index: a[i], per_layer))
+            x, extra = body(x, _layer_slice(per_layer, index))
             extras.append(extra)
-        stacked = jax.tree_util.tree_map(lambda *leaves: jnp.stack(leaves), *extras)
-        return x, stacked
+        return x, _stacked(extras)
 
     def _scan_with_cache(self, body, x, per_layer, cache: KVCache):
         """The scan for incremental decoding: the cache rides in the carry, not in `xs`/`ys`.
@@ -161,3 +174,28 @@ class LayerStack(eqx.Module):
         start = (x, cache.keys, cache.values, jnp.zeros((), jnp.int32))
         (x, keys, values, _), extras = jax.lax.scan(cached_body, start, per_layer)
         return x, extras._replace(cache=KVCache(keys, values))
+
+    def _unroll_with_cache(self, body, x, per_layer, cache: KVCache):
+        """Incremental decoding, unrolled: each layer writes its slice of the stacked cache in
+        place, as the scan's carry does, rather than the slices being stacked anew."""
+        keys, values = cache.keys, cache.values
+        extras = []
+        for index in range(self.num_layers):
+            block_params, layer_key, layer_cross_kv = _layer_slice(per_layer, index)
+            layer_cache = KVCache(keys[index], values[index])
+            x, extra = body(x, (block_params, layer_key, layer_cache, layer_cross_kv))
+            assert extra.cache is not None
+            keys = keys.at[index].set(extra.cache.keys)
+            values = values.at[index].set(extra.cache.values)
+            extras.append(extra._replace(cache=None))
+        return x, _stacked(extras)._replace(cache=KVCache(keys, values))
+
+
+def _layer_slice(per_layer, index: int):
+    """Layer `index` of arrays stacked on a leading `layers` axis (None stays None)."""
+    return jax.tree_util.tree_map(lambda a: a[index], per_layer)
+
+
+def _stacked(extras: list[BlockExtras]) -> BlockExtras:
+    """Per-layer extras stacked on a leading `layers` axis, as `lax.scan` returns them."""
+    return jax.tree_util.tree_map(lambda *leaves: jnp.stack(leaves), *extras)
