@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import zoo
+from zoo.nn import VocabHead
 from zoo.tasks import Classification, LanguageModeling, Translation
 
 VOCAB = 6
@@ -45,6 +46,14 @@ class NextTokenStub(eqx.Module):
     def __call__(self, tokens, mask=None, *, key=None):
         return self.table[tokens]
 
+    # features one-hot, head the table: the same logits along the loss's own path
+    def features(self, tokens, mask=None, *, key=None):
+        return jax.nn.one_hot(tokens, self.table.shape[0], dtype=self.table.dtype)
+
+    @property
+    def output_head(self):
+        return VocabHead(self.table.T)
+
 
 class TranslatorStub(eqx.Module):
     """Translator-shaped: ignores the source, logits at t are TABLE[tgt[t]]."""
@@ -54,6 +63,13 @@ class TranslatorStub(eqx.Module):
 
     def __call__(self, src, tgt, src_mask=None, *, key=None):
         return self.table[tgt]
+
+    def features(self, src, tgt, src_mask=None, *, key=None):
+        return jax.nn.one_hot(tgt, self.table.shape[0], dtype=self.table.dtype)
+
+    @property
+    def output_head(self):
+        return VocabHead(self.table.T)
 
 
 class ClassifierStub(eqx.Module):

@@ -31,6 +31,7 @@ from zoo.nn.linear import Linear
 from zoo.nn.mask import Compaction, Mask
 from zoo.nn.norm import Norm
 from zoo.nn.stack import LayerStack
+from zoo.nn.vocab import VocabHead
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -106,13 +107,19 @@ class GPT(eqx.Module):
             )
         )
 
-    def _logits(self, x: Float[Array, "seq d_model"]) -> Float[Array, "seq vocab"]:
-        if self.final_norm is not None:
-            x = self.final_norm(x)
+    @property
+    def output_head(self) -> VocabHead:
+        """The projection to the vocabulary: the token table (tied) or the own head."""
         if self.head is not None:
-            return self.head(x)
+            return VocabHead(self.head)
         assert self.embedder.token_weight is not None
-        return x @ self.embedder.token_weight.T
+        return VocabHead(self.embedder.token_weight)
+
+    def _normed(self, x: Float[Array, "seq d_model"]) -> Float[Array, "seq d_model"]:
+        return x if self.final_norm is None else self.final_norm(x)
+
+    def _logits(self, x: Float[Array, "seq d_model"]) -> Float[Array, "seq vocab"]:
+        return self.output_head(self._normed(x))
 
     def _run(
         self,
@@ -123,8 +130,8 @@ class GPT(eqx.Module):
         cache: DecodeCache | None = None,
         prefill: bool = False,
         return_weights: bool = False,
-    ) -> tuple[Float[Array, "seq vocab"], BlockExtras]:
-        """Logits and the layers' extras. Padding (by `pad_id` or `mask`) is compacted away
+    ) -> tuple[Float[Array, "seq d_model"], BlockExtras]:
+        """The last layer's output (before the final norm) and the layers' extras. Padding (by `pad_id` or `mask`) is compacted away
         first (`zoo.nn.Compaction`): the layers see the real tokens at the front and a length."""
         c = self.config
         tokens = check_tokens(tokens, vocab_size=c.vocab_size, max_positions=c.max_positions)
@@ -159,7 +166,7 @@ class GPT(eqx.Module):
             extras = extras._replace(
                 self_weights=uncompact_weights(extras.self_weights, compaction)
             )
-        return self._logits(x), extras
+        return x, extras
 
     def __call__(
         self,
@@ -173,8 +180,21 @@ class GPT(eqx.Module):
         Positions count real tokens only, so a left-padded sequence gets the positions it would
         have without its padding (as HuggingFace's generation computes them).
         """
-        logits, _ = self._run(tokens, mask, key=key)
-        return logits
+        x, _ = self._run(tokens, mask, key=key)
+        return self._logits(x)
+
+    def features(
+        self,
+        tokens: Int[Array, " seq"],
+        mask: Bool[Array, " seq"] | None = None,
+        *,
+        key: PRNGKeyArray | None = None,
+    ) -> Float[Array, "seq d_model"]:
+        """What `output_head` turns into the logits: `model(tokens) == model.output_head(
+        model.features(tokens))`. Losses over the vocabulary start here (`zoo.tasks.vocab_loss`).
+        """
+        x, _ = self._run(tokens, mask, key=key)
+        return self._normed(x)
 
     def attention_maps(
         self, tokens: Int[Array, " seq"], mask: Bool[Array, " seq"] | None = None
@@ -221,7 +241,8 @@ class GPT(eqx.Module):
                 f"{tokens.shape[0]} tokens do not fit a cache of {cache.keys.shape[1]} "
                 "positions; pass a larger max_len or a shorter prompt"
             )
-        logits, extras = self._run(tokens, None, key=None, cache=cache, prefill=True)
+        x, extras = self._run(tokens, None, key=None, cache=cache, prefill=True)
+        logits = self._logits(x)
         assert extras.cache is not None
         index = jnp.asarray(tokens.shape[0], jnp.int32)
         return logits, DecodeCache(extras.cache.keys, extras.cache.values, index)
@@ -238,7 +259,8 @@ class GPT(eqx.Module):
             cache.index, tokens.shape[0], cache.keys.shape[1], self.config.max_positions
         )
         cache = DecodeCache(cache.keys, cache.values, index)
-        logits, extras = self._run(tokens, None, key=None, cache=cache)
+        x, extras = self._run(tokens, None, key=None, cache=cache)
+        logits = self._logits(x)
         assert extras.cache is not None
         new_cache = DecodeCache(extras.cache.keys, extras.cache.values, index + tokens.shape[0])
         return logits, new_cache

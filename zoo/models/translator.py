@@ -35,6 +35,7 @@ from zoo.nn.mask import Compaction, Mask
 from zoo.nn.norm import Norm
 from zoo.nn.relative_position import RelativePositionBias, check_relative_buckets
 from zoo.nn.stack import LayerStack
+from zoo.nn.vocab import VocabHead
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -306,16 +307,15 @@ class Translator(eqx.Module):
             key=layers_key,
             return_weights=return_weights,
         )
-        x = self._finish(self.decoder_norm, x, layers_key)
-        if c.scale_output:
-            x = x * (c.d_model**-0.5)
-        if self.output_proj is not None:
-            logits = self.output_proj(x)
-        else:
-            logits = x @ self.target_token_weight.T
-        if self.output_bias is not None:
-            logits = logits + self.output_bias[None, :]
-        return logits, extras
+        return self._finish(self.decoder_norm, x, layers_key), extras
+
+    @property
+    def output_head(self) -> VocabHead:
+        """The projection of decoder features to the target vocabulary: the target table
+        (tied) or `output_proj`, MarianMT's logits bias, T5 v1.0's rescaling."""
+        layer = self.target_token_weight if self.output_proj is None else self.output_proj
+        scale = self.config.d_model**-0.5 if self.config.scale_output else None
+        return VocabHead(layer, bias=self.output_bias, scale=scale)
 
     def decode(
         self,
@@ -335,8 +335,8 @@ class Translator(eqx.Module):
             compaction = Compaction.of(src_mask.astype(bool))
             source = EncodedSource(compaction.gather(memory), compaction.length, compaction)
         cross_kv = self.decoder.cross_kv(source.memory)
-        logits, _ = self._decode(tgt, cross_kv, source.cross_mask(), key=key)
-        return logits
+        x, _ = self._decode(tgt, cross_kv, source.cross_mask(), key=key)
+        return self.output_head(x)
 
     def __call__(
         self,
@@ -347,11 +347,23 @@ class Translator(eqx.Module):
         key: PRNGKeyArray | None = None,
     ) -> Float[Array, "tgt vocab"]:
         """Teacher-forced logits: position i of `tgt` predicts token i+1."""
+        return self.output_head(self.features(src, tgt, src_mask, key=key))
+
+    def features(
+        self,
+        src: Int[Array, " src"],
+        tgt: Int[Array, " tgt"],
+        src_mask: Bool[Array, " src"] | None = None,
+        *,
+        key: PRNGKeyArray | None = None,
+    ) -> Float[Array, "tgt d_model"]:
+        """The decoder's output, what `output_head` turns into the logits:
+        `model(src, tgt) == model.output_head(model.features(src, tgt))`."""
         encode_key, decode_key = split_optional(key, 2)
         source, _ = self._encode(src, src_mask, key=encode_key)
         cross_kv = self.decoder.cross_kv(source.memory)
-        logits, _ = self._decode(tgt, cross_kv, source.cross_mask(), key=decode_key)
-        return logits
+        x, _ = self._decode(tgt, cross_kv, source.cross_mask(), key=decode_key)
+        return x
 
     def attention_maps(
         self, src: Int[Array, " src"], tgt: Int[Array, " tgt"]
@@ -393,9 +405,10 @@ class Translator(eqx.Module):
         )
         cache = DecodeCache(cache.keys, cache.values, index)
         cross_mask = Mask(key_length=state.source_length)
-        logits, extras = self._decode(
+        x, extras = self._decode(
             tgt, (state.cross_keys, state.cross_values), cross_mask, key=None, cache=cache
         )
+        logits = self.output_head(x)
         assert isinstance(extras, BlockExtras) and extras.cache is not None
         new_cache = DecodeCache(extras.cache.keys, extras.cache.values, index + tgt.shape[0])
         return logits, TranslatorState(

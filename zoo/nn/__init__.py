@@ -19,6 +19,7 @@ from zoo.nn.norm import LayerNorm, RMSNorm, make_norm
 from zoo.nn.relative_position import RelativePositionBias, relative_position_buckets
 from zoo.nn.rotary import RotaryEmbedding, RotaryTable, apply_rotary, rotary_inverse_frequencies
 from zoo.nn.stack import LayerStack
+from zoo.nn.vocab import VocabHead, vocab_multiple
 
 __all__ = [
     "ACTIVATIONS",
@@ -39,6 +40,7 @@ __all__ = [
     "RotaryEmbedding",
     "RotaryTable",
     "TransformerBlock",
+    "VocabHead",
     "apply_rotary",
     "attention_weights",
     "check_token_ids",
@@ -48,4 +50,5 @@ __all__ = [
     "relative_position_buckets",
     "rotary_inverse_frequencies",
     "sinusoidal_positions",
+    "vocab_multiple",
 ]

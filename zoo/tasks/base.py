@@ -53,8 +53,13 @@ def token_losses(
     logits: Float[Array, "*positions vocab"],
     targets: Int[Array, "*positions"],
     label_smoothing: float = 0.0,
+    *,
+    vocab_size: int | None = None,
 ) -> tuple[Float[Array, "*positions"], Float[Array, "*positions"], Bool[Array, "*positions"]]:
     """Per-position (objective, negative log-likelihood, argmax is right), computed in float32.
+
+    `vocab_size` smaller than the logits' last axis: the columns from `vocab_size` on are
+    padding (`zoo.nn.VocabHead`), masked out of everything below.
 
     With label smoothing `eps` the reference distribution is `(1 - eps) * one_hot + eps / vocab`,
     so the objective is `(1 - eps) * nll + eps * mean(-log_softmax)` over the vocabulary.
@@ -66,16 +71,20 @@ def token_losses(
     slowest part of the loss). Ties count as `argmax` does: only the first top token is right.
     """
     logits = logits.astype(jnp.float32)
-    vocab = logits.shape[-1]
+    width = logits.shape[-1]
+    vocab = width if vocab_size is None else vocab_size
+    ids = jax.lax.broadcasted_iota(targets.dtype, logits.shape, logits.ndim - 1)
+    if vocab < width:
+        logits = jnp.where(ids < vocab, logits, np.float32(np.finfo(np.float32).min))
     top = jnp.max(logits, axis=-1, keepdims=True)
     shifted = logits - jax.lax.stop_gradient(top)
     log_normalizer = jnp.log(jnp.sum(jnp.exp(shifted), axis=-1))
-    ids = jax.lax.broadcasted_iota(targets.dtype, logits.shape, logits.ndim - 1)
     target_shifted = jnp.sum(jnp.where(ids == targets[..., None], shifted, 0.0), axis=-1)
     nll = log_normalizer - target_shifted
     objective = nll
     if label_smoothing > 0.0:
-        uniform = log_normalizer - jnp.mean(shifted, axis=-1)
+        real = shifted if vocab == width else jnp.where(ids < vocab, shifted, 0.0)
+        uniform = log_normalizer - jnp.sum(real, axis=-1) / vocab
         objective = (1.0 - label_smoothing) * nll + label_smoothing * uniform
     first_top = jnp.min(jnp.where(logits == top, ids, vocab), axis=-1)
     correct = first_top == targets

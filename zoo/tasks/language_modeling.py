@@ -11,15 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
-from zoo.tasks.base import (
-    Stats,
-    Task,
-    check_ids,
-    example_keys,
-    target_weights,
-    token_losses,
-    weighted_stats,
-)
+from zoo.tasks.base import Stats, Task, check_ids, example_keys, target_weights
+from zoo.tasks.vocab_loss import vocab_statistics
 
 
 class LanguageModeling(Task):
@@ -29,7 +22,7 @@ class LanguageModeling(Task):
     model's `pad_id` are not scored (with `pad_id=None` every target is). An optional
     `loss_mask [batch, seq]` (1 = score, 0 = skip), aligned with `tokens`, restricts the loss
     further, e.g. to the answer of a prompt/answer pair. Loss: mean cross-entropy per scored
-    token (fp32). Metric: perplexity, `exp(loss)`.
+    token (fp32, a chunk of positions at a time: `zoo.tasks.vocab_loss`). Metric: perplexity, `exp(loss)`.
     """
 
     flavor = "gpt"
@@ -45,14 +38,13 @@ class LanguageModeling(Task):
         inputs, targets = tokens[:, :-1], tokens[:, 1:]
 
         def one(tokens, key):
-            return model(tokens, key=key)
+            return model.features(tokens, key=key)  # type: ignore[attr-defined]
 
-        logits = jax.vmap(one)(inputs, example_keys(key, tokens.shape[0]))
-        objective, nll, correct = token_losses(logits, targets)
+        features = jax.vmap(one)(inputs, example_keys(key, tokens.shape[0]))
         weight = target_weights(targets, model.config.pad_id)  # type: ignore[attr-defined]
         if "loss_mask" in batch:
             weight = weight & (jnp.asarray(batch["loss_mask"])[:, 1:] != 0)
-        return weighted_stats(objective, nll, correct, weight)
+        return vocab_statistics(model.output_head, features, targets, weight)  # type: ignore[attr-defined]
 
     def metric(self, stats: Stats) -> Float[Array, ""]:
         return stats.perplexity

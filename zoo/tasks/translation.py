@@ -11,15 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import ArrayLike, PRNGKeyArray
 
-from zoo.tasks.base import (
-    Stats,
-    Task,
-    check_ids,
-    example_keys,
-    target_weights,
-    token_losses,
-    weighted_stats,
-)
+from zoo.tasks.base import Stats, Task, check_ids, example_keys, target_weights
+from zoo.tasks.vocab_loss import vocab_statistics
 
 
 class Translation(Task):
@@ -48,12 +41,14 @@ class Translation(Task):
         inputs, targets = tgt[:, :-1], tgt[:, 1:]
 
         def one(src, tgt, key):
-            return model(src, tgt, key=key)
+            return model.features(src, tgt, key=key)  # type: ignore[attr-defined]
 
-        logits = jax.vmap(one)(src, inputs, example_keys(key, src.shape[0]))
-        objective, nll, correct = token_losses(logits, targets, self.label_smoothing)
+        features = jax.vmap(one)(src, inputs, example_keys(key, src.shape[0]))
         weight = target_weights(targets, model.config.pad_id)  # type: ignore[attr-defined]
-        return weighted_stats(objective, nll, correct, weight)
+        head = model.output_head  # type: ignore[attr-defined]
+        return vocab_statistics(
+            head, features, targets, weight, label_smoothing=self.label_smoothing
+        )
 
     def _check_values(self, batch: Mapping[str, np.ndarray], model: eqx.Module) -> None:
         config = model.config  # type: ignore[attr-defined]
