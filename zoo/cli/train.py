@@ -176,7 +176,12 @@ def register(commands) -> None:
     parser.add_argument("--warmup", type=int, help="linear warmup steps")
     parser.add_argument("--weight-decay", type=float)
     parser.add_argument("--clip-norm", type=float, default=1.0, help="0 turns clipping off")
-    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
+    parser.add_argument(
+        "--precision",
+        choices=("auto", "fp32", "bf16"),
+        default="auto",
+        help="compute dtype; auto (default): bf16 on a GPU or TPU, fp32 on a CPU",
+    )
     parser.add_argument("--accumulate", type=int, default=1, help="micro-batches per step")
     parser.add_argument("--label-smoothing", type=float, help="translator only")
     parser.add_argument(

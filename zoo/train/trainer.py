@@ -18,7 +18,7 @@ from zoo.train.history import History
 from zoo.train.lock import RunLock
 from zoo.train.loggers import check_loggers
 from zoo.train.optim import adamw
-from zoo.train.step import check_precision, shared_eval_step, shared_train_step
+from zoo.train.step import resolve_precision, shared_eval_step, shared_train_step
 
 
 class TrainingDiverged(FloatingPointError):
@@ -61,8 +61,8 @@ class Trainer:
     ```
 
     Options:
-    - `precision`: "fp32", or "bf16" (bf16 forward/backward, fp32 master weights, loss and
-      softmax in fp32).
+    - `precision`: "auto" (the default: "bf16" on a GPU or TPU, "fp32" on a CPU), "fp32", or
+      "bf16" (bf16 forward/backward, fp32 master weights, loss and softmax in fp32).
     - `accumulate`: split each batch into this many micro-batches (gradient accumulation inside
       the jitted step); the batch size must be a multiple of it.
     - `log_every`: steps per train row in the history and `metrics.jsonl`; also how often the
@@ -89,7 +89,7 @@ class Trainer:
         task: Task,
         optimizer: Any = None,
         *,
-        precision: str = "fp32",
+        precision: str = "auto",
         accumulate: int = 1,
         log_every: int = 10,
         eval_every: int | None = None,
@@ -106,7 +106,7 @@ class Trainer:
                 f"task must be a zoo.tasks.Task (e.g. zoo.tasks.LanguageModeling()), "
                 f"got {type(task).__name__}"
             )
-        check_precision(precision)
+        precision = resolve_precision(precision)
         for name, value in (("accumulate", accumulate), ("log_every", log_every), ("keep", keep)):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
