@@ -69,9 +69,15 @@ def as_if_on_a_gpu() -> Iterator[None]:
         fused.check_cudnn_version, fused.check_compute_capability, _errors.EQX_ON_ERROR = saved
 
 
+def _traced(leaf: Any) -> bool:
+    return eqx.is_array(leaf) or isinstance(leaf, jax.ShapeDtypeStruct)
+
+
 def cuda_text(function: Callable[..., Any], *args: Any) -> str:
-    """The StableHLO of `function(*args)` lowered for CUDA (arrays in `args` are traced)."""
-    dynamic, static = eqx.partition(args, eqx.is_array)
+    """The StableHLO of `function(*args)` lowered for CUDA. Arrays in `args`, and shapes
+    (`jax.ShapeDtypeStruct`, e.g. a model from `eqx.filter_eval_shape`: nothing allocated),
+    are traced."""
+    dynamic, static = eqx.partition(args, _traced)
 
     def program(dynamic):
         return eqx.filter(function(*eqx.combine(dynamic, static)), eqx.is_array)

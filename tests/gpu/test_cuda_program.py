@@ -17,6 +17,7 @@ boolean mask handed to cuDNN under `jax.vmap` raised a TypeError for every maske
 from __future__ import annotations
 
 import logging
+import re
 
 import equinox as eqx
 import jax
@@ -287,3 +288,57 @@ def test_the_mask_value_lowers_where_the_old_mask_crashed():
     calls = fused_calls(cuda_text(jax.vmap(ours), query, lengths))
     assert [call.kind for call in calls] == [(FORWARD, "PADDING")]
     assert eqx.is_array(query)
+
+
+def float32_sizes(text: str) -> list[int]:
+    """Element counts of every float32 tensor type in a lowered program."""
+    return [
+        int(np.prod([int(d) for d in dims.split("x")]))
+        for dims in re.findall(r"tensor<([0-9x]+)xf32>", text)
+    ]
+
+
+# preset -> (layers, vocabulary, the vocabulary padded to a multiple of 128)
+DEFAULT_STEPS = {"gpt2": (12, 50257, 50304), "smollm2-135m": (30, 49152, 49152)}
+
+
+@pytest.mark.parametrize("preset", sorted(DEFAULT_STEPS))
+def test_the_published_shapes_train_with_the_gpu_defaults(preset):
+    """16 x 1024 tokens in bf16, no options, as an H100 would run it (shapes only, nothing
+    allocated): the layers unrolled (one cuDNN causal call per layer, forward and backward),
+    the LM head's matmul over the vocabulary padded to a multiple of 128, and no float32
+    tensor as large as [tokens, vocab] anywhere (the loss works a chunk at a time)."""
+    layers, vocab, padded = DEFAULT_STEPS[preset]
+    model = eqx.filter_eval_shape(
+        lambda key: zoo.create(preset, key=key, **NO_DROPOUT), jax.random.key(0)
+    )
+    trainer = zoo.Trainer(zoo.tasks.LanguageModeling(), precision="bf16", progress=False)
+    state = eqx.filter_eval_shape(trainer.init_optimizer, model)
+    batch = {"tokens": jax.ShapeDtypeStruct((16, 1025), jnp.int32)}
+
+    def step(model, state, batch, key):
+        return trainer.train_step(model, state, batch, key, 1)
+
+    text = cuda_text(step, model, state, batch, jax.random.key(1))
+    calls = fused_calls(text)
+    assert sorted(call.kind for call in calls) == sorted(
+        [(FORWARD, "CAUSAL")] * layers + [(BACKWARD, "CAUSAL")] * layers
+    )
+    assert re.search(rf"stablehlo\.dot_general .*-> tensor<\d+x{padded}xbf16>", text)
+    assert max(float32_sizes(text)) < 16 * 1024 * vocab
+
+
+def test_the_whole_vocabulary_in_float32_is_what_the_size_check_finds():
+    """The check above can fail: the logits of a whole gpt-tiny batch through `token_losses`
+    (what the loss did before it worked in chunks) hold a float32 [tokens, vocab] tensor."""
+    from zoo.tasks.base import token_losses
+
+    model = cast_floating(model_of("gpt2-like"), jnp.bfloat16)
+    tokens = padded_tokens(model.config.vocab_size, SEQ + 1)
+
+    def whole(model, tokens):
+        logits = jax.vmap(model)(tokens[:, :-1])
+        return jnp.sum(token_losses(logits, tokens[:, 1:])[0])
+
+    text = cuda_text(eqx.filter_grad(whole), model, tokens)
+    assert max(float32_sizes(text)) >= BATCH * SEQ * model.config.vocab_size
