@@ -25,6 +25,10 @@
 #   ZOO_GPU_ROW_S      time limit of one bench row (default 200)
 #   ZOO_GPU_ROW_MIN_S  a row is not started with less time left than this (default 60; dry 10)
 #   ZOO_GPU_TESTS      0 skips the pytest step
+#   ZOO_NANOGPT        nanoGPT's folder (bench.py, model.py, configurator.py) for the
+#                      "nanogpt BATCH SEQ" row; default: .peers/nanogpt of the checkout (git-
+#                      ignored: copy ../shared/peers/nanogpt there and carry it to the GPU
+#                      machine), else ../shared/peers/nanogpt
 #   PYTHON             the interpreter (default python3)
 #
 # Wheels the machine lacks (beartype for pytest's jaxtyping hook; datasets): put them in the
@@ -76,21 +80,26 @@ cd "$(dirname "$0")/.." || exit 2
 PYTHON="${PYTHON:-python3}"
 : > "$results/steps.tsv"
 
-# The rows, most important first (the budget cuts the last ones). GPU: the published shapes
-# in bf16 against the peer (sdpa; eager and torch.compile, bf16 autocast); batch-1 decoding for
-# the weight-bandwidth floor; smollm2-135m last (its peer is LlamaForCausalLM). The training
-# rows also profile zoo's step (3 traced steps; PROFILE is replaced by RESULTS_DIR/profile).
+# The rows, most important first (the budget cuts the last ones). Every row runs zoo's own
+# defaults: the options below choose what is measured (shapes, the peer, a profile), never how
+# zoo runs. GPU: the published shapes in bf16 against the peer (sdpa; eager and torch.compile,
+# bf16 autocast); nanoGPT's bench.py right after zoo's gpt2 row, on the same GPU in the same
+# call ("nanogpt BATCH SEQ"); batch-1 decoding for the weight-bandwidth floor; smollm2-135m last
+# (its peer is LlamaForCausalLM, compiled: fewer timed steps keep the row within its limit).
+# The training rows also profile zoo's step (PROFILE is replaced by RESULTS_DIR/profile).
 GPU_PRESETS="
 gpt2 16 1024 --peer torch --peer-compile --profile PROFILE
+nanogpt 16 1024
 bert-base 32 512 --peer torch --peer-compile --profile PROFILE
-transformer-base 32 128 --peer torch --peer-compile --profile PROFILE
+transformer-base 32 128 --peer torch --peer-compile
 gpt2 1 128 --decode-prompt 128 --decode-tokens 256 --steps 5 --peer torch
-smollm2-135m 16 1024 --peer torch --peer-compile --profile PROFILE
+smollm2-135m 16 1024 --peer torch --peer-compile --steps 6 --rounds 3 --warmup 1
 "
 GPU_BENCH_ARGS="--precision bf16 --steps 10 --warmup 2 --rounds 5"
 # Dry run: the same rows on tiny presets, so every code path but the GPU's runs on the CPU.
 DRY_PRESETS="
 gpt-tiny 4 32 --peer torch --peer-compile --profile PROFILE
+nanogpt 4 32
 classifier-tiny 4 32 --peer torch
 translator-tiny 4 32 --peer torch
 llama-tiny 4 32 --peer torch
@@ -185,11 +194,41 @@ grep "^{" "$results/logs/presets.log" > "$results/presets.jsonl"
 step_min="$row_min"
 # a preset is skipped when the list was read and lacks it (zoo bench explains otherwise)
 known() { [ ! -s "$results/presets.jsonl" ] || grep -q "\"name\": \"$1\"" "$results/presets.jsonl"; }
+# nanoGPT's bench.py (GPT-2 124M, torch.compile, bf16 autocast, fused AdamW) at BATCH x SEQ:
+# it needs CUDA, and prints "time per iteration: X ms" (gpu_suite.py reads it from the log).
+nanogpt_dir() {
+    local dir
+    for dir in "${ZOO_NANOGPT:-}" .peers/nanogpt ../shared/peers/nanogpt; do
+        [ -n "$dir" ] && [ -f "$dir/bench.py" ] && { (cd "$dir" && pwd); return 0; }
+    done
+    return 1
+}
+run_nanogpt() {
+    local batch="$1" seq="$2" name="nanogpt-${1}x$2" dir
+    if ! dir="$(nanogpt_dir)"; then
+        printf '%s\tskipped\t0\tnanoGPT not found: set ZOO_NANOGPT or copy it to .peers/nanogpt\n' \
+            "$name" >> "$results/steps.tsv"
+        echo "== $name: skipped, nanoGPT not found"
+        return 0
+    fi
+    if ! "$PYTHON" -c "import torch, sys; sys.exit(not torch.cuda.is_available())" 2> /dev/null; then
+        printf '%s\tskipped\t0\tnanoGPT bench.py needs torch with a CUDA GPU\n' "$name" \
+            >> "$results/steps.tsv"
+        echo "== $name: skipped, no CUDA GPU for torch"
+        return 0
+    fi
+    step "$name" "$row_limit" bash -c "cd '$dir' && exec '$PYTHON' bench.py --real_data=False \
+        --batch_size=$batch --block_size=$seq --compile=True"
+}
 while IFS= read -r line; do
     read -r -a words <<< "$line"
     [ "${#words[@]}" -eq 0 ] && continue
     preset="${words[0]}" batch="${words[1]:-}" seq="${words[2]:-}" extra=("${words[@]:3}")
     extra=("${extra[@]/#PROFILE/$results/profile}")
+    if [ "$preset" = nanogpt ]; then
+        run_nanogpt "$batch" "$seq"
+        continue
+    fi
     name="bench-$preset-${batch}x$seq"
     if ! known "$preset"; then
         printf '%s\tskipped\t0\tpreset %s is not in zoo presets\n' "$name" "$preset" >> "$results/steps.tsv"

@@ -38,7 +38,10 @@ def steps(results: Path) -> dict[str, tuple[str, str]]:
 
 @pytest.mark.slow
 def test_dry_run_writes_rows_logs_failures_and_ends_with_the_table(tmp_path):
-    rows = "gpt-tiny 2 16 --profile PROFILE;no-such-preset 2 16;gpt-tiny 2 999 --peer torch"
+    rows = (
+        "gpt-tiny 2 16 --profile PROFILE;no-such-preset 2 16;gpt-tiny 2 999 --peer torch;"
+        "nanogpt 2 16"
+    )
     archive = tmp_path / "back" / "gpu.tar.gz"
     done = run_script("--dry-run", "--archive", str(archive), str(tmp_path / "gpu"),
                       ZOO_GPU_PRESETS=rows)  # fmt: skip
@@ -58,6 +61,8 @@ def test_dry_run_writes_rows_logs_failures_and_ends_with_the_table(tmp_path):
     assert status == "failed" and note.startswith("exit 2: zoo bench: error: seq=999 exceeds")
     assert found["bench-gpt-tiny-2x999-alone"][0] == "failed"
     assert "pytest-gpu" not in found  # ZOO_GPU_TESTS=0
+    # nanoGPT's bench.py needs CUDA: on this CPU its row says why it did not run
+    assert found["nanogpt-2x16"][0] == "skipped" and "nanoGPT" in found["nanogpt-2x16"][1]
 
     (results_file,) = tmp_path.glob("bench-*-cpu.json")
     (row,) = json.loads(results_file.read_text())["rows"]
@@ -72,7 +77,7 @@ def test_dry_run_writes_rows_logs_failures_and_ends_with_the_table(tmp_path):
     environment = json.loads((tmp_path / "environment.json").read_text())
     assert environment["device"]["platform"] == "cpu" and environment["versions"]["jax"]
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["rows"] == 1 and len(summary["targets"]) == 6
+    assert summary["rows"] == 1 and len(summary["targets"]) == 7
     assert {target["met"] for target in summary["targets"]} == {None}  # no GPU rows here
     assert "gpt-tiny" in (tmp_path / "logs" / "bench-gpt-tiny-2x16.log").read_text()
     # the row's profile, its line in the closing table, and one archive of it all
@@ -148,16 +153,22 @@ def test_targets_are_judged_from_the_rows():
         ),
         # BERT's pooler: 0.5% more parameters is still the same model
         h100_row("bert-base", 32, 512, ratio=1.1, peer_params=125_030_400),
+        h100_row("smollm2-135m", 16, 1024, ratio=1.25, peer_params=124_439_808),
         # a peer of another size: its ratio does not count
         h100_row("transformer-base", 32, 128, ratio=2.0, peer_params=1_000),
         h100_row("gpt2", 1, 128, decode_tokens_per_s=5000.0),
     ]
-    found = {t["target"]: t for t in gpu_suite.targets(rows)}
-    assert found["gpt2 16x1024 train tokens/s"]["met"] is True
-    assert found["gpt2 train / peer"]["value"] == 1.3 and found["gpt2 train / peer"]["met"]
+    found = {t["target"]: t for t in gpu_suite.targets(rows, {(16, 1024): 400e3})}
+    assert found["gpt2 16x1024 train tokens/s"]["met"] is False  # 460k < 490k
+    versus = found["gpt2 16x1024 train / nanoGPT"]  # 460k / 400k = 1.15x >= 1.1x
+    assert versus["value"] == pytest.approx(1.15) and versus["met"] is True
+    assert versus["note"] == "nanoGPT 400,000 tok/s"
     assert found["bert-base train / peer"]["met"] is False
+    assert found["smollm2-135m train / peer"]["met"] is True
     mismatch = found["transformer-base train / peer"]
     assert mismatch["met"] is None and "peer has 1,000 parameters" in mismatch["note"]
+    assert mismatch["goal"] == ">= 2.0x"
+    assert gpu_suite.targets(rows)[1]["note"] == "no nanoGPT row"
     # floor: 3.35e12 B/s / (124,439,808 x 2 B) = 13,460 tokens/s; within 3x: >= 4,487
     decode = found["gpt2 batch-1 decode tokens/s"]
     assert decode["goal"] == ">= 4,487" and decode["met"] is True
@@ -165,3 +176,15 @@ def test_targets_are_judged_from_the_rows():
     assert found["gpt2 train step compile s"]["met"] is False  # 75 s > 60 s
     (warning,) = gpu_suite.peer_warnings(rows)
     assert warning.startswith("transformer-base 32x128: the peer (None) has 1,000 parameters")
+
+
+def test_nanogpt_tokens_per_second_come_from_its_log(tmp_path):
+    gpu_suite = load_gpu_suite()
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "nanogpt-16x1024.log").write_text(
+        "Compiling model...\n19/20 loss: 10.9\ntime per iteration: 36.9000ms, MFU: 39.20%\n"
+    )
+    (logs / "nanogpt-8x512.log").write_text("Traceback ...\nRuntimeError: no CUDA\n")
+    found = gpu_suite.read_nanogpt(tmp_path)
+    assert found == {(16, 1024): pytest.approx(16 * 1024 / 0.0369)}  # 444,011 tokens/s

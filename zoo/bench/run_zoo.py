@@ -174,9 +174,12 @@ class ZooRun:
         )
         decode = self.timers.get("decode")
         if decode is None:
-            why = (
-                "disabled" if spec.flavor == "gpt" else "KV-cache decoding is measured for the GPT"
-            )
+            if self.decode_error is not None:
+                why = self.decode_error
+            elif spec.flavor == "gpt":
+                why = "not asked for (--decode-tokens 0)"
+            else:
+                why = "KV-cache decoding is measured for the GPT"
             fields.update(decode_tokens_per_s=None, decode_compile_s=None, decode_reason=why)
         else:
             fields.update(
