@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
@@ -69,6 +70,25 @@ def token_positions(key_valid: Bool[Array, " seq"] | None, num_tokens: int) -> I
     if key_valid is None:
         return jnp.arange(num_tokens)
     return jnp.maximum(jnp.cumsum(key_valid.astype(jnp.int32)) - 1, 0)
+
+
+def segment_positions(
+    segments: Int[Array, " seq"], num_tokens: int
+) -> tuple[Int[Array, " seq"], Int[Array, " seq"]]:
+    """(document of every token, its position inside the document) for packed documents.
+
+    A document is a run of equal `segments` ids: `[7, 7, 7, 2, 2, 7]` holds three documents
+    (the last 7 is a new one), at positions `[0, 1, 2, 0, 1, 0]`.
+    """
+    if segments.shape != (num_tokens,):
+        raise ValueError(
+            f"segments must give one document id per token, shape ({num_tokens},), got "
+            f"{tuple(segments.shape)}"
+        )
+    index = jnp.arange(num_tokens)
+    starts = jnp.concatenate([jnp.ones((1,), bool), segments[1:] != segments[:-1]])
+    first = jax.lax.cummax(jnp.where(starts, index, 0))
+    return jnp.cumsum(starts.astype(jnp.int32)), index - first
 
 
 def check_cache_room(index: Array, new: int, capacity: int, max_positions: int) -> Array:

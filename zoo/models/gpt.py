@@ -18,6 +18,7 @@ from zoo.models.common import (
     DecodeCache,
     check_cache_room,
     check_tokens,
+    segment_positions,
     token_positions,
     uncompact_weights,
     valid_positions,
@@ -127,12 +128,16 @@ class GPT(eqx.Module):
         mask: Bool[Array, " seq"] | None,
         *,
         key: PRNGKeyArray | None,
+        segments: Int[Array, " seq"] | None = None,
         cache: DecodeCache | None = None,
         prefill: bool = False,
         return_weights: bool = False,
     ) -> tuple[Float[Array, "seq d_model"], BlockExtras]:
-        """The last layer's output (before the final norm) and the layers' extras. Padding (by `pad_id` or `mask`) is compacted away
-        first (`zoo.nn.Compaction`): the layers see the real tokens at the front and a length."""
+        """The last layer's output (before the final norm) and the layers' extras.
+
+        Padding (by `pad_id` or `mask`) is compacted away first (`zoo.nn.Compaction`): the
+        layers see the real tokens at the front and a length. `segments` (packed documents)
+        restart the positions at each document and keep attention inside it."""
         c = self.config
         tokens = check_tokens(tokens, vocab_size=c.vocab_size, max_positions=c.max_positions)
         num_tokens = tokens.shape[0]
@@ -144,10 +149,18 @@ class GPT(eqx.Module):
             valid = None if cache is not None else valid_positions(tokens, c.pad_id, mask)
             positions = token_positions(valid, num_tokens)
             attention = Mask(causal=True, window=c.sliding_window)
+            documents = None
+            if segments is not None:
+                if cache is not None:
+                    raise ValueError("segments (packed documents) are for training and scoring")
+                documents, positions = segment_positions(segments, num_tokens)
             if valid is not None:
                 compaction = Compaction.of(valid)
                 tokens, positions = compaction.gather(tokens), compaction.gather(positions)
+                documents = None if documents is None else compaction.gather(documents)
                 attention = attention.limit_keys(compaction.length)
+            if documents is not None:
+                attention = attention.replace(query_segments=documents, key_segments=documents)
         else:
             positions = index + jnp.arange(num_tokens)
             attention = Mask(causal=True, window=c.sliding_window, offset=index)
@@ -173,14 +186,19 @@ class GPT(eqx.Module):
         tokens: Int[Array, " seq"],
         mask: Bool[Array, " seq"] | None = None,
         *,
+        segments: Int[Array, " seq"] | None = None,
         key: PRNGKeyArray | None = None,
     ) -> Float[Array, "seq vocab"]:
         """Next-token logits at every position. `mask` (True = real token) overrides `pad_id`.
 
+        `segments` packs several documents into one sequence: tokens with the same id in one
+        run belong to one document, which attends only to itself, with positions from 0 (the
+        same logits as each document alone).
+
         Positions count real tokens only, so a left-padded sequence gets the positions it would
         have without its padding (as HuggingFace's generation computes them).
         """
-        x, _ = self._run(tokens, mask, key=key)
+        x, _ = self._run(tokens, mask, key=key, segments=segments)
         return self._logits(x)
 
     def features(
@@ -188,12 +206,13 @@ class GPT(eqx.Module):
         tokens: Int[Array, " seq"],
         mask: Bool[Array, " seq"] | None = None,
         *,
+        segments: Int[Array, " seq"] | None = None,
         key: PRNGKeyArray | None = None,
     ) -> Float[Array, "seq d_model"]:
         """What `output_head` turns into the logits: `model(tokens) == model.output_head(
         model.features(tokens))`. Losses over the vocabulary start here (`zoo.tasks.vocab_loss`).
         """
-        x, _ = self._run(tokens, mask, key=key)
+        x, _ = self._run(tokens, mask, key=key, segments=segments)
         return self._normed(x)
 
     def attention_maps(

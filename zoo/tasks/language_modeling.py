@@ -21,7 +21,10 @@ class LanguageModeling(Task):
     The model reads `tokens[:, :-1]` and is scored on `tokens[:, 1:]`. Targets equal to the
     model's `pad_id` are not scored (with `pad_id=None` every target is). An optional
     `loss_mask [batch, seq]` (1 = score, 0 = skip), aligned with `tokens`, restricts the loss
-    further, e.g. to the answer of a prompt/answer pair. Loss: mean cross-entropy per scored
+    further, e.g. to the answer of a prompt/answer pair. Optional `segments [batch, seq]` pack
+    several documents into one row (`GPT(tokens, segments=...)`: each attends to itself only,
+    positions restart); a document's first token is not scored as the continuation of the
+    previous one, so a packed row gives the loss of its documents run one by one. Loss: mean cross-entropy per scored
     token (fp32, a chunk of positions at a time: `zoo.tasks.vocab_loss`). Metric: perplexity, `exp(loss)`.
     """
 
@@ -29,7 +32,7 @@ class LanguageModeling(Task):
     metric_name = "perplexity"
     lower_is_better = True
     required: ClassVar[dict[str, str]] = {"tokens": "[batch, seq]"}
-    optional: ClassVar[dict[str, str]] = {"loss_mask": "[batch, seq]"}
+    optional: ClassVar[dict[str, str]] = {"loss_mask": "[batch, seq]", "segments": "[batch, seq]"}
 
     def statistics(
         self, model: eqx.Module, batch: Mapping[str, ArrayLike], *, key: PRNGKeyArray | None = None
@@ -37,11 +40,17 @@ class LanguageModeling(Task):
         tokens = jnp.asarray(batch["tokens"])
         inputs, targets = tokens[:, :-1], tokens[:, 1:]
 
-        def one(tokens, key):
-            return model.features(tokens, key=key)  # type: ignore[attr-defined]
+        segments = None if "segments" not in batch else jnp.asarray(batch["segments"])
 
-        features = jax.vmap(one)(inputs, example_keys(key, tokens.shape[0]))
+        def one(tokens, segments, key):
+            packed = {} if segments is None else {"segments": segments}
+            return model.features(tokens, key=key, **packed)  # type: ignore[attr-defined]
+
+        read = None if segments is None else segments[:, :-1]
+        features = jax.vmap(one)(inputs, read, example_keys(key, tokens.shape[0]))
         weight = target_weights(targets, model.config.pad_id)  # type: ignore[attr-defined]
+        if segments is not None:  # the first token of a document is not predicted from the last
+            weight = weight & (segments[:, 1:] == segments[:, :-1])
         if "loss_mask" in batch:
             weight = weight & (jnp.asarray(batch["loss_mask"])[:, 1:] != 0)
         return vocab_statistics(model.output_head, features, targets, weight)  # type: ignore[attr-defined]
@@ -52,8 +61,9 @@ class LanguageModeling(Task):
     def _check_values(self, batch: Mapping[str, np.ndarray], model: eqx.Module) -> None:
         config = model.config  # type: ignore[attr-defined]
         check_ids("tokens", batch["tokens"], config.vocab_size, config.max_positions, shifted=True)
-        if "loss_mask" in batch and batch["loss_mask"].shape != batch["tokens"].shape:
-            raise ValueError(
-                f"batch['loss_mask'] must have the shape of batch['tokens'] "
-                f"{batch['tokens'].shape}, got {batch['loss_mask'].shape}"
-            )
+        for name in ("loss_mask", "segments"):
+            if name in batch and batch[name].shape != batch["tokens"].shape:
+                raise ValueError(
+                    f"batch[{name!r}] must have the shape of batch['tokens'] "
+                    f"{batch['tokens'].shape}, got {batch[name].shape}"
+                )
