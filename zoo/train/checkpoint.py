@@ -270,8 +270,8 @@ def load_checkpoint(
     except (ValueError, KeyError, TypeError) as error:
         raise CorruptCheckpoint(f"{STATE_FILE} is unreadable ({error!r})") from None
     current = model_config_dict(model)
-    if meta.get("flavor") != current["flavor"] or meta.get("config") != current["config"]:
-        saved = meta.get("config") or {}
+    saved = _in_todays_fields(meta.get("config") or {}, model)
+    if meta.get("flavor") != current["flavor"] or saved != current["config"]:
         differ = sorted(
             name
             for name in set(saved) | set(current["config"])
@@ -319,6 +319,15 @@ def _sharding_targets(model: eqx.Module, opt_state: Any, layout: Any) -> dict[st
         "model": layout.shardings(named_arrays(model)),
         "optimizer": layout.shardings(state_arrays(opt_state)),
     }
+
+
+def _in_todays_fields(saved: dict[str, Any], model: eqx.Module) -> dict[str, Any]:
+    """The config a checkpoint recorded, in the fields of today's config class: a run saved by
+    an earlier zoo (`scan_layers` before `layer_loop`) resumes as `zoo.load` reads its model."""
+    try:
+        return type(model.config).from_dict(saved).to_dict()  # type: ignore[attr-defined]
+    except (TypeError, ValueError):  # another flavor, or fields no version knew: told below
+        return saved
 
 
 def _read_arrays(path: Path) -> dict[str, np.ndarray]:
