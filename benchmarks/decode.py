@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import zoo
-from zoo.nn import Mask
+from zoo.nn import BlockInputs, Mask
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -48,12 +48,11 @@ def last_position_logits(model: zoo.GPT, tokens: jax.Array) -> jax.Array:
     """One uncached forward over `tokens` [seq]; logits of the last position only [vocab]."""
     num_tokens = tokens.shape[0]
     x = model.embedder(tokens, jnp.arange(num_tokens))
-    x, _ = model.layers(x, mask=Mask(causal=True))
+    x, _ = model.layers(x, BlockInputs(mask=Mask(causal=True)))
     last = x[-1:]
     if model.final_norm is not None:
         last = model.final_norm(last)
-    weight = model.embedder.token_weight if model.head is None else model.head.weight
-    return (last @ weight.T)[0]
+    return model.output_head(last)[0]
 
 
 @eqx.filter_jit

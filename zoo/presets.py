@@ -14,6 +14,7 @@ import jax
 from jaxtyping import PRNGKeyArray
 
 from zoo.models import FLAVORS, ClassifierConfig, GPTConfig, TransformerConfig, TranslatorConfig
+from zoo.nn.rotary import Rope
 
 
 @dataclass(frozen=True)
@@ -137,7 +138,7 @@ register(
         num_layers=30,
         d_ff=1536,
         max_positions=8192,
-        rope_theta=100000.0,
+        rope=Rope(theta=100000.0),
         bos_id=0,
         eos_id=0,
     ),
@@ -153,7 +154,7 @@ register(
         num_layers=32,
         d_ff=2560,
         max_positions=8192,
-        rope_theta=100000.0,
+        rope=Rope(theta=100000.0),
         bos_id=0,
         eos_id=0,
     ),
@@ -169,7 +170,7 @@ register(
         num_layers=24,
         d_ff=4864,
         max_positions=32768,
-        rope_theta=1000000.0,
+        rope=Rope(theta=1000000.0),
         layer_norm_eps=1e-6,
         qkv_bias=True,  # Qwen2: biases on q/k/v only
         bos_id=151643,
@@ -188,7 +189,7 @@ register(
         num_layers=28,
         d_ff=3072,
         max_positions=40960,
-        rope_theta=1000000.0,
+        rope=Rope(theta=1000000.0),
         layer_norm_eps=1e-6,
         qk_norm=True,  # Qwen3: RMSNorm on each head's queries and keys
         bos_id=151643,
@@ -206,12 +207,14 @@ register(
         num_layers=16,
         d_ff=8192,
         max_positions=131072,
-        rope_theta=500000.0,
-        rope_scaling="llama3",
-        rope_factor=32.0,
-        rope_low_freq_factor=1.0,
-        rope_high_freq_factor=4.0,
-        rope_original_max_positions=8192,
+        rope=Rope(
+            theta=500000.0,
+            scaling="llama3",
+            factor=32.0,
+            low_freq_factor=1.0,
+            high_freq_factor=4.0,
+            original_max_positions=8192,
+        ),
         bos_id=128000,
         eos_id=128001,
     ),

@@ -32,7 +32,7 @@ from zoo.interop import (
     save_hf,
     to_hf,
 )
-from zoo.nn import Mask
+from zoo.nn import BlockInputs, Mask
 
 pytestmark = pytest.mark.hf
 
@@ -75,7 +75,7 @@ def zoo_outputs(model, tokens, types, real):
         x = model.embedder(tokens, jnp.arange(tokens.shape[0]), types)
         mask = Mask.keys(real, tokens.shape[0])
         attended = block.self_attention(x, mask=mask)
-        return model(tokens, real, types), x, attended, block(x, mask=mask)[0]
+        return model(tokens, real, types), x, attended, block(x, BlockInputs(mask=mask))[0]
 
     return jax.vmap(one)(tokens, types, real)
 

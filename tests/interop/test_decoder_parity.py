@@ -39,7 +39,7 @@ from zoo.interop import (
 )
 from zoo.interop.files import write_safetensors
 from zoo.models.common import token_positions
-from zoo.nn import Mask
+from zoo.nn import BlockInputs, Mask
 
 pytestmark = pytest.mark.hf
 
@@ -154,7 +154,7 @@ def hidden_states(model, tokens, real):
     x = model.embedder(tokens, positions)
     states = [x]
     for index in range(model.config.num_layers):
-        x, _ = model.layers.layer(index)(x, mask=mask, positions=positions)
+        x, _ = model.layers.layer(index)(x, BlockInputs(mask=mask, positions=positions))
         states.append(x)
     return jnp.stack(states)
 

@@ -23,7 +23,7 @@ from hf_helpers import (
 import zoo
 from zoo.interop import UnsupportedConfig, from_hf, from_pretrained, load_state_dict, save_hf, to_hf
 from zoo.interop.files import write_safetensors
-from zoo.nn import Mask
+from zoo.nn import BlockInputs, Mask
 
 pytestmark = pytest.mark.hf
 
@@ -56,7 +56,7 @@ def zoo_outputs(model, tokens, real):
         x = model.embedder(tokens, jnp.arange(tokens.shape[0]))
         mask = Mask.keys(real, tokens.shape[0], causal=True)
         attended = block.self_attention(block.self_attention_norm(x), mask=mask)
-        return model(tokens, real), x, attended, block(x, mask=mask)[0]
+        return model(tokens, real), x, attended, block(x, BlockInputs(mask=mask))[0]
 
     return jax.vmap(one)(tokens, real)
 

@@ -29,7 +29,7 @@ from zoo.interop import (
     save_hf,
     to_hf,
 )
-from zoo.nn import Mask
+from zoo.nn import BlockInputs, CrossInputs, Mask
 
 pytestmark = pytest.mark.hf
 
@@ -112,17 +112,16 @@ def zoo_outputs(model, src, real, tgt):
         x = model.source_embedder(src, jnp.arange(src.shape[0]))
         mask = Mask.keys(real, src.shape[0])
         attended = encoder_block.self_attention(x, mask=mask)
-        encoded = encoder_block(x, mask=mask)[0]
+        encoded = encoder_block(x, BlockInputs(mask=mask))[0]
         memory = model.encode(src, real)
         y = model.target_embedder(
             tgt, jnp.arange(tgt.shape[0]), token_weight=model.target_token_weight
         )
-        decoded = decoder_block(
-            y,
-            mask=Mask(causal=True),
-            cross_kv=decoder_block.cross_attention.project_key_value(memory),
-            cross_mask=Mask.keys(real, tgt.shape[0]),
-        )[0]
+        cross = CrossInputs(
+            *decoder_block.cross_attention.project_key_value(memory),
+            Mask.keys(real, tgt.shape[0]),
+        )
+        decoded = decoder_block(y, BlockInputs(mask=Mask(causal=True), cross=cross))[0]
         return model(src, tgt, real), x, attended, encoded, decoded
 
     return jax.vmap(one)(src, real, tgt)

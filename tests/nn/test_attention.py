@@ -4,7 +4,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from zoo.nn import KVCache, Mask, MultiHeadAttention, attention_weights
+from zoo.nn import (
+    AttentionSettings,
+    Init,
+    KVCache,
+    Mask,
+    MultiHeadAttention,
+    attention_weights,
+)
 from zoo.nn.attention import dot_product_attention
 
 
@@ -29,7 +36,9 @@ def numpy_attention(mha, x, context, mask):
 
 
 def random_mha(key, d_model=12, heads=3):
-    mha = MultiHeadAttention(d_model, heads, key=key, init_std=0.3)
+    mha = MultiHeadAttention(
+        d_model, AttentionSettings(num_heads=heads), init=Init(std=0.3), key=key
+    )
     # non-zero biases, so a missing bias would show
     params, static = eqx.partition(mha, eqx.is_array)
     params = jax.tree_util.tree_map(lambda a: a + 0.1 if a.ndim == 1 else a, params)
@@ -156,7 +165,7 @@ def test_one_query_after_a_cache_sees_the_filled_prefix(key, implementation):
 
 
 def test_attention_dropout_needs_key_and_respects_inference_mode(key):
-    mha = MultiHeadAttention(8, 2, dropout_rate=0.5, key=key)
+    mha = MultiHeadAttention(8, AttentionSettings(num_heads=2, dropout=0.5), key=key)
     x = jax.random.normal(key, (4, 8))
     plain = mha(x)
     assert np.allclose(plain, mha(x))  # no key: deterministic
@@ -168,12 +177,16 @@ def test_attention_dropout_needs_key_and_respects_inference_mode(key):
 
 def test_head_dim_must_divide():
     with pytest.raises(ValueError, match="not divisible by num_heads"):
-        MultiHeadAttention(10, 3, key=jax.random.key(0))
+        MultiHeadAttention(10, AttentionSettings(num_heads=3), key=jax.random.key(0))
 
 
 def test_kv_cache_write_places_rows():
-    cache = KVCache.empty(5, 1, 2)
+    cache = KVCache.empty(5, 1, 2).advance(3)
     new = jnp.ones((2, 1, 2))
-    written = cache.write(new, 2 * new, 3)
+    written = cache.write(new, 2 * new)
     np.testing.assert_array_equal(written.keys[:, 0, 0], [0, 0, 0, 1, 1])
     np.testing.assert_array_equal(written.values[:, 0, 1], [0, 0, 0, 2, 2])
+    assert int(written.index) == 3 and int(written.advance(2).index) == 5
+    stacked = KVCache.empty(5, 1, 2, layers=3)
+    assert stacked.keys.shape == (3, 5, 1, 2) and stacked.capacity == 5
+    assert stacked.layer(1).keys.shape == (5, 1, 2)

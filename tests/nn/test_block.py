@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from zoo.nn import LayerNorm, TransformerBlock
+from zoo.nn import BlockInputs, BlockSettings, CrossInputs, LayerNorm, TransformerBlock
 
 
 def zero_sublayers(block):
@@ -16,14 +16,18 @@ def zero_sublayers(block):
 
 
 def test_pre_ln_with_zero_sublayers_is_identity(key):
-    block = zero_sublayers(TransformerBlock(8, 2, 16, norm_first=True, key=key))
+    block = zero_sublayers(
+        TransformerBlock(8, BlockSettings.basic(2, 16, norm_first=True), key=key)
+    )
     x = jax.random.normal(key, (3, 8))
     out, _ = block(x)
     np.testing.assert_allclose(out, x, atol=1e-6)
 
 
 def test_post_ln_with_zero_sublayers_is_layernorm(key):
-    block = zero_sublayers(TransformerBlock(8, 2, 16, norm_first=False, key=key))
+    block = zero_sublayers(
+        TransformerBlock(8, BlockSettings.basic(2, 16, norm_first=False), key=key)
+    )
     x = jax.random.normal(key, (3, 8))
     out, _ = block(x)
     x_np = np.asarray(x)
@@ -33,8 +37,8 @@ def test_post_ln_with_zero_sublayers_is_layernorm(key):
 
 def test_post_ln_output_is_normalised_and_pre_ln_is_not(key):
     x = 3.0 * jax.random.normal(key, (4, 16))
-    post, _ = TransformerBlock(16, 2, 32, norm_first=False, key=key)(x)
-    pre, _ = TransformerBlock(16, 2, 32, norm_first=True, key=key)(x)
+    post, _ = TransformerBlock(16, BlockSettings.basic(2, 32, norm_first=False), key=key)(x)
+    pre, _ = TransformerBlock(16, BlockSettings.basic(2, 32, norm_first=True), key=key)(x)
     np.testing.assert_allclose(np.asarray(post).std(-1), 1.0, atol=1e-3)
     assert abs(float(np.asarray(pre).std(-1).mean()) - 1.0) > 0.5
 
@@ -47,13 +51,10 @@ def test_layernorm_matches_numpy():
 
 
 def test_cross_attention_block_needs_memory(key):
-    block = TransformerBlock(8, 2, 16, cross_attention=True, key=key)
-    with pytest.raises(ValueError, match="cross_kv"):
+    block = TransformerBlock(8, BlockSettings.basic(2, 16, cross_attention=True), key=key)
+    with pytest.raises(ValueError, match="pass the memory's cross inputs"):
         block(jnp.ones((2, 8)))
     memory = jax.random.normal(key, (5, 8))
-    out, extras = block(
-        jnp.ones((2, 8)),
-        cross_kv=block.cross_attention.project_key_value(memory),
-        return_weights=True,
-    )
+    cross = CrossInputs(*block.cross_attention.project_key_value(memory))
+    out, extras = block(jnp.ones((2, 8)), BlockInputs(cross=cross), return_weights=True)
     assert out.shape == (2, 8) and extras.cross_weights.shape == (2, 2, 5)

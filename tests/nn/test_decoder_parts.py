@@ -14,14 +14,17 @@ import pytest
 
 import zoo
 from zoo.nn import (
+    AttentionSettings,
     FeedForward,
+    FeedForwardSettings,
+    Init,
     Mask,
     MultiHeadAttention,
     RMSNorm,
+    Rope,
     RotaryEmbedding,
     attention_weights,
     make_norm,
-    rotary_inverse_frequencies,
 )
 from zoo.nn.attention import dot_product_attention
 
@@ -53,24 +56,24 @@ def test_make_norm_chooses_by_name():
 
 
 def test_rotary_rotates_each_pair_by_position_times_frequency():
-    rotary = RotaryEmbedding(4, theta=100.0)
+    rotary = RotaryEmbedding(4, Rope(theta=100.0))
     # pairs are (dim 0, dim 2) with frequency 1 and (dim 1, dim 3) with frequency 100^-1/2
     x = jnp.array([[[1.0, 1.0, 0.0, 0.0]]] * 3)  # [seq 3, heads 1, head_dim 4]
-    out = rotary(x, jnp.array([0, 1, 5]))
+    out = rotary(x, rotary.table(jnp.array([0, 1, 5])))
     for row, p in enumerate([0, 1, 5]):
         expected = [math.cos(p), math.cos(p / 10), math.sin(p), math.sin(p / 10)]
         np.testing.assert_allclose(out[row, 0], expected, atol=1e-6)
 
 
 def test_rotary_scores_depend_on_the_distance_only(key):
-    rotary = RotaryEmbedding(8, theta=10000.0)
+    rotary = RotaryEmbedding(8, Rope(theta=10000.0))
     q_key, k_key = jax.random.split(key)
     q = jax.random.normal(q_key, (1, 1, 8))
     k = jax.random.normal(k_key, (1, 1, 8))
 
     def score(query_position, key_position):
-        rotated_q = rotary(q, jnp.array([query_position]))
-        rotated_k = rotary(k, jnp.array([key_position]))
+        rotated_q = rotary(q, rotary.table(jnp.array([query_position])))
+        rotated_k = rotary(k, rotary.table(jnp.array([key_position])))
         return float(jnp.sum(rotated_q * rotated_k))
 
     assert score(7, 3) == pytest.approx(score(104, 100), abs=1e-4)
@@ -78,22 +81,21 @@ def test_rotary_scores_depend_on_the_distance_only(key):
 
 
 def test_linear_scaling_divides_every_frequency():
-    plain = rotary_inverse_frequencies(8, 10000.0)
-    linear = rotary_inverse_frequencies(8, 10000.0, scaling="linear", factor=4.0)
+    plain = Rope(theta=10000.0).inverse_frequencies(8)
+    linear = Rope(theta=10000.0, scaling="linear", factor=4.0).inverse_frequencies(8)
     np.testing.assert_allclose(linear, plain / 4.0, rtol=1e-6)
 
 
 def test_llama3_scaling_by_hand():
     # head_dim 8, theta 10000: frequencies 1, 0.1, 0.01, 0.001 (wavelengths 6.3, 63, 628, 6283)
-    scaled = rotary_inverse_frequencies(
-        8,
-        10000.0,
+    scaled = Rope(
+        theta=10000.0,
         scaling="llama3",
         factor=8.0,
         low_freq_factor=1.0,
         high_freq_factor=4.0,
         original_max_positions=1000,
-    )
+    ).inverse_frequencies(8)
     # wavelength < 1000 / 4: kept; > 1000 / 1: divided by 8; between: blended
     smooth = (1000 / (2 * math.pi / 0.01) - 1.0) / (4.0 - 1.0)
     blended = (1 - smooth) * 0.01 / 8 + smooth * 0.01
@@ -105,24 +107,25 @@ def test_llama3_frequencies_equal_transformers():
     transformers = pytest.importorskip("transformers")
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
+    scaling = dict(
+        rope_type="llama3",
+        factor=32.0,
+        low_freq_factor=1.0,
+        high_freq_factor=4.0,
+        original_max_position_embeddings=8192,
+    )
     config = transformers.LlamaConfig(
         hidden_size=64,
         num_attention_heads=2,
         max_position_embeddings=131072,
         rope_theta=500000.0,
-        rope_scaling=dict(
-            rope_type="llama3",
-            factor=32.0,
-            low_freq_factor=1.0,
-            high_freq_factor=4.0,
-            original_max_position_embeddings=8192,
-        ),
+        rope_scaling=dict(scaling),
     )
     theirs, _ = ROPE_INIT_FUNCTIONS["llama3"](config, "cpu")
-    ours = rotary_inverse_frequencies(
-        32, 500000.0, scaling="llama3", factor=32.0, original_max_positions=8192
-    )
-    np.testing.assert_allclose(ours, theirs.numpy(), rtol=1e-6)
+    rope = Rope.from_hf({"rope_theta": 500000.0, **scaling})
+    assert rope == Rope(theta=500000.0, scaling="llama3", factor=32.0)
+    np.testing.assert_allclose(rope.inverse_frequencies(32), theirs.numpy(), rtol=1e-6)
+    assert rope.to_hf() == (500000.0, scaling)  # and back, as transformers writes it
 
 
 def test_grouped_query_attention_equals_repeated_keys(key):
@@ -147,15 +150,16 @@ def test_grouped_query_attention_equals_repeated_keys(key):
 
 def test_a_kv_head_count_that_does_not_divide_the_heads_is_refused(key):
     with pytest.raises(ValueError, match="num_kv_heads=4 must divide num_heads=6"):
-        MultiHeadAttention(12, 6, num_kv_heads=4, key=key)
+        AttentionSettings(num_heads=6, num_kv_heads=4)
     with pytest.raises(ValueError, match="num_kv_heads=4 must divide num_heads=6"):
         zoo.GPTConfig(d_model=12, num_heads=6, num_kv_heads=4)
 
 
 def test_attention_parts_shapes_and_biases(key):
-    mha = MultiHeadAttention(
-        16, 4, num_kv_heads=1, head_dim=6, qkv_bias=True, output_bias=False, qk_norm=True, key=key
+    settings = AttentionSettings(
+        num_heads=4, num_kv_heads=1, head_dim=6, qkv_bias=True, output_bias=False, qk_norm=True
     )
+    mha = MultiHeadAttention(16, settings, key=key)
     assert mha.query_proj.weight.shape == (24, 16)
     assert mha.key_proj.weight.shape == (6, 16) and mha.value_proj.weight.shape == (6, 16)
     assert mha.output_proj.weight.shape == (16, 24)
@@ -164,9 +168,10 @@ def test_attention_parts_shapes_and_biases(key):
 
 
 def test_qk_norm_normalises_each_head_before_rotary(key):
-    mha = MultiHeadAttention(8, 2, qk_norm=True, rotary=RotaryEmbedding(4), key=key, init_std=1.0)
+    settings = AttentionSettings(num_heads=2, qk_norm=True, rope=Rope())
+    mha = MultiHeadAttention(8, settings, init=Init(std=1.0), key=key)
     x = jax.random.normal(jax.random.key(3), (3, 8))
-    query = mha.project_query(x, jnp.arange(3))
+    query = mha.project_query(x, mha.rotary_table(jnp.arange(3)))
     # RMSNorm (unit weight) then a rotation: every head vector has norm sqrt(head_dim)
     np.testing.assert_allclose(jnp.linalg.norm(query, axis=-1), 2.0, rtol=1e-5)
     raw = (x @ mha.query_proj.weight.T).reshape(3, 2, 4)
@@ -175,7 +180,8 @@ def test_qk_norm_normalises_each_head_before_rotary(key):
 
 
 def test_gated_feed_forward_is_silu_gate_times_up(key):
-    ff = FeedForward(4, 6, activation="silu", gated=True, use_bias=False, key=key, init_std=0.5)
+    settings = FeedForwardSettings(d_ff=6, activation="silu", gated=True, use_bias=False)
+    ff = FeedForward(4, settings, init=Init(std=0.5), key=key)
     x = jax.random.normal(jax.random.key(1), (3, 4))
     gate = np.asarray(x @ ff.gate.weight.T)
     up = np.asarray(x @ ff.hidden.weight.T)

@@ -3,7 +3,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from zoo.nn import ACTIVATIONS, FeedForward
+from zoo.nn import ACTIVATIONS, FeedForward, FeedForwardSettings, Init
 
 
 @pytest.mark.parametrize(
@@ -20,7 +20,7 @@ def test_activation_values_at_one(name, value):
 
 
 def test_feedforward_matches_numpy(key):
-    ff = FeedForward(4, 6, activation="relu", init_std=0.5, key=key)
+    ff = FeedForward(4, FeedForwardSettings(d_ff=6, activation="relu"), init=Init(std=0.5), key=key)
     x = np.asarray(jax.random.normal(key, (3, 4)))
     hidden = np.maximum(x @ np.asarray(ff.hidden.weight).T + np.asarray(ff.hidden.bias), 0)
     expected = hidden @ np.asarray(ff.output.weight).T + np.asarray(ff.output.bias)
@@ -29,4 +29,4 @@ def test_feedforward_matches_numpy(key):
 
 def test_unknown_activation(key):
     with pytest.raises(ValueError, match="unknown activation 'tanhh'"):
-        FeedForward(4, 6, activation="tanhh", key=key)
+        FeedForwardSettings(d_ff=6, activation="tanhh")

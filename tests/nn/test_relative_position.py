@@ -5,7 +5,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from zoo.nn import MultiHeadAttention, RelativePositionBias, relative_position_buckets
+from zoo.nn import (
+    AttentionSettings,
+    MultiHeadAttention,
+    RelativePositionBias,
+    relative_position_buckets,
+)
 from zoo.nn.attention import attention_weights, dot_product_attention
 
 # key_position - query_position -> bucket, worked out by hand from T5's rule with 32 buckets and
@@ -109,7 +114,7 @@ def test_fused_path_adds_the_bias_too():
 
 
 def test_attention_without_bias_is_unchanged(key):
-    mha = MultiHeadAttention(8, 2, key=key)
+    mha = MultiHeadAttention(8, AttentionSettings(num_heads=2), key=key)
     x = jax.random.normal(jax.random.key(1), (3, 8))
     q = mha.project_query(x)
     k, v = mha.project_key_value(x)

@@ -17,8 +17,19 @@ import pytest
 
 import zoo
 from zoo.bench.hlo_ops import Program, parse_program
-from zoo.models.common import DecodeCache, token_positions, valid_positions
-from zoo.nn import KVCache, Mask, RotaryEmbedding, RotaryTable, apply_rotary
+from zoo.models.common import token_positions, valid_positions
+from zoo.nn import (
+    AttentionSettings,
+    BlockInputs,
+    KVCache,
+    Mask,
+    MultiHeadAttention,
+    Rope,
+    RotaryEmbedding,
+    RotaryTable,
+    apply_rotary,
+)
+from zoo.nn.rotary import rotate_half
 from zoo.nn.stack import REMAT_POLICIES, scans
 
 TOKENS = jnp.array(
@@ -27,31 +38,41 @@ TOKENS = jnp.array(
 
 
 def test_the_table_rotates_as_the_positions_do(key):
-    rotary = RotaryEmbedding(8, theta=500.0, scaling="llama3", factor=8.0, original_max_positions=4)
+    rope = Rope(theta=500.0, scaling="llama3", factor=8.0, original_max_positions=4)
+    rotary = RotaryEmbedding(8, rope)
     positions = jnp.array([3, 0, 7, 7, 2])
     table = rotary.table(positions)
     assert table.cos.shape == table.sin.shape == (5, 8)
     assert table.cos.dtype == table.sin.dtype == jnp.float32
     # each pair's angle twice: position * inverse frequency
     angles = np.asarray(positions, np.float32)[:, None] * rotary.inverse_frequencies()[None, :]
-    np.testing.assert_allclose(table.cos, np.cos(np.concatenate([angles, angles], -1)), atol=1e-6)
+    cos, sin = (
+        np.cos(np.concatenate([angles, angles], -1)),
+        np.sin(np.concatenate([angles] * 2, -1)),
+    )
+    np.testing.assert_allclose(table.cos, cos, atol=1e-6)
     x = jax.random.normal(key, (5, 3, 8))
-    np.testing.assert_array_equal(rotary(x, table=table), rotary(x, positions))
-    np.testing.assert_array_equal(apply_rotary(x, table), rotary(x, positions))
-    # bf16 heads rotate in float32 and come back bf16, the same either way
+    expected = np.asarray(x) * cos[:, None] + np.asarray(rotate_half(x)) * sin[:, None]
+    np.testing.assert_allclose(rotary(x, table), expected, atol=1e-5)
+    np.testing.assert_array_equal(apply_rotary(x, table), rotary(x, table))
+    # bf16 heads rotate in float32 and come back bf16
     half = x.astype(jnp.bfloat16)
-    assert rotary(half, table=table).dtype == jnp.bfloat16
-    np.testing.assert_array_equal(rotary(half, table=table), rotary(half, positions))
+    assert rotary(half, table).dtype == jnp.bfloat16
+    np.testing.assert_allclose(
+        np.asarray(rotary(half, table), np.float32), expected, atol=0.05, rtol=0.02
+    )
 
 
 def test_a_table_of_other_positions_is_refused(key):
     rotary = RotaryEmbedding(8)
     x = jax.random.normal(key, (5, 2, 8))
     with pytest.raises(ValueError, match=r"needs \(5, 8\).*RotaryEmbedding.table"):
-        rotary(x, table=rotary.table(jnp.arange(4)))
-    with pytest.raises(ValueError, match="positions of the sequence or their table"):
-        rotary(x)
-    assert zoo.nn.MultiHeadAttention(16, 2, key=key).rotary_table(jnp.arange(4)) is None
+        rotary(x, rotary.table(jnp.arange(4)))
+    rotating = MultiHeadAttention(16, AttentionSettings(num_heads=2, rope=Rope()), key=key)
+    with pytest.raises(ValueError, match="pass the rotary table of the positions"):
+        rotating.project_query(jnp.ones((5, 16)))
+    plain = MultiHeadAttention(16, AttentionSettings(num_heads=2), key=key)
+    assert plain.rotary_table(jnp.arange(4)) is None
 
 
 def test_a_block_with_the_table_equals_a_block_without(key):
@@ -65,11 +86,13 @@ def test_a_block_with_the_table_equals_a_block_without(key):
 
     @eqx.filter_jit
     def both(block, table):
+        attention = block.self_attention
+        keys, values = attention.project_key_value(x, table)
         return (
-            block(x, mask=mask, rotary_table=table)[0],
-            block(x, mask=mask, positions=positions)[0],
-            block.self_attention(x, mask=mask, rotary_table=table),
-            block.self_attention(x, mask=mask, positions=positions),
+            block(x, BlockInputs(mask=mask, rotary=table))[0],
+            block(x, BlockInputs(mask=mask, positions=positions))[0],
+            attention.attend(attention.project_query(x, table), keys, values, mask)[0],
+            attention(x, mask=mask, positions=positions),
         )
 
     with_table, own_table, attention_with, attention_own = both(block, table)
@@ -84,14 +107,14 @@ def own_angles(model, x, **kwargs):
     params, static = eqx.partition(model.layers.blocks, eqx.is_array)
 
     def body(h, block_params):
-        return eqx.combine(block_params, static)(h, **kwargs)[0], None
+        return eqx.combine(block_params, static)(h, BlockInputs(**kwargs))[0], None
 
     if model.config.remat is not None:
         body = jax.checkpoint(body, policy=REMAT_POLICIES[model.config.remat])
     if scans(model.config.scan_layers):
         return jax.lax.scan(body, x, params)[0]
     for index in range(model.config.num_layers):
-        x, _ = model.layers.layer(index)(x, **kwargs)
+        x, _ = model.layers.layer(index)(x, BlockInputs(**kwargs))
     return x
 
 
@@ -108,7 +131,7 @@ def per_layer_logits(model, tokens):
     return model._logits(own_angles(model, x, mask=mask, positions=positions))
 
 
-def per_layer_extend(model, tokens, cache: DecodeCache):
+def per_layer_extend(model, tokens, cache: KVCache):
     """`GPT.extend`'s logits with each layer making its table from the cache index."""
     positions = cache.index + jnp.arange(tokens.shape[0])
     mask = Mask(causal=True, offset=cache.index, window=model.config.sliding_window)
@@ -117,16 +140,15 @@ def per_layer_extend(model, tokens, cache: DecodeCache):
     def body(h, per_layer):
         block_params, _, layer_cache, _ = per_layer
         block = eqx.combine(block_params, static)
-        return block(h, mask=mask, cache=layer_cache, cache_index=cache.index)
+        return block(h, BlockInputs(mask=mask, cache=layer_cache))
 
     x = model.embedder(tokens, positions)
-    kv = KVCache(cache.keys, cache.values)
     if scans(model.config.scan_layers):  # the stack's own cached scan, with this body
-        x, _ = model.layers._scan_with_cache(body, x, (params, None, None), kv)
+        x, _ = model.layers._scan_with_cache(body, x, (params, None, None), cache)
     else:
         for index in range(model.config.num_layers):
-            layer = jax.tree_util.tree_map(lambda a, i=index: a[i], (params, None, kv, None))
-            x, _ = body(x, layer)
+            layer_params = jax.tree_util.tree_map(lambda a, i=index: a[i], params)
+            x, _ = body(x, (layer_params, None, cache.layer(index), None))
     return model._logits(x)
 
 

@@ -2,22 +2,24 @@ import equinox as eqx
 import jax
 import numpy as np
 
-from zoo.nn import LayerStack, Mask, TransformerBlock
+from zoo.nn import BlockInputs, BlockSettings, LayerStack, Mask, TransformerBlock
 
 
 def make_stack(key, scan):
-    return LayerStack(lambda k: TransformerBlock(8, 2, 16, key=k), 3, scan=scan, key=key)
+    return LayerStack(
+        lambda k: TransformerBlock(8, BlockSettings.basic(2, 16), key=k), 3, scan=scan, key=key
+    )
 
 
 def test_scan_equals_unrolled_equals_block_by_block(key):
     scanned, unrolled = make_stack(key, True), make_stack(key, False)
     x = jax.random.normal(key, (4, 8))
     mask = Mask(causal=True)
-    out_scan, extras = scanned(x, mask=mask, return_weights=True)
-    out_unrolled, extras_unrolled = unrolled(x, mask=mask, return_weights=True)
+    out_scan, extras = scanned(x, BlockInputs(mask=mask), return_weights=True)
+    out_unrolled, extras_unrolled = unrolled(x, BlockInputs(mask=mask), return_weights=True)
     manual = x
     for i in range(3):
-        manual, _ = scanned.layer(i)(manual, mask=mask)
+        manual, _ = scanned.layer(i)(manual, BlockInputs(mask=mask))
     np.testing.assert_allclose(out_scan, out_unrolled, atol=1e-6)
     np.testing.assert_allclose(out_scan, manual, atol=1e-6)
     assert extras.self_weights.shape == (3, 2, 4, 4)
@@ -32,7 +34,9 @@ def test_layers_are_initialised_independently(key):
 
 
 def test_dropout_keys_differ_per_layer_and_no_key_is_deterministic(key):
-    stack = LayerStack(lambda k: TransformerBlock(8, 2, 16, dropout=0.5, key=k), 2, key=key)
+    stack = LayerStack(
+        lambda k: TransformerBlock(8, BlockSettings.basic(2, 16, dropout=0.5), key=k), 2, key=key
+    )
     x = jax.random.normal(key, (4, 8))
     np.testing.assert_array_equal(stack(x)[0], stack(x)[0])
     a, _ = stack(x, key=jax.random.key(1))
@@ -51,14 +55,14 @@ def test_remat_changes_neither_outputs_nor_gradients(key):
     mask = Mask(causal=True)
 
     def loss(stack, x):
-        out, _ = stack(x, mask=mask, key=jax.random.key(3))
+        out, _ = stack(x, BlockInputs(mask=mask), key=jax.random.key(3))
         return jnp.sum(jnp.sin(out))
 
     results = {}
     for remat in (None, "dots", "full"):
         for scan in (True, False):
             stack = LayerStack(
-                lambda k: TransformerBlock(8, 2, 16, dropout=0.1, key=k),
+                lambda k: TransformerBlock(8, BlockSettings.basic(2, 16, dropout=0.1), key=k),
                 3,
                 scan=scan,
                 remat=remat,
@@ -71,7 +75,12 @@ def test_remat_changes_neither_outputs_nor_gradients(key):
         for a, b in zip(jax.tree_util.tree_leaves(other_grads), jax.tree_util.tree_leaves(grads)):
             np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
     with pytest.raises(ValueError, match="remat must be one of"):
-        LayerStack(lambda k: TransformerBlock(8, 2, 16, key=k), 2, remat="most", key=key)
+        LayerStack(
+            lambda k: TransformerBlock(8, BlockSettings.basic(2, 16), key=k),
+            2,
+            remat="most",
+            key=key,
+        )
 
 
 def test_by_default_layers_are_unrolled_on_a_gpu_and_scanned_elsewhere(key):
@@ -86,14 +95,18 @@ def test_by_default_layers_are_unrolled_on_a_gpu_and_scanned_elsewhere(key):
     def primitives(platform):
         with kernel_platform(platform):
             assert scans(None) == (platform == "cpu")
-            jaxpr = eqx.filter_make_jaxpr(lambda s, x: s(x, mask=Mask(causal=True))[0])(stack, x)[0]
+            jaxpr = eqx.filter_make_jaxpr(
+                lambda s, x: s(x, BlockInputs(mask=Mask(causal=True)))[0]
+            )(stack, x)[0]
         return [equation.primitive.name for equation in jaxpr.jaxpr.eqns]
 
     assert primitives("cpu").count("scan") == 1
     assert "scan" not in primitives("gpu")
     with kernel_platform("gpu"):
-        unrolled = stack(x, mask=Mask(causal=True))[0]
-    np.testing.assert_allclose(unrolled, stack(x, mask=Mask(causal=True))[0], atol=1e-6)
+        unrolled = stack(x, BlockInputs(mask=Mask(causal=True)))[0]
+    np.testing.assert_allclose(
+        unrolled, stack(x, BlockInputs(mask=Mask(causal=True)))[0], atol=1e-6
+    )
     assert scans(True) and not scans(False)
 
 
@@ -103,15 +116,15 @@ def test_unrolled_decoding_updates_the_stacked_cache_like_the_scan(key):
     import jax.numpy as jnp
 
     x = jax.random.normal(key, (3, 8))
-    full, _ = make_stack(key, True)(x, mask=Mask(causal=True))
+    full, _ = make_stack(key, True)(x, BlockInputs(mask=Mask(causal=True)))
     for scan in (True, False):
         stack = make_stack(key, scan)
         cache = stack.init_cache(4)
         outputs = []
         for index in range(3):
             mask = Mask(causal=True, offset=jnp.asarray(index)).limit_keys(index + 1)
-            out, extras = stack(x[index : index + 1], mask=mask, cache=cache, cache_index=index)
-            cache = extras.cache
+            out, extras = stack(x[index : index + 1], BlockInputs(mask=mask, cache=cache))
+            cache = extras.cache.advance(1)
             outputs.append(out)
         np.testing.assert_allclose(jnp.concatenate(outputs), full, atol=1e-5)
         assert cache.keys.shape == (3, 4, 2, 4)

@@ -22,13 +22,13 @@ from zoo.decoding.beam import beam_search
 from zoo.decoding.loop import fill_token, sample_loop
 from zoo.decoding.placement import decoding_layout, place_model, place_rows
 from zoo.decoding.sampling import SamplingSettings
-from zoo.models.common import DecodeCache
 from zoo.models.gpt import GPT
+from zoo.nn.attention import KVCache
 
 
 def start_gpt_decoding(
     model: GPT, prompts: Int[Array, "batch seq"], lengths: Int[Array, " batch"], max_len: int
-) -> DecodeCache:
+) -> KVCache:
     """Prefill a cache of `max_len` positions per prompt; each index points at its last token.
 
     Feeding `prompts[b, lengths[b] - 1]` next (see `gpt_step`) gives the first new token's logits.
@@ -43,8 +43,8 @@ def start_gpt_decoding(
 
 
 def gpt_step(
-    model: GPT, tokens: Int[Array, " rows"], caches: DecodeCache
-) -> tuple[Float[Array, "rows vocab"], DecodeCache]:
+    model: GPT, tokens: Int[Array, " rows"], caches: KVCache
+) -> tuple[Float[Array, "rows vocab"], KVCache]:
     """Feed one token per sequence; returns the next-token logits and the grown caches."""
 
     def one(token, cache):

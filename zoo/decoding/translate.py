@@ -19,8 +19,8 @@ from zoo.decoding.batching import TokenBatch, pad_batch, sequence_lengths
 from zoo.decoding.beam import beam_search, repeat_rows
 from zoo.decoding.loop import fill_token, sample_loop
 from zoo.decoding.placement import decoding_layout, place_model, place_rows
-from zoo.models.common import DecodeCache
 from zoo.models.translator import Translator, TranslatorState
+from zoo.nn.attention import KVCache
 
 
 class SourceMemory(NamedTuple):
@@ -33,7 +33,7 @@ class SourceMemory(NamedTuple):
 
 def start_translation(
     model: Translator, src: Int[Array, "batch src"], max_len: int
-) -> tuple[SourceMemory, DecodeCache]:
+) -> tuple[SourceMemory, KVCache]:
     """Encode every source once; allocate a `max_len`-position decoder cache per source."""
 
     def start(source):
@@ -47,8 +47,8 @@ def translator_step(
     model: Translator,
     memory: SourceMemory,
     tokens: Int[Array, " rows"],
-    caches: DecodeCache,
-) -> tuple[Float[Array, "rows vocab"], DecodeCache]:
+    caches: KVCache,
+) -> tuple[Float[Array, "rows vocab"], KVCache]:
     """Feed one target token per row; returns next-token logits and the grown caches.
 
     `memory` has one entry per row (`repeat_rows` repeats each source's for its beams).

@@ -30,6 +30,7 @@ from zoo.interop.architecture import (
 )
 from zoo.interop.rules import KeyMap, Shape, rule
 from zoo.models import GPTConfig
+from zoo.nn.rotary import Rope
 
 # transformers' LlamaConfig defaults; the other families override a few
 LLAMA_DEFAULTS: dict[str, Any] = dict(
@@ -55,7 +56,6 @@ LLAMA_DEFAULTS: dict[str, Any] = dict(
     mlp_bias=False,
     pretraining_tp=1,
 )
-ROPE_TYPES = {"default": None, "linear": "linear", "llama3": "llama3"}
 
 
 def biases(config: GPTConfig) -> tuple[bool, bool, bool]:
@@ -92,26 +92,14 @@ class LlamaFamily(Architecture[GPTConfig]):
         if params is None:
             params = dict(hf["rope_scaling"] or {})
             params.setdefault("rope_theta", hf["rope_theta"])
-        kind = params.get("rope_type", params.get("type", "default"))
-        if kind not in ROPE_TYPES:
-            hf.refuse(
-                "rope_scaling",
-                f"rope type {kind!r} is not implemented; zoo implements {sorted(ROPE_TYPES)}",
-            )
-        fields: dict[str, Any] = dict(
-            positions="rotary",
-            rope_theta=float(params.get("rope_theta", hf["rope_theta"])),
-            rope_scaling=ROPE_TYPES[kind],
-        )
-        if kind in ("linear", "llama3"):
-            fields["rope_factor"] = float(params["factor"])
-        if kind == "llama3":
-            fields["rope_low_freq_factor"] = float(params["low_freq_factor"])
-            fields["rope_high_freq_factor"] = float(params["high_freq_factor"])
-            fields["rope_original_max_positions"] = int(params["original_max_position_embeddings"])
+        params = {"rope_theta": hf["rope_theta"], **params}
         if params.get("partial_rotary_factor", 1.0) != 1.0:
             hf.refuse("rope_parameters", "zoo rotates the whole head (partial_rotary_factor=1)")
-        return fields
+        try:
+            rope = Rope.from_hf(params)
+        except ValueError as error:
+            hf.refuse("rope_scaling", str(error))
+        return dict(positions="rotary", rope=rope)
 
     def _window(self, hf: HFConfig, num_layers: int) -> int | None:
         if self.window_option == "mistral":
@@ -239,8 +227,8 @@ class LlamaFamily(Architecture[GPTConfig]):
             bos_token_id=config.bos_id,
             eos_token_id=list(config.end_ids) if config.stop_ids else config.eos_id,
             pad_token_id=config.pad_id,
-            rope_theta=config.rope_theta,
-            rope_scaling=self._export_rope(config),
+            rope_theta=config.rope.to_hf()[0],
+            rope_scaling=config.rope.to_hf()[1],
         )
         if self.has_attention_bias_option:
             out["attention_bias"] = bool(qkv_bias)
@@ -250,18 +238,6 @@ class LlamaFamily(Architecture[GPTConfig]):
             raise UnsupportedExport(f"{self.export_class} has no feed-forward biases")
         out.update(self._export_window(config))
         return out
-
-    def _export_rope(self, config: GPTConfig) -> dict[str, Any] | None:
-        if config.rope_scaling is None:
-            return None
-        scaling: dict[str, Any] = dict(rope_type=config.rope_scaling, factor=config.rope_factor)
-        if config.rope_scaling == "llama3":
-            scaling.update(
-                low_freq_factor=config.rope_low_freq_factor,
-                high_freq_factor=config.rope_high_freq_factor,
-                original_max_position_embeddings=config.rope_original_max_positions,
-            )
-        return scaling
 
     def _export_window(self, config: GPTConfig) -> dict[str, Any]:
         window = config.sliding_window

@@ -1,7 +1,6 @@
 """The three flavors: encoder classifier, decoder-only GPT, encoder-decoder translator."""
 
 from zoo.models.classifier import Classifier, ClassifierConfig
-from zoo.models.common import DecodeCache
 from zoo.models.config import TransformerConfig
 from zoo.models.gpt import GPT, GPTConfig
 from zoo.models.translator import Translator, TranslatorConfig, TranslatorState
@@ -27,7 +26,6 @@ __all__ = [
     "GPT",
     "Classifier",
     "ClassifierConfig",
-    "DecodeCache",
     "GPTConfig",
     "TransformerConfig",
     "Translator",

@@ -11,7 +11,7 @@ from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 from zoo.models.common import check_tokens, uncompact_weights, valid_positions
 from zoo.models.config import TransformerConfig
-from zoo.nn.block import BlockExtras, TransformerBlock
+from zoo.nn.block import BlockExtras, BlockInputs, TransformerBlock
 from zoo.nn.dropout import Dropout, split_optional
 from zoo.nn.embedding import Embedder, check_token_ids
 from zoo.nn.heads import MaskedLMHead
@@ -108,7 +108,7 @@ class Classifier(eqx.Module):
             **c.embedder_kwargs(),
         )
         self.encoder = LayerStack(
-            lambda k: TransformerBlock(c.d_model, c.num_heads, c.d_ff, key=k, **c.block_kwargs()),
+            lambda k: TransformerBlock(c.d_model, c.block_settings(), init=c.init, key=k),
             c.num_layers,
             scan=c.scan_layers,
             remat=c.remat,
@@ -174,7 +174,8 @@ class Classifier(eqx.Module):
                 token_types = compaction.gather(token_types)
             attention = Mask(key_length=compaction.length)
         x = self.embedder(tokens, positions, token_types, key=embed_key)
-        x, extras = self.encoder(x, mask=attention, key=layers_key, return_weights=return_weights)
+        inputs = BlockInputs(mask=attention)
+        x, extras = self.encoder(x, inputs, key=layers_key, return_weights=return_weights)
         if self.final_norm is not None:
             x = self.final_norm(x)
         if compaction is not None:

@@ -7,16 +7,9 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
+from zoo.nn.attention import KVCache
 from zoo.nn.embedding import check_token_ids
 from zoo.nn.mask import Compaction
-
-
-class DecodeCache(eqx.Module):
-    """Self-attention keys/values of every decoder layer plus how many positions are filled."""
-
-    keys: Float[Array, "layers max_len kv_heads head_dim"]
-    values: Float[Array, "layers max_len kv_heads head_dim"]
-    index: Int[Array, ""]
 
 
 def check_tokens(
@@ -91,15 +84,16 @@ def segment_positions(
     return jnp.cumsum(starts.astype(jnp.int32)), index - first
 
 
-def check_cache_room(index: Array, new: int, capacity: int, max_positions: int) -> Array:
-    """Raise (under jit too) if `new` more positions do not fit the cache or the model."""
-    limit = min(capacity, max_positions)
-    return eqx.error_if(
-        index,
-        index + new > limit,
-        f"decoding past the end: the cache holds {capacity} positions and the model takes "
+def check_cache_room(cache: KVCache, new: int, max_positions: int) -> KVCache:
+    """`cache`, or an error (under jit too) if `new` more positions do not fit it or the model."""
+    limit = min(cache.capacity, max_positions)
+    index = eqx.error_if(
+        cache.index,
+        cache.index + new > limit,
+        f"decoding past the end: the cache holds {cache.capacity} positions and the model takes "
         f"{max_positions}; shorten the prompt or generate fewer tokens",
     )
+    return KVCache(cache.keys, cache.values, index)
 
 
 def uncompact_weights(

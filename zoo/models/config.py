@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import jax.numpy as jnp
 
+from zoo.nn.attention import AttentionSettings
+from zoo.nn.block import BlockSettings
 from zoo.nn.embedding import POSITION_KINDS, SINUSOID_LAYOUTS
-from zoo.nn.feedforward import ACTIVATIONS, FEED_FORWARD_KINDS
+from zoo.nn.feedforward import ACTIVATIONS, FEED_FORWARD_KINDS, FeedForwardSettings
 from zoo.nn.kernel import IMPLEMENTATIONS
+from zoo.nn.linear import Init
 from zoo.nn.norm import NORM_KINDS, Norm, make_norm
-from zoo.nn.rotary import ROPE_SCALINGS, RotaryEmbedding
+from zoo.nn.rotary import Rope
 from zoo.nn.stack import LAYER_LOOPS, REMAT_CHOICES
 
 DTYPES = ("float32", "bfloat16", "float16")
@@ -53,12 +56,7 @@ class TransformerConfig:
     scale_scores: bool = True  # divide attention scores by sqrt(head_dim); T5: False
     sliding_window: int | None = None  # decoder self-attention sees the last N positions (Mistral)
     positions: str = "learned"  # learned | sinusoidal (added) | rotary | relative (T5, translator)
-    rope_theta: float = 10000.0  # rotary base: pair i turns by position * theta^(-2i/head_dim)
-    rope_scaling: str | None = None  # None | linear | llama3: stretch rotary to longer contexts
-    rope_factor: float = 1.0  # rotary scaling factor (linear and llama3)
-    rope_low_freq_factor: float = 1.0  # llama3 scaling: wavelengths above original/low are scaled
-    rope_high_freq_factor: float = 4.0  # llama3 scaling: wavelengths below original/high are kept
-    rope_original_max_positions: int = 8192  # llama3 scaling: the context it was trained for
+    rope: Rope = field(default_factory=Rope)  # rotary base and scaling (positions="rotary")
     sinusoid_layout: str = "interleaved"  # interleaved (the paper) | concatenated (Marian)
     scale_embeddings: bool = False  # multiply token embeddings by sqrt(d_model)
     embedding_norm: bool = False  # LayerNorm right after the embeddings (BERT)
@@ -141,35 +139,21 @@ class TransformerConfig:
             )
         if self.positions == "rotary" and self.head_dim % 2 != 0:
             raise ValueError(f"rotary positions need an even head_dim, got {self.head_dim}")
-        if self.rope_scaling not in ROPE_SCALINGS:
-            raise ValueError(
-                f"rope_scaling must be one of {ROPE_SCALINGS}, got {self.rope_scaling!r}"
-            )
-        if not self.rope_theta > 0 or not self.rope_factor > 0:
-            raise ValueError(
-                f"rope_theta and rope_factor must be positive, got {self.rope_theta}, "
-                f"{self.rope_factor}"
-            )
-        if self.rope_scaling == "llama3" and not (
-            0 < self.rope_low_freq_factor < self.rope_high_freq_factor
-        ):
-            raise ValueError(
-                "llama3 rope scaling needs 0 < rope_low_freq_factor < rope_high_freq_factor, got "
-                f"{self.rope_low_freq_factor} and {self.rope_high_freq_factor}"
-            )
+        if not isinstance(self.rope, Rope):
+            raise ValueError(f"rope must be a zoo.nn.Rope, got {type(self.rope).__name__}")
 
     def _check_no_bools(self) -> None:
         """A bool is an int to Python (`num_layers=True` is 1 layer): refuse it for number fields."""
-        for field in dataclasses.fields(self):
-            kind = str(field.type)
-            value = getattr(self, field.name)
+        for one in dataclasses.fields(self):
+            kind = str(one.type)
+            value = getattr(self, one.name)
             if (
                 isinstance(value, bool)
                 and "bool" not in kind
                 and ("int" in kind or "float" in kind)
             ):
                 raise ValueError(
-                    f"{field.name}={value!r} is a bool; {field.name} takes a number ({kind})"
+                    f"{one.name}={value!r} is a bool; {one.name} takes a number ({kind})"
                 )
 
     def _check_token_id(self, name: str, value: int | None, vocab: int | None = None) -> None:
@@ -189,20 +173,6 @@ class TransformerConfig:
         """Key/value heads: `num_kv_heads`, else one per query head."""
         return self.num_heads if self.num_kv_heads is None else self.num_kv_heads
 
-    def rotary(self) -> RotaryEmbedding | None:
-        """The rotary embedding the attention applies, or None for added positions."""
-        if self.positions != "rotary":
-            return None
-        return RotaryEmbedding(
-            self.head_dim,
-            self.rope_theta,
-            scaling=self.rope_scaling,
-            factor=self.rope_factor,
-            low_freq_factor=self.rope_low_freq_factor,
-            high_freq_factor=self.rope_high_freq_factor,
-            original_max_positions=self.rope_original_max_positions,
-        )
-
     @property
     def scan_layers(self) -> bool | None:
         """`LayerStack`'s `scan`: True (scan), False (unroll), None (by platform)."""
@@ -212,29 +182,49 @@ class TransformerConfig:
     def param_dtype(self):
         return jnp.dtype(self.dtype)
 
-    def block_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of `zoo.nn.TransformerBlock` taken from this config."""
-        return dict(
-            activation=self.activation,
-            gated=self.feed_forward == "gated",
-            norm=self.norm,
-            norm_first=self.norm_first,
-            layer_norm_eps=self.layer_norm_eps,
-            use_bias=self.use_bias,
+    @property
+    def init(self) -> Init:
+        """How every part initialises its weights."""
+        return Init(self.init_std, self.param_dtype)
+
+    def attention_settings(self, *, cross: bool = False) -> AttentionSettings:
+        """The self-attention's settings (with rotary positions where the model has them), or
+        with `cross` a decoder's cross-attention's (never rotated)."""
+        output_bias = self.attention_output_bias
+        return AttentionSettings(
+            num_heads=self.num_heads,
             num_kv_heads=self.num_kv_heads,
             head_dim=self.attention_head_dim,
-            qkv_bias=self.qkv_bias,
-            attention_output_bias=self.attention_output_bias,
-            feed_forward_bias=self.feed_forward_bias,
+            qkv_bias=self.use_bias if self.qkv_bias is None else self.qkv_bias,
+            output_bias=self.use_bias if output_bias is None else output_bias,
             qk_norm=self.qk_norm,
-            rotary=self.rotary(),
-            dropout=self.dropout,
-            attention_dropout=self.attention_dropout,
-            activation_dropout=self.activation_dropout,
-            attention_implementation=self.attention_implementation,
+            norm_eps=self.layer_norm_eps,
+            dropout=self.attention_dropout,
+            implementation=self.attention_implementation,
             scale_scores=self.scale_scores,
-            init_std=self.init_std,
-            dtype=self.param_dtype,
+            rope=self.rope if self.positions == "rotary" and not cross else None,
+        )
+
+    def feed_forward_settings(self) -> FeedForwardSettings:
+        """The feed-forward's settings."""
+        return FeedForwardSettings(
+            d_ff=self.d_ff,
+            activation=self.activation,
+            gated=self.feed_forward == "gated",
+            use_bias=self.use_bias if self.feed_forward_bias is None else self.feed_forward_bias,
+            dropout=self.dropout if self.activation_dropout is None else self.activation_dropout,
+        )
+
+    def block_settings(self, *, cross_attention: bool = False) -> BlockSettings:
+        """The settings of every block: its parts' own, resolved once from these fields."""
+        return BlockSettings(
+            attention=self.attention_settings(),
+            feed_forward=self.feed_forward_settings(),
+            cross_attention=self.attention_settings(cross=True) if cross_attention else None,
+            norm=self.norm,
+            norm_eps=self.layer_norm_eps,
+            norm_first=self.norm_first,
+            dropout=self.dropout,
         )
 
     def make_norm(self) -> Norm:
@@ -255,7 +245,12 @@ class TransformerConfig:
         )
 
     def replace(self, **changes: Any):
-        """A copy with some fields changed; unknown field names raise with the valid ones."""
+        """A copy with some fields changed; unknown field names raise with the valid ones.
+
+        The rotary settings change as `rope=zoo.nn.Rope(...)` or field by field with the
+        flat names `rope_theta`, `rope_scaling`, `rope_factor`, ... (`rope_` + a `Rope` field).
+        """
+        changes = _upgraded(changes, self.rope)
         valid = {f.name for f in dataclasses.fields(self)}
         unknown = sorted(set(changes) - valid)
         if unknown:
@@ -288,13 +283,25 @@ class TransformerConfig:
         return cls(**fields)
 
 
-def _upgraded(data: dict[str, Any]) -> dict[str, Any]:
-    """A config saved by an earlier zoo in today's fields: `scan_layers` (true was the default,
-    so it means "auto"; false chose unrolled layers) became `layer_loop`."""
-    if "scan_layers" not in data:
-        return data
+# the flat rotary fields of configs saved before `rope` was one value -> the `Rope` field
+_FLAT_ROPE = {f"rope_{name.name}": name.name for name in dataclasses.fields(Rope)}
+
+
+def _upgraded(data: dict[str, Any], rope: Rope | None = None) -> dict[str, Any]:
+    """Fields in today's form from a saved config or overrides (of a config whose rotary
+    settings are `rope`): `scan_layers` (true was the default, so it means "auto"; false chose
+    unrolled layers) became `layer_loop`; the flat `rope_*` fields and a `rope` dict (JSON)
+    became one `Rope`."""
     data = dict(data)
-    data["layer_loop"] = "auto" if data.pop("scan_layers") else "unroll"
+    if "scan_layers" in data:
+        data["layer_loop"] = "auto" if data.pop("scan_layers") else "unroll"
+    flat = {_FLAT_ROPE[name]: data.pop(name) for name in list(data) if name in _FLAT_ROPE}
+    given = data.get("rope")
+    if isinstance(given, dict):
+        given = Rope(**given)
+    if flat or given is not None:
+        base = given if given is not None else (Rope() if rope is None else rope)
+        data["rope"] = dataclasses.replace(base, **flat)
     return data
 
 

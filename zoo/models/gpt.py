@@ -15,7 +15,6 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 from zoo.models.common import (
-    DecodeCache,
     check_cache_room,
     check_tokens,
     segment_positions,
@@ -25,7 +24,7 @@ from zoo.models.common import (
 )
 from zoo.models.config import TransformerConfig
 from zoo.nn.attention import KVCache
-from zoo.nn.block import BlockExtras, TransformerBlock
+from zoo.nn.block import BlockExtras, BlockInputs, TransformerBlock
 from zoo.nn.dropout import split_optional
 from zoo.nn.embedding import Embedder
 from zoo.nn.linear import Linear
@@ -88,7 +87,7 @@ class GPT(eqx.Module):
             c.vocab_size, c.d_model, c.max_positions, key=embed_key, **c.embedder_kwargs()
         )
         self.layers = LayerStack(
-            lambda k: TransformerBlock(c.d_model, c.num_heads, c.d_ff, key=k, **c.block_kwargs()),
+            lambda k: TransformerBlock(c.d_model, c.block_settings(), init=c.init, key=k),
             c.num_layers,
             scan=c.scan_layers,
             remat=c.remat,
@@ -129,7 +128,7 @@ class GPT(eqx.Module):
         *,
         key: PRNGKeyArray | None,
         segments: Int[Array, " seq"] | None = None,
-        cache: DecodeCache | None = None,
+        cache: KVCache | None = None,
         prefill: bool = False,
         return_weights: bool = False,
     ) -> tuple[Float[Array, "seq d_model"], BlockExtras]:
@@ -142,8 +141,6 @@ class GPT(eqx.Module):
         tokens = check_tokens(tokens, vocab_size=c.vocab_size, max_positions=c.max_positions)
         num_tokens = tokens.shape[0]
         embed_key, layers_key = split_optional(key, 2)
-        index = jnp.zeros((), jnp.int32) if cache is None else cache.index
-        layer_cache = None if cache is None else KVCache(cache.keys, cache.values)
         compaction = None
         if cache is None or prefill:
             valid = None if cache is not None else valid_positions(tokens, c.pad_id, mask)
@@ -162,18 +159,11 @@ class GPT(eqx.Module):
             if documents is not None:
                 attention = attention.replace(query_segments=documents, key_segments=documents)
         else:
-            positions = index + jnp.arange(num_tokens)
-            attention = Mask(causal=True, window=c.sliding_window, offset=index)
+            positions = cache.index + jnp.arange(num_tokens)
+            attention = Mask(causal=True, window=c.sliding_window, offset=cache.index)
         x = self.embedder(tokens, positions, key=embed_key)
-        x, extras = self.layers(
-            x,
-            mask=attention,
-            positions=positions,
-            cache=layer_cache,
-            cache_index=index,
-            key=layers_key,
-            return_weights=return_weights,
-        )
+        inputs = BlockInputs(mask=attention, positions=positions, cache=cache)
+        x, extras = self.layers(x, inputs, key=layers_key, return_weights=return_weights)
         if compaction is not None:
             x = compaction.scatter(x)
             extras = extras._replace(
@@ -223,7 +213,7 @@ class GPT(eqx.Module):
         assert extras.self_weights is not None
         return extras.self_weights
 
-    def init_cache(self, max_len: int | None = None, dtype=None) -> DecodeCache:
+    def init_cache(self, max_len: int | None = None, dtype=None) -> KVCache:
         """An empty KV cache for `max_len` positions (default `max_positions`), in `dtype`
         (default: the dtype of the model's token table).
 
@@ -236,8 +226,7 @@ class GPT(eqx.Module):
         if dtype is None:  # the weights' own dtype: a model cast to bf16 caches in bf16
             assert self.embedder.token_weight is not None  # a GPT owns its token table
             dtype = self.embedder.token_weight.dtype
-        kv = self.layers.init_cache(max_len, dtype)
-        return DecodeCache(kv.keys, kv.values, jnp.zeros((), jnp.int32))
+        return self.layers.init_cache(max_len, dtype)
 
     def kv_cache_bytes_per_token(self, dtype=None) -> int:
         """Bytes one cached token takes: keys and values of every layer's key/value heads."""
@@ -247,7 +236,7 @@ class GPT(eqx.Module):
 
     def prefill(
         self, tokens: Int[Array, " seq"], max_len: int | None = None, dtype=None
-    ) -> tuple[Float[Array, "seq vocab"], DecodeCache]:
+    ) -> tuple[Float[Array, "seq vocab"], KVCache]:
         """Start incremental decoding: `tokens` into a fresh cache of `max_len` positions.
 
         The same as `extend(tokens, init_cache(max_len, dtype))`, but the attention knows the
@@ -255,31 +244,24 @@ class GPT(eqx.Module):
         kernel's causal path) instead of masking the whole cache.
         """
         cache = self.init_cache(max_len, dtype)
-        if tokens.shape[0] > cache.keys.shape[1]:
+        if tokens.shape[0] > cache.capacity:
             raise ValueError(
-                f"{tokens.shape[0]} tokens do not fit a cache of {cache.keys.shape[1]} "
+                f"{tokens.shape[0]} tokens do not fit a cache of {cache.capacity} "
                 "positions; pass a larger max_len or a shorter prompt"
             )
         x, extras = self._run(tokens, None, key=None, cache=cache, prefill=True)
-        logits = self._logits(x)
         assert extras.cache is not None
-        index = jnp.asarray(tokens.shape[0], jnp.int32)
-        return logits, DecodeCache(extras.cache.keys, extras.cache.values, index)
+        return self._logits(x), extras.cache.advance(tokens.shape[0])
 
     def extend(
-        self, tokens: Int[Array, " seq"], cache: DecodeCache
-    ) -> tuple[Float[Array, "seq vocab"], DecodeCache]:
+        self, tokens: Int[Array, " seq"], cache: KVCache
+    ) -> tuple[Float[Array, "seq vocab"], KVCache]:
         """Feed `tokens` after the `cache.index` positions already cached (incremental decoding).
 
         Returns their logits and the cache with them added. Logits equal those of running the
         whole sequence through `__call__`.
         """
-        index = check_cache_room(
-            cache.index, tokens.shape[0], cache.keys.shape[1], self.config.max_positions
-        )
-        cache = DecodeCache(cache.keys, cache.values, index)
+        cache = check_cache_room(cache, tokens.shape[0], self.config.max_positions)
         x, extras = self._run(tokens, None, key=None, cache=cache)
-        logits = self._logits(x)
         assert extras.cache is not None
-        new_cache = DecodeCache(extras.cache.keys, extras.cache.values, index + tokens.shape[0])
-        return logits, new_cache
+        return self._logits(x), extras.cache.advance(tokens.shape[0])

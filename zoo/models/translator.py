@@ -19,7 +19,6 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 from zoo.models.common import (
-    DecodeCache,
     check_cache_room,
     check_tokens,
     uncompact_weights,
@@ -27,7 +26,7 @@ from zoo.models.common import (
 )
 from zoo.models.config import TransformerConfig
 from zoo.nn.attention import KVCache
-from zoo.nn.block import BlockExtras, TransformerBlock
+from zoo.nn.block import BlockExtras, BlockInputs, CrossInputs, TransformerBlock
 from zoo.nn.dropout import Dropout, split_optional
 from zoo.nn.embedding import Embedder
 from zoo.nn.linear import Linear
@@ -124,7 +123,7 @@ class TranslatorState(eqx.Module):
     cross_keys: Float[Array, "layers src kv_heads head_dim"]
     cross_values: Float[Array, "layers src kv_heads head_dim"]
     source_length: Int[Array, ""]
-    cache: DecodeCache
+    cache: KVCache
 
 
 class EncodedSource(NamedTuple):
@@ -179,7 +178,7 @@ class Translator(eqx.Module):
             **c.embedder_kwargs(),
         )
         self.encoder = LayerStack(
-            lambda k: TransformerBlock(c.d_model, c.num_heads, c.d_ff, key=k, **c.block_kwargs()),
+            lambda k: TransformerBlock(c.d_model, c.block_settings(), init=c.init, key=k),
             c.num_layers,
             scan=c.scan_layers,
             remat=c.remat,
@@ -187,7 +186,7 @@ class Translator(eqx.Module):
         )
         self.decoder = LayerStack(
             lambda k: TransformerBlock(
-                c.d_model, c.num_heads, c.d_ff, cross_attention=True, key=k, **c.block_kwargs()
+                c.d_model, c.block_settings(cross_attention=True), init=c.init, key=k
             ),
             c.decoder_layers,
             scan=c.scan_layers,
@@ -247,9 +246,8 @@ class Translator(eqx.Module):
         score_bias = None
         if self.encoder_position_bias is not None:
             score_bias = self.encoder_position_bias(positions, positions)
-        x, extras = self.encoder(
-            x, mask=attention, score_bias=score_bias, key=layers_key, return_weights=return_weights
-        )
+        inputs = BlockInputs(mask=attention, positions=positions, score_bias=score_bias)
+        x, extras = self.encoder(x, inputs, key=layers_key, return_weights=return_weights)
         memory = self._finish(self.encoder_norm, x, layers_key)
         length = None if compaction is None else compaction.length
         extras = extras._replace(self_weights=uncompact_weights(extras.self_weights, compaction))
@@ -276,7 +274,15 @@ class Translator(eqx.Module):
 
     # ---------------------------------------------------------------- decoder
 
-    def _decode(self, tgt, cross_kv, cross_mask, *, key, cache=None, return_weights=False):
+    def _decode(
+        self,
+        tgt: Array,
+        cross: CrossInputs,
+        *,
+        key: PRNGKeyArray | None,
+        cache: KVCache | None = None,
+        return_weights: bool = False,
+    ) -> tuple[Float[Array, "tgt d_model"], BlockExtras]:
         c = self.config
         tgt = check_tokens(tgt, vocab_size=c.tgt_vocab, max_positions=c.max_positions, name="tgt")
         embed_key, layers_key = split_optional(key, 2)
@@ -288,25 +294,15 @@ class Translator(eqx.Module):
         # Targets are right-padded and attention is causal, so real positions never see padding
         # (and a bos_id equal to pad_id, as in MarianMT, stays visible).
         self_mask = Mask(causal=True, offset=None if cache is None else index)
-        num_keys = num_tgt if cache is None else cache.keys.shape[1]
-        layer_cache = None if cache is None else KVCache(cache.keys, cache.values)
+        num_keys = num_tgt if cache is None else cache.capacity
         score_bias = None
         if self.decoder_position_bias is not None:
             # queries sit at their absolute positions: after the cached ones when decoding
             score_bias = self.decoder_position_bias(
                 index + jnp.arange(num_tgt), jnp.arange(num_keys)
             )
-        x, extras = self.decoder(
-            x,
-            mask=self_mask,
-            cross_kv=cross_kv,
-            cross_mask=cross_mask,
-            cache=layer_cache,
-            cache_index=index,
-            score_bias=score_bias,
-            key=layers_key,
-            return_weights=return_weights,
-        )
+        inputs = BlockInputs(mask=self_mask, score_bias=score_bias, cross=cross, cache=cache)
+        x, extras = self.decoder(x, inputs, key=layers_key, return_weights=return_weights)
         return self._finish(self.decoder_norm, x, layers_key), extras
 
     @property
@@ -334,8 +330,8 @@ class Translator(eqx.Module):
         if src_mask is not None:
             compaction = Compaction.of(src_mask.astype(bool))
             source = EncodedSource(compaction.gather(memory), compaction.length, compaction)
-        cross_kv = self.decoder.cross_kv(source.memory)
-        x, _ = self._decode(tgt, cross_kv, source.cross_mask(), key=key)
+        cross = self.decoder.cross_inputs(source.memory, source.cross_mask())
+        x, _ = self._decode(tgt, cross, key=key)
         return self.output_head(x)
 
     def __call__(
@@ -361,8 +357,8 @@ class Translator(eqx.Module):
         `model(src, tgt) == model.output_head(model.features(src, tgt))`."""
         encode_key, decode_key = split_optional(key, 2)
         source, _ = self._encode(src, src_mask, key=encode_key)
-        cross_kv = self.decoder.cross_kv(source.memory)
-        x, _ = self._decode(tgt, cross_kv, source.cross_mask(), key=decode_key)
+        cross = self.decoder.cross_inputs(source.memory, source.cross_mask())
+        x, _ = self._decode(tgt, cross, key=decode_key)
         return x
 
     def attention_maps(
@@ -370,8 +366,8 @@ class Translator(eqx.Module):
     ) -> dict[str, Float[Array, "layers heads q k"]]:
         """Weights per layer and head: `encoder` [src, src], `decoder` [tgt, tgt], `cross` [tgt, src]."""
         source, enc = self._encode(src, None, key=None, return_weights=True)
-        cross_kv = self.decoder.cross_kv(source.memory)
-        _, dec = self._decode(tgt, cross_kv, source.cross_mask(), key=None, return_weights=True)
+        inputs = self.decoder.cross_inputs(source.memory, source.cross_mask())
+        _, dec = self._decode(tgt, inputs, key=None, return_weights=True)
         cross = dec.cross_weights
         if source.compaction is not None and cross is not None:
             cross = source.compaction.scatter(cross, axis=-1)
@@ -389,9 +385,8 @@ class Translator(eqx.Module):
         if max_len > self.config.max_positions:
             raise ValueError(f"max_len={max_len} exceeds max_positions={self.config.max_positions}")
         source, _ = self._encode(src, src_mask, key=None)
-        cross_keys, cross_values = self.decoder.cross_kv(source.memory)
-        kv = self.decoder.init_cache(max_len, source.memory.dtype)
-        cache = DecodeCache(kv.keys, kv.values, jnp.zeros((), jnp.int32))
+        cross_keys, cross_values, _ = self.decoder.cross_inputs(source.memory)
+        cache = self.decoder.init_cache(max_len, source.memory.dtype)
         length = jnp.asarray(src.shape[0] if source.length is None else source.length, jnp.int32)
         return TranslatorState(cross_keys, cross_values, length, cache)
 
@@ -399,18 +394,13 @@ class Translator(eqx.Module):
         self, tgt: Int[Array, " seq"], state: TranslatorState
     ) -> tuple[Float[Array, "seq vocab"], TranslatorState]:
         """Feed target tokens after those already cached; returns their logits and the new state."""
-        cache = state.cache
-        index = check_cache_room(
-            cache.index, tgt.shape[0], cache.keys.shape[1], self.config.max_positions
+        cache = check_cache_room(state.cache, tgt.shape[0], self.config.max_positions)
+        cross = CrossInputs(
+            state.cross_keys, state.cross_values, Mask(key_length=state.source_length)
         )
-        cache = DecodeCache(cache.keys, cache.values, index)
-        cross_mask = Mask(key_length=state.source_length)
-        x, extras = self._decode(
-            tgt, (state.cross_keys, state.cross_values), cross_mask, key=None, cache=cache
-        )
-        logits = self.output_head(x)
-        assert isinstance(extras, BlockExtras) and extras.cache is not None
-        new_cache = DecodeCache(extras.cache.keys, extras.cache.values, index + tgt.shape[0])
-        return logits, TranslatorState(
+        x, extras = self._decode(tgt, cross, key=None, cache=cache)
+        assert extras.cache is not None
+        new_cache = extras.cache.advance(tgt.shape[0])
+        return self.output_head(x), TranslatorState(
             state.cross_keys, state.cross_values, state.source_length, new_cache
         )

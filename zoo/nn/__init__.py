@@ -2,32 +2,39 @@
 stacks."""
 
 from zoo.nn.attention import (
+    AttentionSettings,
     KVCache,
     MultiHeadAttention,
     attention_weights,
     dot_product_attention,
 )
-from zoo.nn.block import BlockExtras, TransformerBlock
+from zoo.nn.block import BlockExtras, BlockInputs, BlockSettings, CrossInputs, TransformerBlock
 from zoo.nn.dropout import Dropout
 from zoo.nn.embedding import Embedder, check_token_ids, sinusoidal_positions
-from zoo.nn.feedforward import ACTIVATIONS, FeedForward
+from zoo.nn.feedforward import ACTIVATIONS, FeedForward, FeedForwardSettings
 from zoo.nn.heads import MaskedLMHead
 from zoo.nn.kernel import kernel_platform
-from zoo.nn.linear import Linear
+from zoo.nn.linear import Init, Linear
 from zoo.nn.mask import Compaction, Mask
 from zoo.nn.norm import LayerNorm, RMSNorm, make_norm
 from zoo.nn.relative_position import RelativePositionBias, relative_position_buckets
-from zoo.nn.rotary import RotaryEmbedding, RotaryTable, apply_rotary, rotary_inverse_frequencies
+from zoo.nn.rotary import Rope, RotaryEmbedding, RotaryTable, apply_rotary
 from zoo.nn.stack import LayerStack
 from zoo.nn.vocab import VocabHead, vocab_multiple
 
 __all__ = [
     "ACTIVATIONS",
+    "AttentionSettings",
     "BlockExtras",
+    "BlockInputs",
+    "BlockSettings",
     "Compaction",
+    "CrossInputs",
     "Dropout",
     "Embedder",
     "FeedForward",
+    "FeedForwardSettings",
+    "Init",
     "KVCache",
     "LayerNorm",
     "LayerStack",
@@ -37,6 +44,7 @@ __all__ = [
     "MultiHeadAttention",
     "RMSNorm",
     "RelativePositionBias",
+    "Rope",
     "RotaryEmbedding",
     "RotaryTable",
     "TransformerBlock",
@@ -48,7 +56,6 @@ __all__ = [
     "kernel_platform",
     "make_norm",
     "relative_position_buckets",
-    "rotary_inverse_frequencies",
     "sinusoidal_positions",
     "vocab_multiple",
 ]

@@ -7,6 +7,7 @@ example: sequences are `Float[Array, "seq d_model"]`; batch with `jax.vmap`.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import equinox as eqx
 import jax
@@ -15,11 +16,11 @@ import numpy as np
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 from zoo.nn.dropout import Dropout
-from zoo.nn.kernel import choose_kernel
-from zoo.nn.linear import Linear
+from zoo.nn.kernel import IMPLEMENTATIONS, choose_kernel
+from zoo.nn.linear import Init, Linear
 from zoo.nn.mask import KernelArguments, Mask
 from zoo.nn.norm import RMSNorm
-from zoo.nn.rotary import RotaryEmbedding, RotaryTable
+from zoo.nn.rotary import Rope, RotaryEmbedding, RotaryTable
 
 # --------------------------------------------------------------------------------------------
 # scaled dot-product attention
@@ -227,33 +228,59 @@ def _answered_queries(arguments: KernelArguments, num_queries: int) -> Bool[Arra
 
 
 class KVCache(eqx.Module):
-    """Keys and values of one self-attention layer, preallocated to `max_len` positions.
+    """Keys and values preallocated to `max_len` positions, and how many are filled (`index`).
 
-    It holds the key/value heads only: with grouped-query attention that is `kv_heads`, fewer
-    than the query heads, and nothing is repeated per query head.
+    One type for one layer (`[max_len, kv_heads, head_dim]`) and for a stack of layers (a
+    leading `layers` axis, one index for all). It holds the key/value heads only: with
+    grouped-query attention that is `kv_heads`, fewer than the query heads, and nothing is
+    repeated per query head.
     """
 
     keys: Float[Array, "*layers max_len kv_heads head_dim"]
     values: Float[Array, "*layers max_len kv_heads head_dim"]
+    index: Int[Array, ""]
 
     @staticmethod
-    def empty(max_len: int, num_kv_heads: int, head_dim: int, dtype=jnp.float32) -> KVCache:
-        shape = (max_len, num_kv_heads, head_dim)
-        return KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype))
+    def empty(
+        max_len: int,
+        num_kv_heads: int,
+        head_dim: int,
+        dtype=jnp.float32,
+        *,
+        layers: int | None = None,
+    ) -> KVCache:
+        """A cache with nothing filled (index 0), for one layer or `layers` stacked."""
+        shape: tuple[int, ...] = (max_len, num_kv_heads, head_dim)
+        if layers is not None:
+            shape = (layers, *shape)
+        zero = jnp.zeros((), jnp.int32)
+        return KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype), zero)
+
+    @property
+    def capacity(self) -> int:
+        """Positions the cache holds (`max_len`)."""
+        return self.keys.shape[-3]
 
     def write(
         self,
         new_keys: Float[Array, "seq kv_heads head_dim"],
         new_values: Float[Array, "seq kv_heads head_dim"],
-        index: Int[Array, ""] | int,
     ) -> KVCache:
-        """Store `seq` new positions starting at position `index`."""
-        start = (index, 0, 0)
+        """Store `seq` new positions from `index` on (the index moves with `advance`)."""
+        start = (self.index, 0, 0)
         keys = jax.lax.dynamic_update_slice(self.keys, new_keys.astype(self.keys.dtype), start)
         values = jax.lax.dynamic_update_slice(
             self.values, new_values.astype(self.values.dtype), start
         )
-        return KVCache(keys, values)
+        return KVCache(keys, values, self.index)
+
+    def advance(self, count: int) -> KVCache:
+        """The same cache with `count` more positions counted as filled."""
+        return KVCache(self.keys, self.values, self.index + count)
+
+    def layer(self, index: int | Int[Array, ""]) -> KVCache:
+        """Layer `index` of a stacked cache."""
+        return KVCache(self.keys[index], self.values[index], self.index)
 
 
 # --------------------------------------------------------------------------------------------
@@ -261,17 +288,65 @@ class KVCache(eqx.Module):
 # --------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, kw_only=True)
+class AttentionSettings:
+    """What a `MultiHeadAttention` is, besides its width and initialisation.
+
+    `num_kv_heads < num_heads` is grouped-query attention (1: multi-query); `head_dim` None is
+    `d_model // num_heads`; biases per projection (`qkv_bias`, `output_bias`); `qk_norm` is an
+    RMSNorm over each head of the queries and keys (Qwen3); `rope` rotates queries and keys by
+    their positions (Llama); `scale_scores=False` leaves out the 1/sqrt(head_dim) (T5, whose
+    relative positions come in as a score bias); `implementation` picks the kernel
+    (`zoo.nn.kernel`: None by platform, "explicit", "xla", "cudnn").
+    """
+
+    num_heads: int  # query heads
+    num_kv_heads: int | None = None  # key/value heads (must divide num_heads); None: num_heads
+    head_dim: int | None = None  # per-head width; None: d_model // num_heads
+    qkv_bias: bool = True  # biases on the query, key and value projections
+    output_bias: bool = True  # bias on the output projection
+    qk_norm: bool = False  # RMSNorm on each head's queries and keys (before rotary)
+    norm_eps: float = 1e-6  # epsilon of the QK-norm
+    dropout: float = 0.0  # dropout on the attention weights
+    implementation: str | None = None  # None (by platform) | explicit | xla | cudnn
+    scale_scores: bool = True  # divide scores by sqrt(head_dim)
+    rope: Rope | None = None  # rotary positions; None: positions come in elsewhere
+
+    def __post_init__(self) -> None:
+        kv_heads = self.kv_heads
+        if self.num_heads < 1 or kv_heads < 1 or self.num_heads % kv_heads != 0:
+            raise ValueError(
+                f"num_kv_heads={self.num_kv_heads} must divide num_heads={self.num_heads} "
+                "(num_kv_heads=1 is multi-query attention)"
+            )
+        if self.implementation not in IMPLEMENTATIONS:
+            raise ValueError(
+                f"attention implementation must be one of {IMPLEMENTATIONS}, got "
+                f"{self.implementation!r}"
+            )
+
+    @property
+    def kv_heads(self) -> int:
+        return self.num_heads if self.num_kv_heads is None else self.num_kv_heads
+
+    def width(self, d_model: int) -> int:
+        """The per-head width for a model of width `d_model`."""
+        if self.head_dim is not None:
+            return self.head_dim
+        if d_model % self.num_heads != 0:
+            raise ValueError(
+                f"d_model={d_model} is not divisible by num_heads={self.num_heads}; "
+                "choose num_heads dividing d_model or set head_dim"
+            )
+        return d_model // self.num_heads
+
+
 class MultiHeadAttention(eqx.Module):
     """Multi-head attention for one example (self- or cross-attention).
 
     Batch with `jax.vmap`. Query, key, value and output projections are separate `Linear`s so
     that self- and cross-attention share one code path and pretrained weights map one-to-one.
-    The parts that tell today's families apart are options of this one class:
-    `num_kv_heads < num_heads` (grouped-query attention; 1 is multi-query), an explicit
-    `head_dim`, biases per projection (`qkv_bias`, `output_bias`), `qk_norm` (an RMSNorm over
-    each head of the queries and keys, Qwen3), `rotary` (positions as rotations, Llama) and
-    `scale_scores=False` (no 1/sqrt(head_dim), T5, whose relative positions come in through
-    `attend(..., score_bias=...)`).
+    What tells today's families apart is its `AttentionSettings`.
     """
 
     query_proj: Linear
@@ -291,84 +366,45 @@ class MultiHeadAttention(eqx.Module):
     def __init__(
         self,
         d_model: int,
-        num_heads: int,
+        settings: AttentionSettings,
         *,
-        num_kv_heads: int | None = None,
-        head_dim: int | None = None,
         kv_dim: int | None = None,
-        use_bias: bool = True,
-        qkv_bias: bool | None = None,
-        output_bias: bool | None = None,
-        qk_norm: bool = False,
-        norm_eps: float = 1e-6,
-        rotary: RotaryEmbedding | None = None,
-        dropout_rate: float = 0.0,
-        implementation: str | None = None,
-        scale_scores: bool = True,
-        init_std: float = 0.02,
-        dtype=jnp.float32,
+        init: Init | None = None,
         key: PRNGKeyArray,
     ):
-        if head_dim is None:
-            if d_model % num_heads != 0:
-                raise ValueError(
-                    f"d_model={d_model} is not divisible by num_heads={num_heads}; "
-                    "choose num_heads dividing d_model or pass head_dim explicitly"
-                )
-            head_dim = d_model // num_heads
-        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
-        if num_kv_heads < 1 or num_heads % num_kv_heads != 0:
-            raise ValueError(
-                f"num_kv_heads={num_kv_heads} must divide num_heads={num_heads} "
-                "(num_kv_heads=1 is multi-query attention)"
-            )
-        if rotary is not None and rotary.head_dim != head_dim:
-            raise ValueError(f"rotary head_dim={rotary.head_dim} differs from head_dim={head_dim}")
+        """`kv_dim` is the width of what cross-attention reads (default `d_model`)."""
+        s, init = settings, Init() if init is None else init
+        head_dim = s.width(d_model)
         kv_dim = d_model if kv_dim is None else kv_dim
         q_key, k_key, v_key, o_key = jax.random.split(key, 4)
-        common = dict(init_std=init_std, dtype=dtype)
-        in_bias = use_bias if qkv_bias is None else qkv_bias
-        out_bias = use_bias if output_bias is None else output_bias
-        self.query_proj = Linear(
-            d_model, num_heads * head_dim, use_bias=in_bias, key=q_key, **common
-        )
-        self.key_proj = Linear(
-            kv_dim, num_kv_heads * head_dim, use_bias=in_bias, key=k_key, **common
-        )
-        self.value_proj = Linear(
-            kv_dim, num_kv_heads * head_dim, use_bias=in_bias, key=v_key, **common
-        )
-        self.output_proj = Linear(
-            num_heads * head_dim, d_model, use_bias=out_bias, key=o_key, **common
-        )
-        self.query_norm = RMSNorm(head_dim, eps=norm_eps, dtype=dtype) if qk_norm else None
-        self.key_norm = RMSNorm(head_dim, eps=norm_eps, dtype=dtype) if qk_norm else None
-        self.rotary = rotary
-        self.dropout = Dropout(dropout_rate)
-        self.num_heads = num_heads
-        self.num_kv_heads = num_kv_heads
+        self.query_proj = init.linear(d_model, s.num_heads * head_dim, s.qkv_bias, key=q_key)
+        self.key_proj = init.linear(kv_dim, s.kv_heads * head_dim, s.qkv_bias, key=k_key)
+        self.value_proj = init.linear(kv_dim, s.kv_heads * head_dim, s.qkv_bias, key=v_key)
+        self.output_proj = init.linear(s.num_heads * head_dim, d_model, s.output_bias, key=o_key)
+        self.query_norm = RMSNorm(head_dim, eps=s.norm_eps, dtype=init.dtype) if s.qk_norm else None
+        self.key_norm = RMSNorm(head_dim, eps=s.norm_eps, dtype=init.dtype) if s.qk_norm else None
+        self.rotary = None if s.rope is None else RotaryEmbedding(head_dim, s.rope)
+        self.dropout = Dropout(s.dropout)
+        self.num_heads = s.num_heads
+        self.num_kv_heads = s.kv_heads
         self.head_dim = head_dim
-        self.implementation = implementation
-        self.scale_scores = scale_scores
+        self.implementation = s.implementation
+        self.scale_scores = s.scale_scores
 
     def _split_heads(self, x: Float[Array, "seq inner"], heads: int) -> Array:
         return x.reshape(x.shape[0], heads, self.head_dim)
 
-    def _position(
-        self,
-        x: Array,
-        norm: RMSNorm | None,
-        positions: Int[Array, " seq"] | None,
-        rotary_table: RotaryTable | None,
-    ) -> Array:
-        """QK-norm, then the rotary rotation: by `rotary_table` if given, else by `positions`
-        (default 0, 1, ...)."""
+    def _position(self, x: Array, norm: RMSNorm | None, rotary_table: RotaryTable | None) -> Array:
+        """QK-norm, then the rotary rotation by the table of the positions."""
         if norm is not None:
             x = norm(x)
         if self.rotary is not None:
-            if rotary_table is None and positions is None:
-                positions = jnp.arange(x.shape[0])
-            x = self.rotary(x, positions, table=rotary_table)
+            if rotary_table is None:
+                raise ValueError(
+                    "this attention rotates by positions: pass the rotary table of the "
+                    "positions (MultiHeadAttention.rotary_table)"
+                )
+            x = self.rotary(x, rotary_table)
         return x
 
     def rotary_table(
@@ -378,9 +414,9 @@ class MultiHeadAttention(eqx.Module):
         length: int | None = None,
         offset: Int[Array, ""] | int = 0,
     ) -> RotaryTable | None:
-        """The cos/sin table of `positions` for `project_query` and `project_key_value` (None
-        without rotary): compute it once for the queries, the keys and every layer. Without
-        `positions`, the `length` positions from `offset` (a KV cache's index)."""
+        """The cos/sin table of `positions` (None without rotary): made once for the queries,
+        the keys and every layer. Without `positions`, the `length` positions from `offset`
+        (a KV cache's index)."""
         if self.rotary is None:
             return None
         if positions is None:
@@ -390,29 +426,20 @@ class MultiHeadAttention(eqx.Module):
         return self.rotary.table(positions)
 
     def project_query(
-        self,
-        x: Float[Array, "seq d_model"],
-        positions: Int[Array, " seq"] | None = None,
-        *,
-        rotary_table: RotaryTable | None = None,
+        self, x: Float[Array, "seq d_model"], rotary_table: RotaryTable | None = None
     ) -> Float[Array, "seq heads head_dim"]:
-        """Queries of `x`; with rotary, rotated by `positions` (absolute token indices) or by
-        their precomputed `rotary_table` (see `rotary_table`)."""
+        """Queries of `x`; with rotary, rotated by the `rotary_table` of their positions."""
         query = self._split_heads(self.query_proj(x), self.num_heads)
-        return self._position(query, self.query_norm, positions, rotary_table)
+        return self._position(query, self.query_norm, rotary_table)
 
     def project_key_value(
-        self,
-        context: Float[Array, "kv_seq d_kv"],
-        positions: Int[Array, " kv_seq"] | None = None,
-        *,
-        rotary_table: RotaryTable | None = None,
+        self, context: Float[Array, "kv_seq d_kv"], rotary_table: RotaryTable | None = None
     ) -> tuple[Float[Array, "kv_seq kv_heads head_dim"], Float[Array, "kv_seq kv_heads head_dim"]]:
         """Keys and values of `context`: computed once per source for cross-attention. With
-        rotary the keys are rotated like the queries (`positions` or `rotary_table`)."""
+        rotary the keys are rotated like the queries."""
         keys = self._split_heads(self.key_proj(context), self.num_kv_heads)
         values = self._split_heads(self.value_proj(context), self.num_kv_heads)
-        return self._position(keys, self.key_norm, positions, rotary_table), values
+        return self._position(keys, self.key_norm, rotary_table), values
 
     def attend(
         self,
@@ -453,18 +480,16 @@ class MultiHeadAttention(eqx.Module):
         *,
         mask: Mask | Bool[Array, "seq kv_seq"] | None = None,
         positions: Int[Array, " seq"] | None = None,
-        rotary_table: RotaryTable | None = None,
         key: PRNGKeyArray | None = None,
     ) -> Float[Array, "seq d_model"]:
-        """Self-attention over `x` (at `positions`, or rotated by their precomputed
-        `rotary_table`), or cross-attention from `x` to `context`."""
+        """Self-attention over `x` (with rotary, at `positions`, default 0, 1, ...), or
+        cross-attention from `x` to `context` (no rotation)."""
         if context is None:
-            if rotary_table is None:
-                rotary_table = self.rotary_table(positions, length=x.shape[0])
-            keys, values = self.project_key_value(x, rotary_table=rotary_table)
-            query = self.project_query(x, rotary_table=rotary_table)
+            table = self.rotary_table(positions, length=x.shape[0])
+            keys, values = self.project_key_value(x, table)
+            query = self.project_query(x, table)
         else:
             keys, values = self.project_key_value(context)
-            query = self.project_query(x, positions, rotary_table=rotary_table)
+            query = self.project_query(x, self.rotary_table(positions, length=x.shape[0]))
         output, _ = self.attend(query, keys, values, mask, key=key)
         return output

@@ -9,19 +9,102 @@ or after the residual sum (`norm_first=False`, the original Transformer and BERT
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import equinox as eqx
 import jax
-import jax.numpy as jnp
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from zoo.nn.attention import KVCache, MultiHeadAttention
+from zoo.nn.attention import AttentionSettings, KVCache, MultiHeadAttention
 from zoo.nn.dropout import Dropout, split_optional
-from zoo.nn.feedforward import FeedForward
+from zoo.nn.feedforward import FeedForward, FeedForwardSettings
+from zoo.nn.linear import Init
 from zoo.nn.mask import Mask
-from zoo.nn.norm import Norm, make_norm
-from zoo.nn.rotary import RotaryEmbedding, RotaryTable
+from zoo.nn.norm import NORM_KINDS, Norm, make_norm
+from zoo.nn.rotary import RotaryTable
+
+
+@dataclass(frozen=True, kw_only=True)
+class BlockSettings:
+    """What a `TransformerBlock` is, besides its width and initialisation: its parts' own
+    settings, the norm, and where the norm sits."""
+
+    attention: AttentionSettings  # the self-attention
+    feed_forward: FeedForwardSettings
+    cross_attention: AttentionSettings | None = None  # a decoder's, attending to the encoder
+    norm: str = "layernorm"  # layernorm | rmsnorm
+    norm_eps: float = 1e-5
+    norm_first: bool = True  # pre-norm (GPT-2, Llama) or post-norm (the paper, BERT)
+    dropout: float = 0.0  # on each sub-layer's output, before the residual sum
+
+    @staticmethod
+    def basic(
+        num_heads: int,
+        d_ff: int,
+        *,
+        cross_attention: bool = False,
+        dropout: float = 0.0,
+        **fields: Any,
+    ) -> BlockSettings:
+        """A block of `num_heads` attention heads and a dense GELU feed-forward of width `d_ff`,
+        `dropout` on the residual branches and the feed-forward's hidden layer, and the other
+        `BlockSettings` fields by keyword (`norm`, `norm_first`, ...)."""
+        attention = AttentionSettings(num_heads=num_heads)
+        return BlockSettings(
+            attention=attention,
+            feed_forward=FeedForwardSettings(d_ff=d_ff, dropout=dropout),
+            cross_attention=attention if cross_attention else None,
+            dropout=dropout,
+            **fields,
+        )
+
+    def __post_init__(self) -> None:
+        if self.norm not in NORM_KINDS:
+            raise ValueError(f"norm must be one of {NORM_KINDS}, got {self.norm!r}")
+        if self.cross_attention is not None and self.cross_attention.rope is not None:
+            raise ValueError("cross-attention keys are not rotated: give it rope=None")
+
+
+class CrossInputs(NamedTuple):
+    """What a decoder's cross-attention reads: the memory's projected keys and values
+    (`MultiHeadAttention.project_key_value`; stacked on `layers` for a `LayerStack`) and the
+    mask over them (the source's length)."""
+
+    keys: Float[Array, "*layers src kv_heads head_dim"]
+    values: Float[Array, "*layers src kv_heads head_dim"]
+    mask: Mask | None = None
+
+
+class BlockInputs(NamedTuple):
+    """What one call of a block (or a stack of blocks) reads besides the hidden states.
+
+    - `mask`: the self-attention's `zoo.nn.Mask` (causal order, padding, window, segments);
+    - `positions`: absolute positions of the tokens, for rotary attention (default: the
+      cache's index + 0, 1, ...); `rotary`: their cos/sin table, made once for every layer
+      (`with_rotary`); the table wins where both are given;
+    - `score_bias`: added to the self-attention scores (T5's relative positions);
+    - `cross`: the encoder memory's keys, values and mask, for a decoder's cross-attention;
+    - `cache`: keys and values of earlier positions; the new ones are written at its index
+      and the queries attend to the whole cache, the mask's `offset` saying where they sit
+      (a causal mask without an offset: the cache was empty, a prefill over the new keys).
+    """
+
+    mask: Mask | None = None
+    positions: Int[Array, " seq"] | None = None
+    rotary: RotaryTable | None = None
+    score_bias: Float[Array, "heads seq kv_seq"] | None = None
+    cross: CrossInputs | None = None
+    cache: KVCache | None = None
+
+    def with_rotary(self, attention: MultiHeadAttention, length: int) -> BlockInputs:
+        """These inputs with the rotary table of the positions filled in (once, for every
+        layer); unchanged when there is one or the attention has no rotary positions."""
+        if self.rotary is not None or attention.rotary is None:
+            return self
+        offset = 0 if self.cache is None else self.cache.index
+        table = attention.rotary_table(self.positions, length=length, offset=offset)
+        return self._replace(rotary=table)
 
 
 class BlockExtras(NamedTuple):
@@ -47,74 +130,29 @@ class TransformerBlock(eqx.Module):
     def __init__(
         self,
         d_model: int,
-        num_heads: int,
-        d_ff: int,
+        settings: BlockSettings,
         *,
-        cross_attention: bool = False,
-        activation: str = "gelu",
-        gated: bool = False,
-        norm: str = "layernorm",
-        norm_first: bool = True,
-        layer_norm_eps: float = 1e-5,
-        use_bias: bool = True,
-        num_kv_heads: int | None = None,
-        head_dim: int | None = None,
-        qkv_bias: bool | None = None,
-        attention_output_bias: bool | None = None,
-        feed_forward_bias: bool | None = None,
-        qk_norm: bool = False,
-        rotary: RotaryEmbedding | None = None,
-        dropout: float = 0.0,
-        attention_dropout: float = 0.0,
-        activation_dropout: float | None = None,
-        attention_implementation: str | None = None,
-        scale_scores: bool = True,
-        init_std: float = 0.02,
-        dtype=jnp.float32,
+        init: Init | None = None,
         key: PRNGKeyArray,
     ):
+        s, init = settings, Init() if init is None else init
         self_key, cross_key, ff_key = jax.random.split(key, 3)
-        attention_kwargs = dict(
-            num_kv_heads=num_kv_heads,
-            head_dim=head_dim,
-            use_bias=use_bias,
-            qkv_bias=qkv_bias,
-            output_bias=attention_output_bias,
-            qk_norm=qk_norm,
-            norm_eps=layer_norm_eps,
-            dropout_rate=attention_dropout,
-            implementation=attention_implementation,
-            scale_scores=scale_scores,
-            init_std=init_std,
-            dtype=dtype,
-        )
-        self.self_attention = MultiHeadAttention(
-            d_model, num_heads, rotary=rotary, key=self_key, **attention_kwargs
-        )
-        self.self_attention_norm = make_norm(norm, d_model, eps=layer_norm_eps, dtype=dtype)
-        if cross_attention:
-            # positions enter through the self-attention: cross-attention keys are not rotated
+
+        def norm() -> Norm:
+            return make_norm(s.norm, d_model, eps=s.norm_eps, dtype=init.dtype)
+
+        self.self_attention = MultiHeadAttention(d_model, s.attention, init=init, key=self_key)
+        self.self_attention_norm = norm()
+        self.cross_attention, self.cross_attention_norm = None, None
+        if s.cross_attention is not None:
             self.cross_attention = MultiHeadAttention(
-                d_model, num_heads, key=cross_key, **attention_kwargs
+                d_model, s.cross_attention, init=init, key=cross_key
             )
-            self.cross_attention_norm = make_norm(norm, d_model, eps=layer_norm_eps, dtype=dtype)
-        else:
-            self.cross_attention = None
-            self.cross_attention_norm = None
-        self.feed_forward = FeedForward(
-            d_model,
-            d_ff,
-            activation=activation,
-            gated=gated,
-            use_bias=use_bias if feed_forward_bias is None else feed_forward_bias,
-            dropout_rate=dropout if activation_dropout is None else activation_dropout,
-            init_std=init_std,
-            dtype=dtype,
-            key=ff_key,
-        )
-        self.feed_forward_norm = make_norm(norm, d_model, eps=layer_norm_eps, dtype=dtype)
-        self.dropout = Dropout(dropout)
-        self.norm_first = norm_first
+            self.cross_attention_norm = norm()
+        self.feed_forward = FeedForward(d_model, s.feed_forward, init=init, key=ff_key)
+        self.feed_forward_norm = norm()
+        self.dropout = Dropout(s.dropout)
+        self.norm_first = s.norm_first
 
     def _residual(
         self,
@@ -133,56 +171,33 @@ class TransformerBlock(eqx.Module):
     def __call__(
         self,
         x: Float[Array, "seq d_model"],
+        inputs: BlockInputs | None = None,
         *,
-        mask: Mask | None = None,
-        positions: Int[Array, " seq"] | None = None,
-        rotary_table: RotaryTable | None = None,
-        cross_kv: tuple[Array, Array] | None = None,
-        cross_mask: Mask | None = None,
-        cache: KVCache | None = None,
-        cache_index: Int[Array, ""] | int = 0,
-        score_bias: Float[Array, "heads seq kv_seq"] | None = None,
         key: PRNGKeyArray | None = None,
         return_weights: bool = False,
     ) -> tuple[Float[Array, "seq d_model"], BlockExtras]:
-        """Run the layer.
-
-        `mask` is the self-attention's `zoo.nn.Mask` (causal order, padding, window);
-        `cross_mask` the cross-attention's (the source's length).
-        `positions` are the absolute positions of the `seq` tokens for rotary attention
-        (default: `cache_index + 0, 1, ...`); `rotary_table` is their cos/sin table made once
-        for every layer (`MultiHeadAttention.rotary_table`), else the block makes it from
-        `positions`.
-        With `cache`, the new keys and values are written at `cache_index` and the queries attend
-        to the whole cache, the mask's `offset` saying where they sit; a causal mask without an
-        offset says the cache was empty (a prefill), and the queries attend to the new keys
-        alone. `cross_kv` are the encoder memory's projected keys and values for this layer's
-        cross-attention (see `MultiHeadAttention.project_key_value`). `score_bias` is added to
-        the self-attention scores (relative positions; `[heads, seq, kv_seq]` for the keys
-        attended to).
-        """
+        """Run the layer on `x` with what `inputs` carries (`BlockInputs`)."""
+        inputs = BlockInputs() if inputs is None else inputs
+        inputs = inputs.with_rotary(self.self_attention, x.shape[0])
         self_key, cross_key, ff_key = split_optional(key, 3)
+        mask, cache = inputs.mask, inputs.cache
         prefill = mask is not None and mask.causal and mask.offset is None
-        if rotary_table is None:
-            rotary_table = self.self_attention.rotary_table(
-                positions, length=x.shape[0], offset=cache_index
-            )
 
         def self_attend(h, k):
             attention = self.self_attention
-            keys, values = attention.project_key_value(h, rotary_table=rotary_table)
+            keys, values = attention.project_key_value(h, inputs.rotary)
             new_cache = None
             if cache is not None:
-                new_cache = cache.write(keys, values, cache_index)
+                new_cache = cache.write(keys, values)
                 if not prefill:
                     keys, values = new_cache.keys, new_cache.values
-            query = attention.project_query(h, rotary_table=rotary_table)
+            query = attention.project_query(h, inputs.rotary)
             out, weights = attention.attend(
                 query,
                 keys,
                 values,
                 mask,
-                score_bias=score_bias,
+                score_bias=inputs.score_bias,
                 key=k,
                 return_weights=return_weights,
             )
@@ -194,16 +209,18 @@ class TransformerBlock(eqx.Module):
 
         cross_weights = None
         if self.cross_attention is not None:
-            if cross_kv is None:
-                raise ValueError("this block has cross-attention: pass the memory's cross_kv")
-            cross = self.cross_attention
+            cross, cross_inputs = self.cross_attention, inputs.cross
+            if cross_inputs is None:
+                raise ValueError("this block has cross-attention: pass the memory's cross inputs")
             assert self.cross_attention_norm is not None
 
             def cross_attend(h, k):
+                query = cross.project_query(h)
                 return cross.attend(
-                    cross.project_query(h),
-                    *cross_kv,
-                    cross_mask,
+                    query,
+                    cross_inputs.keys,
+                    cross_inputs.values,
+                    cross_inputs.mask,
                     key=k,
                     return_weights=return_weights,
                 )

@@ -8,14 +8,14 @@ HuggingFace's `gate_proj` and `up_proj`, and `output` its `down_proj`.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import equinox as eqx
 import jax
-import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from zoo.nn.dropout import Dropout
-from zoo.nn.linear import Linear
+from zoo.nn.linear import Init, Linear
 
 ACTIVATIONS: dict[str, Callable[[Array], Array]] = {
     "relu": jax.nn.relu,
@@ -36,6 +36,22 @@ def check_activation(name: str) -> None:
         raise ValueError(f"unknown activation {name!r}; choose one of {sorted(ACTIVATIONS)}")
 
 
+@dataclass(frozen=True, kw_only=True)
+class FeedForwardSettings:
+    """What a `FeedForward` is, besides its width and initialisation."""
+
+    d_ff: int  # hidden width
+    activation: str = "gelu"  # relu | gelu (erf) | gelu_tanh | silu
+    gated: bool = False  # act(gate(x)) * up(x) (SwiGLU, GeGLU) instead of act(up(x))
+    use_bias: bool = True  # biases of the projections
+    dropout: float = 0.0  # dropout on the hidden activations
+
+    def __post_init__(self) -> None:
+        check_activation(self.activation)
+        if self.d_ff < 1:
+            raise ValueError(f"d_ff must be a positive integer, got {self.d_ff}")
+
+
 class FeedForward(eqx.Module):
     """`W2 · act(W1 · x + b1) + b2` (or gated: `W2 · (act(Wg · x) * (W1 · x))`) at every position."""
 
@@ -48,25 +64,19 @@ class FeedForward(eqx.Module):
     def __init__(
         self,
         d_model: int,
-        d_ff: int,
+        settings: FeedForwardSettings,
         *,
-        activation: str = "gelu",
-        gated: bool = False,
-        use_bias: bool = True,
-        dropout_rate: float = 0.0,
-        init_std: float = 0.02,
-        dtype=jnp.float32,
+        init: Init | None = None,
         key: PRNGKeyArray,
     ):
-        check_activation(activation)
+        s, init = settings, Init() if init is None else init
         hidden_key, output_key = jax.random.split(key)
         gate_key = jax.random.fold_in(key, 1)  # dense layers keep their initialisation
-        common = dict(use_bias=use_bias, init_std=init_std, dtype=dtype)
-        self.gate = Linear(d_model, d_ff, key=gate_key, **common) if gated else None
-        self.hidden = Linear(d_model, d_ff, key=hidden_key, **common)
-        self.output = Linear(d_ff, d_model, key=output_key, **common)
-        self.dropout = Dropout(dropout_rate)
-        self.activation = activation
+        self.gate = init.linear(d_model, s.d_ff, s.use_bias, key=gate_key) if s.gated else None
+        self.hidden = init.linear(d_model, s.d_ff, s.use_bias, key=hidden_key)
+        self.output = init.linear(s.d_ff, d_model, s.use_bias, key=output_key)
+        self.dropout = Dropout(s.dropout)
+        self.activation = s.activation
 
     def __call__(
         self, x: Float[Array, "seq d_model"], *, key: PRNGKeyArray | None = None

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -36,3 +39,24 @@ class Linear(eqx.Module):
         if self.bias is not None:
             y = y + self.bias.reshape((1,) * (y.ndim - 1) + (-1,))
         return y
+
+
+@dataclass(frozen=True)
+class Init:
+    """How a part initialises its weights: normal with standard deviation `std`, in `dtype`."""
+
+    std: float = 0.02
+    dtype: Any = jnp.float32
+
+    def linear(
+        self, in_features: int, out_features: int, use_bias: bool = True, *, key: PRNGKeyArray
+    ) -> Linear:
+        """A `Linear` initialised this way."""
+        return Linear(
+            in_features,
+            out_features,
+            use_bias=use_bias,
+            init_std=self.std,
+            dtype=self.dtype,
+            key=key,
+        )

@@ -15,13 +15,12 @@ from collections.abc import Callable
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float, Int, PRNGKeyArray
+from jaxtyping import Array, Float, PRNGKeyArray
 
 from zoo.nn.attention import KVCache
-from zoo.nn.block import BlockExtras, TransformerBlock
+from zoo.nn.block import BlockExtras, BlockInputs, CrossInputs, TransformerBlock
 from zoo.nn.kernel import current_platform
 from zoo.nn.mask import Mask
-from zoo.nn.rotary import RotaryTable
 
 # What the backward pass recomputes instead of keeping (`jax.checkpoint` policies per layer):
 # None keeps every intermediate; "dots" keeps the matrix products and recomputes the cheap
@@ -71,15 +70,19 @@ class LayerStack(eqx.Module):
         params, static = eqx.partition(self.blocks, eqx.is_array)
         return eqx.combine(jax.tree_util.tree_map(lambda a: a[index], params), static)
 
-    def cross_kv(self, memory: Float[Array, "src d_model"]) -> tuple[Array, Array]:
-        """Every layer's cross-attention keys and values of `memory`: `[layers, src, heads, hd]`."""
+    def cross_inputs(
+        self, memory: Float[Array, "src d_model"], mask: Mask | None = None
+    ) -> CrossInputs:
+        """Every layer's cross-attention keys and values of `memory`
+        (`[layers, src, kv_heads, head_dim]`), with the `mask` over them."""
 
         def project(block: TransformerBlock):
             if block.cross_attention is None:
                 raise ValueError("these blocks have no cross-attention")
             return block.cross_attention.project_key_value(memory)
 
-        return eqx.filter_vmap(project)(self.blocks)
+        keys, values = eqx.filter_vmap(project)(self.blocks)
+        return CrossInputs(keys, values, mask)
 
     def init_cache(self, max_len: int, dtype=jnp.float32) -> KVCache:
         """An empty self-attention cache for every layer: `[layers, max_len, kv_heads, head_dim]`.
@@ -89,63 +92,48 @@ class LayerStack(eqx.Module):
         `2 * layers * kv_heads * head_dim * dtype.itemsize` bytes (keys and values).
         """
         attention = self.blocks.self_attention
-        shape = (self.num_layers, max_len, attention.num_kv_heads, attention.head_dim)
-        return KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype))
+        return KVCache.empty(
+            max_len, attention.num_kv_heads, attention.head_dim, dtype, layers=self.num_layers
+        )
 
     def __call__(
         self,
         x: Float[Array, "seq d_model"],
+        inputs: BlockInputs | None = None,
         *,
-        mask: Mask | None = None,
-        positions: Int[Array, " seq"] | None = None,
-        rotary_table: RotaryTable | None = None,
-        cross_kv: tuple[Array, Array] | None = None,
-        cross_mask: Mask | None = None,
-        cache: KVCache | None = None,
-        cache_index: Int[Array, ""] | int = 0,
-        score_bias: Float[Array, "heads seq kv_seq"] | None = None,
         key: PRNGKeyArray | None = None,
         return_weights: bool = False,
     ) -> tuple[Float[Array, "seq d_model"], BlockExtras]:
         """Run every layer. Extras (cache, attention weights) come back stacked on `layers`.
 
-        `mask` and `cross_mask` (`zoo.nn.Mask`), `positions` (absolute token positions, for
-        rotary attention; default `cache_index + 0, 1, ...`) and `score_bias` (relative
-        positions, added to the self-attention scores) are the same in every layer. With rotary attention the cos/sin table of the positions is made here,
-        once, outside the layer loop, and handed to every layer (or pass `rotary_table` made by
-        `MultiHeadAttention.rotary_table`).
+        `inputs` (`BlockInputs`) are the same for every layer, except that `cross` and `cache`
+        hold every layer's, stacked on `layers`. With rotary attention the cos/sin table of the
+        positions is made here, once, outside the layer loop, and handed to every layer.
         """
-        if rotary_table is None:
-            rotary_table = self.blocks.self_attention.rotary_table(
-                positions, length=x.shape[0], offset=cache_index
-            )
+        inputs = BlockInputs() if inputs is None else inputs
+        inputs = inputs.with_rotary(self.blocks.self_attention, x.shape[0])
         params, static = eqx.partition(self.blocks, eqx.is_array)
         layer_keys = None if key is None else jax.random.split(key, self.num_layers)
+        cross = inputs.cross
+        shared = inputs._replace(cross=None, cache=None)  # the per-layer parts go in per_layer
+        cross_mask = None if cross is None else cross.mask
 
         def body(h, per_layer):
-            block_params, layer_key, layer_cache, layer_cross_kv = per_layer
+            block_params, layer_key, layer_cache, layer_cross = per_layer
             block = eqx.combine(block_params, static)
-            return block(
-                h,
-                mask=mask,
-                positions=positions,
-                rotary_table=rotary_table,
-                cross_kv=layer_cross_kv,
-                cross_mask=cross_mask,
-                cache=layer_cache,
-                cache_index=cache_index,
-                score_bias=score_bias,
-                key=layer_key,
-                return_weights=return_weights,
-            )
+            if layer_cross is not None:
+                layer_cross = CrossInputs(*layer_cross, cross_mask)
+            layer_inputs = shared._replace(cross=layer_cross, cache=layer_cache)
+            return block(h, layer_inputs, key=layer_key, return_weights=return_weights)
 
+        stacked_cross = None if cross is None else (cross.keys, cross.values)
         scan = scans(self.scan)
-        if cache is not None:
+        if inputs.cache is not None:
             run = self._scan_with_cache if scan else self._unroll_with_cache
-            return run(body, x, (params, layer_keys, cross_kv), cache)
+            return run(body, x, (params, layer_keys, stacked_cross), inputs.cache)
         if self.remat is not None:
             body = jax.checkpoint(body, policy=REMAT_POLICIES[self.remat])
-        per_layer = (params, layer_keys, None, cross_kv)
+        per_layer = (params, layer_keys, None, stacked_cross)
         if scan:
             return jax.lax.scan(body, x, per_layer)
         extras = []
@@ -163,9 +151,9 @@ class LayerStack(eqx.Module):
 
         def cached_body(carry, layer_inputs):
             h, keys, values, layer = carry
-            block_params, layer_key, layer_cross_kv = layer_inputs
-            layer_cache = KVCache(keys[layer], values[layer])
-            h, extra = body(h, (block_params, layer_key, layer_cache, layer_cross_kv))
+            block_params, layer_key, layer_cross = layer_inputs
+            layer_cache = KVCache(keys[layer], values[layer], cache.index)
+            h, extra = body(h, (block_params, layer_key, layer_cache, layer_cross))
             assert extra.cache is not None
             keys = keys.at[layer].set(extra.cache.keys)
             values = values.at[layer].set(extra.cache.values)
@@ -173,7 +161,7 @@ class LayerStack(eqx.Module):
 
         start = (x, cache.keys, cache.values, jnp.zeros((), jnp.int32))
         (x, keys, values, _), extras = jax.lax.scan(cached_body, start, per_layer)
-        return x, extras._replace(cache=KVCache(keys, values))
+        return x, extras._replace(cache=KVCache(keys, values, cache.index))
 
     def _unroll_with_cache(self, body, x, per_layer, cache: KVCache):
         """Incremental decoding, unrolled: each layer writes its slice of the stacked cache in
@@ -181,14 +169,14 @@ class LayerStack(eqx.Module):
         keys, values = cache.keys, cache.values
         extras = []
         for index in range(self.num_layers):
-            block_params, layer_key, layer_cross_kv = _layer_slice(per_layer, index)
-            layer_cache = KVCache(keys[index], values[index])
-            x, extra = body(x, (block_params, layer_key, layer_cache, layer_cross_kv))
+            block_params, layer_key, layer_cross = _layer_slice(per_layer, index)
+            layer_cache = KVCache(keys[index], values[index], cache.index)
+            x, extra = body(x, (block_params, layer_key, layer_cache, layer_cross))
             assert extra.cache is not None
             keys = keys.at[index].set(extra.cache.keys)
             values = values.at[index].set(extra.cache.values)
             extras.append(extra._replace(cache=None))
-        return x, _stacked(extras)._replace(cache=KVCache(keys, values))
+        return x, _stacked(extras)._replace(cache=KVCache(keys, values, cache.index))
 
 
 def _layer_slice(per_layer, index: int):
