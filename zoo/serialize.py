@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,15 +17,17 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+import safetensors.numpy
 
-from zoo.data.tokenizer import (
-    TOKENIZER_FILE,
-    Tokenizer,
-    load_tokenizer,
-    read_json_file,
-    write_text_atomic,
-)
-from zoo.models import FLAVORS, flavor_of
+from zoo import __version__
+from zoo.data.pair import source_tokenizer, target_tokenizer
+from zoo.data.tokenizer import TOKENIZER_FILE, Tokenizer, load_tokenizer
+from zoo.files import read_json_object, write_atomic, write_text_atomic
+from zoo.models import FLAVORS, TransformerConfig, flavor_of
+from zoo.nn.lora import describe, has_lora, rebuild
+from zoo.nn.quantized import quantize_at, quantized_paths
+from zoo.presets import build
+from zoo.tree import fill, named_arrays
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -38,44 +38,13 @@ DAMAGED_FIX = (
 )
 
 
-def path_parts(path: tuple) -> list[str]:
-    """The attribute names, dict keys and sequence indices of a pytree key path."""
-    parts = []
-    for entry in path:
-        for attribute in ("name", "key", "idx"):  # GetAttrKey, DictKey, SequenceKey
-            if hasattr(entry, attribute):
-                parts.append(str(getattr(entry, attribute)))
-                break
-        else:
-            parts.append(str(entry))
-    return parts
-
-
-def path_name(path: tuple) -> str:
-    """A pytree key path as a dotted name: `layers.blocks.self_attention.query_proj.weight`."""
-    return ".".join(path_parts(path))
-
-
-def _is_slot(leaf: Any) -> bool:
-    return eqx.is_array(leaf) or isinstance(leaf, jax.ShapeDtypeStruct)
-
-
-def named_arrays(model: eqx.Module) -> dict[str, Any]:
-    """Every array leaf of `model` (or shape, after `filter_eval_shape`) keyed by its path."""
-    arrays = eqx.filter(model, _is_slot)
-    flat, _ = jax.tree_util.tree_flatten_with_path(arrays)
-    return {path_name(path): leaf for path, leaf in flat}
-
-
 def model_config_dict(model: eqx.Module) -> dict[str, Any]:
     """Flavor and config; for a model with LoRA adapters also their layout (`zoo.lora`)."""
-    from zoo import lora
-
     config = model.config  # type: ignore[attr-defined]
-    meta = {"flavor": flavor_of(model), "config": config.to_dict()}
-    if lora.has_lora(model):
-        meta["lora"] = lora.describe(model)
-    if quantized := lora.quantized_paths(model):  # int8 layers (zoo.lora.quantize)
+    meta: dict[str, Any] = {"flavor": flavor_of(model), "config": config.to_dict()}
+    if has_lora(model):
+        meta["lora"] = describe(model)
+    if quantized := quantized_paths(model):  # int8 layers (zoo.lora.quantize)
         meta["quantized"] = {"mode": "int8", "paths": quantized}
     return meta
 
@@ -88,27 +57,21 @@ def save(
     extra: dict[str, Any] | None = None,
 ) -> Path:
     """Write `model` (and its tokenizer) to `directory`; each file is replaced atomically."""
-    from safetensors.numpy import save_file
-
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     tensors = {}
     for name, array in named_arrays(model).items():
         host = np.asarray(jnp.asarray(array, jnp.float32) if array.dtype == jnp.bfloat16 else array)
         tensors[name] = np.ascontiguousarray(host)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{WEIGHTS_FILE}.")
-    os.close(fd)
-    try:
-        save_file(tensors, tmp)
-        os.replace(tmp, directory / WEIGHTS_FILE)
-    except BaseException as error:
-        Path(tmp).unlink(missing_ok=True)  # a full disk leaves no temp file behind
-        if isinstance(error, OSError):
-            raise OSError(
-                error.errno, f"could not save the model to {directory} ({error.strerror or error})"
-            ) from None
-        raise
-    meta = {**model_config_dict(model), "zoo_version": _version(), **(extra or {})}
+    try:  # a full disk leaves no temporary file behind
+        write_atomic(
+            directory / WEIGHTS_FILE, lambda tmp: safetensors.numpy.save_file(tensors, str(tmp))
+        )
+    except OSError as error:
+        raise OSError(
+            error.errno, f"could not save the model to {directory} ({error.strerror or error})"
+        ) from None
+    meta = {**model_config_dict(model), "zoo_version": __version__, **(extra or {})}
     if tokenizer is not None:  # load_with_tokenizer checks that the same tokenizer comes back
         meta["tokenizer"] = {"kind": tokenizer.kind, "vocab_size": tokenizer.vocab_size}
     write_text_atomic(directory / CONFIG_FILE, json.dumps(meta, indent=2, sort_keys=True))
@@ -123,17 +86,17 @@ def is_zoo_folder(folder: Path) -> bool:
     if not config.is_file():
         return False
     fix = f"{DAMAGED_FIX}; for a HuggingFace checkpoint folder, download it again"
-    return "flavor" in read_json_file(config, fix=fix)
+    return "flavor" in read_json_object(config, fix=fix)
 
 
-def read_config(directory: str | os.PathLike):
+def read_config(directory: str | os.PathLike) -> tuple[TransformerConfig, dict[str, Any]]:
     """The config stored in a saved model directory (and its flavor)."""
     path = Path(directory) / CONFIG_FILE
     if not path.is_file():
         raise FileNotFoundError(
             f"no {CONFIG_FILE} in {directory}: not a saved zoo model (see zoo.save)"
         )
-    meta = read_json_file(path, fix=DAMAGED_FIX)
+    meta = read_json_object(path, fix=DAMAGED_FIX)
     flavor = meta.get("flavor")
     if flavor not in FLAVORS:
         raise ValueError(f"{path}: unknown flavor {flavor!r}; expected one of {sorted(FLAVORS)}")
@@ -143,53 +106,23 @@ def read_config(directory: str | os.PathLike):
     return config_cls.from_dict(meta["config"]), meta
 
 
-def fill(
-    skeleton: eqx.Module, tensors: Mapping[str, np.ndarray | jax.Array], source: str
-) -> eqx.Module:
-    """Put `tensors` into the array slots of `skeleton`, checking names, shapes and dtypes."""
-    expected = named_arrays(skeleton)
-    missing = sorted(set(expected) - set(tensors))
-    unexpected = sorted(set(tensors) - set(expected))
-    if missing or unexpected:
-        raise ValueError(f"{source}: missing arrays {missing}, unexpected arrays {unexpected}")
-    leaves = []
-    for name, slot in expected.items():
-        value = tensors[name]
-        if tuple(value.shape) != tuple(slot.shape):
-            raise ValueError(
-                f"{source}: array {name!r} has shape {tuple(value.shape)}, "
-                f"the config needs {tuple(slot.shape)}"
-            )
-        leaves.append(jnp.asarray(value, dtype=slot.dtype))
-    arrays, static = eqx.partition(skeleton, _is_slot)
-    treedef = jax.tree_util.tree_structure(arrays)
-    return eqx.combine(jax.tree_util.tree_unflatten(treedef, leaves), static)
-
-
 def load(directory: str | os.PathLike) -> eqx.Module:
     """Rebuild the model saved in `directory` by `zoo.save` (weights bit for bit)."""
-    from safetensors import SafetensorError
-    from safetensors.numpy import load_file
-
-    from zoo import lora
-    from zoo.lora.quantized import quantize_at
-    from zoo.presets import build
-
     config, meta = read_config(directory)
     weights = Path(directory) / WEIGHTS_FILE
     if not weights.is_file():
         raise FileNotFoundError(f"no {WEIGHTS_FILE} in {directory}")
 
-    def skeleton_model():  # a model saved with LoRA adapters (and an int8 base) comes back so
+    def skeleton_model() -> eqx.Module:  # saved LoRA adapters (and an int8 base) come back so
         model = build(config, key=jax.random.key(0))
-        model = lora.rebuild(model, meta["lora"]) if meta.get("lora") else model
+        model = rebuild(model, meta["lora"]) if meta.get("lora") else model
         quantized = meta.get("quantized")
         return quantize_at(model, quantized["paths"]) if quantized else model
 
     skeleton = eqx.filter_eval_shape(skeleton_model)
     try:
-        tensors = load_file(str(weights))
-    except SafetensorError as error:
+        tensors = safetensors.numpy.load_file(str(weights))
+    except safetensors.SafetensorError as error:
         raise ValueError(
             f"{weights} is damaged ({error}): it is not a complete safetensors file; {DAMAGED_FIX}"
         ) from None
@@ -212,8 +145,6 @@ def check_tokenizer_fits(
 ) -> None:
     """The tokenizer beside a model is the one it was saved with (sizes recorded in config.json),
     and never makes ids past the model's vocabulary (older folders)."""
-    from zoo.data.pair import source_tokenizer, target_tokenizer
-
     where = directory / TOKENIZER_FILE
     fix = "put back the tokenizer the model was trained with, or save both again with zoo.save"
     recorded = meta.get("tokenizer")
@@ -236,9 +167,3 @@ def check_tokenizer_fits(
                 f"{where}: the {side}tokenizer has {tokens} tokens but the model's {side}"
                 f"vocabulary only {vocab}, so its ids would fall outside the model; {fix}"
             )
-
-
-def _version() -> str:
-    from zoo import __version__
-
-    return __version__

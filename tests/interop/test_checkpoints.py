@@ -23,8 +23,8 @@ from zoo.interop import (
 )
 from zoo.interop.architecture import HFConfig
 from zoo.interop.convert import expected_hf_shapes
-from zoo.interop.files import read_safetensors, read_weights, write_safetensors
 from zoo.interop.loading import architecture_of
+from zoo.interop.weights import read_safetensors, read_weights, write_safetensors
 from zoo.interop.zoo_keys import abstract_model, zoo_shapes
 from zoo.presets import build
 

@@ -37,7 +37,7 @@ from zoo.interop import (
     save_hf,
     to_hf,
 )
-from zoo.interop.files import write_safetensors
+from zoo.interop.weights import write_safetensors
 from zoo.models.common import token_positions
 from zoo.nn import BlockInputs, Mask
 

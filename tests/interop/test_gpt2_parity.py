@@ -22,7 +22,7 @@ from hf_helpers import (
 
 import zoo
 from zoo.interop import UnsupportedConfig, from_hf, from_pretrained, load_state_dict, save_hf, to_hf
-from zoo.interop.files import write_safetensors
+from zoo.interop.weights import write_safetensors
 from zoo.nn import BlockInputs, Mask
 
 pytestmark = pytest.mark.hf

@@ -7,6 +7,8 @@ import jax
 import jax.numpy as jnp
 
 import zoo
+from zoo.nn.lora import is_lora
+from zoo.tree import path_name
 
 TOKENS = jnp.array([[1, 5, 9, 4, 7, 3], [1, 7, 7, 3, 8, 2]], jnp.int32)
 
@@ -27,10 +29,8 @@ def randomize_adapters(model, *, seed: int = 1, std: float = 0.2):
         )
 
     assert layers
-    from zoo.serialize import path_name
-
     return jax.tree_util.tree_map_with_path(
-        lambda p, n: fill(path_name(p), n), model, is_leaf=zoo.lora.adapters.is_lora
+        lambda p, n: fill(path_name(p), n), model, is_leaf=is_lora
     )
 
 

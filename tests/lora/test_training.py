@@ -9,9 +9,9 @@ import pytest
 
 import zoo
 from tests.lora.helpers import TOKENS
-from zoo.serialize import named_arrays
 from zoo.train.checkpoint import state_arrays
 from zoo.train.step import make_train_step
+from zoo.tree import named_arrays, path_name
 
 
 def test_a_step_moves_only_the_adapters_and_state_is_adapter_sized(key):
@@ -47,10 +47,7 @@ def test_train_extra_arrays_alongside_the_adapters(key):
     model = zoo.create("classifier-tiny", key=key)
     adapted = zoo.lora.apply(model, rank=2, targets="attention.qv", key=key)
     labels = zoo.lora.trainable_labels(eqx.filter(adapted, eqx.is_inexact_array), ("head",))
-    flat = {
-        zoo.serialize.path_name(p): label
-        for p, label in jax.tree_util.tree_flatten_with_path(labels)[0]
-    }
+    flat = {path_name(p): label for p, label in jax.tree_util.tree_flatten_with_path(labels)[0]}
     trained = sorted(name for name, label in flat.items() if label == "train")
     assert trained == [
         "encoder.blocks.self_attention.query_proj.lora_a",

@@ -53,7 +53,7 @@ def check_resume(
     """On `--resume` of a run with a checkpoint, refuse options that differ from its start;
     on a fresh start, record them in `out/train_args.json` (unless `record` is False: the
     processes other than 0 of a run on many)."""
-    from zoo.data.tokenizer import write_text_atomic
+    from zoo.files import write_text_atomic
 
     path = out / RUN_ARGS_FILE
     current: dict[str, Any] = {name: getattr(args, name, None) for name in RECORDED}

@@ -12,13 +12,14 @@ import importlib
 import json
 import logging
 import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
+
+from zoo.files import read_json_object, write_text_atomic
 
 TOKENIZER_FILE = "zoo_tokenizer.json"  # not "tokenizer.json": that is HF's fast-tokenizer file
 UNKNOWN_WARNING_RATE = 0.1  # warn when more than this fraction of a text's tokens is <unk>
@@ -195,36 +196,13 @@ def warn_unknown(tokenizer: Tokenizer, texts: Iterable[str], what: str) -> float
     return rate
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write a text file so that a crash never leaves it half-written (nor, on error, a temp)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def read_json_file(path: Path, *, fix: str) -> dict[str, Any]:
-    """The JSON object in `path`; a truncated or garbled file is named as damaged, with `fix`."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ValueError(f"{path} is damaged (not valid JSON: {error}); {fix}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path} is damaged (a JSON {type(data).__name__}, not an object); {fix}")
-    return data
-
-
 def load_tokenizer(directory: str | os.PathLike) -> Tokenizer:
     """Load the tokenizer saved in `directory/zoo_tokenizer.json`."""
     path = Path(directory) / TOKENIZER_FILE
     if not path.is_file():
         raise FileNotFoundError(f"no {TOKENIZER_FILE} in {directory}")
     fix = "save the model again with its tokenizer (zoo.save(model, dir, tokenizer=...))"
-    data = read_json_file(path, fix=fix)
+    data = read_json_object(path, fix=fix)
     try:
         return tokenizer_from_dict(data, source=str(path), directory=Path(directory))
     except (KeyError, TypeError) as error:

@@ -1,7 +1,7 @@
 """Partition rules as data: which mesh axes split each dimension of each parameter.
 
 A rule is `(pattern, spec)`. `pattern` is a regular expression searched (`re.search`) in the
-array's dotted pytree path (`zoo.serialize.path_name`); the first rule that matches wins, so a
+array's dotted pytree path (`zoo.tree.path_name`); the first rule that matches wins, so a
 rule also matches the optimizer state's copies of that parameter (`0.mu.` + its path). `spec`
 names a mesh axis (or None) for each of the array's last dimensions; a leading dimension more
 (a `LayerStack`'s `layers` axis) is never split. A dimension an axis does not divide stays
@@ -28,7 +28,7 @@ import numpy as np
 from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec
 
 from zoo.distributed.mesh import axis_size, mesh_string
-from zoo.serialize import path_name
+from zoo.tree import path_name
 
 Spec = tuple[str | None, ...]
 Rule = tuple[str, Spec]

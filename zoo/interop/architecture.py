@@ -10,12 +10,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from types import ModuleType
 from typing import Any, Generic, TypeVar
 
+import equinox as eqx
+
+from zoo.interop.files import HFDict
 from zoo.interop.rules import KeyMap, Shape
-from zoo.models import TransformerConfig
+from zoo.models import GPT, Classifier, TransformerConfig, Translator
 
 logger = logging.getLogger("zoo.interop")
+ZooModel = GPT | Classifier | Translator
+# keyword arguments of a zoo config class, read from a HuggingFace config
+ConfigFields = dict[str, object]
 
 # HuggingFace activation names -> zoo activation names (`zoo.nn.feedforward.ACTIVATIONS`).
 HF_ACTIVATIONS = {
@@ -42,12 +49,12 @@ class UnsupportedExport(ValueError):
 class HFConfig:
     """A HuggingFace `config.json` read with the defaults of its transformers config class."""
 
-    def __init__(self, data: Mapping[str, Any], defaults: Mapping[str, Any], arch: str):
+    def __init__(self, data: Mapping[str, object], defaults: Mapping[str, object], arch: str):
         self.data = dict(data)
         self.defaults = dict(defaults)
         self.arch = arch
 
-    def __getitem__(self, name: str) -> Any:
+    def __getitem__(self, name: str) -> Any:  # a JSON value, of the type the option has
         """The value in config.json, else transformers' default (an explicit null stays None)."""
         if name in self.data:
             return self.data[name]
@@ -59,7 +66,7 @@ class HFConfig:
             + (f"; {fix}" if fix else "")
         )
 
-    def require(self, name: str, allowed: tuple[Any, ...], why: str) -> None:
+    def require(self, name: str, allowed: tuple[object, ...], why: str) -> None:
         """Refuse `name` unless its value (an explicit null means the default) is in `allowed`."""
         value = self[name]
         if value is None:
@@ -93,6 +100,15 @@ class HFConfig:
         return value
 
 
+def config_of(model: eqx.Module | TransformerConfig) -> TransformerConfig:
+    """The config of a zoo model (or the config itself); `TypeError` for anything else."""
+    if isinstance(model, TransformerConfig):
+        return model
+    if isinstance(model, GPT | Classifier | Translator):
+        return model.config
+    raise TypeError(f"not a zoo model or config: {type(model).__name__}")
+
+
 def export_activation(config: TransformerConfig) -> str:
     return ZOO_TO_HF_ACTIVATION[config.activation]
 
@@ -114,7 +130,7 @@ def warn_activation_dropout(config: TransformerConfig, target: str) -> None:
         )
 
 
-def require_fields(config: TransformerConfig, target: str, **expected: Any) -> None:
+def require_fields(config: TransformerConfig, target: str, **expected: object) -> None:
     """Refuse to export a zoo config whose fields differ from what `target` can express."""
     wrong = {name: getattr(config, name) for name, value in expected.items()}
     wrong = {name: value for name, value in wrong.items() if value != expected[name]}
@@ -139,19 +155,19 @@ class Architecture(Generic[ConfigT]):
     config_class: str  # the transformers config class
     zoo_config_class: type[ConfigT]  # the zoo flavor's config
 
-    def zoo_fields(self, hf: HFConfig, shapes: Mapping[str, Shape]) -> dict[str, Any]:
+    def zoo_fields(self, hf: HFConfig, shapes: Mapping[str, Shape]) -> ConfigFields:
         """Zoo config fields of a checkpoint (its config and its HF key -> shape)."""
         raise NotImplementedError
 
-    def hf_defaults(self) -> dict[str, Any]:
+    def hf_defaults(self) -> HFDict:
         """The defaults of the transformers config class, for options a config.json omits."""
         raise NotImplementedError
 
-    def hf_config(self, config: ConfigT) -> dict[str, Any]:
+    def hf_config(self, config: ConfigT) -> HFDict:
         """The `config.json` dict of `export_class` for a zoo config (refuses what it cannot say)."""
         raise NotImplementedError
 
-    def transformers_config(self, transformers: Any, config: ConfigT) -> Any:
+    def transformers_config(self, transformers: ModuleType, config: ConfigT) -> Any:
         """The transformers config object of `hf_config(config)` (for `to_hf`)."""
         fields = {k: v for k, v in self.hf_config(config).items() if k != "model_type"}
         return getattr(transformers, self.config_class)(**fields)

@@ -17,10 +17,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from zoo.interop.architecture import (
     Architecture,
+    ConfigFields,
     HFConfig,
     UnsupportedExport,
     export_activation,
@@ -28,10 +28,11 @@ from zoo.interop.architecture import (
     require_fields,
     warn_activation_dropout,
 )
+from zoo.interop.files import HFDict
 from zoo.interop.rules import KeyMap, Rule, Shape, rule, weight_and_bias
 from zoo.models import ClassifierConfig
 
-DEFAULTS: dict[str, Any] = dict(
+DEFAULTS: HFDict = dict(
     vocab_size=30522,
     hidden_size=768,
     num_hidden_layers=12,
@@ -90,7 +91,7 @@ class Bert(Architecture[ClassifierConfig]):
         bias_aliases=("cls.predictions.decoder.bias",),
     )
 
-    def hf_defaults(self) -> dict[str, Any]:
+    def hf_defaults(self) -> HFDict:
         return dict(DEFAULTS)
 
     def pooler_key(self) -> str:
@@ -116,7 +117,7 @@ class Bert(Architecture[ClassifierConfig]):
         labels = hf["id2label"]
         return head[0] if head is not None else (len(labels) if labels else 2)
 
-    def head_fields(self, hf: HFConfig, shapes: Mapping[str, Shape]) -> dict[str, Any]:
+    def head_fields(self, hf: HFConfig, shapes: Mapping[str, Shape]) -> ConfigFields:
         """Fields of the heads: classes, pooler, masked LM (an MLM checkpoint gets a fresh
         pooler, as transformers' sequence classifier would)."""
         masked_lm = f"{self.mlm.transform}.weight" in shapes
@@ -143,7 +144,7 @@ class Bert(Architecture[ClassifierConfig]):
             masked_lm=masked_lm,
         )
 
-    def zoo_fields(self, hf: HFConfig, shapes: Mapping[str, Shape]) -> dict[str, Any]:
+    def zoo_fields(self, hf: HFConfig, shapes: Mapping[str, Shape]) -> ConfigFields:
         hf.require(
             "position_embedding_type",
             ("absolute",),
@@ -176,7 +177,7 @@ class Bert(Architecture[ClassifierConfig]):
             **self.head_fields(hf, shapes),
         )
 
-    def check_export(self, config: ClassifierConfig, **expected: Any) -> None:
+    def check_export(self, config: ClassifierConfig, **expected: object) -> None:
         """Refuse a config the export class cannot express (`expected`: family-specific)."""
         fields = dict(
             norm_first=False,
@@ -193,7 +194,7 @@ class Bert(Architecture[ClassifierConfig]):
         require_fields(config, self.export_class, **{**fields, **expected})
         warn_activation_dropout(config, self.export_class)
 
-    def export_classes(self, config: ClassifierConfig) -> dict[str, Any]:
+    def export_classes(self, config: ClassifierConfig) -> HFDict:
         """`architectures` and the labels of the exported config."""
         return dict(
             architectures=[self.mlm_class if config.masked_lm else self.export_class],
@@ -201,7 +202,7 @@ class Bert(Architecture[ClassifierConfig]):
             label2id={f"LABEL_{i}": i for i in range(config.num_classes)},
         )
 
-    def hf_config(self, config: ClassifierConfig) -> dict[str, Any]:
+    def hf_config(self, config: ClassifierConfig) -> HFDict:
         self.check_export(config)
         if config.type_vocab_size < 1:
             raise UnsupportedExport(

@@ -12,14 +12,14 @@ DistilBERT is BERT without token types and without a pooler: its sequence head i
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
-from zoo.interop.architecture import HFConfig, export_activation
+from zoo.interop.architecture import ConfigFields, HFConfig, export_activation
 from zoo.interop.bert import Bert, MaskedLMKeys
+from zoo.interop.files import HFDict
 from zoo.interop.rules import Rule, Shape, rule, weight_and_bias
 from zoo.models import ClassifierConfig
 
-DEFAULTS: dict[str, Any] = dict(
+DEFAULTS: HFDict = dict(
     vocab_size=30522,
     max_position_embeddings=512,
     sinusoidal_pos_embds=False,
@@ -55,13 +55,13 @@ class DistilBert(Bert):
         "vocab_transform", "vocab_layer_norm", "vocab_projector.bias", "vocab_projector"
     )
 
-    def hf_defaults(self) -> dict[str, Any]:
+    def hf_defaults(self) -> HFDict:
         return dict(DEFAULTS)
 
     def pooler_key(self) -> str:
         return "pre_classifier"
 
-    def zoo_fields(self, hf: HFConfig, shapes: Mapping[str, Shape]) -> dict[str, Any]:
+    def zoo_fields(self, hf: HFConfig, shapes: Mapping[str, Shape]) -> ConfigFields:
         hf.require(
             "sinusoidal_pos_embds", (False,), "zoo loads DistilBERT's learned position table only"
         )
@@ -91,7 +91,7 @@ class DistilBert(Bert):
             **{**self.head_fields(hf, shapes), "pooler": True},  # pre_classifier, fresh if absent
         )
 
-    def hf_config(self, config: ClassifierConfig) -> dict[str, Any]:
+    def hf_config(self, config: ClassifierConfig) -> HFDict:
         self.check_export(
             config, pooler_activation="relu", type_vocab_size=0, layer_norm_eps=LAYER_NORM_EPS
         )

@@ -9,13 +9,16 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from zoo.files import write_text_atomic
+from zoo.interop.architecture import ZooModel
 from zoo.interop.convert import zoo_to_hf
-from zoo.interop.files import CONFIG, INDEX, INSTALL_HF, WEIGHTS, write_safetensors
+from zoo.interop.files import CONFIG, INDEX, INSTALL_HF, WEIGHTS, HFDict
 from zoo.interop.loading import architecture_for
+from zoo.interop.weights import write_safetensors
 from zoo.interop.zoo_keys import zoo_state
 
 
-def to_state_dict(model: Any, *, full: bool = True) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+def to_state_dict(model: ZooModel, *, full: bool = True) -> tuple[dict[str, np.ndarray], HFDict]:
     """`(numpy state dict, config.json dict)` of the transformers model matching `model`.
 
     GPT -> `GPT2LMHeadModel`, Classifier -> `BertForSequenceClassification`, Translator ->
@@ -30,8 +33,10 @@ def to_state_dict(model: Any, *, full: bool = True) -> tuple[dict[str, np.ndarra
     return arrays, hf_config
 
 
-def to_hf(model: Any) -> tuple[dict[str, Any], Any]:
+def to_hf(model: ZooModel) -> tuple[dict[str, Any], Any]:
     """`(state_dict, config)`: torch tensors and a transformers config for `model`.
+
+    (`Any`: the types of torch and transformers, optional dependencies imported here.)
 
     `transformers.GPT2LMHeadModel(config).load_state_dict(state_dict)` (or the matching BERT or
     Marian class: `config.architectures[0]`) then computes what `model` computes.
@@ -92,7 +97,7 @@ def plan_shards(arrays: dict[str, np.ndarray], max_bytes: int) -> list[list[str]
 
 
 def save_hf(
-    model: Any, directory: str | Path, *, max_shard_size: int | str = DEFAULT_MAX_SHARD_SIZE
+    model: ZooModel, directory: str | Path, *, max_shard_size: int | str = DEFAULT_MAX_SHARD_SIZE
 ) -> Path:
     """Write `config.json` and the weights as `transformers` (and zoo) load them.
 
@@ -105,8 +110,7 @@ def save_hf(
     directory.mkdir(parents=True, exist_ok=True)
     arrays, hf_config = to_state_dict(model, full=False)
     hf_config = {**hf_config, "dtype": model.config.dtype}
-    with open(directory / CONFIG, "w") as handle:
-        json.dump(hf_config, handle, indent=2, sort_keys=True)
+    write_text_atomic(directory / CONFIG, json.dumps(hf_config, indent=2, sort_keys=True))
     shards = plan_shards(arrays, max_bytes)
     for stale in [directory / WEIGHTS, directory / INDEX, *directory.glob("model-*.safetensors")]:
         stale.unlink(missing_ok=True)  # a previous save must not leave weights beside these
@@ -120,6 +124,5 @@ def save_hf(
         weight_map.update(dict.fromkeys(names, filename))
     total = sum(array.nbytes for array in arrays.values())
     index = {"metadata": {"total_size": total}, "weight_map": weight_map}
-    with open(directory / INDEX, "w") as handle:
-        json.dump(index, handle, indent=2, sort_keys=True)
+    write_text_atomic(directory / INDEX, json.dumps(index, indent=2, sort_keys=True))
     return directory

@@ -28,7 +28,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from zoo.data.tokenizer import Tokenizer, write_text_atomic
+from zoo.data.tokenizer import Tokenizer
+from zoo.files import write_text_atomic
 from zoo.interop.files import CONFIG, INSTALL_HF
 
 TOKENIZER_JSON = "tokenizer.json"

@@ -8,16 +8,17 @@ fused `c_attn`, split here into three.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from zoo.interop.architecture import (
     Architecture,
+    ConfigFields,
     HFConfig,
     export_activation,
     logger,
     require_fields,
     warn_activation_dropout,
 )
+from zoo.interop.files import HFDict
 from zoo.interop.rules import (
     FUSED_QKV_BIAS,
     FUSED_QKV_WEIGHT,
@@ -31,7 +32,7 @@ from zoo.interop.rules import (
 from zoo.models import GPTConfig
 
 # transformers' GPT2Config defaults, for options a config.json leaves out
-DEFAULTS: dict[str, Any] = dict(
+DEFAULTS: HFDict = dict(
     vocab_size=50257,
     n_positions=1024,
     n_embd=768,
@@ -63,10 +64,10 @@ class GPT2(Architecture[GPTConfig]):
     config_class = "GPT2Config"
     zoo_config_class = GPTConfig
 
-    def hf_defaults(self) -> dict[str, Any]:
+    def hf_defaults(self) -> HFDict:
         return dict(DEFAULTS)
 
-    def zoo_fields(self, hf: HFConfig, shapes: Mapping[str, Shape]) -> dict[str, Any]:
+    def zoo_fields(self, hf: HFConfig, shapes: Mapping[str, Shape]) -> ConfigFields:
         hf.require("scale_attn_weights", (True,), "zoo always scales scores by 1/sqrt(head_dim)")
         hf.require(
             "scale_attn_by_inverse_layer_idx", (False,), "zoo scales every layer's scores alike"
@@ -109,7 +110,7 @@ class GPT2(Architecture[GPTConfig]):
             scale_embeddings=False,
         )
 
-    def hf_config(self, config: GPTConfig) -> dict[str, Any]:
+    def hf_config(self, config: GPTConfig) -> HFDict:
         require_fields(
             config,
             self.export_class,

@@ -14,19 +14,21 @@ import ml_dtypes
 import numpy as np
 from jaxtyping import PRNGKeyArray
 
-from zoo.interop.architecture import Architecture, HFConfig, UnsupportedConfig, logger
+from zoo.interop.architecture import Architecture, HFConfig, UnsupportedConfig, config_of, logger
 from zoo.interop.bert import Bert
 from zoo.interop.convert import hf_to_zoo
 from zoo.interop.distilbert import DistilBert
-from zoo.interop.files import INSTALL_HF, read_config, read_json, read_weights, resolve
+from zoo.interop.files import INSTALL_HF, HFDict, read_config, read_json, resolve
 from zoo.interop.gpt2 import GPT2
 from zoo.interop.llama import DECODER_FAMILIES, decoder_family_for
 from zoo.interop.marian import Marian
 from zoo.interop.roberta import Roberta, XLMRoberta
 from zoo.interop.t5 import MT5, REFUSED_MODEL_TYPES, T5
-from zoo.interop.zoo_keys import abstract_model, fill, zoo_shapes, zoo_state
-from zoo.models import flavor_of
+from zoo.interop.weights import read_weights
+from zoo.interop.zoo_keys import abstract_model, restack, zoo_arrays, zoo_shapes
+from zoo.models import ClassifierConfig, GPTConfig, TransformerConfig, TranslatorConfig, flavor_of
 from zoo.presets import build
+from zoo.tree import fill
 
 GENERATION_CONFIG = "generation_config.json"
 DECODER_MODEL_TYPES = {family.model_type for family in DECODER_FAMILIES}
@@ -37,7 +39,7 @@ ARCHITECTURES: dict[str, Architecture] = {
 ARCHITECTURES.update({a.model_type: a for a in (Roberta(), XLMRoberta(), DistilBert())})
 
 
-def architecture_of(config: Mapping[str, Any]) -> Architecture:
+def architecture_of(config: Mapping[str, object]) -> Architecture:
     """The architecture a HuggingFace config dict describes (by its `model_type`)."""
     model_type = config.get("model_type")
     if model_type in REFUSED_MODEL_TYPES:
@@ -55,7 +57,7 @@ def architecture_of(config: Mapping[str, Any]) -> Architecture:
 EXPORTS = {"gpt": "gpt2", "classifier": "bert", "translator": "marian"}
 
 
-def architecture_for(model: Any) -> Architecture:
+def architecture_for(model: eqx.Module | TransformerConfig) -> Architecture:
     """The architecture a zoo model (or config) exports to.
 
     A GPT with rotary positions is a Llama-style decoder: it exports to the simplest of Llama,
@@ -64,17 +66,16 @@ def architecture_for(model: Any) -> Architecture:
     one with DistilBERT's ReLU head to DistilBERT, others to BERT. A translator with relative
     positions is a T5; other translators export to MarianMT.
     """
-    flavor = flavor_of(model)
-    config = getattr(model, "config", model)
-    if flavor == "gpt" and config.positions == "rotary":
+    config = config_of(model)
+    if isinstance(config, GPTConfig) and config.positions == "rotary":
         return decoder_family_for(config)
-    if flavor == "translator" and config.positions == "relative":
+    if isinstance(config, TranslatorConfig) and config.positions == "relative":
         return ARCHITECTURES["t5"]
-    if flavor == "classifier" and config.position_offset > 0:
+    if isinstance(config, ClassifierConfig) and config.position_offset > 0:
         return ARCHITECTURES["roberta"]
-    if flavor == "classifier" and config.pooler_activation == "relu":
+    if isinstance(config, ClassifierConfig) and config.pooler_activation == "relu":
         return ARCHITECTURES["distilbert"]
-    return ARCHITECTURES[EXPORTS[flavor]]
+    return ARCHITECTURES[EXPORTS[flavor_of(config)]]
 
 
 def stored_dtype(arrays: Mapping[str, np.ndarray]) -> str | None:
@@ -105,12 +106,12 @@ def canonical_keys(arrays: Mapping[str, np.ndarray], arch: Architecture) -> dict
 
 
 def load_state_dict(
-    config: Mapping[str, Any],
+    config: Mapping[str, object],
     arrays: Mapping[str, np.ndarray],
     *,
     key: PRNGKeyArray | None = None,
     what: str = "checkpoint",
-    **overrides: Any,
+    **overrides: object,
 ) -> eqx.Module:
     """A zoo model from a HuggingFace config dict and state dict of numpy arrays.
 
@@ -137,7 +138,7 @@ def load_state_dict(
         warn_fresh(arch, hf, arrays, fresh, what)
         key = jax.random.key(0) if key is None else key
         state.update(_fresh_arrays(zoo_config, key, fresh))
-    return fill(skeleton, state)
+    return fill(skeleton, restack(skeleton, state), what)
 
 
 class FreshWeightsWarning(UserWarning):
@@ -145,7 +146,7 @@ class FreshWeightsWarning(UserWarning):
 
 
 def warn_fresh(
-    arch: Architecture, hf: HFConfig, arrays: Mapping[str, Any], fresh: list[str], what: str
+    arch: Architecture, hf: HFConfig, arrays: Mapping[str, np.ndarray], fresh: list[str], what: str
 ) -> None:
     """Say loudly (a warning and the log) which zoo weights start afresh, and why it matters."""
     message = (
@@ -167,12 +168,13 @@ def warn_fresh(
     warnings.warn(message, FreshWeightsWarning, stacklevel=3)
 
 
-def _fresh_arrays(config: Any, key: PRNGKeyArray, names: list[str]) -> dict[str, np.ndarray]:
+def _fresh_arrays(
+    config: TransformerConfig, key: PRNGKeyArray, names: list[str]
+) -> dict[str, np.ndarray]:
     # Under jit, XLA drops the initialisation of every array that is not returned.
     @eqx.filter_jit
     def initialise(key):
-        state = zoo_state(build(config, key=key), as_numpy=False)
-        return {name: state[name] for name in names}
+        return zoo_arrays(build(config, key=key), names)
 
     return {name: np.asarray(array) for name, array in initialise(key).items()}
 
@@ -183,7 +185,7 @@ def from_pretrained(
     revision: str | None = None,
     return_tokenizer: bool = False,
     key: PRNGKeyArray | None = None,
-    **overrides: Any,
+    **overrides: object,
 ) -> Any:
     """A zoo model from a HuggingFace checkpoint: a local folder or a hub name.
 
@@ -213,7 +215,7 @@ def from_pretrained(
     return model, pretrained_tokenizer(folder)
 
 
-def with_generation_end_ids(config: dict[str, Any], folder: Path) -> dict[str, Any]:
+def with_generation_end_ids(config: HFDict, folder: Path) -> HFDict:
     """`config` with the end ids of `generation_config.json` added after its own.
 
     transformers' `generate` stops on the generation config's ids; zoo keeps them all (the
@@ -224,15 +226,15 @@ def with_generation_end_ids(config: dict[str, Any], folder: Path) -> dict[str, A
         return config
     generation = read_json(path)
 
-    def ids(value: Any) -> list[int]:
-        return [] if value is None else [value] if isinstance(value, int) else list(value)
+    def ids(value: object) -> list[int]:  # none, one id or a list of them
+        return [value] if isinstance(value, int) else list(value) if isinstance(value, list) else []
 
     merged = ids(config.get("eos_token_id"))
     merged += [i for i in ids(generation.get("eos_token_id")) if i not in merged]
     return {**config, "eos_token_id": merged or None}
 
 
-def from_hf(hf_model: Any, *, key: PRNGKeyArray | None = None, **overrides: Any) -> eqx.Module:
+def from_hf(hf_model: Any, *, key: PRNGKeyArray | None = None, **overrides: object) -> eqx.Module:
     """A zoo model with the weights of a transformers model object (GPT-2, BERT or MarianMT)."""
     try:
         import torch  # noqa: F401

@@ -9,22 +9,23 @@ projection, a `final_logits_bias`, and swish (SiLU) feed-forward layers. Decodin
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
 
 from zoo.interop.architecture import (
     Architecture,
+    ConfigFields,
     HFConfig,
     UnsupportedExport,
     activation_dropout,
     export_activation,
     require_fields,
 )
+from zoo.interop.files import HFDict
 from zoo.interop.rules import ROW, Derived, KeyMap, Rule, Shape, rule, weight_and_bias
 from zoo.models import TranslatorConfig
 
-DEFAULTS: dict[str, Any] = dict(
+DEFAULTS: HFDict = dict(
     vocab_size=58101,
     decoder_vocab_size=None,
     max_position_embeddings=1024,
@@ -77,13 +78,13 @@ class Marian(Architecture[TranslatorConfig]):
     config_class = "MarianConfig"
     zoo_config_class = TranslatorConfig
 
-    def hf_defaults(self) -> dict[str, Any]:
+    def hf_defaults(self) -> HFDict:
         return dict(DEFAULTS)
 
     def task_weights(self, hf_class: str) -> tuple[str, ...]:
         return ("final_logits_bias",) if hf_class == "MarianMTModel" else ()
 
-    def zoo_fields(self, hf: HFConfig, shapes: Mapping[str, Shape]) -> dict[str, Any]:
+    def zoo_fields(self, hf: HFConfig, shapes: Mapping[str, Shape]) -> ConfigFields:
         hf.require("normalize_before", (False,), "zoo's Marian is post-LN")
         for name in ("normalize_embedding", "layernorm_embedding"):
             hf.require(name, (False,), "zoo's Marian has no LayerNorm on the embeddings")
@@ -136,7 +137,7 @@ class Marian(Architecture[TranslatorConfig]):
             use_bias=True,
         )
 
-    def hf_config(self, config: TranslatorConfig) -> dict[str, Any]:
+    def hf_config(self, config: TranslatorConfig) -> HFDict:
         require_fields(
             config,
             self.export_class,

@@ -16,10 +16,10 @@ its dense layer; zoo drops out only after it. Inference is identical.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
-from zoo.interop.architecture import HFConfig, UnsupportedConfig, UnsupportedExport
+from zoo.interop.architecture import ConfigFields, HFConfig, UnsupportedConfig, UnsupportedExport
 from zoo.interop.bert import DEFAULTS, Bert, MaskedLMKeys
+from zoo.interop.files import HFDict
 from zoo.interop.rules import Shape
 from zoo.models import ClassifierConfig
 
@@ -43,7 +43,7 @@ class Roberta(Bert):
         bias_aliases=("lm_head.decoder.bias",),
     )
 
-    def hf_defaults(self) -> dict[str, Any]:
+    def hf_defaults(self) -> HFDict:
         return {**DEFAULTS, "vocab_size": 50265, "pad_token_id": 1}
 
     def pooler_key(self) -> str:
@@ -52,22 +52,23 @@ class Roberta(Bert):
     def ignored(self) -> list[str]:
         return [*super().ignored(), r"roberta\.pooler\..*"]  # unused by the sequence classifier
 
-    def head_fields(self, hf: HFConfig, shapes: Mapping[str, Shape]) -> dict[str, Any]:
+    def head_fields(self, hf: HFConfig, shapes: Mapping[str, Shape]) -> ConfigFields:
         fields = super().head_fields(hf, shapes)
         if fields["masked_lm"] and hf["hidden_act"] != "gelu":
             hf.refuse("hidden_act", f"{self.mlm_class}'s lm_head always uses exact gelu")
         return {**fields, "pooler": True}  # the head's dense; fresh when the checkpoint lacks it
 
-    def zoo_fields(self, hf: HFConfig, shapes: Mapping[str, Shape]) -> dict[str, Any]:
+    def zoo_fields(self, hf: HFConfig, shapes: Mapping[str, Shape]) -> ConfigFields:
         fields = super().zoo_fields(hf, shapes)
-        if fields["pad_id"] is None:
+        pad_id = fields["pad_id"]
+        if not isinstance(pad_id, int):  # None: outside the vocabulary
             raise UnsupportedConfig(
                 f"{self.name}: positions start at pad_token_id + 1, so pad_token_id must be a "
                 f"token of the vocabulary; got {hf['pad_token_id']!r}"
             )
-        return {**fields, "position_offset": fields["pad_id"] + 1}
+        return {**fields, "position_offset": pad_id + 1}
 
-    def check_export(self, config: ClassifierConfig, **expected: Any) -> None:
+    def check_export(self, config: ClassifierConfig, **expected: object) -> None:
         if config.pad_id is None:
             raise UnsupportedExport(
                 f"{self.export_class} counts positions from pad_id + 1: pad_id=None cannot be "
@@ -89,5 +90,5 @@ class XLMRoberta(Roberta):
     mlm_class = "XLMRobertaForMaskedLM"
     config_class = "XLMRobertaConfig"
 
-    def hf_defaults(self) -> dict[str, Any]:
+    def hf_defaults(self) -> HFDict:
         return {**DEFAULTS, "pad_token_id": 1}

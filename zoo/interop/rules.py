@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -83,16 +82,26 @@ class Rule:
     write_aliases: bool = False  # write the tied copies to files too (where nothing re-ties them)
 
 
-def rule(hf: str, zoo: str, transform: Transform = COPY, **kwargs: Any) -> Rule:
-    """A one-to-one rule."""
-    return Rule((hf,), (zoo,), transform, **kwargs)
+def rule(
+    hf: str,
+    zoo: str,
+    transform: Transform = COPY,
+    *,
+    aliases: tuple[str, ...] = (),
+    optional: bool = False,
+    write_aliases: bool = False,
+) -> Rule:
+    """A one-to-one rule (the keywords are `Rule`'s)."""
+    return Rule((hf,), (zoo,), transform, aliases, optional, write_aliases)
 
 
-def weight_and_bias(hf: str, zoo: str, weight: Transform = COPY, **kwargs: Any) -> list[Rule]:
+def weight_and_bias(
+    hf: str, zoo: str, weight: Transform = COPY, *, optional: bool = False
+) -> list[Rule]:
     """Rules for the `.weight` and `.bias` of a layer (a Linear, a LayerNorm, a Conv1D)."""
     return [
-        rule(f"{hf}.weight", f"{zoo}.weight", weight, **kwargs),
-        rule(f"{hf}.bias", f"{zoo}.bias", **kwargs),
+        rule(f"{hf}.weight", f"{zoo}.weight", weight, optional=optional),
+        rule(f"{hf}.bias", f"{zoo}.bias", optional=optional),
     ]
 
 

@@ -28,23 +28,26 @@ network, which transformers loads with the same logits.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import ModuleType
 from typing import Any
 
 from zoo.interop.architecture import (
     HF_ACTIVATIONS,
     ZOO_TO_HF_ACTIVATION,
     Architecture,
+    ConfigFields,
     HFConfig,
     UnsupportedExport,
     activation_dropout,
     logger,
     require_fields,
 )
+from zoo.interop.files import HFDict
 from zoo.interop.rules import KeyMap, Rule, Shape, rule
 from zoo.models import TranslatorConfig
 
 # transformers' T5Config defaults (n_positions: the hub configs' 512, which T5 was trained on)
-DEFAULTS: dict[str, Any] = dict(
+DEFAULTS: HFDict = dict(
     vocab_size=32128,
     d_model=512,
     d_kv=64,
@@ -77,7 +80,7 @@ REFUSED_MODEL_TYPES = {
 HEAD = "lm_head.weight"
 
 
-def feed_forward_fields(hf: HFConfig) -> dict[str, Any]:
+def feed_forward_fields(hf: HFConfig) -> ConfigFields:
     """`feed_forward` and `activation` from `feed_forward_proj` ("relu", "gated-gelu", ...)."""
     value = hf["feed_forward_proj"]
     parts = str(value).split("-")
@@ -111,10 +114,10 @@ class T5(Architecture[TranslatorConfig]):
     config_class = "T5Config"
     zoo_config_class = TranslatorConfig
 
-    def hf_defaults(self) -> dict[str, Any]:
+    def hf_defaults(self) -> HFDict:
         return dict(DEFAULTS)
 
-    def zoo_fields(self, hf: HFConfig, shapes: Mapping[str, Shape]) -> dict[str, Any]:
+    def zoo_fields(self, hf: HFConfig, shapes: Mapping[str, Shape]) -> ConfigFields:
         hf.require("is_decoder", (False,), "zoo.Translator is an encoder-decoder")
         hf.require("is_encoder_decoder", (True,), "zoo.Translator is an encoder-decoder")
         vocab = hf["vocab_size"]
@@ -161,7 +164,7 @@ class T5(Architecture[TranslatorConfig]):
             activation_dropout=rate,
         )
 
-    def hf_config(self, config: TranslatorConfig) -> dict[str, Any]:
+    def hf_config(self, config: TranslatorConfig) -> HFDict:
         require_fields(
             config,
             self.export_class,
@@ -231,7 +234,7 @@ class T5(Architecture[TranslatorConfig]):
             scale_decoder_outputs=config.scale_output,
         )
 
-    def transformers_config(self, transformers: Any, config: TranslatorConfig) -> Any:
+    def transformers_config(self, transformers: ModuleType, config: TranslatorConfig) -> Any:
         hf_config = super().transformers_config(transformers, config)
         # transformers 5 ties the head to the table whatever the config says; a model built
         # from this object keeps its own lm_head only when told so after construction
@@ -304,7 +307,7 @@ class MT5(T5):
     loads = ("MT5ForConditionalGeneration", "MT5Model")
     config_class = "MT5Config"
 
-    def hf_defaults(self) -> dict[str, Any]:
+    def hf_defaults(self) -> HFDict:
         return {
             **DEFAULTS,
             "vocab_size": 250112,

@@ -12,11 +12,10 @@ and come back with `zoo.data.load_tokenizer`.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -24,12 +23,32 @@ import numpy.typing as npt
 from zoo.data.tiktoken_tokenizer import TiktokenTokenizer
 from zoo.data.tokenizer import TOKENIZER_FILE, Tokenizer, load_tokenizer
 from zoo.interop.fast_tokenizer import FastTokenizer
-from zoo.interop.files import CONFIG, INSTALL_HF, resolve
+from zoo.interop.files import CONFIG, INSTALL_HF, read_json, resolve
 
 # model_type values whose checkpoints ship a tokenizer.json that FastTokenizer reads
 FAST_TOKENIZER_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 # the encoders' hub snapshots ship one too; older BERT folders may hold only vocab.txt
 ENCODER_TOKENIZER_TYPES = ("roberta", "xlm-roberta", "distilbert")
+
+
+@runtime_checkable
+class TransformersTokenizer(Protocol):
+    """What `HFTokenizer` uses of a `transformers` tokenizer (`AutoTokenizer.from_pretrained`)."""
+
+    pad_token_id: int | None
+    bos_token_id: int | None
+    eos_token_id: int | None
+    cls_token_id: int | None
+    sep_token_id: int | None
+    unk_token_id: int | None
+
+    def __len__(self) -> int: ...
+
+    def encode(self, text: str, /, *, add_special_tokens: bool) -> list[int]: ...
+
+    def decode(self, ids: list[int], /, *, skip_special_tokens: bool) -> str | list[str]: ...
+
+    def save_pretrained(self, directory: str, /) -> object: ...
 
 
 class HFTokenizer(Tokenizer):
@@ -41,7 +60,7 @@ class HFTokenizer(Tokenizer):
 
     kind = "hf"
 
-    def __init__(self, tokenizer: Any):
+    def __init__(self, tokenizer: TransformersTokenizer):
         self.tokenizer = tokenizer
 
     @property
@@ -72,13 +91,13 @@ class HFTokenizer(Tokenizer):
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
     def _decode(self, ids: Sequence[int]) -> str:
-        return self.tokenizer.decode(list(ids), skip_special_tokens=False)
+        return _text(self.tokenizer.decode(list(ids), skip_special_tokens=False))
 
     def decode(self, ids: Iterable[int] | npt.ArrayLike, *, skip_special: bool = True) -> str:
         ids = [int(i) for i in np.asarray(ids).reshape(-1)]
         if skip_special and self.eos_id is not None and self.eos_id in ids:
             ids = ids[: ids.index(self.eos_id)]
-        return self.tokenizer.decode(ids, skip_special_tokens=skip_special)
+        return _text(self.tokenizer.decode(ids, skip_special_tokens=skip_special))
 
     def save(self, directory: str | os.PathLike) -> Path:
         """The HuggingFace files plus `zoo_tokenizer.json` pointing at them."""
@@ -99,7 +118,12 @@ class HFTokenizer(Tokenizer):
         return cls(_auto_tokenizer(directory))
 
 
-def _auto_tokenizer(folder: Path) -> Any:
+def _text(decoded: str | list[str]) -> str:
+    """transformers decodes one sequence of ids to a str (a batch would give a list)."""
+    return decoded if isinstance(decoded, str) else "".join(decoded)
+
+
+def _auto_tokenizer(folder: Path) -> TransformersTokenizer:
     try:
         from transformers import AutoTokenizer
     except ImportError as error:
@@ -128,7 +152,7 @@ def pretrained_tokenizer(name_or_dir: str | Path, *, revision: str | None = None
         return load_tokenizer(folder)
     config = {}
     if (folder / CONFIG).is_file():
-        config = json.loads((folder / CONFIG).read_text(encoding="utf-8"))
+        config = read_json(folder / CONFIG)
     if config.get("model_type") == "gpt2" and config.get("vocab_size", 50257) == 50257:
         return TiktokenTokenizer("gpt2", pretrained=True)
     if config.get("model_type") in ("t5", "mt5"):  # targets start from the decoder start (pad) id

@@ -9,17 +9,16 @@ mode (CVE-2025-32434), so older torch is refused. safetensors files never reach 
 
 from __future__ import annotations
 
-import json
 import pickle
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from types import ModuleType
 
 import ml_dtypes
 import numpy as np
 
-from zoo.interop.files import CONFIG, INSTALL_HF, damaged
+from zoo.interop.files import CONFIG, INSTALL_HF, damaged, read_json
 
 MIN_TORCH = (2, 6)  # the first torch whose weights-only unpickler runs no code
 
@@ -46,7 +45,7 @@ def read_torch_file(path: Path) -> dict[str, np.ndarray]:
     return state_dict_to_numpy(state, what=str(path))
 
 
-def state_dict_to_numpy(state: Mapping[str, Any], *, what: str) -> dict[str, np.ndarray]:
+def state_dict_to_numpy(state: Mapping[str, object], *, what: str) -> dict[str, np.ndarray]:
     """A torch state dict as numpy arrays; bfloat16 stays bfloat16 (`ml_dtypes`), as in safetensors."""
     import torch
 
@@ -65,7 +64,7 @@ def state_dict_to_numpy(state: Mapping[str, Any], *, what: str) -> dict[str, np.
     return arrays
 
 
-def _import_torch(path: Path) -> Any:
+def _import_torch(path: Path) -> ModuleType:
     try:
         import torch
     except ImportError:
@@ -100,8 +99,8 @@ def _refusal(path: Path, message: str) -> ValueError:
 def conversion_advice(folder: Path) -> str:
     """How to turn `folder` into safetensors with transformers, naming the class that keeps heads."""
     try:
-        classes = json.loads((folder / CONFIG).read_text()).get("architectures") or []
-    except (OSError, ValueError, AttributeError):
+        classes = read_json(folder / CONFIG).get("architectures") or []
+    except (OSError, ValueError):
         classes = []
     if classes:
         cls = f"transformers.{classes[0]}"

@@ -6,87 +6,92 @@ key per layer: `layers.0.self_attention.query_proj.weight`, `layers.1...`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TypeVar
 
 import equinox as eqx
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from zoo.interop.convert import CheckpointMismatch
 from zoo.interop.rules import Shape
-from zoo.serialize import path_parts
+from zoo.tree import KeyPath, Slot, is_slot, path_name
 
 STACK_FIELD = "blocks"  # LayerStack.blocks: arrays with a leading `layers` axis
+Model = TypeVar("Model", bound=eqx.Module)
 
 
-def _is_leaf_array(x: Any) -> bool:
-    return isinstance(x, jax.Array | np.ndarray | jax.ShapeDtypeStruct)
+def layer_names(name: str, layers: int | None) -> list[tuple[str, int | None]]:
+    """The flat key(s) of the array or layer `name`, each with its layer index.
 
-
-def _leaf_names(path: tuple[Any, ...], shape: Shape) -> list[tuple[str, int | None]]:
-    """The flat key(s) of one leaf: one per layer for stacked leaves (with the layer index)."""
-    parts = path_parts(path)
-    if STACK_FIELD not in parts:
-        return [(".".join(parts), None)]
-    at = parts.index(STACK_FIELD)
-    return [
-        (".".join([*parts[:at], str(index), *parts[at + 1 :]]), index) for index in range(shape[0])
-    ]
-
-
-def zoo_shapes(model: Any) -> dict[str, Shape]:
-    """Flat per-layer key -> shape of every array in `model` (arrays or `ShapeDtypeStruct`s)."""
-    shapes = {}
-    leaves, _ = jax.tree_util.tree_flatten_with_path(model, is_leaf=_is_leaf_array)
-    for path, leaf in leaves:
-        if not _is_leaf_array(leaf):
-            continue
-        for name, index in _leaf_names(path, tuple(leaf.shape)):
-            shapes[name] = tuple(leaf.shape) if index is None else tuple(leaf.shape[1:])
-    return shapes
-
-
-def zoo_state(model: Any, *, as_numpy: bool = True) -> dict[str, Any]:
-    """Flat per-layer key -> array of every array in `model`.
-
-    numpy arrays by default; `as_numpy=False` keeps jax arrays (usable under `jax.jit`).
+    `layers.blocks.x` with 2 layers -> `[("layers.0.x", 0), ("layers.1.x", 1)]`; a name outside
+    a layer stack (or `layers=None`) is its own key: `[(name, None)]`.
     """
+    parts = name.split(".")
+    if layers is None or STACK_FIELD not in parts:
+        return [(name, None)]
+    at = parts.index(STACK_FIELD)
+    return [(".".join([*parts[:at], str(i), *parts[at + 1 :]]), i) for i in range(layers)]
+
+
+def _leaf_names(path: KeyPath, shape: Shape) -> list[tuple[str, int | None]]:
+    """The flat key(s) of one leaf: one per layer for stacked leaves (with the layer index)."""
+    return layer_names(path_name(path), shape[0] if shape else None)
+
+
+def _array_leaves(model: eqx.Module) -> list[tuple[KeyPath, Slot]]:
+    """Each array (or `ShapeDtypeStruct`) of `model` with its key path."""
+    leaves, _ = jax.tree_util.tree_flatten_with_path(model, is_leaf=is_slot)
+    return [(path, leaf) for path, leaf in leaves if is_slot(leaf)]
+
+
+def _per_layer(model: eqx.Module) -> Iterator[tuple[str, int | None, Slot]]:
+    """Each flat key of `model` with its layer index (None: not stacked) and its whole leaf."""
+    for path, leaf in _array_leaves(model):
+        for name, index in _leaf_names(path, tuple(leaf.shape)):
+            yield name, index, leaf
+
+
+def zoo_shapes(model: eqx.Module) -> dict[str, Shape]:
+    """Flat per-layer key -> shape of every array in `model` (arrays or `ShapeDtypeStruct`s)."""
+    return {
+        name: tuple(leaf.shape) if index is None else tuple(leaf.shape[1:])
+        for name, index, leaf in _per_layer(model)
+    }
+
+
+def zoo_state(model: eqx.Module) -> dict[str, np.ndarray]:
+    """Flat per-layer key -> numpy array of every array in `model`."""
     state = {}
-    leaves, _ = jax.tree_util.tree_flatten_with_path(model, is_leaf=_is_leaf_array)
-    for path, leaf in leaves:
-        if not _is_leaf_array(leaf):
-            continue
-        array = np.asarray(leaf) if as_numpy else leaf
-        for name, index in _leaf_names(path, tuple(array.shape)):
+    for path, leaf in _array_leaves(model):
+        array = np.asarray(leaf)  # to the host once, then sliced per layer
+        for name, index in _leaf_names(path, array.shape):
             state[name] = array if index is None else array[index]
     return state
 
 
-def fill(skeleton: Any, state: Mapping[str, np.ndarray]) -> Any:
-    """`skeleton` (e.g. from `eqx.filter_eval_shape`) with its arrays taken from `state`.
+def zoo_arrays(model: eqx.Module, names: Sequence[str]) -> dict[str, jax.Array]:
+    """The jax arrays of `model` at the flat per-layer keys `names` (usable under `jax.jit`)."""
+    wanted = set(names)
+    return {
+        name: leaf if index is None else leaf[index]
+        for name, index, leaf in _per_layer(model)
+        if name in wanted and isinstance(leaf, jax.Array)  # under jit: every leaf
+    }
 
-    Arrays are cast to the skeleton's dtypes; stacked leaves are stacked back on `layers`.
-    """
 
-    def take(path, leaf):
-        if not _is_leaf_array(leaf):
-            return leaf
+def restack(skeleton: eqx.Module, state: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The arrays of `skeleton` by path name (`zoo.tree.fill` puts them in), taken from the flat
+    per-layer `state`: the layers of a stacked leaf are stacked back on its `layers` axis."""
+    arrays = {}
+    for path, leaf in _array_leaves(skeleton):
         names = _leaf_names(path, tuple(leaf.shape))
         if names[0][1] is None:
-            array = state[names[0][0]]
+            arrays[path_name(path)] = state[names[0][0]]
         else:
-            array = np.stack([state[name] for name, _ in names])
-        if tuple(array.shape) != tuple(leaf.shape):
-            raise CheckpointMismatch(
-                f"{names[0][0]}: got shape {tuple(array.shape)}, the model needs {tuple(leaf.shape)}"
-            )
-        return jnp.asarray(array, dtype=leaf.dtype)
-
-    return jax.tree_util.tree_map_with_path(take, skeleton, is_leaf=_is_leaf_array)
+            arrays[path_name(path)] = np.stack([state[name] for name, _ in names])
+    return arrays
 
 
-def abstract_model(build: Callable[[], eqx.Module]) -> Any:
+def abstract_model(build: Callable[[], Model]) -> Model:
     """The model `build` makes, as shapes only (no memory for weights)."""
     return eqx.filter_eval_shape(build)

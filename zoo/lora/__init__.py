@@ -6,27 +6,20 @@
 - `quantize(model, "int8")` stores the frozen base layers in int8 (QLoRA-style);
 - `save_adapter` / `load_adapter` write and read `adapter_config.json` +
   `adapter_model.safetensors` as the `peft` library does.
+
+The layers, `LoRALinear` and `QuantizedLinear`, and where a model holds them (`lora_layers`,
+`describe`, `quantized_paths`, ...) are in `zoo.nn`, where `zoo.save` and `zoo.load` find them.
 """
 
 from __future__ import annotations
 
-from zoo.lora.adapters import (
-    adapter_arrays,
-    apply,
-    describe,
-    has_lora,
-    lora_layers,
-    merge,
-    only_adapters,
-    rebuild,
-    trainable_labels,
-    unmerge,
-)
-from zoo.lora.linear import LoRALinear
+from zoo.lora.adapters import adapter_arrays, apply, merge, only_adapters, trainable_labels, unmerge
 from zoo.lora.peft import save_adapter
 from zoo.lora.peft_load import load_adapter
-from zoo.lora.quantized import QuantizedLinear, dequantize, quantize, quantized_paths
-from zoo.lora.targets import GROUPS, linear_paths
+from zoo.lora.quantized import quantize
+from zoo.lora.targets import GROUPS
+from zoo.nn.lora import LoRALinear, describe, has_lora, linear_paths, lora_layers, rebuild
+from zoo.nn.quantized import QuantizedLinear, dequantize, quantized_paths
 
 __all__ = [
     "GROUPS",

@@ -11,41 +11,32 @@ merged = zoo.lora.merge(lora_model)                          # a plain model aga
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TypeVar
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import PRNGKeyArray
+import optax
+from jaxtyping import Array, PRNGKeyArray, PyTree
 
-from zoo.lora.linear import LoRALinear
-from zoo.lora.quantized import QuantizedLinear, dequantize, float_dtype
-from zoo.lora.targets import (
+from zoo.lora.targets import normalize_targets, select
+from zoo.nn.linear import Linear
+from zoo.nn.lora import (
+    LoRALinear,
+    has_lora,
     is_linear,
-    linear_paths,
-    normalize_targets,
+    is_lora,
+    lora_layers,
     plain_linears,
-    select,
+    replace_at,
 )
-from zoo.serialize import path_name
+from zoo.nn.quantized import QuantizedLinear, dequantize
 from zoo.train.freeze import train_only
 from zoo.train.optim import Optimizer
+from zoo.tree import KeyPath, path_name
 
 ADAPTER_LEAVES = ("lora_a", "lora_b")
-
-
-def is_lora(node: Any) -> bool:
-    return isinstance(node, LoRALinear)
-
-
-def lora_layers(model: Any) -> dict[str, LoRALinear]:
-    """Every `LoRALinear` of `model` keyed by its path (e.g. `layers.blocks.self_attention.query_proj`)."""
-    flat, _ = jax.tree_util.tree_flatten_with_path(model, is_leaf=is_lora)
-    return {path_name(path): node for path, node in flat if is_lora(node)}
-
-
-def has_lora(model: Any) -> bool:
-    return bool(lora_layers(model))
+Model = TypeVar("Model", bound=eqx.Module)
 
 
 def _check_numbers(rank: int, alpha: float | int, dropout: float | int) -> None:
@@ -60,24 +51,15 @@ def _check_numbers(rank: int, alpha: float | int, dropout: float | int) -> None:
         )
 
 
-def _replace(model: Any, replace: dict[str, Any], is_leaf) -> Any:
-    """`model` with the nodes at the given paths (found with `is_leaf`) replaced."""
-
-    def swap(path, node):
-        return replace.get(path_name(path), node) if is_leaf(node) else node
-
-    return jax.tree_util.tree_map_with_path(swap, model, is_leaf=is_leaf)
-
-
 def apply(
-    model: Any,
+    model: Model,
     *,
     rank: int = 8,
     alpha: float | int = 16.0,
     targets: str | Sequence[str] = "attention",
     dropout: float | int = 0.0,
     key: PRNGKeyArray,
-) -> Any:
+) -> Model:
     """`model` with the chosen `Linear`s wrapped in `LoRALinear` (A random, B zero).
 
     The result computes exactly what `model` computes until the adapters are trained. `targets`
@@ -93,7 +75,7 @@ def apply(
         )
     linears = plain_linears(model)
     chosen = select(linears, normalize_targets(targets))
-    wrapped = {}
+    wrapped: dict[str, eqx.Module] = {}
     for index, path in enumerate(chosen):
         linear = linears[path]
         width = min(linear.in_features, linear.out_features)
@@ -104,27 +86,27 @@ def apply(
             )
         layer_key = jax.random.fold_in(key, index)
         wrapped[path] = LoRALinear.wrap(linear, rank=rank, alpha=alpha, key=layer_key)
-    return _replace(model, wrapped, is_linear)
+    return replace_at(model, wrapped, is_linear)
 
 
-def merge(model: Any) -> Any:
+def merge(model: Model) -> Model:
     """A plain model: every `LoRALinear` becomes a `Linear` with `W + alpha/rank * B A`.
 
     An int8 base (`zoo.lora.quantize`) is dequantized (`W = q * scale`): the result is float.
     The merged model computes what the adapted one does (up to float32 rounding), exports with
     `zoo.to_hf` and saves with `zoo.save` like any model.
     """
-    merged = {}
+    merged: dict[str, eqx.Module] = {}
     for path, layer in lora_layers(model).items():
         base = layer.base.dequantize() if isinstance(layer.base, QuantizedLinear) else layer.base
         folded = (base.weight.astype(jnp.float32) + layer.delta()).astype(base.weight.dtype)
         merged[path] = eqx.tree_at(lambda linear: linear.weight, base, folded)
     if not merged:
         raise ValueError("this model has no LoRA adapters to merge (see zoo.lora.apply)")
-    return dequantize(_replace(model, merged, is_lora))
+    return dequantize(replace_at(model, merged, is_lora))
 
 
-def unmerge(merged: Any, adapted: Any) -> Any:
+def unmerge(merged: Model, adapted: eqx.Module) -> Model:
     """`adapted` with its base weights recovered from `merged` (`W = W_merged - alpha/rank B A`).
 
     The inverse of `merge`: `unmerge(merge(m), m)` equals `m` up to float32 rounding, so a model
@@ -134,21 +116,20 @@ def unmerge(merged: Any, adapted: Any) -> Any:
     if not layers:
         raise ValueError("the adapted model has no LoRA adapters (see zoo.lora.apply)")
     plain = plain_linears(merged)
-    restored = {}
+    restored: dict[str, eqx.Module] = {}
     for path, layer in layers.items():
         if path not in plain or plain[path].weight.shape != layer.base.weight.shape:
             raise ValueError(
                 f"the merged model has no Linear {path} of shape {layer.base.weight.shape}; "
                 "pass the model that zoo.lora.merge returned for this adapted model"
             )
-        linear = plain[path]
-        if isinstance(linear, QuantizedLinear):
-            linear = linear.dequantize()
+        found = plain[path]
+        linear: Linear = found.dequantize() if isinstance(found, QuantizedLinear) else found
         weight = linear.weight
         base_weight = (weight.astype(jnp.float32) - layer.delta()).astype(weight.dtype)
         base = eqx.tree_at(lambda node: node.weight, linear, base_weight)
         restored[path] = LoRALinear(base, layer.lora_a, layer.lora_b, alpha=layer.alpha)
-    return _replace(merged, restored, is_linear)
+    return replace_at(merged, restored, is_linear)
 
 
 def _is_trained(name: str, train: Sequence[str]) -> bool:
@@ -157,16 +138,16 @@ def _is_trained(name: str, train: Sequence[str]) -> bool:
     return any(name == prefix or name.startswith(f"{prefix}.") for prefix in train)
 
 
-def trainable_labels(params: Any, train: Sequence[str] = ()) -> Any:
+def trainable_labels(params: PyTree, train: Sequence[str] = ()) -> PyTree[str]:
     """ "train" for the adapter arrays (and arrays under the `train` path prefixes), else "frozen"."""
 
-    def label(path, leaf):
+    def label(path: KeyPath, leaf: object) -> str:
         return "train" if _is_trained(path_name(path), train) else "frozen"
 
     return jax.tree_util.tree_map_with_path(label, params)
 
 
-def check_train(model: Any, train: Sequence[str]) -> None:
+def check_train(model: eqx.Module, train: Sequence[str]) -> None:
     """Each `train` prefix must name arrays of `model` (e.g. `head` for a new classifier head)."""
     names = [
         path_name(p)
@@ -181,7 +162,9 @@ def check_train(model: Any, train: Sequence[str]) -> None:
             )
 
 
-def only_adapters(optimizer: Any, *, train: Sequence[str] = ()) -> Optimizer:
+def only_adapters(
+    optimizer: Optimizer | optax.GradientTransformation, *, train: Sequence[str] = ()
+) -> Optimizer:
     """`optimizer` restricted to the adapters (plus arrays under the `train` prefixes).
 
     Every other array gets an update of exactly 0 and no optimizer state at all (an
@@ -192,40 +175,8 @@ def only_adapters(optimizer: Any, *, train: Sequence[str] = ()) -> Optimizer:
     return train_only(optimizer, lambda params: trainable_labels(params, train), ("lora", train))
 
 
-def adapter_arrays(model: Any, train: Sequence[str] = ()) -> dict[str, Any]:
+def adapter_arrays(model: eqx.Module, train: Sequence[str] = ()) -> dict[str, Array]:
     """The trained arrays of an adapted model keyed by path: adapters and `train` extras."""
     params = eqx.filter(model, eqx.is_inexact_array)
     flat, _ = jax.tree_util.tree_flatten_with_path(params)
     return {path_name(p): leaf for p, leaf in flat if _is_trained(path_name(p), train)}
-
-
-def describe(model: Any) -> dict[str, Any]:
-    """Rank and alpha of every adapter, by Linear path: what `rebuild` needs to restore them."""
-    return {
-        path: {"rank": layer.rank, "alpha": layer.alpha}
-        for path, layer in lora_layers(model).items()
-    }
-
-
-def rebuild(model: Any, layout: dict[str, Any]) -> Any:
-    """`model` with adapters of the ranks in `layout` (from `describe`) at the same paths.
-
-    The adapter values are placeholders (to be filled from a file): `A` is zero like `B`.
-    """
-    linears = plain_linears(model)
-    missing = sorted(set(layout) - set(linears))
-    if missing:
-        raise ValueError(
-            f"the saved adapters sit on Linear layers this model lacks: {missing}; "
-            f"its Linear layers are {', '.join(linear_paths(model))}"
-        )
-    wrapped = {}
-    for path, entry in layout.items():
-        linear = linears[path]
-        lead = linear.weight.shape[:-2]
-        dtype = float_dtype(linear)
-        rank = int(entry["rank"])
-        lora_a = jnp.zeros((*lead, rank, linear.in_features), dtype)
-        lora_b = jnp.zeros((*lead, linear.out_features, rank), dtype)
-        wrapped[path] = LoRALinear(linear, lora_a, lora_b, alpha=float(entry["alpha"]))
-    return _replace(model, wrapped, is_linear)

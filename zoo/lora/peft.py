@@ -17,54 +17,73 @@ import json
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import equinox as eqx
 import jax
 import numpy as np
 
-from zoo.lora.adapters import ADAPTER_LEAVES, adapter_arrays, lora_layers
-from zoo.lora.targets import plain_linears
+from zoo.files import write_text_atomic
+from zoo.interop.architecture import Architecture, config_of
+from zoo.interop.loading import architecture_for
+from zoo.interop.weights import write_safetensors
+from zoo.interop.zoo_keys import layer_names, zoo_state
+from zoo.lora.adapters import ADAPTER_LEAVES, adapter_arrays
 from zoo.models import flavor_of
-from zoo.serialize import path_name
+from zoo.nn.linear import Linear
+from zoo.nn.lora import lora_layers, plain_linears
+from zoo.nn.quantized import QuantizedLinear
+from zoo.tree import path_name
 
 CONFIG_FILE = "adapter_config.json"
 WEIGHTS_FILE = "adapter_model.safetensors"
 PREFIX = "base_model.model."
 TASK_TYPES = {"gpt": "CAUSAL_LM", "classifier": "SEQ_CLS", "translator": "SEQ_2_SEQ_LM"}
-STACK_FIELD = "blocks"
+# one adapter on one HF module: A [rank, in], B [out, rank] and its scale (alpha / rank)
+Adapter = tuple[np.ndarray, np.ndarray, float]
+
+
+class AdapterConfig(TypedDict, total=False):
+    """`adapter_config.json`: the keys of PEFT's `LoraConfig` that zoo writes or reads."""
+
+    peft_type: str  # "LORA"
+    task_type: str  # CAUSAL_LM, SEQ_CLS, SEQ_2_SEQ_LM
+    base_model_name_or_path: str | None
+    r: int  # the rank of most modules
+    lora_alpha: float
+    rank_pattern: dict[str, int]  # module name pattern -> rank, where it differs from r
+    alpha_pattern: dict[str, float]
+    target_modules: list[str]
+    modules_to_save: list[str] | None  # modules trained whole (a classifier head)
+    fan_in_fan_out: bool  # GPT-2's Conv1D stores weights [in, out]
+    lora_dropout: float
+    bias: str  # "none": zoo trains no LoRA biases
+    lora_bias: bool
+    use_rslora: bool  # scale alpha / sqrt(r) instead of alpha / r
+    use_dora: bool
+    init_lora_weights: bool
+    inference_mode: bool
 
 
 def is_adapter_dir(path: str | Path) -> bool:
     return (Path(path) / CONFIG_FILE).is_file()
 
 
-def _per_layer(path: str, count: int | None) -> list[tuple[str, int | None]]:
-    """`layers.blocks.x` -> `[("layers.0.x", 0), ...]` (the interop key maps' flat names)."""
-    parts = path.split(".")
-    if count is None or STACK_FIELD not in parts:
-        return [(path, None)]
-    at = parts.index(STACK_FIELD)
-    return [(".".join([*parts[:at], str(i), *parts[at + 1 :]]), i) for i in range(count)]
-
-
 class _Layout:
     """A zoo model's Linear layers seen from HF: module name -> [(zoo path, layer, slot)]."""
 
-    def __init__(self, model: Any):
-        from zoo.interop.loading import architecture_for
-
-        self.arch = architecture_for(model)
-        key_map = self.arch.key_map(model.config)
+    def __init__(self, model: eqx.Module):
+        self.arch: Architecture = architecture_for(model)
+        key_map = self.arch.key_map(config_of(model))
         self.rules = key_map.rules
-        linears = plain_linears(model) | {
+        linears: dict[str, Linear | QuantizedLinear] = plain_linears(model) | {
             path: layer.base for path, layer in lora_layers(model).items()
         }
         self.linears = linears
         flat = {}  # "layers.0.self_attention.query_proj" -> (stacked path, layer index)
         for path, linear in linears.items():
             lead = linear.weight.shape[:-2]
-            for name, index in _per_layer(path, lead[0] if lead else None):
+            for name, index in layer_names(path, lead[0] if lead else None):
                 flat[name] = (path, index)
         self.by_zoo: dict[str, tuple[str, int, int]] = {}  # flat zoo Linear -> (module, slot, n)
         self.by_module: dict[str, list[tuple[str, int | None, int]]] = {}
@@ -92,15 +111,13 @@ class _Layout:
         return rows
 
 
-def _module_adapters(
-    model: Any, layout: _Layout
-) -> dict[str, tuple[np.ndarray, np.ndarray, float]]:
+def _module_adapters(model: eqx.Module, layout: _Layout) -> dict[str, Adapter]:
     """HF module -> (A [r, in], B [out, r], scale) of every adapted layer of `model`."""
-    parts: dict[str, dict[int, tuple[np.ndarray, np.ndarray, float]]] = {}
+    parts: dict[str, dict[int, Adapter]] = {}
     for path, layer in lora_layers(model).items():
         lead = layer.lora_a.shape[:-2]
         a_all, b_all = np.asarray(layer.lora_a, np.float32), np.asarray(layer.lora_b, np.float32)
-        for name, index in _per_layer(path, lead[0] if lead else None):
+        for name, index in layer_names(path, lead[0] if lead else None):
             if name not in layout.by_zoo:
                 raise ValueError(
                     f"{path} has no HuggingFace {layout.arch.export_class} counterpart, so its "
@@ -132,10 +149,8 @@ def _module_adapters(
     return adapters
 
 
-def _hf_extras(model: Any, layout: _Layout, train: tuple[str, ...]) -> dict[str, np.ndarray]:
+def _hf_extras(model: eqx.Module, layout: _Layout, train: tuple[str, ...]) -> dict[str, np.ndarray]:
     """Arrays trained whole (a new classifier head) under their HF names."""
-    from zoo.interop.zoo_keys import zoo_state
-
     extras = {
         name: leaf
         for name, leaf in adapter_arrays(model, train).items()
@@ -156,7 +171,7 @@ def _hf_extras(model: Any, layout: _Layout, train: tuple[str, ...]) -> dict[str,
     return out
 
 
-def _only(model: Any, names: set[str]) -> Any:
+def _only(model: eqx.Module, names: set[str]) -> eqx.Module:
     arrays = eqx.filter(model, eqx.is_array)
     return jax.tree_util.tree_map_with_path(
         lambda p, leaf: leaf if path_name(p) in names else None, arrays
@@ -164,7 +179,7 @@ def _only(model: Any, names: set[str]) -> Any:
 
 
 def save_adapter(
-    model: Any,
+    model: eqx.Module,
     directory: str | Path,
     *,
     train: tuple[str, ...] = (),
@@ -175,14 +190,12 @@ def save_adapter(
     `peft.PeftModel.from_pretrained(hf_model, directory)` then computes, on the transformers
     model exported by `zoo.to_hf`, what the adapted zoo model computes.
     """
-    from zoo.interop.files import write_safetensors
-
     layout = _Layout(model)
     adapters = _module_adapters(model, layout)
     if not adapters:
         raise ValueError("this model has no LoRA adapters to save (see zoo.lora.apply)")
     tensors: dict[str, np.ndarray] = {}
-    settings = {}
+    settings: dict[str, tuple[int, float]] = {}
     for module, (a, b, scale) in sorted(adapters.items()):
         tensors[f"{PREFIX}{module}.lora_A.weight"] = a
         tensors[f"{PREFIX}{module}.lora_B.weight"] = b
@@ -191,7 +204,7 @@ def save_adapter(
     tensors |= {f"{PREFIX}{name}": array for name, array in extras.items()}
     rank, alpha = Counter(settings.values()).most_common(1)[0][0]
     odd = {module: value for module, value in settings.items() if value != (rank, alpha)}
-    config = {
+    config: AdapterConfig = {
         "peft_type": "LORA",
         "task_type": TASK_TYPES[flavor_of(model)],
         "base_model_name_or_path": base_model,
@@ -213,5 +226,5 @@ def save_adapter(
     directory.mkdir(parents=True, exist_ok=True)
     write_safetensors({k: np.ascontiguousarray(v, np.float32) for k, v in tensors.items()},
                       directory / WEIGHTS_FILE)  # fmt: skip
-    (directory / CONFIG_FILE).write_text(json.dumps(config, indent=2, sort_keys=True))
+    write_text_atomic(directory / CONFIG_FILE, json.dumps(config, indent=2, sort_keys=True))
     return directory

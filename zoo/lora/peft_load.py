@@ -5,21 +5,27 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Any
+from typing import TypeVar, cast
 
-import jax
+import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 
-from zoo.lora.adapters import _replace, has_lora
-from zoo.lora.linear import LoRALinear
-from zoo.lora.peft import CONFIG_FILE, PREFIX, WEIGHTS_FILE, _Layout
-from zoo.lora.quantized import float_dtype
-from zoo.lora.targets import is_linear
-from zoo.serialize import path_name
+from zoo.files import read_json_object
+from zoo.interop.weights import read_safetensors
+from zoo.lora.peft import CONFIG_FILE, PREFIX, WEIGHTS_FILE, Adapter, AdapterConfig, _Layout
+from zoo.nn.linear import Linear
+from zoo.nn.lora import LoRALinear, has_lora, is_linear, replace_at
+from zoo.nn.quantized import QuantizedLinear, float_dtype
+from zoo.tree import fill
+
+Model = TypeVar("Model", bound=eqx.Module)
+T = TypeVar("T")
+# what to do about an adapter folder that cannot be read
+FIX = "save the adapter again (zoo.lora.save_adapter), or download it again"
 
 
-def _pattern_value(patterns: dict[str, Any], module: str, default: Any) -> Any:
+def _pattern_value(patterns: dict[str, T], module: str, default: T) -> T:
     """PEFT's `rank_pattern`/`alpha_pattern` lookup: a key matches a module name's suffix."""
     for key, value in patterns.items():
         if re.match(rf"(.*\.)?({key})$", module):
@@ -27,27 +33,25 @@ def _pattern_value(patterns: dict[str, Any], module: str, default: Any) -> Any:
     return default
 
 
-def _read(directory: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    from zoo.interop.files import read_json, read_safetensors
-
+def _read(directory: Path) -> tuple[AdapterConfig, dict[str, np.ndarray]]:
     if not (directory / CONFIG_FILE).is_file():
         raise FileNotFoundError(
             f"no {CONFIG_FILE} in {directory}: pass a PEFT adapter folder (save_pretrained of a "
             "peft model, or the adapter/ folder of `zoo train --lora`)"
         )
-    config = read_json(directory / CONFIG_FILE)
+    config = cast(AdapterConfig, read_json_object(directory / CONFIG_FILE, fix=FIX))
     if config.get("peft_type") != "LORA":
         raise ValueError(
             f"{directory / CONFIG_FILE}: peft_type {config.get('peft_type')!r}; zoo loads LORA adapters only"
         )
-    for name, allowed in (
-        ("use_dora", (False, None)),
-        ("bias", ("none", None)),
-        ("lora_bias", (False, None)),
+    for name, value, allowed in (
+        ("use_dora", config.get("use_dora"), (False, None)),
+        ("bias", config.get("bias"), ("none", None)),
+        ("lora_bias", config.get("lora_bias"), (False, None)),
     ):
-        if config.get(name) not in allowed:
+        if value not in allowed:
             raise ValueError(
-                f"{directory / CONFIG_FILE}: {name}={config.get(name)!r} is not supported; zoo "
+                f"{directory / CONFIG_FILE}: {name}={value!r} is not supported; zoo "
                 f"loads plain LoRA adapters ({name}={allowed[0]!r})"
             )
     weights = directory / WEIGHTS_FILE
@@ -58,7 +62,7 @@ def _read(directory: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     return config, read_safetensors(weights)
 
 
-def _mismatch(directory: Path, config: dict[str, Any], detail: str) -> ValueError:
+def _mismatch(directory: Path, config: AdapterConfig, detail: str) -> ValueError:
     base = config.get("base_model_name_or_path")
     made_for = f" (it names base_model_name_or_path={base!r})" if base else ""
     return ValueError(
@@ -67,7 +71,7 @@ def _mismatch(directory: Path, config: dict[str, Any], detail: str) -> ValueErro
     )
 
 
-def load_adapter(model: Any, directory: str | Path) -> Any:
+def load_adapter(model: Model, directory: str | Path) -> Model:
     """`model` with the LoRA adapter in a PEFT folder `directory` (and its `modules_to_save`).
 
     The adapter's modules must be layers of `model` with the same shapes; anything else raises
@@ -79,7 +83,7 @@ def load_adapter(model: Any, directory: str | Path) -> Any:
     config, tensors = _read(directory)
     layout = _Layout(model)
     alpha_default = config.get("lora_alpha", 8)
-    per_path: dict[str, dict[int | None, tuple[np.ndarray, np.ndarray, float]]] = {}
+    per_path: dict[str, dict[int | None, Adapter]] = {}
     extras = {}
     for name, array in tensors.items():
         inner = name.removeprefix(PREFIX)
@@ -111,13 +115,11 @@ def load_adapter(model: Any, directory: str | Path) -> Any:
                 )
             per_path.setdefault(path, {})[index] = (a, b[start:stop], scale)
     wrapped = {path: _stack(layout.linears[path], layers) for path, layers in per_path.items()}
-    model = _replace(model, wrapped, is_linear)
+    model = replace_at(model, wrapped, is_linear)
     return _set_extras(model, layout, extras, directory, config)
 
 
-def _stack(
-    linear: Any, layers: dict[int | None, tuple[np.ndarray, np.ndarray, float]]
-) -> LoRALinear:
+def _stack(linear: Linear | QuantizedLinear, layers: dict[int | None, Adapter]) -> LoRALinear:
     """One `LoRALinear` from per-layer (A, B, scale); layers the adapter skips get B = 0."""
     dtype = float_dtype(linear)
     if None in layers:
@@ -143,12 +145,12 @@ def _stack(
 
 
 def _set_extras(
-    model: Any,
+    model: Model,
     layout: _Layout,
     extras: dict[str, np.ndarray],
     directory: Path,
-    config: dict[str, Any],
-) -> Any:
+    config: AdapterConfig,
+) -> Model:
     """Put the adapter's whole trained modules (`modules_to_save`, e.g. a classifier head) in."""
     if not extras:
         return model
@@ -160,21 +162,7 @@ def _set_extras(
         raise _mismatch(
             directory, config, f"it holds {sorted(extras)}, which this model has no place for"
         )
-
-    def take(path, leaf):
-        name = path_name(path)
-        if name not in values:
-            return leaf
-        value = values.pop(name)
-        if tuple(value.shape) != tuple(leaf.shape):
-            raise _mismatch(
-                directory,
-                config,
-                f"{name} is {list(value.shape)} there and {list(leaf.shape)} here",
-            )
-        return jnp.asarray(value, leaf.dtype)
-
-    model = jax.tree_util.tree_map_with_path(take, model)
-    if values:
-        raise _mismatch(directory, config, f"it holds {sorted(values)}, stacked or absent here")
-    return model
+    try:
+        return fill(model, values, WEIGHTS_FILE, partial=True)
+    except ValueError as error:  # a misshapen array, or one stacked or absent here
+        raise _mismatch(directory, config, str(error)) from None

@@ -1,78 +1,21 @@
-"""A frozen int8 base for LoRA (QLoRA-style): `QuantizedLinear` and `quantize(model, "int8")`.
+"""A frozen int8 base for LoRA (QLoRA-style): `quantize(model, "int8")`.
 
-Each quantized layer keeps its weight as int8 with one float32 scale per output row
-(`absmax / 127`, symmetric, round to nearest): a quarter of the float32 bytes plus `4 * out`.
-The call multiplies the input by the int8 weight converted to the input's dtype (XLA fuses the
-conversion into the matmul) and scales the output rows, which equals `x @ (q * scale)^T`: the
-weight is dequantized inside the matmul, never stored in float. Integer arrays are not
-parameters (`eqx.is_inexact_array`), so they get no gradient and no optimizer state.
-
-Why not a library: `qwix` (Google's JAX quantization library) quantizes Flax (linen / nnx)
-modules by intercepting their calls, and even its array type imports `flax`; AQT is its Flax
-predecessor. Neither acts on Equinox modules, and per-channel int8 is a few lines.
+The layer itself, `zoo.nn.QuantizedLinear` (int8 weight, one float32 scale per output row), and
+the tree operations `zoo.save` and `zoo.load` need live in `zoo/nn/quantized.py`; this module
+chooses which layers of a model to quantize.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TypeVar
 
 import equinox as eqx
-import jax
-import jax.numpy as jnp
-from jaxtyping import Array, Float, Int8
 
-from zoo.nn.linear import Linear
-from zoo.serialize import path_name
+from zoo.nn.quantized import float_linears, quantize_at
 
 MODES = ("int8",)
-INT8_MAX = 127
-
-
-class QuantizedLinear(eqx.Module):
-    """`Linear` with an int8 weight and per-output-row float32 scales; same call signature."""
-
-    weight: Int8[Array, "*layers out_features in_features"]
-    scale: Float[Array, "*layers out_features"]
-    bias: Float[Array, "*layers out_features"] | None
-    in_features: int = eqx.field(static=True)
-    out_features: int = eqx.field(static=True)
-
-    @staticmethod
-    def from_linear(linear: Linear) -> QuantizedLinear:
-        """Symmetric per-row int8: `scale = max|W_row| / 127`, `q = round(W / scale)`."""
-        weight = linear.weight.astype(jnp.float32)
-        absmax = jnp.max(jnp.abs(weight), axis=-1)
-        scale = jnp.where(absmax > 0, absmax / INT8_MAX, 1.0)
-        q = jnp.clip(jnp.round(weight / scale[..., None]), -INT8_MAX, INT8_MAX).astype(jnp.int8)
-        return QuantizedLinear(q, scale, linear.bias, linear.in_features, linear.out_features)
-
-    def dequantize(self, dtype: Any = jnp.float32) -> Linear:
-        """A float `Linear` with `W = q * scale` (what this layer computes)."""
-        weight = (self.weight.astype(jnp.float32) * self.scale[..., None]).astype(dtype)
-        use_bias = self.bias is not None
-        shell = eqx.filter_eval_shape(  # shapes only: no random init for weights replaced anyway
-            Linear, self.in_features, self.out_features, use_bias=use_bias, key=jax.random.key(0)
-        )
-        if not use_bias:
-            return eqx.tree_at(lambda linear: linear.weight, shell, weight)
-        return eqx.tree_at(lambda linear: (linear.weight, linear.bias), shell, (weight, self.bias))
-
-    def __call__(self, x: Float[Array, "*lead in_features"]) -> Float[Array, "*lead out_features"]:
-        y = x @ self.weight.T.astype(x.dtype)
-        y = y * self.scale.astype(y.dtype).reshape((1,) * (y.ndim - 1) + (-1,))
-        if self.bias is not None:
-            y = y + self.bias.reshape((1,) * (y.ndim - 1) + (-1,)).astype(y.dtype)
-        return y
-
-
-def is_quantized(node: Any) -> bool:
-    return isinstance(node, QuantizedLinear)
-
-
-def float_dtype(layer: Linear | QuantizedLinear) -> Any:
-    """The floating dtype of a layer's computation: its weight's, or its scales' when quantized."""
-    return layer.scale.dtype if isinstance(layer, QuantizedLinear) else layer.weight.dtype
+Model = TypeVar("Model", bound=eqx.Module)
 
 
 def _check_mode(mode: str) -> None:
@@ -83,39 +26,14 @@ def _check_mode(mode: str) -> None:
         )
 
 
-def _float_linears(model: Any) -> dict[str, Linear]:
-    """Every float `Linear` of `model` by path, including the bases inside `LoRALinear`s."""
-    flat, _ = jax.tree_util.tree_flatten_with_path(model, is_leaf=lambda n: isinstance(n, Linear))
-    return {path_name(p): node for p, node in flat if isinstance(node, Linear)}
-
-
 def _skipped(path: str, skip: Iterable[str]) -> bool:
     top = path.split(".")[0]
     return any(top == prefix or path == prefix or path.startswith(f"{prefix}.") for prefix in skip)
 
 
-def quantize_at(model: Any, paths: Iterable[str]) -> Any:
-    """`model` with the float `Linear`s at `paths` replaced by `QuantizedLinear`s."""
-    wanted = set(paths)
-    linears = _float_linears(model)
-    missing = sorted(wanted - set(linears))
-    if missing:
-        raise ValueError(
-            f"no float Linear layer at {missing} to quantize; this model's are: "
-            f"{', '.join(linears)}"
-        )
-
-    def swap(path, node):
-        if isinstance(node, Linear) and path_name(path) in wanted:
-            return QuantizedLinear.from_linear(node)
-        return node
-
-    return jax.tree_util.tree_map_with_path(swap, model, is_leaf=lambda n: isinstance(n, Linear))
-
-
 def quantize(
-    model: Any, mode: str = "int8", *, skip: Sequence[str] = ("head", "output_proj")
-) -> Any:
+    model: Model, mode: str = "int8", *, skip: Sequence[str] = ("head", "output_proj")
+) -> Model:
     """`model` with every `Linear` (plain, or the base of a `LoRALinear`) stored in int8.
 
     Layers under the `skip` path prefixes stay float: by default the output layers (a
@@ -124,20 +42,7 @@ def quantize(
     `merge` of a quantized model folds the adapters into the dequantized weights (float32).
     """
     _check_mode(mode)
-    chosen = [path for path in _float_linears(model) if not _skipped(path, skip)]
+    chosen = [path for path in float_linears(model) if not _skipped(path, skip)]
     if not chosen:
         raise ValueError(f"nothing to quantize: every Linear layer is under skip={list(skip)}")
     return quantize_at(model, chosen)
-
-
-def quantized_paths(model: Any) -> list[str]:
-    """The paths of the `QuantizedLinear`s of `model` (what `zoo.save` records to rebuild them)."""
-    flat, _ = jax.tree_util.tree_flatten_with_path(model, is_leaf=is_quantized)
-    return [path_name(p) for p, node in flat if is_quantized(node)]
-
-
-def dequantize(model: Any, dtype: Any = jnp.float32) -> Any:
-    """`model` with every `QuantizedLinear` turned back into a float `Linear` (`W = q * scale`)."""
-    return jax.tree_util.tree_map(
-        lambda n: n.dequantize(dtype) if is_quantized(n) else n, model, is_leaf=is_quantized
-    )

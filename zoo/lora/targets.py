@@ -5,21 +5,13 @@ A `Linear`'s path is the dotted name of the module in the model, without `.weigh
 `layers.blocks.feed_forward.gate`, `pooler`, `head`. A target is a group name or a pattern;
 a pattern matches a path that equals it, ends with `.PATTERN`, or matches it as a glob
 (`fnmatch`: `*` also crosses dots), so `query_proj`, `*attention.query_proj` and
-`layers.blocks.self_attention.*_proj` all work.
+`layers.blocks.self_attention.*_proj` all work. `zoo.nn.lora.plain_linears` lists the paths.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from fnmatch import fnmatchcase
-from typing import Any
-
-import jax
-
-from zoo.lora.linear import LoRALinear
-from zoo.lora.quantized import QuantizedLinear
-from zoo.nn.linear import Linear
-from zoo.serialize import path_name
 
 _ATTENTION = ("*attention.query_proj", "*attention.key_proj", "*attention.value_proj")
 # named groups -> patterns; "all-linear" is every Linear but the output layer (as in PEFT)
@@ -32,26 +24,6 @@ GROUPS: dict[str, tuple[str, ...]] = {
 }
 # output layers that "all-linear" leaves alone (train them whole with `train=`)
 OUTPUT_LAYERS = ("head", "output_proj")
-
-
-def is_linear(node: Any) -> bool:
-    """A plain `Linear` or an int8 `QuantizedLinear` (both take adapters)."""
-    return isinstance(node, Linear | QuantizedLinear)
-
-
-def plain_linears(model: Any) -> dict[str, Linear | QuantizedLinear]:
-    """Every `Linear` of `model` keyed by its path, in pytree order (not those in a LoRALinear)."""
-
-    def stop(node: Any) -> bool:
-        return isinstance(node, Linear | QuantizedLinear | LoRALinear)
-
-    flat, _ = jax.tree_util.tree_flatten_with_path(model, is_leaf=stop)
-    return {path_name(path): node for path, node in flat if is_linear(node)}
-
-
-def linear_paths(model: Any) -> list[str]:
-    """The paths of every plain `Linear` in `model`, in pytree order."""
-    return list(plain_linears(model))
 
 
 def _matches(path: str, pattern: str) -> bool:

@@ -15,8 +15,10 @@ from zoo.nn.feedforward import ACTIVATIONS, FeedForward, FeedForwardSettings
 from zoo.nn.heads import MaskedLMHead
 from zoo.nn.kernel import kernel_platform
 from zoo.nn.linear import Init, Linear
+from zoo.nn.lora import LoRALinear
 from zoo.nn.mask import Compaction, Mask
 from zoo.nn.norm import LayerNorm, RMSNorm, make_norm
+from zoo.nn.quantized import QuantizedLinear
 from zoo.nn.relative_position import RelativePositionBias, relative_position_buckets
 from zoo.nn.rotary import Rope, RotaryEmbedding, RotaryTable, apply_rotary
 from zoo.nn.stack import LayerStack
@@ -39,9 +41,11 @@ __all__ = [
     "LayerNorm",
     "LayerStack",
     "Linear",
+    "LoRALinear",
     "Mask",
     "MaskedLMHead",
     "MultiHeadAttention",
+    "QuantizedLinear",
     "RMSNorm",
     "RelativePositionBias",
     "Rope",

@@ -36,7 +36,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import PRNGKeyArray
 
-from zoo.serialize import fill, model_config_dict, named_arrays, path_name
+from zoo.serialize import model_config_dict
+from zoo.tree import fill, named_arrays, path_name
 
 MODEL_FILE = "model.safetensors"
 OPTIMIZER_FILE = "optimizer.safetensors"

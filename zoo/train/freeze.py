@@ -27,8 +27,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from zoo.serialize import path_name
 from zoo.train.optim import Optimizer
+from zoo.tree import path_name
 
 STACKS = ("layers", "encoder", "decoder")
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from zoo.data.tokenizer import write_text_atomic
+from zoo.files import write_text_atomic
 
 METRICS_FILE = "metrics.jsonl"
 

@@ -17,7 +17,8 @@ import jax
 from jaxtyping import PRNGKeyArray
 
 from zoo.models import flavor_of as zoo_flavor
-from zoo.serialize import is_zoo_folder, path_name
+from zoo.serialize import is_zoo_folder
+from zoo.tree import path_name
 
 logger = logging.getLogger(__name__)
 GPT2_VOCAB_SIZE = 50257  # GPT-2's BPE vocabulary: tiktoken's gpt2 encoding, no files needed
