@@ -54,6 +54,15 @@ DEFAULTS: HFDict = dict(
     eos_token_id=50256,
 )
 
+# GPT-2's fixed parts: what loading sets and exporting requires of a zoo config
+PARTS: ConfigFields = dict(
+    norm_first=True,
+    positions="learned",
+    use_bias=True,
+    embedding_norm=False,
+    scale_embeddings=False,
+)
+
 
 class GPT2(Architecture[GPTConfig]):
     name = "gpt2"
@@ -103,23 +112,11 @@ class GPT2(Architecture[GPTConfig]):
             pad_id=None,
             bos_id=hf.token_id("bos_token_id", vocab),
             eos_id=hf.token_id("eos_token_id", vocab),
-            norm_first=True,
-            positions="learned",
-            use_bias=True,
-            embedding_norm=False,
-            scale_embeddings=False,
+            **PARTS,
         )
 
     def hf_config(self, config: GPTConfig) -> HFDict:
-        require_fields(
-            config,
-            self.export_class,
-            norm_first=True,
-            positions="learned",
-            use_bias=True,
-            embedding_norm=False,
-            scale_embeddings=False,
-        )
+        require_fields(config, self.export_class, **PARTS)
         warn_activation_dropout(config, self.export_class)
         return dict(
             model_type=self.model_type,

@@ -59,6 +59,15 @@ DEFAULTS: HFDict = dict(
     static_position_embeddings=True,
 )
 LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default, which Marian uses everywhere
+# MarianMT's fixed parts: what loading sets and exporting requires of a zoo config
+PARTS: ConfigFields = dict(
+    norm_first=False,
+    layer_norm_eps=LAYER_NORM_EPS,
+    positions="sinusoidal",
+    sinusoid_layout="concatenated",
+    embedding_norm=False,
+    use_bias=True,
+)
 
 
 def sinusoid_table(num_positions: int, dim: int) -> np.ndarray:
@@ -129,25 +138,11 @@ class Marian(Architecture[TranslatorConfig]):
             pad_id=hf.token_id("pad_token_id", target_vocab),
             eos_id=hf.token_id("eos_token_id", target_vocab),
             bos_id=start,
-            norm_first=False,
-            layer_norm_eps=LAYER_NORM_EPS,
-            positions="sinusoidal",
-            sinusoid_layout="concatenated",
-            embedding_norm=False,
-            use_bias=True,
+            **PARTS,
         )
 
     def hf_config(self, config: TranslatorConfig) -> HFDict:
-        require_fields(
-            config,
-            self.export_class,
-            norm_first=False,
-            layer_norm_eps=LAYER_NORM_EPS,
-            positions="sinusoidal",
-            sinusoid_layout="concatenated",
-            embedding_norm=False,
-            use_bias=True,
-        )
+        require_fields(config, self.export_class, **PARTS)
         if config.pad_id is None:
             raise UnsupportedExport(f"{self.export_class} needs a pad id: pad_id=None")
         return dict(
