@@ -24,6 +24,8 @@ from zoo.interop.llama import DECODER_FAMILIES, decoder_family_for
 from zoo.interop.marian import Marian
 from zoo.interop.roberta import Roberta, XLMRoberta
 from zoo.interop.t5 import MT5, REFUSED_MODEL_TYPES, T5
+from zoo.interop.tokenizer import pretrained_tokenizer
+from zoo.interop.torch_weights import state_dict_to_numpy
 from zoo.interop.weights import read_weights
 from zoo.interop.zoo_keys import abstract_model, restack, zoo_arrays, zoo_shapes
 from zoo.models import ClassifierConfig, GPTConfig, TransformerConfig, TranslatorConfig, flavor_of
@@ -210,8 +212,6 @@ def from_pretrained(
     )
     if not return_tokenizer:
         return model
-    from zoo.interop.tokenizer import pretrained_tokenizer
-
     return model, pretrained_tokenizer(folder)
 
 
@@ -240,8 +240,6 @@ def from_hf(hf_model: Any, *, key: PRNGKeyArray | None = None, **overrides: obje
         import torch  # noqa: F401
     except ImportError as error:
         raise ImportError(f"from_hf converts torch models and needs torch: {INSTALL_HF}") from error
-    from zoo.interop.torch_weights import state_dict_to_numpy
-
     config = hf_model.config.to_dict()
     config["architectures"] = [type(hf_model).__name__]
     arrays = state_dict_to_numpy(hf_model.state_dict(), what=type(hf_model).__name__)
