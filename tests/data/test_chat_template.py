@@ -155,10 +155,10 @@ def test_templates_are_read_from_the_files_of_a_snapshot(tmp_path):
     assert read_chat_templates(tmp_path) == {"default": "D", "tool_use": "T"}
     (tmp_path / "chat_template.jinja").write_text("from the jinja file")
     assert read_chat_templates(tmp_path) == "from the jinja file"
-    (tmp_path / "chat_templates").mkdir()
-    (tmp_path / "chat_templates" / "rag.jinja").write_text("R")
+    (tmp_path / "additional_chat_templates").mkdir()
+    (tmp_path / "additional_chat_templates" / "rag.jinja").write_text("R")
     assert read_chat_templates(tmp_path) == {"default": "from the jinja file", "rag": "R"}
-    assert read_chat_templates(tmp_path / "chat_templates") is None
+    assert read_chat_templates(tmp_path / "additional_chat_templates") is None
 
 
 def test_a_template_is_picked_out_of_named_ones():

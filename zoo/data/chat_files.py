@@ -5,7 +5,7 @@ reads them, the newest layout first):
 
 | file | holds |
 | --- | --- |
-| `chat_template.jinja` (+ `chat_templates/NAME.jinja`) | the template text itself (the default one, and named ones) |
+| `chat_template.jinja` (+ `additional_chat_templates/NAME.jinja`) | the template text itself (the default one, and named ones) |
 | `chat_template.json` | `{"chat_template": ...}`, the layout processors used to save |
 | `tokenizer_config.json` | `"chat_template"`: one template, or a list of `{"name", "template"}` |
 
@@ -27,7 +27,7 @@ from zoo.data.chat_template import DEFAULT_TEMPLATE, ChatTemplate
 from zoo.data.tokenizer import Tokenizer
 
 CHAT_TEMPLATE_JINJA = "chat_template.jinja"
-CHAT_TEMPLATES_DIR = "chat_templates"
+CHAT_TEMPLATES_DIR = "additional_chat_templates"  # transformers' name for named templates
 CHAT_TEMPLATE_JSON = "chat_template.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"
 SPECIAL_TOKENS_MAP = "special_tokens_map.json"

@@ -97,9 +97,16 @@ def conversations(
 
 
 def check_messages(
-    messages: Sequence[Mapping[str, Any]], *, index: int = 0, require_assistant: bool = True
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    index: int = 0,
+    require_assistant: bool = True,
+    allow_empty_replies: bool = False,
 ) -> list[Message]:
-    """`messages` as plain `{role, content}` dicts, or a `DataError` naming what is wrong."""
+    """`messages` as plain `{role, content}` dicts, or a `DataError` naming what is wrong.
+
+    `allow_empty_replies` accepts an assistant turn with empty content (a model's reply that
+    was nothing but its end of turn, kept in a chat's history)."""
     if not messages:
         raise DataError(f"row {index} holds an empty conversation (no messages)")
     checked: list[Message] = []
@@ -114,7 +121,7 @@ def check_messages(
             raise DataError(f"{where} has the role {role!r}; roles are {ROLES}")
         if not isinstance(content, str):
             raise DataError(f"{where} ({role}) has {type(content).__name__} content, expected text")
-        if not content.strip():
+        if not content.strip() and not (allow_empty_replies and role == "assistant"):
             raise DataError(f"{where} ({role}) has empty content; fill it or drop the row")
         checked.append({"role": role, "content": content})
     if require_assistant and all(message["role"] != "assistant" for message in checked):

@@ -1,0 +1,162 @@
+"""Conversation datasets -> loss masks -> packed or padded batches (zoo.data.chat_batches,
+zoo.data.chat_data): ids and masks by hand on a char tokenizer, packing by hand, the format
+read from the columns, and errors that name the row and the expected columns."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+
+import datasets
+import numpy as np
+import pytest
+
+from zoo.data import CharTokenizer, DataError
+from zoo.data.chat_batches import chat_batches, encode_conversations, pack_conversations
+from zoo.data.chat_data import chat_data, chat_format_of, is_chat_data
+from zoo.data.chat_template import ChatTemplate
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("jinja2") is None, reason="chat templates need jinja2 (zoo[chat])"
+)
+CHARS = "\n:HYaeinorstuy"
+NL, COLON, H, Y, A, E, I_, N, O_, R, S, T, U, LOWER_Y = range(4, 4 + len(CHARS))
+BOS, EOS = 1, 2
+USER = [U, S, E, R, COLON, NL]
+ASSISTANT = [A, S, S, I_, S, T, A, N, T, COLON, NL]
+HI = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]
+# <bos> user:\n Hi <eos> \n assistant:\n Yo <eos> \n: 26 ids, the assistant's "Yo<eos>" at 22-24
+HI_IDS = [BOS, *USER, H, I_, EOS, NL, *ASSISTANT, Y, O_, EOS, NL]
+HI_MASK = [0] * 22 + [1, 1, 1, 0]
+TOKENIZER = CharTokenizer(CHARS)
+
+
+def rows(*pairs: tuple[str, str]) -> list[dict]:
+    return [{"instruction": question, "output": answer} for question, answer in pairs]
+
+
+def test_loss_mask_is_the_assistant_mask_or_every_token():
+    examples = encode_conversations([HI], TOKENIZER)
+    assert examples.tokens.row(0).tolist() == HI_IDS
+    assert examples.loss_mask.row(0).tolist() == HI_MASK
+    assert (examples.total_tokens, examples.trained_tokens) == (26, 3)
+    every = encode_conversations([HI], TOKENIZER, train_on="all")
+    assert every.loss_mask.row(0).tolist() == [1] * 26
+    assert every.trained_tokens == 25  # the first token is never a target
+    with pytest.raises(ValueError, match="train_on must be one of"):
+        encode_conversations([HI], TOKENIZER, train_on="user")
+
+
+def test_long_conversations_are_cut_or_dropped_or_refused(caplog):
+    long = [{"role": "user", "content": "Hi" * 20}, {"role": "assistant", "content": "Yo"}]
+    with caplog.at_level(logging.WARNING, logger="zoo.data.chat_batches"):
+        examples = encode_conversations([HI, HI, long], TOKENIZER, max_len=25)
+    assert len(examples) == 2  # the long one lost its answer: dropped
+    assert "1 of 3 train conversations are longer than 26 tokens" in caplog.text
+    assert "1 of them lost every trained token" in caplog.text
+    cut = encode_conversations([HI], TOKENIZER, max_len=22)  # 23 ids: the answer's first
+    assert cut.tokens.row(0).tolist() == HI_IDS[:23]
+    assert cut.loss_mask.row(0).tolist() == HI_MASK[:23]
+    with pytest.raises(DataError, match="conversation 0 has 26 tokens; the model reads at most"):
+        encode_conversations([HI], TOKENIZER, max_len=22, truncate=False)
+
+
+def test_packing_places_whole_conversations_best_fit_with_their_own_segments():
+    short = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Y"}]
+    examples = encode_conversations([HI, short, HI], TOKENIZER)  # 26, 25 and 26 tokens
+    packed = pack_conversations(examples, max_len=59, pad_id=0)  # rows of 60
+    tokens, mask, segments = packed["tokens"], packed["loss_mask"], packed["segments"]
+    assert tokens.shape == mask.shape == segments.shape == (2, 60)
+    # longest first: the two 26s share row 0 (52 + 8 padding), the 25 goes to row 1
+    assert tokens[0].tolist() == HI_IDS + HI_IDS + [0] * 8
+    assert mask[0].tolist() == HI_MASK + HI_MASK + [0] * 8
+    assert segments[0].tolist() == [1] * 26 + [2] * 26 + [0] * 8
+    assert tokens[1, :25].tolist() == examples.tokens.row(1).tolist()
+    assert segments[1].tolist() == [1] * 25 + [0] * 35
+    with pytest.raises(DataError, match="more than a packed row of 20"):
+        pack_conversations(examples, max_len=19, pad_id=0)
+
+
+def test_unpacked_batches_pad_each_conversation_to_a_bucket():
+    examples = encode_conversations([HI] * 4, TOKENIZER)
+    source = chat_batches(examples, batch_size=2, max_len=64, pad_id=0, pack=False)
+    batch = source.batch(0)
+    assert set(batch) == {"tokens", "loss_mask"}
+    assert batch["tokens"].shape == (2, 33)  # 26 tokens: the bucket of 32 (+1 target)
+    assert batch["tokens"][0].tolist() == HI_IDS + [0] * 7
+    assert batch["loss_mask"][0].tolist() == HI_MASK + [0] * 7
+    with pytest.raises(DataError, match="4 conversations, fewer than batch_size=8"):
+        chat_batches(examples, batch_size=8, max_len=64, pad_id=0, pack=False)
+    with pytest.raises(DataError, match="pack into 2 rows of 65 tokens, fewer than"):
+        chat_batches(examples, batch_size=3, max_len=64, pad_id=0)
+
+
+@pytest.mark.parametrize(
+    "columns, expected",
+    [
+        ({"messages": [HI]}, "messages"),
+        ({"conversations": [[{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Yo"}]]},
+         "messages"),
+        ({"instruction": ["Hi"], "input": [""], "output": ["Yo"]}, "instruction"),
+        ({"prompt": ["Hi"], "completion": ["Yo"]}, "prompt_completion"),
+    ],
+)  # fmt: skip
+def test_the_format_is_read_from_the_columns_and_every_format_gives_the_same_ids(columns, expected):
+    dataset = datasets.Dataset.from_dict({name: values * 4 for name, values in columns.items()})
+    assert chat_format_of(dataset) == expected and is_chat_data({"train": dataset})
+    data = chat_data(dataset, tokenizer=TOKENIZER, max_len=64, batch_size=1, pack=False)
+    assert data.format == expected
+    assert data.train.batch(0)["tokens"][0, :26].tolist() == HI_IDS
+    assert data.counts["train holdout"] == {"conversations": 1, "tokens": 26, "trained_tokens": 3}
+
+
+def test_columns_that_fit_no_format_and_bad_rows_are_named():
+    reviews = datasets.Dataset.from_dict({"text": ["a"], "label": [1]})
+    assert not is_chat_data({"train": reviews})
+    with pytest.raises(DataError, match=r"the columns \['text', 'label'\] fit no conversation"):
+        chat_data(reviews, tokenizer=TOKENIZER)
+    broken = datasets.Dataset.from_dict({"instruction": ["Hi", "Hi"], "output": ["Yo", None]})
+    with pytest.raises(DataError, match="row 1 lacks the column 'output' of the 'instruction'"):
+        chat_data(broken, tokenizer=TOKENIZER)
+    with pytest.raises(DataError, match="row 0 lacks the column 'prompt'"):
+        chat_data(broken, tokenizer=TOKENIZER, format="prompt_completion")
+    with pytest.raises(ValueError, match="unknown chat format 'alpaca'"):
+        chat_data(broken, tokenizer=TOKENIZER, format="alpaca")
+    no_answer = datasets.Dataset.from_dict({"messages": [[HI[0]]]})
+    with pytest.raises(DataError, match="row 0 has no assistant turn"):
+        chat_data(no_answer, tokenizer=TOKENIZER)
+    stream = datasets.Dataset.from_dict({"messages": [HI] * 4}).to_iterable_dataset()
+    with pytest.raises(DataError, match="load it without streaming"):
+        chat_data({"train": stream}, tokenizer=TOKENIZER)
+
+
+def test_validation_comes_from_its_split_or_a_seeded_holdout():
+    train = rows(*[(f"q{i}", "a") for i in range(20)])
+    held = chat_data(datasets.Dataset.from_list(train), max_len=32, batch_size=2, seed=3)
+    again = chat_data(datasets.Dataset.from_list(train), max_len=32, batch_size=2, seed=3)
+    assert held.counts == again.counts
+    assert held.counts["train"]["conversations"] == 18
+    assert held.counts["train holdout"]["conversations"] == 2
+    dataset = datasets.DatasetDict(
+        train=datasets.Dataset.from_list(train),
+        validation=datasets.Dataset.from_list(rows(("q1", "a"), ("q2", "a"), ("q3", "a"))),
+    )
+    split = chat_data(dataset, max_len=32, batch_size=2)
+    assert split.counts["validation"]["conversations"] == 3
+    assert split.counts["train"]["conversations"] == 20
+    batches = [split.validation.batch(step) for step in range(len(split.validation))]
+    assert sum(int((batch["segments"] > 0).any(axis=1).sum()) for batch in batches) >= 1
+    # the vocabulary is learnt from the train conversations: roles and contents
+    assert {"user", "assistant", "q19"} <= set(split.tokenizer.words)
+
+
+def test_a_template_given_as_text_is_used():
+    plain = "{% for m in messages %}{{ m['content'] }}{{ eos_token }}{% endfor %}"
+    dataset = datasets.Dataset.from_list(rows(("Hi", "Yo")) * 4)
+    data = chat_data(dataset, tokenizer=TOKENIZER, template=plain, max_len=16, batch_size=1,
+                     pack=False)  # fmt: skip
+    assert isinstance(data.template, ChatTemplate) and data.template.source == plain
+    batch = data.train.batch(0)
+    assert batch["tokens"][0, :6].tolist() == [H, I_, EOS, Y, O_, EOS]
+    assert batch["loss_mask"][0, :6].tolist() == [0, 0, 0, 1, 1, 1]
+    np.testing.assert_array_equal(batch["loss_mask"][0, 6:], 0)

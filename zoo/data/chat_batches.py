@@ -1,0 +1,216 @@
+"""Conversations -> token ids and loss masks -> packed or padded language-modelling batches.
+
+Each conversation is rendered through the model's chat template and tokenized
+(`zoo.data.chat_tokens.encode_chat`); its `loss_mask` is 1 on the tokens trained as targets:
+the assistant's (`train_on="assistant"`, the default: each assistant turn's content and its
+end-of-turn token) or every token (`train_on="all"`). The batches are those of
+`zoo.tasks.LanguageModeling`:
+
+| batch key | shape | holds |
+| --- | --- | --- |
+| `tokens` | `[batch, width]` | the model reads `tokens[:, :-1]` and predicts `tokens[:, 1:]` |
+| `loss_mask` | `[batch, width]` | 1 where the token is scored as a target; 0 on padding |
+| `segments` | `[batch, width]` | packed only: conversation number in the row (1, 2, ...), 0 on padding |
+
+Packed (the default), conversations are placed whole into rows of `max_len + 1` tokens, best
+fit, longest first; each attends only to itself, with positions from 0 (`GPT(tokens,
+segments=...)`), so a packed row trains as its conversations would one by one. Unpacked, each
+conversation is a row of its own, padded to a bucket length (as other data is, see
+`zoo.data.BucketedBatches`). A conversation longer than `max_len + 1` tokens is cut (and
+counted in the log), or refused with `truncate=False`; one whose trained tokens were all cut
+away is dropped, since nothing of it would be learnt.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from zoo.data.batches import ArrayBatches, BatchSource
+from zoo.data.bucketing import BucketedBatches
+from zoo.data.chat_template import ChatTemplate
+from zoo.data.chat_tokens import encode_chat
+from zoo.data.errors import DataError
+from zoo.data.options import bucket_lengths
+from zoo.data.ragged import Ragged
+from zoo.data.tokenizer import Tokenizer
+
+TRAIN_ON = ("assistant", "all")
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ChatExamples:
+    """Tokenized conversations: the ids of each and its 0/1 mask of trained targets."""
+
+    tokens: Ragged
+    loss_mask: Ragged
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def total_tokens(self) -> int:
+        """Tokens in every conversation (padding aside)."""
+        return len(self.tokens.flat)
+
+    @property
+    def trained_tokens(self) -> int:
+        """Tokens scored as targets (the assistant's, with `train_on="assistant"`).
+
+        A conversation's first token is never a target (nothing comes before it to predict it
+        from), so with `train_on="all"` this counts `total_tokens - len(self)`.
+        """
+        starts = self.loss_mask.offsets[:-1]
+        first = self.loss_mask.flat[starts[self.loss_mask.lengths > 0]]
+        return int(self.loss_mask.flat.sum() - first.sum())
+
+
+def encode_conversations(
+    conversations: Iterable[Sequence[Mapping[str, Any]]],
+    tokenizer: Tokenizer,
+    *,
+    template: ChatTemplate | None = None,
+    train_on: str = "assistant",
+    max_len: int | None = None,
+    truncate: bool = True,
+    split: str = "train",
+    **variables: Any,
+) -> ChatExamples:
+    """The conversations as token ids and loss masks (see the module doc).
+
+    `max_len` is the longest sequence the model reads: a conversation keeps at most
+    `max_len + 1` tokens (the last one is only a target). `split` names the data in messages.
+    """
+    if train_on not in TRAIN_ON:
+        raise ValueError(f"train_on must be one of {TRAIN_ON}, got {train_on!r}")
+    limit = None if max_len is None else max_len + 1
+    rows: list[np.ndarray] = []
+    masks: list[np.ndarray] = []
+    cut = dropped = 0
+    for index, messages in enumerate(conversations):
+        chat = encode_chat(messages, tokenizer, template=template, **variables)
+        ids, mask = chat.input_ids, chat.assistant_mask
+        if train_on == "all":
+            mask = np.ones_like(ids)
+        elif not mask[1:].any():
+            raise DataError(
+                f"{split} conversation {index} has no assistant token to train on (roles "
+                f"{[message.get('role') for message in messages]}); the template wrote no "
+                "assistant turn for it"
+            )
+        if limit is not None and len(ids) > limit:
+            if not truncate:
+                raise DataError(
+                    f"{split} conversation {index} has {len(ids)} tokens; the model reads at "
+                    f"most max_len={max_len} (+1 target): raise max_len, shorten the "
+                    "conversation, or allow truncation (truncate=True)"
+                )
+            ids, mask, cut = ids[:limit], mask[:limit], cut + 1
+            if not mask[1:].any():
+                dropped += 1
+                continue
+        rows.append(ids)
+        masks.append(mask)
+    if cut:
+        logger.warning(
+            "%d of %d %s conversations are longer than %d tokens and were cut; %d of them "
+            "lost every trained token and were dropped (raise max_len to keep them whole)",
+            cut, len(rows) + dropped, split, limit, dropped,
+        )  # fmt: skip
+    if not rows:
+        raise DataError(f"the {split} split holds no conversation to train on")
+    return ChatExamples(Ragged.from_rows(rows), Ragged.from_rows(masks))
+
+
+def pack_conversations(
+    examples: ChatExamples, *, max_len: int, pad_id: int
+) -> dict[str, np.ndarray]:
+    """`tokens`, `loss_mask` and `segments`, each `int32[rows, max_len + 1]`: the
+    conversations placed whole into rows, best fit, longest first (see the module doc)."""
+    width = max_len + 1
+    lengths = examples.tokens.lengths
+    if lengths.max() > width:
+        raise DataError(
+            f"a conversation has {int(lengths.max())} tokens, more than a packed row of "
+            f"{width} (max_len + 1); encode with the same max_len"
+        )
+    rows: list[list[int]] = []
+    room: list[tuple[int, int]] = []  # (space left, row number), sorted
+    for index in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
+        length = int(lengths[index])
+        slot = bisect.bisect_left(room, (length, -1))
+        if slot == len(room):
+            rows.append([index])
+            bisect.insort(room, (width - length, len(rows) - 1))
+            continue
+        left, row = room.pop(slot)
+        rows[row].append(index)
+        bisect.insort(room, (left - length, row))
+    shape = (len(rows), width)
+    tokens = np.full(shape, pad_id, np.int32)
+    loss_mask = np.zeros(shape, np.int32)
+    segments = np.zeros(shape, np.int32)
+    for row, members in enumerate(rows):
+        start = 0
+        for number, index in enumerate(members, start=1):
+            ids = examples.tokens.row(index)
+            end = start + len(ids)
+            tokens[row, start:end] = ids
+            loss_mask[row, start:end] = examples.loss_mask.row(index)
+            segments[row, start:end] = number
+            start = end
+    return {"tokens": tokens, "loss_mask": loss_mask, "segments": segments}
+
+
+def chat_batches(
+    examples: ChatExamples,
+    *,
+    batch_size: int,
+    max_len: int,
+    pad_id: int,
+    pack: bool = True,
+    buckets: Sequence[int] | None = None,
+    shuffle: bool = True,
+    seed: int = 0,
+    drop_last: bool = True,
+    split: str = "train",
+) -> BatchSource:
+    """Batches of the conversations for `zoo.tasks.LanguageModeling` (see the module doc).
+
+    Packed: rows of `max_len + 1` tokens. Unpacked: each conversation padded to a bucket
+    length + 1 (`buckets`, default 16, 32, ... up to `max_len`). Training batches are
+    reshuffled every epoch from `(seed, epoch)`; `drop_last=False` keeps the last, smaller
+    batch (for evaluation).
+    """
+    if pack:
+        arrays = pack_conversations(examples, max_len=max_len, pad_id=pad_id)
+        rows = len(arrays["tokens"])
+        if drop_last and rows < batch_size:
+            raise DataError(
+                f"the {split} conversations pack into {rows} rows of {max_len + 1} tokens, "
+                f"fewer than batch_size={batch_size}; lower batch_size or max_len, or give "
+                "more conversations"
+            )
+        return ArrayBatches(arrays, batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last)
+    if drop_last and len(examples) < batch_size:
+        raise DataError(
+            f"the {split} split has {len(examples)} conversations, fewer than "
+            f"batch_size={batch_size}; lower batch_size or give more conversations"
+        )
+    widths = [length + 1 for length in bucket_lengths(max_len, buckets)]
+    return BucketedBatches(
+        {"tokens": examples.tokens, "loss_mask": examples.loss_mask},
+        pad_ids={"tokens": pad_id, "loss_mask": 0},
+        batch_size=batch_size,
+        bucket_lengths=widths,
+        shuffle=shuffle,
+        seed=seed,
+        drop_last=drop_last,
+    )

@@ -1,0 +1,205 @@
+"""`chat_data`: a dataset of conversations -> train and validation batches for instruction tuning.
+
+    import zoo.data
+    data = zoo.data.chat_data(zoo.data.load_spec("json:chats/"), tokenizer=tokenizer,
+                              max_len=256, batch_size=16)
+    batch = data.train.batch(0)  # {"tokens", "loss_mask", "segments"}: zoo.tasks.LanguageModeling
+
+Rows are chat messages, Alpaca instruction records or prompt/completion pairs
+(`zoo.data.conversations`); the format is detected from the columns of the train split unless
+`format` names it. Validation is the dataset's own split (validation / valid / dev / val, or
+`validation_split`), else a seeded `holdout` fraction of the train conversations. A char or word
+vocabulary is learnt from the train conversations (their role names and contents). Everything
+else (template, loss mask, packing) is `zoo.data.chat_batches`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import datasets
+
+# DatasetDict is declared as dict[str, "Dataset"]: the runtime type checker resolves that
+# name in the module that annotates with it.
+from datasets import Dataset  # noqa: F401
+
+from zoo.data.batches import BatchSource
+from zoo.data.build import build_tokenizer
+from zoo.data.chat_batches import ChatExamples, chat_batches, encode_conversations
+from zoo.data.chat_files import chat_template_for
+from zoo.data.chat_template import ChatTemplate
+from zoo.data.checks import check_not_empty, column_names
+from zoo.data.conversations import EXPECTED, FORMATS, Message, conversations, detect_format
+from zoo.data.errors import DataError
+from zoo.data.options import DataConfig
+from zoo.data.splits import AnyData, AnySplit, pick_splits
+from zoo.data.tokenizer import Tokenizer
+
+DEFAULT_CHAT_TOKENIZER = "word"
+CHAT_FORMATS = ("auto", *FORMATS)
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ChatData:
+    """What instruction tuning needs. Unpacks as `train, validation, tokenizer = data`."""
+
+    train: BatchSource
+    validation: BatchSource
+    tokenizer: Tokenizer
+    template: ChatTemplate  # renders every conversation (and, later, the chat prompts)
+    format: str  # messages | instruction | prompt_completion
+    # split name -> {"conversations", "tokens", "trained_tokens"}
+    counts: dict[str, dict[str, int]]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter((self.train, self.validation, self.tokenizer))
+
+
+def chat_format_of(split: AnySplit, format: str | None = None) -> str:
+    """The conversation format of `split`: `format` checked, else detected from its columns."""
+    if format not in (None, "auto") and format not in FORMATS:
+        raise ValueError(f"unknown chat format {format!r}; choose one of {CHAT_FORMATS}")
+    if format not in (None, "auto"):
+        return format
+    columns = column_names(split)
+    found = detect_format(columns)
+    if found is None:
+        raise DataError(
+            f"the columns {columns} fit no conversation format: expected "
+            f"{'; or '.join(EXPECTED.values())}"
+        )
+    return found
+
+
+def split_conversations(
+    split: AnySplit, *, format: str | None = None, require_assistant: bool = True
+) -> list[list[Message]]:
+    """Every row of `split` as normalised messages (`zoo.data.conversations`)."""
+    if isinstance(split, datasets.IterableDataset):
+        raise DataError(
+            "chat data is read into memory (conversations are packed across the whole split); "
+            "load it without streaming"
+        )
+    chosen = chat_format_of(split, format)
+    return list(conversations(split, format=chosen, require_assistant=require_assistant))
+
+
+def chat_data(
+    dataset: AnyData,
+    *,
+    tokenizer: Tokenizer | str | None = None,
+    format: str | None = None,
+    train_on: str = "assistant",
+    pack: bool = True,
+    template: ChatTemplate | str | None = None,
+    max_len: int = 128,
+    batch_size: int = 32,
+    seed: int = 0,
+    train_split: str = "train",
+    validation_split: str | None = None,
+    holdout: float = 0.1,
+    buckets: Sequence[int] | None = None,
+    truncate: bool = True,
+    tokenizer_options: Mapping[str, Any] | None = None,
+) -> ChatData:
+    """Train and validation batches of the conversations in `dataset` (see the module doc).
+
+    `tokenizer` is a `Tokenizer` (a pretrained model's, whose chat template it carries), or a
+    kind (char | word | tiktoken:NAME; default word) learnt from the train conversations.
+    `template` (a `ChatTemplate` or Jinja text) overrides the tokenizer's own template, and a
+    tokenizer without one gets zoo's default (logged). `train_on` is `assistant` (the loss on
+    the assistant's tokens only) or `all`; `pack` packs conversations into rows of
+    `max_len + 1` tokens (`zoo.data.chat_batches`).
+    """
+    config = DataConfig(
+        task="language_modeling", max_len=max_len, batch_size=batch_size, seed=seed,
+        train_split=train_split, validation_split=validation_split, holdout=holdout,
+        buckets=buckets,
+    )  # fmt: skip
+    train, validation, validation_name = pick_splits(dataset, config)
+    if not isinstance(train, datasets.IterableDataset):
+        check_not_empty(train, train_split)
+    chosen_format = chat_format_of(train, format)
+    train_rows = split_conversations(train, format=chosen_format)
+    if validation is None:
+        train_rows, validation_rows = _hold_out(train_rows, holdout, seed, train_split)
+    else:
+        if not isinstance(validation, datasets.IterableDataset):
+            check_not_empty(validation, validation_name)
+        validation_rows = split_conversations(validation, format=chosen_format)
+    chosen = _tokenizer(tokenizer, train_rows, tokenizer_options)
+    if isinstance(template, str):
+        template = chat_template_for(chosen, template=template)
+    template = template or chat_template_for(chosen)
+    encoded = {}
+    for name, rows in ((train_split, train_rows), (validation_name, validation_rows)):
+        encoded[name] = encode_conversations(
+            rows, chosen, template=template, train_on=train_on, max_len=max_len,
+            truncate=truncate, split=name,
+        )  # fmt: skip
+    options: dict[str, Any] = dict(max_len=max_len, pad_id=chosen.pad_id, pack=pack,
+                                   buckets=buckets)  # fmt: skip
+    train_source = chat_batches(encoded[train_split], batch_size=batch_size, seed=seed,
+                                split=train_split, **options)  # fmt: skip
+    validation_source = chat_batches(encoded[validation_name], batch_size=batch_size,
+                                     shuffle=False, drop_last=False, split=validation_name,
+                                     **options)  # fmt: skip
+    counts = {name: _counts(examples) for name, examples in encoded.items()}
+    logger.info("chat data (%s format, train on %s tokens): %s", chosen_format, train_on, counts)
+    return ChatData(train_source, validation_source, chosen, template, chosen_format, counts)
+
+
+def is_chat_data(dataset: AnyData, *, train_split: str = "train") -> bool:
+    """Whether the train split's columns fit a conversation format (rows of chat messages,
+    instruction records or prompt/completion pairs)."""
+    split = dataset if not isinstance(dataset, Mapping) else dataset.get(train_split)
+    return split is not None and detect_format(column_names(split)) is not None
+
+
+def _hold_out(
+    rows: list[list[Message]], fraction: float, seed: int, split: str
+) -> tuple[list[list[Message]], list[list[Message]]]:
+    """A seeded random `fraction` of the conversations for validation, the rest to train."""
+    if len(rows) < 2:
+        raise DataError(
+            f"the {split!r} split has {len(rows)} conversation: too few to hold out a "
+            "validation part; add conversations or give a validation split"
+        )
+    import numpy as np
+
+    order = np.random.default_rng(seed).permutation(len(rows))
+    count = min(len(rows) - 1, max(1, round(fraction * len(rows))))
+    held = set(order[:count].tolist())
+    logger.info("no validation split: held out %d of %d conversations (seed %d)", count,
+                len(rows), seed)  # fmt: skip
+    kept = [row for index, row in enumerate(rows) if index not in held]
+    return kept, [rows[index] for index in sorted(held)]
+
+
+def _tokenizer(
+    tokenizer: Tokenizer | str | None,
+    rows: list[list[Message]],
+    options: Mapping[str, Any] | None,
+) -> Tokenizer:
+    """`tokenizer` itself, or one of that kind learnt from the conversations' text."""
+    if isinstance(tokenizer, Tokenizer):
+        return tokenizer
+    kind = tokenizer or DEFAULT_CHAT_TOKENIZER
+    if kind.startswith("tiktoken"):
+        return build_tokenizer(kind, **dict(options or {}))
+    # A role is written as its name on a line of its own by zoo's default template.
+    texts = [f"{m['role']}:\n{m['content']}" for messages in rows for m in messages]
+    return build_tokenizer(kind, texts, **dict(options or {}))
+
+
+def _counts(examples: ChatExamples) -> dict[str, int]:
+    return {
+        "conversations": len(examples),
+        "tokens": examples.total_tokens,
+        "trained_tokens": examples.trained_tokens,
+    }
