@@ -19,9 +19,9 @@ pytest.importorskip("orbax.checkpoint", reason="the `distributed` extra (orbax-c
 import zoo
 from zoo.data.batches import ArrayBatches
 from zoo.distributed import Layout
-from zoo.distributed.checkpoint import ShardedWriter
 from zoo.train.checkpoint import list_checkpoints, load_checkpoint
 from zoo.train.pending import CheckpointWriteFailed, PendingWrite
+from zoo.train.sharded import ShardedWriter
 
 
 @pytest.fixture(scope="module")

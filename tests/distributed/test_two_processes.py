@@ -53,7 +53,7 @@ def weights(out: Path) -> dict[str, np.ndarray]:
 
 def checkpoint_weights(checkpoint: Path) -> dict[str, np.ndarray]:
     """The model arrays of a mesh checkpoint (orbax), read onto this process's one device."""
-    from zoo.distributed.checkpoint import load_arrays
+    from zoo.train.sharded import load_arrays
 
     return {name: np.asarray(value) for name, value in load_arrays(checkpoint)["model"].items()}
 

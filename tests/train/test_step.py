@@ -14,6 +14,7 @@ import pytest
 import zoo
 from zoo import demo
 from zoo.data import synthetic
+from zoo.nn.vocab import VocabHead
 from zoo.serialize import named_arrays
 from zoo.tasks import Classification, LanguageModeling, Translation
 from zoo.train import Trainer, adamw
@@ -31,8 +32,15 @@ class Bigram(eqx.Module):
     proj: jax.Array
     config: SimpleNamespace = eqx.field(static=True)
 
+    def features(self, tokens, mask=None, *, key=None):
+        return jnp.tanh(self.table[tokens])
+
+    @property
+    def output_head(self) -> VocabHead:  # the language-modelling loss starts from features
+        return VocabHead(self.proj.T)
+
     def __call__(self, tokens, mask=None, *, key=None):
-        return jnp.tanh(self.table[tokens]) @ self.proj
+        return self.output_head(self.features(tokens))
 
 
 def test_gradient_accumulation_equals_one_big_batch():

@@ -1,4 +1,4 @@
-"""Many devices: a mesh from a string, partition rules as data, sharded checkpoints.
+"""Many devices: a mesh from a string, partition rules as data, layouts, many processes.
 
 ```python
 mesh = zoo.distributed.make_mesh("data=2,fsdp=2,tensor=2")   # 8 devices

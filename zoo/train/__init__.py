@@ -18,6 +18,7 @@ from zoo.train.checkpoint import (
 )
 from zoo.train.history import History
 from zoo.train.interrupts import Terminated
+from zoo.train.loop import TrainingDiverged
 from zoo.train.optim import (
     SCHEDULES,
     Optimizer,
@@ -30,7 +31,7 @@ from zoo.train.optim import (
     paper_peak_lr,
 )
 from zoo.train.step import PRECISIONS, cast_floating
-from zoo.train.trainer import Trainer, TrainingDiverged
+from zoo.train.trainer import Trainer
 
 __all__ = [
     "PRECISIONS",

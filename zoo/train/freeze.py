@@ -19,15 +19,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jaxtyping import PyTree
 
-from zoo.train.optim import Optimizer
+from zoo.train.optim import Optimizer, OptimizerLike
 from zoo.tree import path_name
 
 STACKS = ("layers", "encoder", "decoder")
@@ -91,7 +91,7 @@ def _whole(path: str, groups: tuple[FreezeGroup, ...]) -> bool:
     return False
 
 
-def freeze_labels(params: Any, groups: tuple[FreezeGroup, ...]) -> Any:
+def freeze_labels(params: PyTree, groups: tuple[FreezeGroup, ...]) -> PyTree:
     """ "frozen" or "train" for every array leaf of `params` (a model or its filtered arrays)."""
 
     def label(path, leaf):
@@ -149,8 +149,8 @@ def check_freeze(model: eqx.Module, groups: tuple[FreezeGroup, ...]) -> dict[str
 
 
 def train_only(
-    optimizer: Any,
-    labels: Callable[[Any], Any],
+    optimizer: OptimizerLike,
+    labels: Callable[[PyTree], PyTree],
     setting: tuple,
     *after: optax.GradientTransformation,
 ) -> Optimizer:
@@ -168,7 +168,7 @@ def train_only(
     return Optimizer(masked.init, masked.update, learning_rate, settings, labels)
 
 
-def freeze(optimizer: Any, spec: str) -> Optimizer:
+def freeze(optimizer: OptimizerLike, spec: str) -> Optimizer:
     """`optimizer` with the parameters named by `spec` frozen (their updates are exactly 0)."""
     groups = parse_freeze(spec)
     return train_only(

@@ -9,11 +9,39 @@ import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from zoo.files import write_text_atomic
 
 METRICS_FILE = "metrics.jsonl"
+
+# A logged number: a float, or for a non-finite one its name ("nan", "inf"; see `clean`).
+Logged = float | str
+
+
+class Row(TypedDict):
+    """One line of `metrics.jsonl`: a log interval (split "train") or an evaluation ("eval")."""
+
+    step: int  # optimizer updates done
+    split: str
+    loss: Logged
+    metric: Logged  # the task's headline metric, named in `metric_name`
+    metric_name: str
+    tokens_per_s: float | None
+    lr: Logged | None
+
+
+class RunSummary(TypedDict, total=False):
+    """The totals of a `fit` (empty until it ends)."""
+
+    steps: int  # optimizer updates done in all
+    resumed_from: int  # the step this call started from
+    wall_seconds: float
+    compile_seconds: float
+    tokens_per_s: float | None
+    final_train: Row | None  # None when this call trained no step
+    final_eval: Row | None
+    checkpoint: str | None  # the newest checkpoint written
 
 
 @dataclass
@@ -24,19 +52,19 @@ class History:
     metric, named in `metric_name`), `tokens_per_s` and `lr`. `summary` holds run totals.
     """
 
-    rows: list[dict[str, Any]] = field(default_factory=list)
-    summary: dict[str, Any] = field(default_factory=dict)
+    rows: list[Row] = field(default_factory=list)
+    summary: RunSummary = field(default_factory=RunSummary)
 
-    def split(self, name: str) -> list[dict[str, Any]]:
+    def split(self, name: str) -> list[Row]:
         """The rows of one split ("train" or "eval"), oldest first."""
         return [row for row in self.rows if row["split"] == name]
 
-    def last(self, name: str) -> dict[str, Any] | None:
+    def last(self, name: str) -> Row | None:
         rows = self.split(name)
         return rows[-1] if rows else None
 
     def losses(self, name: str = "train") -> list[float]:
-        return [row["loss"] for row in self.split(name)]
+        return [float(row["loss"]) for row in self.split(name)]
 
 
 class MetricsLog:
@@ -50,7 +78,7 @@ class MetricsLog:
     ):
         self.path = None if directory is None else Path(directory) / METRICS_FILE
         self.writes = write
-        self.previous: list[dict[str, Any]] = []
+        self.previous: list[Row] = []
         if self.path is None:
             return
         if resume_at is not None and self.path.is_file():
@@ -61,7 +89,7 @@ class MetricsLog:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             write_text_atomic(self.path, "".join(json.dumps(row) + "\n" for row in self.previous))
 
-    def write(self, row: dict[str, Any]) -> None:
+    def write(self, row: Row) -> None:
         if self.path is None or not self.writes:
             return
         try:
@@ -73,7 +101,7 @@ class MetricsLog:
             ) from None
 
 
-def read_rows(path: Path) -> list[dict[str, Any]]:
+def read_rows(path: Path) -> list[Row]:
     """The rows of a `metrics.jsonl`; a half-written last line (a crash mid-write) is dropped."""
     lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     rows = []
@@ -93,7 +121,7 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def clean(value: Any) -> Any:
+def clean(value: float) -> Logged:
     """A JSON-friendly float (non-finite values become strings such as "nan")."""
     value = float(value)
     return value if math.isfinite(value) else str(value)
@@ -115,7 +143,7 @@ class Progress:
         if self.bar is not None:
             self.bar.update(1)
 
-    def show(self, **values: Any) -> None:
+    def show(self, **values: str) -> None:
         if self.bar is not None:
             self.bar.set_postfix(values, refresh=False)
 

@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
-from typing import Any
 
 HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -33,13 +32,17 @@ def interrupt_for(signum: int) -> KeyboardInterrupt:
     return Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
 
+# a signal's handler as `signal.signal` returns it (a function, SIG_DFL / SIG_IGN, or None)
+Handler = Callable[[int, FrameType | None], object] | int | None
+
+
 class HeldInterrupts:
     """Context manager: SIGINT/SIGTERM set `received`; `check()` raises the interrupt then."""
 
     def __init__(self) -> None:
         self.received: int | None = None
         self._immediate = False
-        self._previous: dict[int, Any] = {}
+        self._previous: dict[int, Handler] = {}
 
     def __enter__(self) -> HeldInterrupts:
         # Signal handlers can only be installed from the main thread.

@@ -22,10 +22,12 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from zoo.extras import pip_install
+from zoo.train.history import Row
 
 # name -> (the package it needs, the zoo extra that installs it)
 LOGGERS = {"tensorboard": ("tensorboardX", "tensorboard"), "wandb": ("wandb", "wandb")}
@@ -35,12 +37,16 @@ LOGGERS = {"tensorboard": ("tensorboardX", "tensorboard"), "wandb": ("wandb", "w
 class Logger(Protocol):
     """Receives each metrics row as it is written; `close()` ends the run's logging."""
 
-    def log(self, row: dict[str, Any]) -> None: ...
+    def log(self, row: Row) -> None: ...
 
     def close(self) -> None: ...
 
 
-def scalars(row: dict[str, Any]) -> dict[str, float]:
+# a logger asked for by name ("tensorboard", "wandb") or given as an object
+LoggerSpec = str | Logger
+
+
+def scalars(row: Row) -> dict[str, float]:
     """The numbers of one metrics row, named `split/quantity`; missing values are left out."""
     split = row["split"]
     named = {
@@ -61,7 +67,7 @@ def _require(name: str) -> str:
     return module
 
 
-def check_loggers(loggers: Any) -> tuple[Any, ...]:
+def check_loggers(loggers: LoggerSpec | Iterable[LoggerSpec]) -> tuple[LoggerSpec, ...]:
     """`loggers` as a tuple of known names and `Logger` objects; missing packages raise now."""
     if isinstance(loggers, str | Logger):
         loggers = (loggers,)
@@ -89,7 +95,7 @@ class TensorBoardLogger:
         writer_class = importlib.import_module(_require("tensorboard")).SummaryWriter
         self.writer = writer_class(logdir=str(directory), purge_step=purge_step, flush_secs=10)
 
-    def log(self, row: dict[str, Any]) -> None:
+    def log(self, row: Row) -> None:
         for name, value in scalars(row).items():
             self.writer.add_scalar(name, value, global_step=row["step"])
 
@@ -112,7 +118,7 @@ class WandbLogger:
             settings=wandb.Settings(console="off", silent=True),
         )
 
-    def log(self, row: dict[str, Any]) -> None:
+    def log(self, row: Row) -> None:
         self.run.log(scalars(row), step=row["step"])
 
     def close(self) -> None:
@@ -120,7 +126,7 @@ class WandbLogger:
 
 
 def open_loggers(
-    loggers: tuple[Any, ...], out_dir: Path | None, *, resumed_from: int, config: dict
+    loggers: tuple[LoggerSpec, ...], out_dir: Path | None, *, resumed_from: int, config: dict
 ) -> list[Logger]:
     """Start the loggers of one `fit`: names become `TensorBoardLogger` / `WandbLogger`."""
     opened: list[Logger] = []

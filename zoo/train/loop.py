@@ -1,25 +1,92 @@
-"""One call of `Trainer.fit`: checks, resume, the step loop, logging, checkpoints, export."""
+"""One call of `Trainer.fit`: checks, resume, the step loop, logging, checkpoints, export.
+
+A `TrainingRun` reads its trainer's settings and compiled steps through `RunSetup` (what a
+`zoo.Trainer` holds) and stops with `TrainingDiverged` when the loss or the weights go bad.
+"""
 
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Protocol, runtime_checkable
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+from jaxtyping import PRNGKeyArray, PyTree
 
-from zoo.distributed.hosts import is_writer
+from zoo.data.batches import Batch, BatchSource
+from zoo.data.tokenizer import Tokenizer
+from zoo.distributed.hosts import gather, is_writer
+from zoo.distributed.layout import Layout
+from zoo.distributed.mesh import mesh_string
 from zoo.serialize import model_config_dict
-from zoo.tasks.base import Stats
+from zoo.tasks.base import Stats, Task
 from zoo.train import checkpoint as ckpt
-from zoo.train.history import History, MetricsLog, Progress, clean
+from zoo.train.evaluation import Summary, evaluate, summarise
+from zoo.train.history import History, MetricsLog, Progress, Row, clean
 from zoo.train.interrupts import HeldInterrupts, Terminated
-from zoo.train.loggers import Logger, open_loggers
+from zoo.train.loggers import Logger, LoggerSpec, open_loggers
+from zoo.train.optim import OptimizerLike, init_optimizer, learning_rate
+from zoo.train.sharded import ShardedWriter
+from zoo.train.step import EvalStep, StepOutput, TrainStep
+
+# the run's settings, kept in each checkpoint and given to experiment loggers
+Settings = dict[str, str | int]
+
+
+class TrainingDiverged(FloatingPointError):
+    """The loss or the gradient became NaN or infinite; `step` names the update."""
+
+    def __init__(self, message: str, step: int):
+        super().__init__(message)
+        self.step = step
+
+    @classmethod
+    def at(cls, step: int, loss: float, grad_norm: float, kept: Path | None) -> TrainingDiverged:
+        """The error for update `step`; `kept` is the last good checkpoint (or None)."""
+        return cls._stopped(step, f"the loss is {loss} and the gradient norm {grad_norm}", kept)
+
+    @classmethod
+    def weights(cls, step: int, kept: Path | None) -> TrainingDiverged:
+        """Update `step` left non-finite weights (its loss, computed before it, was finite)."""
+        return cls._stopped(step, "the weights after this update are not finite (NaN or inf)", kept)
+
+    @classmethod
+    def _stopped(cls, step: int, what: str, kept: Path | None) -> TrainingDiverged:
+        if kept is not None:
+            saved = f"The last good checkpoint is kept: {kept}."
+        else:
+            saved = "No checkpoint was saved (pass checkpoint_dir to keep them)."
+        return cls(
+            f"training stopped at step {step}: {what}. {saved} Lower the learning rate, "
+            "lengthen the warmup, keep gradient clipping on, or train in fp32.",
+            step,
+        )
+
+
+@runtime_checkable
+class RunSetup(Protocol):
+    """What a run takes from its `zoo.Trainer`: the task, the compiled steps and the options."""
+
+    task: Task
+    optimizer: OptimizerLike
+    layout: Layout | None  # None: one device
+    train_step: TrainStep
+    eval_step: EvalStep
+    precision: str
+    accumulate: int
+    log_every: int
+    eval_every: int | None
+    eval_limit: int | None
+    checkpoint_every: int | None
+    keep: int
+    progress: bool
+    loggers: tuple[LoggerSpec, ...]
 
 
 def _fresh_copy(model: eqx.Module) -> eqx.Module:
@@ -29,15 +96,28 @@ def _fresh_copy(model: eqx.Module) -> eqx.Module:
     )
 
 
-def _shape_signature(batch: dict) -> tuple:
+def _shape_signature(batch: Batch) -> tuple:
     return tuple(sorted((name, tuple(value.shape)) for name, value in batch.items()))
 
 
 class TrainingRun:
     """The state of one `fit` call. `train()` runs it and returns (model, history)."""
 
-    def __init__(self, trainer, model, train_batches, *, steps, key, eval_batches,
-                 checkpoint_dir, out_dir, resume, tokenizer, plot):  # fmt: skip
+    def __init__(
+        self,
+        trainer: RunSetup,
+        model: eqx.Module,
+        train_batches: BatchSource,
+        *,
+        steps: int,
+        key: PRNGKeyArray,
+        eval_batches: BatchSource | None,
+        checkpoint_dir: str | os.PathLike | None,
+        out_dir: str | os.PathLike | None,
+        resume: bool,
+        tokenizer: Tokenizer | None,
+        plot: bool,
+    ):
         self.trainer = trainer
         self.task = trainer.task
         self.train_batches = train_batches
@@ -50,13 +130,13 @@ class TrainingRun:
         self._check_inputs(model, resume)
         layout = trainer.layout  # None: one device, else the mesh and its partition rules
         self.model = _fresh_copy(model) if layout is None else layout.place(model)
-        self.opt_state = trainer.init_optimizer(self.model)
+        self.opt_state: PyTree = init_optimizer(trainer.optimizer, self.model, layout)
         self.key = key
         self.start = 0
         self.last_checkpoint: Path | None = None
         # with many processes, process 0 alone writes the files the run shares
         self.writes = is_writer()
-        self.arrays_writer: Any = None  # on a mesh: a ShardedWriter, made by the first save
+        self.arrays_writer: ShardedWriter | None = None  # on a mesh, made by the first save
         if resume:
             self._resume()
         self.log = MetricsLog(
@@ -64,7 +144,7 @@ class TrainingRun:
         )
         self.history = History(rows=list(self.log.previous))
         self.done = self.start
-        self.pending: list[tuple[int, Any, int]] = []  # (step, StepOutput, tokens counted)
+        self.pending: list[tuple[int, StepOutput, int]] = []  # (step, output, tokens counted)
         self.shapes: set[tuple] = set()
         self.train_seconds = 0.0
         self.train_tokens = 0
@@ -127,7 +207,7 @@ class TrainingRun:
             return []
         return [name for name in (CONFIG_FILE, WEIGHTS_FILE) if (self.out_dir / name).is_file()]
 
-    def _check_batch(self, batch: dict, model: eqx.Module) -> None:
+    def _check_batch(self, batch: Batch, model: eqx.Module) -> None:
         self.task.check_batch(batch, model)
         if self.trainer.layout is not None:
             self.trainer.layout.check_batch(batch)
@@ -139,6 +219,7 @@ class TrainingRun:
             )
 
     def _resume(self) -> None:
+        assert self.checkpoint_dir is not None  # checked by _check_inputs
         found = ckpt.list_checkpoints(self.checkpoint_dir)
         if not found:
             warnings.warn(
@@ -251,8 +332,6 @@ class TrainingRun:
         for step, output in zip(steps, host, strict=True):
             loss, grad_norm = float(output.stats.loss), float(output.grad_norm)
             if not (math.isfinite(loss) and math.isfinite(grad_norm)):
-                from zoo.train.trainer import TrainingDiverged
-
                 raise TrainingDiverged.at(step, loss, grad_norm, self.last_checkpoint)
         total = Stats.zero()
         for output in host:
@@ -261,13 +340,16 @@ class TrainingRun:
         elapsed, self.clock = now - self.clock, now
         self.train_seconds += elapsed
         self.train_tokens += sum(tokens)
-        summary = self.trainer.summarise(total)
+        summary = summarise(self.task, total)
         rate = sum(tokens) / elapsed if sum(tokens) and elapsed > 0 else None
-        self._record("train", steps[-1], summary, rate, self.trainer.learning_rate(steps[-1]))
+        lr = learning_rate(self.trainer.optimizer, steps[-1])
+        self._record("train", steps[-1], summary, rate, lr)
         self.progress.show(loss=f"{summary['loss']:.4f}", tok_s=f"{rate or 0:,.0f}")
 
-    def _record(self, split: str, step: int, summary: dict, rate, lr) -> None:
-        row = {
+    def _record(
+        self, split: str, step: int, summary: Summary, rate: float | None, lr: float | None
+    ) -> None:
+        row: Row = {
             "step": step,
             "split": split,
             "loss": clean(summary["loss"]),
@@ -287,10 +369,10 @@ class TrainingRun:
         if self.eval_batches is None:
             return
         started = time.perf_counter()
+        trainer = self.trainer
         with self.interrupts.immediate():  # evaluation donates nothing: stop at once
-            summary = self.trainer.evaluate(
-                self.model, self.eval_batches, limit=self.trainer.eval_limit
-            )
+            summary = evaluate(trainer.task, trainer.eval_step, self.model, self.eval_batches,
+                               limit=trainer.eval_limit)  # fmt: skip
         elapsed = time.perf_counter() - started
         rate = summary["tokens"] / elapsed if elapsed > 0 else None
         self._record("eval", self.done, summary, rate, None)
@@ -300,8 +382,6 @@ class TrainingRun:
         self.flush()  # never save a state whose loss was not checked
         # A step's loss is computed before its update: check the updated weights too.
         if not ckpt.all_finite(self.model):
-            from zoo.train.trainer import TrainingDiverged
-
             self._wait_for_checkpoint(quiet=True)  # the last good one, still being written
             raise TrainingDiverged.weights(self.done, self.last_checkpoint)
         if self.checkpoint_dir is None:
@@ -319,8 +399,6 @@ class TrainingRun:
             )
         else:  # the arrays are in host memory now; they reach the disk while training goes on
             if self.arrays_writer is None:
-                from zoo.distributed.checkpoint import ShardedWriter
-
                 self.arrays_writer = ShardedWriter(self.checkpoint_dir, keep=self.trainer.keep)
             self.last_checkpoint = self.arrays_writer.save(
                 step=self.done,
@@ -364,21 +442,19 @@ class TrainingRun:
         cause = "terminated (SIGTERM)" if isinstance(interrupt, Terminated) else "interrupted"
         print(f"{cause}: saved {self.last_checkpoint}; continue with resume=True", file=sys.stderr)
 
-    def _settings(self) -> dict[str, Any]:
+    def _settings(self) -> Settings:
         """The run's settings, kept in each checkpoint and given to experiment loggers."""
-        settings = {
+        settings: Settings = {
             "task": repr(self.task),
             "precision": self.trainer.precision,
             "accumulate": self.trainer.accumulate,
             "train_batches": len(self.train_batches),
         }
         if self.trainer.layout is not None:
-            from zoo.distributed import mesh_string
-
             settings["mesh"] = mesh_string(self.trainer.layout.mesh)
         return settings
 
-    def _logged_config(self) -> dict[str, Any]:
+    def _logged_config(self) -> dict[str, object]:
         """What an experiment logger records: model config, run settings, steps."""
         return {
             **model_config_dict(self.model),
@@ -404,8 +480,6 @@ class TrainingRun:
             return
         model = self.model
         if self.trainer.layout is not None:  # every process takes part in the gather
-            from zoo.distributed.hosts import gather
-
             arrays, static = eqx.partition(model, eqx.is_array)
             model = eqx.combine(gather(arrays), static)
         if self.writes:

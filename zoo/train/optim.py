@@ -9,19 +9,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import NamedTuple, TypeAlias
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import optax
+from jaxtyping import ArrayLike, PyTree
 
+from zoo.distributed.layout import Layout
 from zoo.nn.linear import Linear
 
 SCHEDULES = ("inverse_sqrt", "cosine", "constant")
 
 
-def _updates_done(count: Any) -> jax.Array:
+def _updates_done(count: ArrayLike) -> jax.Array:
     """Optax counts updates from 0; schedules below are written for update number 1, 2, ..."""
     return jnp.asarray(count).astype(jnp.float32) + 1.0
 
@@ -93,7 +95,7 @@ def paper_peak_lr(d_model: int, warmup: int) -> float:
     return (d_model * warmup) ** -0.5
 
 
-def decay_mask(params: Any) -> Any:
+def decay_mask(params: PyTree) -> PyTree:
     """True for the arrays weight decay applies to: the weight matrices of `Linear` layers.
 
     Biases, LayerNorm scales and offsets, embedding tables (token, position, type) and any other
@@ -189,3 +191,27 @@ def adamw(
         ("clip_norm", clip_norm),
     )
     return Optimizer(chained.init, chained.update, learning_rate, settings)
+
+
+# What zoo trains with: an `Optimizer`, or any optax transformation (which has no schedule to
+# report and no `settings` to share compiled steps by).
+OptimizerLike: TypeAlias = Optimizer | optax.GradientTransformation
+
+
+def learning_rate(optimizer: OptimizerLike, step: int) -> float | None:
+    """The learning rate of update number `step` (1-based), if the optimizer exposes it."""
+    schedule = getattr(optimizer, "learning_rate", None)
+    return None if schedule is None else float(schedule(step - 1))
+
+
+def init_optimizer(
+    optimizer: OptimizerLike, model: eqx.Module, layout: Layout | None = None
+) -> optax.OptState:
+    """The optimizer state for `model`'s floating-point arrays (sharded on `layout`'s mesh)."""
+    params = eqx.filter(model, eqx.is_inexact_array)
+    with jax.numpy_dtype_promotion("standard"):
+        if layout is None:
+            return optimizer.init(params)
+        shapes = jax.eval_shape(optimizer.init, params)
+        init = jax.jit(optimizer.init, out_shardings=layout.shardings(shapes))
+        return init(params)

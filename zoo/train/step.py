@@ -10,15 +10,23 @@ from __future__ import annotations
 import contextlib
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping
-from typing import Any
+from contextlib import AbstractContextManager
+from typing import TypeVar, cast
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import optax
-from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
+from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray, PyTree
 
+from zoo.distributed.layout import Layout
 from zoo.tasks.base import Stats, Task
+from zoo.train.optim import OptimizerLike
+
+# one batch: arrays with the batch axis first, by name ("tokens", "labels", ...)
+Batch = Mapping[str, ArrayLike]
+# `evaluate(model, batch) -> Stats` (`make_eval_step`)
+EvalStep = Callable[[eqx.Module, Batch], Stats]
 
 # precision option -> the dtype forward and backward run in (master weights stay float32)
 PRECISIONS = {"fp32": jnp.float32, "bf16": jnp.bfloat16}
@@ -34,7 +42,7 @@ class StepOutput(eqx.Module):
 PRECISION_CHOICES = ("auto", *PRECISIONS)
 
 
-def check_precision(precision: str) -> Any:
+def check_precision(precision: str) -> jax.typing.DTypeLike:
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {sorted(PRECISIONS)}, got {precision!r}")
     return PRECISIONS[precision]
@@ -50,7 +58,7 @@ def resolve_precision(precision: str) -> str:
     return precision
 
 
-def cast_floating(tree: Any, dtype: Any) -> Any:
+def cast_floating(tree: PyTree, dtype: jax.typing.DTypeLike) -> PyTree:
     """`tree` with every floating-point array cast to `dtype` (integers and the rest untouched)."""
 
     def cast(leaf):
@@ -61,7 +69,7 @@ def cast_floating(tree: Any, dtype: Any) -> Any:
     return jax.tree_util.tree_map(cast, tree)
 
 
-def promotion_scope(precision: str):
+def promotion_scope(precision: str) -> AbstractContextManager[object]:
     """Where the step runs: bf16 compute needs JAX's standard dtype promotion.
 
     `jax.nn.dot_product_attention` promotes bfloat16 queries with float32 internally, which
@@ -80,7 +88,7 @@ def _split_micro_batches(batch: Mapping[str, ArrayLike], accumulate: int) -> dic
     }
 
 
-def split_trained(optimizer: Any, params: Any) -> tuple[Any, Any]:
+def split_trained(optimizer: OptimizerLike, params: PyTree) -> tuple[PyTree, PyTree]:
     """`(trained, frozen)` halves of `params` by the optimizer's `labels` ("train"/"frozen").
 
     Without labels every array is trained. Differentiating the trained half only saves the
@@ -94,9 +102,14 @@ def split_trained(optimizer: Any, params: Any) -> tuple[Any, Any]:
 
 
 def make_train_step(
-    task: Task, optimizer: Any, *, accumulate: int = 1, precision: str = "fp32", layout: Any = None
-):
-    """`step((batch, key, step_index), model, opt_state) -> (model, opt_state, StepOutput)`.
+    task: Task,
+    optimizer: OptimizerLike,
+    *,
+    accumulate: int = 1,
+    precision: str = "fp32",
+    layout: Layout | None = None,
+) -> TrainStep:
+    """`step(model, opt_state, batch, key, step) -> (model, opt_state, StepOutput)`.
 
     The dropout key of step `s` is `fold_in(key, s)`, so a resumed run draws the same keys.
     With `accumulate=k` the batch is cut into k micro-batches run one after another with
@@ -151,29 +164,43 @@ def make_train_step(
             model, opt_state = layout.constrain(model), layout.constrain(opt_state)
         return model, opt_state, StepOutput(stats, grad_norm)
 
-    def run(
-        model: Any, opt_state: Any, batch: Mapping[str, Any], key: PRNGKeyArray, step: int
-    ) -> tuple[Any, Any, StepOutput]:
+    return TrainStep(train_step, precision=precision, layout=layout)
+
+
+class TrainStep:
+    """A compiled train step: `step(model, opt_state, batch, key, step_number)` returns
+    `(model, opt_state, StepOutput)`, donating the model's and optimizer state's buffers."""
+
+    def __init__(self, jitted: Callable, *, precision: str, layout: Layout | None):
+        self._jitted = jitted  # (inputs, model, opt_state) -> (model, opt_state, StepOutput)
+        self.precision = precision
+        self.layout = layout
+
+    def _inputs(self, batch: Batch, key: PRNGKeyArray, step: int) -> tuple:
         step_index: Int[Array, ""] = jnp.asarray(step, jnp.int32)
-        if layout is not None:
-            batch = layout.place_batch(batch)
-        with promotion_scope(precision):
-            return train_step((dict(batch), key, step_index), model, opt_state)
+        if self.layout is not None:
+            batch = self.layout.place_batch(batch)
+        return dict(batch), key, step_index
 
-    def lower(model: Any, opt_state: Any, batch: Mapping[str, Any], key: PRNGKeyArray,
-              step: int = 0) -> Any:  # fmt: skip
-        """The step lowered for these arguments (`.as_text()`, `.compile().memory_analysis()`)."""
-        step_index: Int[Array, ""] = jnp.asarray(step, jnp.int32)
-        if layout is not None:
-            batch = layout.place_batch(batch)
-        with promotion_scope(precision):
-            return train_step.lower((dict(batch), key, step_index), model, opt_state)  # type: ignore[attr-defined]
+    def __call__(
+        self, model: eqx.Module, opt_state: PyTree, batch: Batch, key: PRNGKeyArray, step: int
+    ) -> tuple[eqx.Module, PyTree, StepOutput]:
+        with promotion_scope(self.precision):
+            return self._jitted(self._inputs(batch, key, step), model, opt_state)
 
-    run.lower = lower  # type: ignore[attr-defined]
-    return run
+    def lower(
+        self, model: eqx.Module, opt_state: PyTree, batch: Batch, key: PRNGKeyArray, step: int = 0
+    ) -> eqx.Module:
+        """The step lowered for these arguments: equinox's `Lowered` (`.as_text()`,
+        `.compile().compiled.memory_analysis()`)."""
+        with promotion_scope(self.precision):
+            inputs = self._inputs(batch, key, step)
+            return self._jitted.lower(inputs, model, opt_state)  # type: ignore[attr-defined]
 
 
-def make_eval_step(task: Task, *, precision: str = "fp32", layout: Any = None):
+def make_eval_step(
+    task: Task, *, precision: str = "fp32", layout: Layout | None = None
+) -> EvalStep:
     """`evaluate(model, batch) -> Stats`: deterministic (no dropout), in the compute dtype.
 
     With a `layout` the batch is placed split by rows over its mesh."""
@@ -183,7 +210,7 @@ def make_eval_step(task: Task, *, precision: str = "fp32", layout: Any = None):
     def eval_step(model, batch):
         return task.statistics(cast_floating(model, compute_dtype), batch, key=None)
 
-    def run(model: Any, batch: Mapping[str, Any]) -> Stats:
+    def run(model: eqx.Module, batch: Batch) -> Stats:
         if layout is not None:  # a last, smaller batch may not split: it goes whole
             batch = layout.place_batch(batch, even=False)
         with promotion_scope(precision):
@@ -194,11 +221,12 @@ def make_eval_step(task: Task, *, precision: str = "fp32", layout: Any = None):
 
 # Compiled steps are reused by every Trainer with interchangeable settings (a new Trainer in a
 # notebook, `zoo train --resume` run in-process), so XLA does not compile the same step twice.
-_SHARED: OrderedDict[Hashable, tuple[Callable, tuple]] = OrderedDict()
+Step = TypeVar("Step", TrainStep, EvalStep)
+_SHARED: OrderedDict[Hashable, tuple[TrainStep | EvalStep, tuple]] = OrderedDict()
 _SHARED_SIZE = 16
 
 
-def _identity(obj: Any) -> Hashable:
+def _identity(obj: object) -> Hashable:
     """Equal for interchangeable objects: recorded settings or hashable attributes, else `id`."""
     settings = getattr(obj, "settings", None)  # zoo.train.adamw records its arguments
     if settings:
@@ -211,19 +239,24 @@ def _identity(obj: Any) -> Hashable:
     return state
 
 
-def _shared(key: Hashable, build: Callable[[], Callable], keep_alive: tuple) -> Callable:
+def _shared(key: Hashable, build: Callable[[], Step], keep_alive: tuple) -> Step:
     if key not in _SHARED:
         # `keep_alive` holds the objects whose ids may be in `key`, so no new object reuses one.
         _SHARED[key] = (build(), keep_alive)
         while len(_SHARED) > _SHARED_SIZE:
             _SHARED.popitem(last=False)
     _SHARED.move_to_end(key)
-    return _SHARED[key][0]
+    return cast(Step, _SHARED[key][0])
 
 
 def shared_train_step(
-    task: Task, optimizer: Any, *, accumulate: int, precision: str, layout: Any = None
-) -> Callable:
+    task: Task,
+    optimizer: OptimizerLike,
+    *,
+    accumulate: int,
+    precision: str,
+    layout: Layout | None = None,
+) -> TrainStep:
     """`make_train_step`, reused across calls with interchangeable task and optimizer."""
     key = ("train", _identity(task), _identity(optimizer), accumulate, precision, layout)
     return _shared(
@@ -235,7 +268,7 @@ def shared_train_step(
     )
 
 
-def shared_eval_step(task: Task, *, precision: str, layout: Any = None) -> Callable:
+def shared_eval_step(task: Task, *, precision: str, layout: Layout | None = None) -> EvalStep:
     """`make_eval_step`, reused across calls with an interchangeable task."""
     key = ("eval", _identity(task), precision, layout)
     return _shared(key, lambda: make_eval_step(task, precision=precision, layout=layout), (task,))

@@ -4,51 +4,30 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Any
+from collections.abc import Iterable
 
 import equinox as eqx
 import jax
+import optax
+from jax.sharding import Mesh
 from jaxtyping import PRNGKeyArray
 
 from zoo.data.batches import BatchSource
+from zoo.data.tokenizer import Tokenizer
 from zoo.distributed.hosts import is_writer
+from zoo.distributed.layout import Layout
+from zoo.distributed.rules import Rule
 from zoo.host import tune_host_allocator
 from zoo.tasks.base import Stats, Task
+from zoo.train import evaluation, optim
 from zoo.train.history import History
 from zoo.train.lock import RunLock
-from zoo.train.loggers import check_loggers
-from zoo.train.optim import adamw
+from zoo.train.loggers import LoggerSpec, check_loggers
+from zoo.train.loop import TrainingDiverged, TrainingRun
+from zoo.train.sharded import require_orbax
 from zoo.train.step import resolve_precision, shared_eval_step, shared_train_step
 
-
-class TrainingDiverged(FloatingPointError):
-    """The loss or the gradient became NaN or infinite; `step` names the update."""
-
-    def __init__(self, message: str, step: int):
-        super().__init__(message)
-        self.step = step
-
-    @classmethod
-    def at(cls, step: int, loss: float, grad_norm: float, kept: Any) -> TrainingDiverged:
-        """The error for update `step`; `kept` is the last good checkpoint (or None)."""
-        return cls._stopped(step, f"the loss is {loss} and the gradient norm {grad_norm}", kept)
-
-    @classmethod
-    def weights(cls, step: int, kept: Any) -> TrainingDiverged:
-        """Update `step` left non-finite weights (its loss, computed before it, was finite)."""
-        return cls._stopped(step, "the weights after this update are not finite (NaN or inf)", kept)
-
-    @classmethod
-    def _stopped(cls, step: int, what: str, kept: Any) -> TrainingDiverged:
-        if kept is not None:
-            saved = f"The last good checkpoint is kept: {kept}."
-        else:
-            saved = "No checkpoint was saved (pass checkpoint_dir to keep them)."
-        return cls(
-            f"training stopped at step {step}: {what}. {saved} Lower the learning rate, "
-            "lengthen the warmup, keep gradient clipping on, or train in fp32.",
-            step,
-        )
+__all__ = ["Trainer", "TrainingDiverged"]
 
 
 class Trainer:
@@ -87,7 +66,7 @@ class Trainer:
     def __init__(
         self,
         task: Task,
-        optimizer: Any = None,
+        optimizer: optim.OptimizerLike | None = None,
         *,
         precision: str = "auto",
         accumulate: int = 1,
@@ -97,9 +76,9 @@ class Trainer:
         checkpoint_every: int | None = None,
         keep: int = 3,
         progress: bool = True,
-        loggers: Any = (),
-        mesh: Any = None,
-        rules: Any = None,
+        loggers: LoggerSpec | Iterable[LoggerSpec] = (),
+        mesh: Mesh | str | None = None,
+        rules: tuple[Rule, ...] | None = None,
     ):
         if not isinstance(task, Task):
             raise TypeError(
@@ -118,7 +97,7 @@ class Trainer:
             if optional is not None and (not isinstance(optional, int) or optional < 1):
                 raise ValueError(f"{name} must be a positive integer or None, got {optional!r}")
         self.task = task
-        self.optimizer = adamw() if optimizer is None else optimizer
+        self.optimizer = optim.adamw() if optimizer is None else optimizer
         self.precision = precision
         self.accumulate = accumulate
         self.log_every = log_every
@@ -128,7 +107,7 @@ class Trainer:
         self.keep = keep
         self.progress = progress
         self.loggers = check_loggers(loggers)
-        self.layout = None
+        self.layout: Layout | None = None
         if mesh is None and jax.process_count() > 1:
             raise ValueError(
                 f"this run has {jax.process_count()} processes and {jax.device_count()} devices "
@@ -136,9 +115,6 @@ class Trainer:
                 "--mesh data=-1); without one each process would train alone"
             )
         if mesh is not None:
-            from zoo.distributed import Layout
-            from zoo.distributed.checkpoint import require_orbax
-
             require_orbax()
             self.layout = Layout.of(mesh, rules)
         self.train_step = shared_train_step(
@@ -146,46 +122,23 @@ class Trainer:
         )
         self.eval_step = shared_eval_step(task, precision=precision, layout=self.layout)
 
-    def init_optimizer(self, model: eqx.Module) -> Any:
+    def init_optimizer(self, model: eqx.Module) -> optax.OptState:
         """The optimizer state for `model`'s floating-point arrays (sharded on the mesh)."""
-        params = eqx.filter(model, eqx.is_inexact_array)
-        with jax.numpy_dtype_promotion("standard"):
-            if self.layout is None:
-                return self.optimizer.init(params)
-            shapes = jax.eval_shape(self.optimizer.init, params)
-            init = jax.jit(self.optimizer.init, out_shardings=self.layout.shardings(shapes))
-            return init(params)
+        return optim.init_optimizer(self.optimizer, model, self.layout)
 
     def learning_rate(self, step: int) -> float | None:
         """The learning rate of update number `step` (1-based), if the optimizer exposes it."""
-        schedule = getattr(self.optimizer, "learning_rate", None)
-        return None if schedule is None else float(schedule(step - 1))
+        return optim.learning_rate(self.optimizer, step)
 
     def evaluate(
         self, model: eqx.Module, batches: BatchSource, *, limit: int | None = None
-    ) -> dict[str, Any]:
+    ) -> evaluation.Evaluation:
         """Loss, metric and token count over `batches` (the first `limit`), without dropout."""
-        self.task.check_model(model)
-        count = len(batches)
-        if count == 0:
-            raise ValueError("eval_batches is empty: it yields no batches (len 0)")
-        count = count if limit is None else min(count, limit)
-        total, tokens = Stats.zero(), 0
-        for index in range(count):
-            batch = batches.batch(index)
-            self.task.check_batch(batch, model)
-            total = total + self.eval_step(model, batch)
-            tokens += self.task.num_tokens(batch)
-        return {**self.summarise(total), "tokens": tokens}
+        return evaluation.evaluate(self.task, self.eval_step, model, batches, limit=limit)
 
-    def summarise(self, stats: Stats) -> dict[str, Any]:
+    def summarise(self, stats: Stats) -> evaluation.Summary:
         """Host floats of summed statistics: loss, the task's metric and its name."""
-        stats = jax.device_get(stats)
-        return {
-            "loss": float(stats.loss),
-            "metric": float(self.task.metric(stats)),
-            "metric_name": self.task.metric_name,
-        }
+        return evaluation.summarise(self.task, stats)
 
     def fit(
         self,
@@ -198,7 +151,7 @@ class Trainer:
         checkpoint_dir: str | os.PathLike | None = None,
         out_dir: str | os.PathLike | None = None,
         resume: bool = False,
-        tokenizer: Any = None,
+        tokenizer: Tokenizer | None = None,
         plot: bool = False,
     ) -> tuple[eqx.Module, History]:
         """Train for `steps` optimizer updates in total; returns the trained model and history.
@@ -210,8 +163,6 @@ class Trainer:
         with `zoo.save` (plus `tokenizer`) and, with `plot=True`, `curves.png`. The model
         passed in is not modified.
         """
-        from zoo.train.loop import TrainingRun
-
         if jax.default_backend() == "cpu":
             # reuse freed step memory (see zoo.host); ZOO_MALLOC_TOP_PAD_MB=0 opts out
             tune_host_allocator()

@@ -10,9 +10,9 @@ import numpy as np
 
 import zoo
 from zoo.distributed import Layout
-from zoo.distributed.checkpoint import ShardedWriter
 from zoo.serialize import named_arrays
 from zoo.train.checkpoint import list_checkpoints, load_checkpoint
+from zoo.train.sharded import ShardedWriter
 
 
 def test_saved_shards_survive_the_buffers_being_donated(tmp_path, monkeypatch):

@@ -1,10 +1,11 @@
-"""Sharded checkpoint arrays with orbax-checkpoint: each process writes the shards it holds.
+"""Checkpoints of a run on a mesh: orbax-checkpoint writes the shards each process holds.
 
-A training checkpoint written on a mesh keeps `state.json` as always (`zoo.train.checkpoint`)
-and, instead of `model.safetensors` + `optimizer.safetensors`, a folder `arrays/` written by
-orbax: `{"model": {path: array}, "optimizer": {path: array}}`, each array named by its pytree
-path. Restoring reads each array straight onto the sharding asked for, so a checkpoint moves
-between meshes (fsdp=8 -> data=2,tensor=4) and onto one device.
+Such a checkpoint follows the same folder protocol as any (`zoo.train.checkpoint_folder`:
+names, `state.json`, a hidden folder published by rename, pruning) and holds, instead of
+`model.safetensors` + `optimizer.safetensors`, a folder `arrays/` written by orbax:
+`{"model": {path: array}, "optimizer": {path: array}}`, each array named by its pytree path.
+Restoring reads each array straight onto the sharding asked for, so a checkpoint moves between
+meshes (fsdp=8 -> data=2,tensor=4) and onto one device.
 
 `ShardedWriter` writes them: every process hands orbax its shards, which are copied to host
 memory before `save` returns and written to disk in the background while training goes on;
@@ -17,28 +18,40 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from types import ModuleType
 
+import equinox as eqx
 import jax
+from jaxtyping import PRNGKeyArray, PyTree
 
 from zoo.distributed.hosts import is_writer
 from zoo.extras import pip_install
-from zoo.serialize import named_arrays
-from zoo.train.checkpoint import (
-    ARRAYS_DIR,
+from zoo.train.checkpoint_folder import (
     CorruptCheckpoint,
+    State,
     checkpoint_name,
     checkpoint_state,
     disk_error,
     prune,
     publish,
+    staging_folder,
     state_arrays,
     write_state,
 )
 from zoo.train.pending import PendingWrite
+from zoo.tree import named_arrays
+
+ARRAYS_DIR = "arrays"  # the model's and the optimizer's arrays, written by orbax
+# array name -> where it goes (a sharding), for "model" and "optimizer"
+Targets = dict[str, dict[str, jax.sharding.Sharding]]
 
 
-def require_orbax() -> Any:
+def is_sharded_checkpoint(path: Path) -> bool:
+    """Whether checkpoint `path` was written on a mesh (an orbax `arrays/` folder)."""
+    return (path / ARRAYS_DIR).is_dir()
+
+
+def require_orbax() -> ModuleType:
     """The `orbax.checkpoint` module, or an ImportError that names the extra to install."""
     try:
         import orbax.checkpoint as ocp
@@ -71,16 +84,16 @@ class ShardedWriter:
         self,
         *,
         step: int,
-        model: Any,
-        opt_state: Any,
-        key: Any,
-        extra: dict[str, Any] | None = None,
+        model: eqx.Module,
+        opt_state: PyTree,
+        key: PRNGKeyArray,
+        extra: State | None = None,
     ) -> Path:
         """Start writing checkpoint `step`; returns the path it will have once published."""
         self.wait_published()
         final = self.directory / checkpoint_name(step)
         # the same name on every process: they all write into it (orbax first waits for all)
-        staging = self.directory / f".{final.name}.partial"
+        staging = staging_folder(final)
         if is_writer():
             shutil.rmtree(staging, ignore_errors=True)  # left by a crash
             try:
@@ -134,12 +147,12 @@ class ShardedWriter:
         self.close()
 
 
-def load_arrays(path: Path, shardings: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+def load_arrays(path: Path, shardings: Targets | None = None) -> dict[str, dict[str, jax.Array]]:
     """`{"model": {name: array}, "optimizer": {name: array}}` from `path/arrays`.
 
     Each array is read onto its sharding in `shardings` (same nesting; by default, and for
     arrays whose saved shape differs, the first device). Names and shapes are not checked here:
-    `zoo.serialize.fill` does that and says what differs. A folder orbax cannot read raises
+    `zoo.tree.fill` does that and says what differs. A folder orbax cannot read raises
     `CorruptCheckpoint`."""
     ocp = require_orbax()
     folder = Path(path).absolute() / ARRAYS_DIR  # orbax takes absolute paths only

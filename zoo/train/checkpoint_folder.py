@@ -1,0 +1,173 @@
+"""The checkpoint folder: how a checkpoint is named, completed, kept and set aside.
+
+Both checkpoint writers follow it: the single-host one (`zoo.train.checkpoint`, safetensors
+files) and the one of a run on a mesh (`zoo.train.sharded`, an orbax folder every process
+writes its shards into).
+
+- A checkpoint is a directory `step_00000400/` inside the checkpoint directory, holding
+  `state.json` (step, data position, RNG key, model flavor and config, the run's settings) and
+  the arrays, each named by its pytree path (`state_arrays`).
+- It is written under a hidden name (`.step_00000400.partial/`), its files flushed to disk,
+  then renamed into place (`publish`). Only a `step_*` directory holding `state.json` counts,
+  so a crash mid-write never leaves a broken newest checkpoint.
+- After each publish only the newest `keep` are kept, and hidden leftovers of a crash are
+  removed (`prune`).
+- A checkpoint that turns out damaged (a truncated copy, a full disk during a sync) raises
+  `CorruptCheckpoint` when read; resuming renames it `step_*.corrupt` (`set_aside`), which no
+  longer counts, and falls back to the newest intact one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import PRNGKeyArray, PyTree
+
+from zoo.files import read_json_object
+from zoo.serialize import model_config_dict
+from zoo.tree import path_name
+
+STATE_FILE = "state.json"
+PREFIX = "step_"
+STAGING_SUFFIX = ".partial"
+
+# what `state.json` holds, as JSON values
+State = dict[str, Any]
+
+
+class CorruptCheckpoint(ValueError):
+    """A checkpoint whose files cannot be read: truncated, missing or not what was written."""
+
+
+def checkpoint_name(step: int) -> str:
+    return f"{PREFIX}{step:08d}"
+
+
+def staging_folder(final: Path) -> Path:
+    """Where checkpoint `final` is written before it counts: `.step_00000400.partial` beside it
+    (the same name in every process of a run on many, which all write into it)."""
+    return final.with_name(f".{final.name}{STAGING_SUFFIX}")
+
+
+def list_checkpoints(directory: str | os.PathLike) -> list[tuple[int, Path]]:
+    """Complete checkpoints in `directory` as (step, path), oldest first."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    found = []
+    for path in directory.iterdir():
+        digits = path.name[len(PREFIX) :]
+        if path.name.startswith(PREFIX) and digits.isdigit() and (path / STATE_FILE).is_file():
+            found.append((int(digits), path))
+    return sorted(found)
+
+
+def latest_checkpoint(directory: str | os.PathLike) -> Path | None:
+    """The newest complete checkpoint in `directory`, or None."""
+    found = list_checkpoints(directory)
+    return found[-1][1] if found else None
+
+
+def state_arrays(tree: PyTree) -> dict[str, jax.Array]:
+    """Every array leaf of a pytree (a model, an optimizer state) keyed by its path."""
+    flat, _ = jax.tree_util.tree_flatten_with_path(tree)
+    return {path_name(path): leaf for path, leaf in flat if eqx.is_array(leaf)}
+
+
+def checkpoint_state(step: int, model: eqx.Module, key: PRNGKeyArray, extra: State | None) -> State:
+    """What `state.json` holds: step, data position, RNG key, model config, `extra`."""
+    return {
+        "step": step,
+        "data_position": step,
+        "key": _key_to_json(key),
+        **model_config_dict(model),
+        **(extra or {}),
+    }
+
+
+def write_state(staging: Path, state: State) -> None:
+    (staging / STATE_FILE).write_text(json.dumps(state, indent=2, sort_keys=True))
+
+
+def read_state(path: Path) -> tuple[State, int, PRNGKeyArray]:
+    """`(state, step, key)` of checkpoint `path`; `CorruptCheckpoint` when unreadable."""
+    state_file = path / STATE_FILE
+    if not state_file.is_file():
+        raise FileNotFoundError(f"{path} is not a complete checkpoint (no {STATE_FILE})")
+    try:
+        state = read_json_object(state_file, fix="the run resumes from an older checkpoint")
+        return state, int(state["step"]), _key_from_json(state["key"])
+    except (ValueError, KeyError, TypeError) as error:
+        raise CorruptCheckpoint(f"{STATE_FILE} is unreadable ({error!r})") from None
+
+
+def _key_to_json(key: PRNGKeyArray) -> dict[str, Any]:
+    if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        data = jax.random.key_data(key)
+        return {"impl": str(jax.random.key_impl(key)), "data": np.asarray(data).tolist()}
+    return {"impl": None, "data": np.asarray(key).tolist()}
+
+
+def _key_from_json(saved: dict[str, Any]) -> PRNGKeyArray:
+    data = jnp.asarray(np.asarray(saved["data"], dtype=np.uint32))
+    if saved["impl"] is None:
+        return data
+    return jax.random.wrap_key_data(data, impl=saved["impl"])
+
+
+def _sync_files(directory: Path) -> None:
+    """Flush the directory's files to disk before it is published under its final name."""
+    for path in directory.iterdir():
+        if path.is_dir():  # orbax's arrays/: it syncs its own files
+            continue
+        with open(path, "rb") as handle:
+            os.fsync(handle.fileno())
+
+
+def publish(staging: Path, final: Path) -> None:
+    """Flush `staging` to disk and rename it to `final`: the checkpoint now counts."""
+    _sync_files(staging)
+    if final.exists():  # the same step saved again (e.g. an interrupted final save)
+        shutil.rmtree(final)
+    os.replace(staging, final)
+
+
+def disk_error(error: OSError, final: Path) -> OSError:
+    """A failed write (e.g. a full disk): what was lost, what is kept, what to do."""
+    kept = latest_checkpoint(final.parent)
+    return OSError(
+        error.errno,
+        f"could not write checkpoint {final} ({error.strerror or error}); the newest "
+        f"intact checkpoint is {kept or 'none'}. Free some disk space (or keep fewer "
+        "checkpoints) and continue with resume=True (zoo train --resume)",
+    )
+
+
+def set_aside(path: Path) -> Path:
+    """Rename a damaged checkpoint to `step_*.corrupt` so it no longer counts (nor is pruned)."""
+    target = path.with_name(f"{path.name}.corrupt")
+    number = 1
+    while target.exists():
+        number += 1
+        target = path.with_name(f"{path.name}.corrupt{number}")
+    os.replace(path, target)
+    return target
+
+
+def prune(directory: Path, keep: int | None) -> None:
+    """Remove hidden staging directories and all but the newest `keep` checkpoints."""
+    for entry in directory.iterdir():  # staging directories left behind by a crash
+        if entry.name.startswith(f".{PREFIX}") and entry.is_dir():
+            shutil.rmtree(entry, ignore_errors=True)
+    if keep is None:
+        return
+    for _, path in list_checkpoints(directory)[: -max(keep, 1)]:
+        shutil.rmtree(path, ignore_errors=True)
