@@ -68,24 +68,12 @@ def assert_same_weights(name: str, got: dict) -> None:
         assert differ == [], f"{part}: tensors not bit for bit the recorded ones"
 
 
-# Both runs tie the output layer to the token table. Today's loss differs from ddc6d28's in the
-# last bits; remove these marks when it no longer does (strict: a pass fails until then).
-SUMS_IN_ANOTHER_ORDER = pytest.mark.xfail(
-    strict=True,
-    reason="zoo.tasks.vocab_statistics flattens [batch, seq] into positions: the loss sums "
-    "over them, and the head's matmul runs over them, in another order than ddc6d28's per-example "
-    "logits (the logged losses differ in the last bits; a tied table's gradient too)",
-)
-
-
 @pytest.mark.slow
-@SUMS_IN_ANOTHER_ORDER
 def test_an_old_run_resumes_to_the_same_weights(resumed_gpt):
     assert_same_weights("gpt", resumed_gpt)
 
 
 @pytest.mark.slow
-@SUMS_IN_ANOTHER_ORDER
 def test_an_old_run_resumes_to_the_same_losses(resumed_gpt):
     assert resumed_gpt["metrics"] == EXPECTED["resumed"]["gpt"]["metrics"]
 
@@ -96,7 +84,6 @@ def test_an_old_lora_run_resumes_to_the_same_weights(resumed_lora):
 
 
 @pytest.mark.slow
-@SUMS_IN_ANOTHER_ORDER
 def test_an_old_lora_run_resumes_to_the_same_losses(resumed_lora):
     assert resumed_lora["metrics"] == EXPECTED["resumed"]["lora"]["metrics"]
 

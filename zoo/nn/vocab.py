@@ -41,7 +41,7 @@ def round_up(value: int, multiple: int) -> int:
 
 
 class VocabHead(eqx.Module):
-    """`hidden -> logits` over the vocabulary, for one example: `[seq, d_model] -> [seq, width]`.
+    """`hidden -> logits` over the vocabulary: `[..., d_model] -> [..., width]`.
 
     A model's output layer as one value: a table (`weight`, tied embeddings or a plain
     `Linear` head) with an optional `bias` (MarianMT's final logits bias), or any other layer
@@ -85,10 +85,11 @@ class VocabHead(eqx.Module):
         return round_up(self.vocab_size, multiple)
 
     def __call__(
-        self, hidden: Float[Array, "seq d_model"], *, multiple: int = 1
-    ) -> Float[Array, "seq width"]:
-        """Logits of every position; with `multiple` > 1 (a table only) the vocabulary is padded
-        with zero columns up to `width(multiple)`."""
+        self, hidden: Float[Array, "*positions d_model"], *, multiple: int = 1
+    ) -> Float[Array, "*positions width"]:
+        """Logits of every position (any leading axes: one sequence or a batch); with
+        `multiple` > 1 (a table only) the vocabulary is padded with zero columns up to
+        `width(multiple)`."""
         if self.scale is not None:
             hidden = hidden * self.scale
         if self.projection is not None:
@@ -101,5 +102,6 @@ class VocabHead(eqx.Module):
         if self.bias is not None:
             extra = logits.shape[-1] - self.vocab_size
             bias = jnp.pad(self.bias, (0, extra)) if extra else self.bias
-            logits = logits + bias[None, :].astype(logits.dtype)
+            bias = bias.astype(logits.dtype).reshape((1,) * (logits.ndim - 1) + (-1,))
+            logits = logits + bias
         return logits

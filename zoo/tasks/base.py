@@ -83,8 +83,11 @@ def token_losses(
     nll = log_normalizer - target_shifted
     objective = nll
     if label_smoothing > 0.0:
-        real = shifted if vocab == width else jnp.where(ids < vocab, shifted, 0.0)
-        uniform = log_normalizer - jnp.sum(real, axis=-1) / vocab
+        if vocab == width:
+            mean = jnp.mean(shifted, axis=-1)
+        else:
+            mean = jnp.sum(jnp.where(ids < vocab, shifted, 0.0), axis=-1) / vocab
+        uniform = log_normalizer - mean
         objective = (1.0 - label_smoothing) * nll + label_smoothing * uniform
     first_top = jnp.min(jnp.where(logits == top, ids, vocab), axis=-1)
     correct = first_top == targets

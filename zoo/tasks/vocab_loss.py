@@ -55,9 +55,7 @@ def vocab_statistics(
     """
     multiple = vocab_multiple(multiple)
     d_model = features.shape[-1]
-    features = features.reshape(-1, d_model)
-    targets, weight = targets.reshape(-1), weight.reshape(-1)
-    num_positions = features.shape[0]
+    num_positions = math.prod(features.shape[:-1])
     chunks = loss_chunks(num_positions, head.width(multiple), chunk_bytes)
 
     def chunk_statistics(head, features, targets, weight) -> Stats:
@@ -67,8 +65,10 @@ def vocab_statistics(
         )
         return weighted_stats(objective, nll, correct, weight)
 
-    if chunks == 1:
+    if chunks == 1:  # the positions as they come: the sums run in the order they always did
         return chunk_statistics(head, features, targets, weight)
+    features = features.reshape(-1, d_model)
+    targets, weight = targets.reshape(-1), weight.reshape(-1)
     size = -(-num_positions // chunks)
     extra = size * chunks - num_positions  # padding positions, weight 0
     features = jnp.pad(features, ((0, extra), (0, 0))).reshape(chunks, size, d_model)
