@@ -36,6 +36,7 @@ _LAZY = {
     "generate": "zoo.decoding",
     "translate": "zoo.decoding",
     "classify": "zoo.decoding",
+    "chat": "zoo.decoding.chat",
     "attention_maps": "zoo.inspection",
     "from_pretrained": "zoo.interop",
     "from_hf": "zoo.interop",

@@ -1,0 +1,125 @@
+"""`zoo.chat` and the step-wise decoder under it: the tokens `zoo.generate` gives (greedy and
+sampled, ragged prompts), the prompt the chat template writes, the stop at the end of the turn,
+text streamed piece by piece, and a mesh."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import jax
+import numpy as np
+import pytest
+
+import zoo
+from zoo.data import CharTokenizer
+from zoo.data.chat_tokens import encode_prompt
+from zoo.decoding.chat import TextStream, as_messages, replies, reply
+from zoo.decoding.stream import stream_tokens
+from zoo.distributed import make_mesh
+
+needs_jinja = pytest.mark.skipif(
+    importlib.util.find_spec("jinja2") is None, reason="chat templates need jinja2 (zoo[chat])"
+)
+PROMPTS = [[5, 6, 7], [8, 9, 10, 11, 12], [13]]
+TOKENIZER = CharTokenizer("abcdefghijklmnopqrstuvwxyz :\n")
+EOS = TOKENIZER.eos_id
+
+
+@pytest.fixture(scope="module")
+def chat_gpt():
+    return zoo.create("gpt-tiny", key=jax.random.key(5), vocab_size=TOKENIZER.vocab_size)
+
+
+def streamed(model, prompts, **options) -> np.ndarray:
+    return np.stack(list(stream_tokens(model, prompts, **options)), axis=1)
+
+
+@pytest.mark.parametrize("sampling", [{}, {"temperature": 1.3, "top_k": 20, "top_p": 0.9}])
+def test_streamed_tokens_are_those_of_generate(gpt, sampling):
+    key = jax.random.key(7) if sampling else None
+    tokens = streamed(gpt, PROMPTS, max_new_tokens=9, key=key, **sampling)
+    expected = np.asarray(zoo.generate(gpt, PROMPTS, max_new_tokens=9, key=key, **sampling))
+    assert tokens.shape[0] == 3 and 1 <= tokens.shape[1] <= 9
+    for row, generated in zip(tokens, expected):
+        ends = np.flatnonzero(np.isin(generated, gpt.config.end_ids))
+        length = ends[0] + 1 if len(ends) else len(generated)  # generate fills after the end
+        np.testing.assert_array_equal(row[:length], generated[:length])
+
+
+def test_stream_stops_when_every_row_has_ended_and_at_the_models_positions(gpt):
+    first = streamed(gpt, [[5, 6, 7]], max_new_tokens=20)
+    stop = int(first[0, 2])  # pretend the third token ends the turn
+    tokens = streamed(gpt, [[5, 6, 7]], max_new_tokens=20, stop_ids=[stop])
+    assert tokens.shape[1] == int(np.flatnonzero(first[0] == stop)[0]) + 1
+    long = [[5] * (gpt.config.max_positions - 2)]
+    assert streamed(gpt, long, max_new_tokens=20).shape[1] <= 2  # prompt and reply fit
+    with pytest.raises(ValueError, match="no room to answer; shorten the conversation"):
+        streamed(gpt, [[5] * gpt.config.max_positions], max_new_tokens=2)
+    with pytest.raises(ValueError, match="needs a random key"):
+        streamed(gpt, PROMPTS, max_new_tokens=2, temperature=0.5)
+
+
+@needs_jinja
+def test_a_reply_continues_the_templates_generation_prompt_and_ends_at_its_turn(chat_gpt):
+    messages = [{"role": "user", "content": "hi there"}]
+    prompt = encode_prompt(messages, TOKENIZER)
+    answer = reply(chat_gpt, TOKENIZER, messages, max_new_tokens=12)
+    expected = np.asarray(zoo.generate(chat_gpt, [prompt.tolist()], max_new_tokens=12))[0]
+    ends = np.flatnonzero(expected == EOS)
+    length = ends[0] if len(ends) else len(expected)
+    assert answer.tokens == tuple(expected[:length].tolist())
+    assert answer.finish_reason == ("stop" if len(ends) else "length")
+    assert answer.prompt_tokens == len(prompt)
+    assert answer.text == TOKENIZER.decode(expected[:length])
+    assert zoo.chat(chat_gpt, TOKENIZER, "hi there", max_new_tokens=12) == answer.text
+
+
+@needs_jinja
+def test_text_streams_piece_by_piece_and_joins_to_the_reply(chat_gpt):
+    pieces: list[str] = []
+    answer = reply(chat_gpt, TOKENIZER, "hello", max_new_tokens=10, on_text=pieces.append)
+    assert "".join(pieces) == answer.text and len(pieces) == len(answer.tokens)
+    with pytest.raises(ValueError, match="on_text streams one conversation"):
+        replies(chat_gpt, TOKENIZER, ["a", "b"], max_new_tokens=2, on_text=print)
+
+
+@needs_jinja
+def test_a_batch_of_conversations_gives_each_its_own_reply(chat_gpt):
+    conversations = ["hello", [{"role": "user", "content": "why"}], "a"]
+    together = replies(chat_gpt, TOKENIZER, conversations, max_new_tokens=6, system="be brief")
+    alone = [reply(chat_gpt, TOKENIZER, c, max_new_tokens=6, system="be brief")
+             for c in conversations]  # fmt: skip
+    assert together == alone
+
+
+def test_text_waits_for_a_whole_character():
+    gpt2 = pytest.importorskip("tiktoken") and zoo.data.build_tokenizer("tiktoken:gpt2")
+    ids = gpt2.encode("café ☕")
+    stream = TextStream(gpt2)
+    shown = [stream.add(token) for token in ids]
+    assert "".join(shown) + stream.finish() == "café ☕"
+    assert all("\ufffd" not in piece for piece in shown)
+
+
+def test_conversations_are_checked():
+    assert as_messages("hi", system="s") == [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "hi"},
+    ]
+    own_system = [{"role": "system", "content": "mine"}, {"role": "user", "content": "hi"}]
+    assert as_messages(own_system, system="s") == own_system
+    with pytest.raises(ValueError, match="ends with an assistant turn"):
+        as_messages([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}])
+    with pytest.raises(ValueError, match="has the role 'bot'"):
+        as_messages([{"role": "bot", "content": "a"}])
+    history = [{"role": "user", "content": "a"}, {"role": "assistant", "content": ""}]
+    assert as_messages([*history, {"role": "user", "content": "b"}])[1]["content"] == ""
+
+
+@needs_jinja
+def test_chat_on_a_one_device_mesh_answers_as_without(chat_gpt):
+    mesh = make_mesh("data=1", jax.devices()[:1])
+    options = {"max_new_tokens": 8, "temperature": 0.9, "key": jax.random.key(2)}
+    assert reply(chat_gpt, TOKENIZER, "hello", mesh=mesh, **options) == reply(
+        chat_gpt, TOKENIZER, "hello", **options
+    )
