@@ -17,6 +17,12 @@ special tokens come from beside it, the way transformers reads them:
 
 Checkpoints without a pad token (Llama 3, Mistral) pad with their eos id, so padding is told
 apart by length, not by id (as for GPT-2).
+
+The chat template travels with the tokenizer: read from wherever the snapshot keeps it
+(`chat_template.jinja` and `additional_chat_templates/NAME.jinja`, `chat_template.json`, or
+`tokenizer_config.json`; see `zoo.data.chat_files`), held in `tokenizer_config["chat_template"]`,
+and saved as transformers 5 saves it (`chat_template.jinja`, named ones under
+`additional_chat_templates/`), so a model saved or exported with its tokenizer keeps its template.
 """
 
 from __future__ import annotations
@@ -28,6 +34,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from zoo.data.chat_files import (
+    CHAT_TEMPLATE_JINJA,
+    CHAT_TEMPLATES_DIR,
+    as_templates,
+    read_chat_templates,
+)
 from zoo.data.tokenizer import Tokenizer
 from zoo.files import write_text_atomic
 from zoo.interop.files import CONFIG, INSTALL_HF
@@ -92,6 +104,7 @@ class FastTokenizer(Tokenizer):
         tokenizer = read_tokenizer_json(folder)
         config = read_json(folder / TOKENIZER_CONFIG)
         ids = special_ids(tokenizer, folder, config)
+        config = with_chat_templates(config, folder)
         if ids["bos_id"] is None:
             ids["bos_id"] = start_id
         adds_bos = config.get("add_bos_token")
@@ -149,15 +162,32 @@ class FastTokenizer(Tokenizer):
     def _decode(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=False)
 
+    @property
+    def chat_template(self) -> str | dict[str, str] | None:
+        """The checkpoint's chat template (Jinja text), `{name: text}` for several, or None."""
+        found = self.tokenizer_config.get("chat_template")
+        return None if found is None else as_templates(found, "the tokenizer's tokenizer_config")
+
     def save(self, directory: str | os.PathLike) -> Path:
-        """`tokenizer.json` and `tokenizer_config.json` (which transformers reads too), and
-        `zoo_tokenizer.json` with the special ids."""
+        """`tokenizer.json`, `tokenizer_config.json` and the chat template files (which
+        transformers reads too), and `zoo_tokenizer.json` with the special ids."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         write_text_atomic(directory / TOKENIZER_JSON, self.tokenizer.to_str())
-        if self.tokenizer_config:
-            text = json.dumps(self.tokenizer_config, indent=2, ensure_ascii=False)
+        config = {k: v for k, v in self.tokenizer_config.items() if k != "chat_template"}
+        if config:
+            text = json.dumps(config, indent=2, ensure_ascii=False)
             write_text_atomic(directory / TOKENIZER_CONFIG, text)
+        templates = self.chat_template
+        named = {"default": templates} if isinstance(templates, str) else templates or {}
+        for name, template in named.items():
+            if name == "default":
+                write_text_atomic(directory / CHAT_TEMPLATE_JINJA, template)
+                continue
+            if Path(name).name != name or name in ("", ".", ".."):
+                raise ValueError(f"a chat template's name {name!r} is no file name")
+            (directory / CHAT_TEMPLATES_DIR).mkdir(exist_ok=True)
+            write_text_atomic(directory / CHAT_TEMPLATES_DIR / f"{name}.jinja", template)
         return super().save(directory)
 
     def state(self) -> dict[str, Any]:
@@ -181,11 +211,17 @@ class FastTokenizer(Tokenizer):
     def from_saved(cls, state: dict[str, Any], directory: Path | None) -> FastTokenizer:
         if directory is None:
             return cls.from_state(state)
-        return cls(
-            read_tokenizer_json(directory),
-            tokenizer_config=read_json(directory / TOKENIZER_CONFIG),
-            **state,
-        )
+        config = with_chat_templates(read_json(directory / TOKENIZER_CONFIG), directory)
+        return cls(read_tokenizer_json(directory), tokenizer_config=config, **state)
+
+
+def with_chat_templates(config: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """`config` (a `tokenizer_config.json`) holding the chat template(s) of `folder`, from
+    whichever file keeps them (`zoo.data.chat_files.read_chat_templates`)."""
+    templates = read_chat_templates(folder)
+    if templates is None:
+        return config
+    return {**config, "chat_template": templates}
 
 
 def read_tokenizer_json(folder: Path) -> Any:
