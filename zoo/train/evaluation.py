@@ -22,6 +22,7 @@ class Summary(TypedDict):
     loss: float
     metric: float
     metric_name: str
+    scored: int  # positions scored (`Stats.weight`): a language model's trained tokens
 
 
 class Evaluation(Summary):
@@ -37,6 +38,7 @@ def summarise(task: Task, stats: Stats) -> Summary:
         "loss": float(stats.loss),
         "metric": float(task.metric(stats)),
         "metric_name": task.metric_name,
+        "scored": round(float(stats.weight)),
     }
 
 

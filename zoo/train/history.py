@@ -9,7 +9,7 @@ import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypedDict
+from typing import NotRequired, TypedDict
 
 from zoo.files import write_text_atomic
 
@@ -29,6 +29,11 @@ class Row(TypedDict):
     metric_name: str
     tokens_per_s: float | None
     lr: Logged | None
+    # Token positions the batches held (padding included), and of them the positions scored
+    # as targets (`Stats.weight`): with a loss mask (chat data) the trained tokens. Rows
+    # written before these were counted lack them.
+    tokens: NotRequired[int]
+    trained_tokens: NotRequired[int]
 
 
 class RunSummary(TypedDict, total=False):
@@ -49,7 +54,8 @@ class History:
     """Metric rows, one per log interval (split "train") or evaluation (split "eval").
 
     Each row has `step` (optimizer updates done), `split`, `loss`, `metric` (the task's headline
-    metric, named in `metric_name`), `tokens_per_s` and `lr`. `summary` holds run totals.
+    metric, named in `metric_name`), `tokens_per_s`, `lr`, `tokens` and `trained_tokens`.
+    `summary` holds run totals.
     """
 
     rows: list[Row] = field(default_factory=list)

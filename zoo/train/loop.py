@@ -144,10 +144,11 @@ class TrainingRun:
         )
         self.history = History(rows=list(self.log.previous))
         self.done = self.start
-        self.pending: list[tuple[int, StepOutput, int]] = []  # (step, output, tokens counted)
+        self.pending: list[tuple[int, StepOutput, int]] = []  # (step, output, tokens read)
         self.shapes: set[tuple] = set()
         self.train_seconds = 0.0
         self.train_tokens = 0
+        self.untimed_tokens = 0  # tokens of the step that compiled: not in the throughput
         self.compile_seconds = 0.0
         self.clock = time.perf_counter()
         self.last_eval = self.last_saved = -1
@@ -319,7 +320,7 @@ class TrainingRun:
             now = time.perf_counter()
             self.compile_seconds = now - self.clock
             self.clock = now
-            tokens = 0
+            self.untimed_tokens = tokens
         self.pending.append((self.done, output, tokens))
 
     def flush(self) -> None:
@@ -339,15 +340,23 @@ class TrainingRun:
         now = time.perf_counter()
         elapsed, self.clock = now - self.clock, now
         self.train_seconds += elapsed
-        self.train_tokens += sum(tokens)
+        timed, self.untimed_tokens = sum(tokens) - self.untimed_tokens, 0
+        self.train_tokens += timed
         summary = summarise(self.task, total)
-        rate = sum(tokens) / elapsed if sum(tokens) and elapsed > 0 else None
+        rate = timed / elapsed if timed and elapsed > 0 else None
         lr = learning_rate(self.trainer.optimizer, steps[-1])
-        self._record("train", steps[-1], summary, rate, lr)
+        self._record("train", steps[-1], summary, rate, lr, tokens=sum(tokens))
         self.progress.show(loss=f"{summary['loss']:.4f}", tok_s=f"{rate or 0:,.0f}")
 
     def _record(
-        self, split: str, step: int, summary: Summary, rate: float | None, lr: float | None
+        self,
+        split: str,
+        step: int,
+        summary: Summary,
+        rate: float | None,
+        lr: float | None,
+        *,
+        tokens: int,
     ) -> None:
         row: Row = {
             "step": step,
@@ -357,6 +366,8 @@ class TrainingRun:
             "metric_name": summary["metric_name"],
             "tokens_per_s": None if rate is None else round(rate, 1),
             "lr": None if lr is None else clean(lr),
+            "tokens": tokens,
+            "trained_tokens": summary["scored"],
         }
         self.history.rows.append(row)
         self.log.write(row)
@@ -375,7 +386,7 @@ class TrainingRun:
                                limit=trainer.eval_limit)  # fmt: skip
         elapsed = time.perf_counter() - started
         rate = summary["tokens"] / elapsed if elapsed > 0 else None
-        self._record("eval", self.done, summary, rate, None)
+        self._record("eval", self.done, summary, rate, None, tokens=summary["tokens"])
         self.clock = time.perf_counter()  # evaluation time is not training time
 
     def save(self) -> None:
