@@ -9,9 +9,9 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
-from zoo.models.common import check_tokens, uncompact_weights, valid_positions
+from zoo.models.common import check_tokens, layer_stack, uncompact_weights, valid_positions
 from zoo.models.config import TransformerConfig
-from zoo.nn.block import BlockExtras, BlockInputs, TransformerBlock
+from zoo.nn.block import BlockExtras, BlockInputs
 from zoo.nn.dropout import Dropout, split_optional
 from zoo.nn.embedding import Embedder, check_token_ids
 from zoo.nn.heads import MaskedLMHead
@@ -107,13 +107,7 @@ class Classifier(eqx.Module):
             key=embed_key,
             **c.embedder_kwargs(),
         )
-        self.encoder = LayerStack(
-            lambda k: TransformerBlock(c.d_model, c.block_settings(), init=c.init, key=k),
-            c.num_layers,
-            scan=c.scan_layers,
-            remat=c.remat,
-            key=layers_key,
-        )
+        self.encoder = layer_stack(c, c.num_layers, key=layers_key)
         self.final_norm = c.make_norm() if c.norm_first else None
         linear_kwargs = dict(init_std=c.init_std, dtype=c.param_dtype)
         self.pooler = (

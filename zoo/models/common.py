@@ -5,11 +5,29 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Bool, Float, Int
+from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
+from zoo.models.config import TransformerConfig
 from zoo.nn.attention import KVCache
+from zoo.nn.block import TransformerBlock
 from zoo.nn.embedding import check_token_ids
 from zoo.nn.mask import Compaction
+from zoo.nn.stack import LayerStack
+
+
+def layer_stack(
+    config: TransformerConfig, num_layers: int, *, cross_attention: bool = False, key: PRNGKeyArray
+) -> LayerStack:
+    """`num_layers` blocks with the config's block settings, run as the config says (scanned
+    or unrolled, with its rematerialisation)."""
+    settings = config.block_settings(cross_attention=cross_attention)
+    return LayerStack(
+        lambda k: TransformerBlock(config.d_model, settings, init=config.init, key=k),
+        num_layers,
+        scan=config.scan_layers,
+        remat=config.remat,
+        key=key,
+    )
 
 
 def check_tokens(

@@ -17,6 +17,7 @@ from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 from zoo.models.common import (
     check_cache_room,
     check_tokens,
+    layer_stack,
     segment_positions,
     token_positions,
     uncompact_weights,
@@ -24,7 +25,7 @@ from zoo.models.common import (
 )
 from zoo.models.config import TransformerConfig
 from zoo.nn.attention import KVCache
-from zoo.nn.block import BlockExtras, BlockInputs, TransformerBlock
+from zoo.nn.block import BlockExtras, BlockInputs
 from zoo.nn.dropout import split_optional
 from zoo.nn.embedding import Embedder
 from zoo.nn.linear import Linear
@@ -86,25 +87,12 @@ class GPT(eqx.Module):
         self.embedder = Embedder(
             c.vocab_size, c.d_model, c.max_positions, key=embed_key, **c.embedder_kwargs()
         )
-        self.layers = LayerStack(
-            lambda k: TransformerBlock(c.d_model, c.block_settings(), init=c.init, key=k),
-            c.num_layers,
-            scan=c.scan_layers,
-            remat=c.remat,
-            key=layers_key,
-        )
+        self.layers = layer_stack(c, c.num_layers, key=layers_key)
         self.final_norm = c.make_norm() if c.norm_first else None
         self.head = (
             None
             if c.tie_embeddings
-            else Linear(
-                c.d_model,
-                c.vocab_size,
-                use_bias=False,
-                init_std=c.init_std,
-                dtype=c.param_dtype,
-                key=head_key,
-            )
+            else c.init.linear(c.d_model, c.vocab_size, False, key=head_key)
         )
 
     @property

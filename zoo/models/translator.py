@@ -21,12 +21,13 @@ from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 from zoo.models.common import (
     check_cache_room,
     check_tokens,
+    layer_stack,
     uncompact_weights,
     valid_positions,
 )
 from zoo.models.config import TransformerConfig
 from zoo.nn.attention import KVCache
-from zoo.nn.block import BlockExtras, BlockInputs, CrossInputs, TransformerBlock
+from zoo.nn.block import BlockExtras, BlockInputs, CrossInputs
 from zoo.nn.dropout import Dropout, split_optional
 from zoo.nn.embedding import Embedder
 from zoo.nn.linear import Linear
@@ -177,36 +178,13 @@ class Translator(eqx.Module):
             key=keys[1],
             **c.embedder_kwargs(),
         )
-        self.encoder = LayerStack(
-            lambda k: TransformerBlock(c.d_model, c.block_settings(), init=c.init, key=k),
-            c.num_layers,
-            scan=c.scan_layers,
-            remat=c.remat,
-            key=keys[2],
-        )
-        self.decoder = LayerStack(
-            lambda k: TransformerBlock(
-                c.d_model, c.block_settings(cross_attention=True), init=c.init, key=k
-            ),
-            c.decoder_layers,
-            scan=c.scan_layers,
-            remat=c.remat,
-            key=keys[3],
-        )
+        self.encoder = layer_stack(c, c.num_layers, key=keys[2])
+        self.decoder = layer_stack(c, c.decoder_layers, cross_attention=True, key=keys[3])
 
         self.encoder_norm = c.make_norm() if c.norm_first else None
         self.decoder_norm = c.make_norm() if c.norm_first else None
         self.output_proj = (
-            None
-            if c.tie_output
-            else Linear(
-                c.d_model,
-                c.tgt_vocab,
-                use_bias=False,
-                init_std=c.init_std,
-                dtype=c.param_dtype,
-                key=keys[4],
-            )
+            None if c.tie_output else c.init.linear(c.d_model, c.tgt_vocab, False, key=keys[4])
         )
         self.output_bias = jnp.zeros((c.tgt_vocab,), c.param_dtype) if c.output_bias else None
         # relative positions: one table per side (T5 keeps it in the first layer), shared by
