@@ -261,8 +261,8 @@ class Checks:
     def zoo_names(self, options: dict) -> None:
         """Presets, and `--mesh`, `--lora`, `--freeze` read as `zoo train` reads them."""
         import zoo
+        from zoo.cli._lora import parse_lora
         from zoo.distributed.mesh import parse_mesh
-        from zoo.lora.cli import parse_lora
         from zoo.train.freeze import parse_freeze
 
         presets = options.get("preset") or []

@@ -125,7 +125,9 @@ def test_errors_are_explained(tmp_path, capsys, review_dir):
     err = capsys.readouterr().err
     assert "review" in err and "'text'" in err and "'label'" in err
     assert main([*base, "--data", f"json:{review_dir}", "--init", str(tmp_path / "nope")]) == 2
-    assert "no such model directory" in capsys.readouterr().err
+    assert f"--init {tmp_path / 'nope'} is not a model directory (no such folder)" in (
+        capsys.readouterr().err
+    )
     bad = tmp_path / "bad"
     write_jsonl(bad, "train", reviews(32, seed=0))
     write_jsonl(bad, "validation", reviews(8, seed=1, labels=(0, 5)))

@@ -1,15 +1,44 @@
-"""The model `zoo train` starts from: a preset sized by the data, or `--init` weights."""
+"""The model `zoo train` starts from: a preset sized by the data, or `--init` weights.
+
+`build_model` reads `--data` and makes the model for it in one step and returns what it made
+as a `Built` record: the model, the data, and the parts it started fresh.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
-from typing import Any
+from dataclasses import dataclass
+
+import equinox as eqx
+from jaxtyping import PRNGKeyArray
+
+from zoo.cli._datasets import DataOptions, RunData, resolve_data
+from zoo.cli._load import Model, read_model
+from zoo.data.batches import BatchSource
+from zoo.data.tokenizer import Tokenizer
+from zoo.models import flavor_of
+from zoo.models.classifier import Classifier
+from zoo.tasks.base import Task
+
+# a config field's value, as `--set FIELD=VALUE` and the data give it
+FieldValue = int | float | str | bool | list | None
+
+
+@dataclass(frozen=True)
+class Built:
+    """What `zoo train` trains: the model, its data, and the parts of an `--init` model that
+    start fresh (a classifier's head and pooler after masked-LM pretraining)."""
+
+    model: eqx.Module
+    data: RunData
+    fresh_parts: tuple[str, ...] = ()
 
 
 def check_preset(args: argparse.Namespace) -> str:
     """The flavor of `--preset`; it must match the command's flavor."""
-    import zoo
+    from zoo.presets import get
 
     if getattr(args, "objective", None) == "mlm" and args.flavor != "classifier":
         raise ValueError(
@@ -19,7 +48,7 @@ def check_preset(args: argparse.Namespace) -> str:
         if args.init is None:
             raise ValueError("zoo train needs --preset NAME (see `zoo presets`) or --init PATH")
         return args.flavor
-    preset = zoo.presets.get(args.preset)
+    preset = get(args.preset)
     if preset.flavor != args.flavor:
         raise ValueError(
             f"preset {args.preset!r} is a {preset.flavor}, not a {args.flavor}; pick a "
@@ -28,79 +57,103 @@ def check_preset(args: argparse.Namespace) -> str:
     return preset.flavor
 
 
-def build_model(args: argparse.Namespace, model_key: Any) -> tuple[Any, Any, Any, Any]:
-    """(model, train source, eval source, tokenizer) for the command line in `args`."""
-    import zoo
-    from zoo.cli.train import model_overrides, resolve_data
-    from zoo.train.warm_start import load_init, with_classes, without_masked_lm
+def build_model(
+    args: argparse.Namespace, model_key: PRNGKeyArray, *, tokenizer_given: bool
+) -> Built:
+    """The model and data of the command line in `args` (its defaults filled).
 
-    initial, args.init_tokenizer = (None, None) if args.init is None else load_init(args.init)
-    if initial is not None:
-        _check_init_tokenizer(args)
-        if zoo.models.flavor_of(initial) != args.flavor:
+    `tokenizer_given`: whether `--tokenizer` was on the command line (not a preset's default).
+    """
+    from zoo.presets import create
+
+    initial, init_tokenizer, max_len = None, None, args.max_len
+    if args.init is not None:
+        initial, init_tokenizer = read_model(args.init, option="--init")
+        _check_init_tokenizer(args, init_tokenizer, tokenizer_given)
+        if flavor_of(initial) != args.flavor:
             raise ValueError(
-                f"--init {args.init} holds a {zoo.models.flavor_of(initial)}, not a {args.flavor}"
+                f"--init {args.init} holds a {flavor_of(initial)}, not a {args.flavor}"
             )
-        if args.max_len is None:  # RoBERTa's position offset leaves fewer tokens than positions
-            config = initial.config  # type: ignore[attr-defined]
-            args.max_len = getattr(config, "max_tokens", config.max_positions)
-    train, evaluation, tokenizer = resolve_data(args.data, args.flavor, args)
-    overrides = model_overrides(args.flavor, tokenizer, train, [])
-    masked_lm = getattr(args, "objective", None) == "mlm"
-    if masked_lm:
-        overrides |= masked_lm_fields(tokenizer, initial)
-    if args.flavor == "classifier" and getattr(args, "data_num_classes", None):
-        overrides["num_classes"] = args.data_num_classes
-    if initial is None:
-        if args.max_len is not None:  # synthetic data too: its sequences must fit
-            overrides["max_positions"] = args.max_len
-        overrides |= model_overrides(args.flavor, None, train, args.set)
-        return zoo.create(args.preset, key=model_key, **overrides), train, evaluation, tokenizer
+        if max_len is None:  # RoBERTa's position offset leaves fewer tokens than positions
+            max_len = getattr(initial.config, "max_tokens", initial.config.max_positions)
+    options = DataOptions.from_args(
+        args, max_len=max_len, tokenizer=init_tokenizer or args.tokenizer
+    )
+    data = resolve_data(args.data, args.flavor, options)
+    overrides = model_overrides(args.flavor, data.tokenizer, data.train, [])
+    if options.masked_lm:
+        overrides |= masked_lm_fields(data.tokenizer, initial)
+    if args.flavor == "classifier" and data.num_classes:
+        overrides["num_classes"] = data.num_classes
+    if initial is not None:
+        return _from_init(args, initial, overrides, data, key=model_key)
+    if max_len is not None:  # synthetic data too: its sequences must fit
+        overrides["max_positions"] = max_len
+    overrides |= model_overrides(args.flavor, None, data.train, args.set)
+    return Built(create(args.preset, key=model_key, **overrides), data)
+
+
+def _from_init(
+    args: argparse.Namespace,
+    initial: Model,
+    overrides: dict[str, FieldValue],
+    data: RunData,
+    *,
+    key: PRNGKeyArray,
+) -> Built:
+    """The `--init` model fitted to the data: a classifier's head for its classes (and for
+    classification after masked-LM pretraining)."""
+    from zoo.train.warm_start import with_classes, without_masked_lm
+
     if args.set:
         raise ValueError("--set changes a fresh model's config; it cannot be used with --init")
-    config = initial.config  # type: ignore[attr-defined]
-    if args.flavor == "classifier" and config.masked_lm and not masked_lm:
+    vocab_size = overrides.get("vocab_size")
+    if isinstance(vocab_size, int) and vocab_size > initial.config.vocab_size:
+        raise ValueError(
+            f"the data's tokenizer has {vocab_size} tokens but the --init model only "
+            f"{initial.config.vocab_size}; train with the model's own tokenizer"
+        )
+    if not isinstance(initial, Classifier):
+        return Built(initial, data)
+    fresh_parts: tuple[str, ...] = ()
+    if initial.config.masked_lm and getattr(args, "objective", None) != "mlm":
         print(
             f"zoo train: --init {args.init} was pretrained with a masked-LM head: it is dropped, "
             "and the classification head is initialised fresh (every encoder weight is kept)",
             file=sys.stderr,
         )
-        initial = without_masked_lm(initial, key=model_key)
-        has_pooler = initial.config.pooler  # type: ignore[attr-defined]
-        args.fresh_parts = ("head", "pooler") if has_pooler else ("head",)
-    if overrides.get("vocab_size", 0) > config.vocab_size:
-        raise ValueError(
-            f"the data's tokenizer has {overrides['vocab_size']} tokens but the --init model "
-            f"only {config.vocab_size}; train with the model's own tokenizer"
-        )
-    if args.flavor == "classifier" and "num_classes" in overrides:
-        if overrides["num_classes"] != config.num_classes:
+        initial = without_masked_lm(initial, key=key)
+        fresh_parts = ("head", "pooler") if initial.config.pooler else ("head",)
+    classes = overrides.get("num_classes")
+    if isinstance(classes, int):
+        if classes != initial.config.num_classes:
             print(
-                f"zoo train: the data has {overrides['num_classes']} classes, the --init model "
-                f"{config.num_classes}: its classification head is re-initialised",
+                f"zoo train: the data has {classes} classes, the --init model "
+                f"{initial.config.num_classes}: its classification head is re-initialised",
                 file=sys.stderr,
             )
-        initial = with_classes(initial, overrides["num_classes"], key=model_key)
-    return initial, train, evaluation, tokenizer
+        initial = with_classes(initial, classes, key=key)
+    return Built(initial, data, fresh_parts)
 
 
-def _check_init_tokenizer(args: argparse.Namespace) -> None:
+def _check_init_tokenizer(
+    args: argparse.Namespace, init_tokenizer: Tokenizer | None, given: bool
+) -> None:
     """An `--init` model's embeddings go with its own tokenizer: `--tokenizer` may not replace it
     unnoticed, and a folder without one needs `--tokenizer` said out loud."""
-    given = getattr(args, "tokenizer_given", args.tokenizer is not None)
-    if args.init_tokenizer is not None and given:
+    if init_tokenizer is not None and given:
         raise ValueError(
             f"--tokenizer {args.tokenizer} would replace the tokenizer of --init {args.init}, "
             "whose embeddings are learnt for that tokenizer's ids; drop --tokenizer"
         )
-    if args.init_tokenizer is None and not given:
+    if init_tokenizer is None and not given:
         raise ValueError(
             f"--init {args.init} has no tokenizer files (tokenizer.json, vocab.txt, "
             "zoo_tokenizer.json, ...); copy the checkpoint's tokenizer files into it, or pass "
             "--tokenizer KIND to learn a new vocabulary from the data (the pretrained token "
             "embeddings then start from unrelated tokens)"
         )
-    if args.init_tokenizer is None:
+    if init_tokenizer is None:
         print(
             f"zoo train: --init {args.init} has no tokenizer: training with a new --tokenizer "
             f"{args.tokenizer} vocabulary; its tokens do not match the pretrained embeddings",
@@ -108,18 +161,59 @@ def _check_init_tokenizer(args: argparse.Namespace) -> None:
         )
 
 
-def masked_lm_fields(tokenizer: Any, initial: Any) -> dict[str, Any]:
+def _config_value(text: str) -> FieldValue:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def model_overrides(
+    flavor: str, tokenizer: Tokenizer | None, train: BatchSource, settings: list[str]
+) -> dict[str, FieldValue]:
+    """Config fields taken from the data (vocabulary, special ids, classes) and from `--set`."""
+    overrides: dict[str, FieldValue] = {}
+    if tokenizer is not None:
+        overrides.update(vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id)
+        source = getattr(tokenizer, "source", None)
+        if flavor == "translator" and source is not None:
+            overrides.update(
+                vocab_size=source.vocab_size,
+                target_vocab_size=tokenizer.vocab_size,
+                share_embeddings=False,
+            )
+        if flavor != "classifier":
+            for name in ("bos_id", "eos_id"):
+                if getattr(tokenizer, name, None) is not None:
+                    overrides[name] = getattr(tokenizer, name)
+    if flavor == "classifier":
+        num_classes = getattr(train, "num_classes", None)
+        arrays = getattr(train, "arrays", {})
+        if num_classes is None and "labels" in arrays:
+            num_classes = int(arrays["labels"].max()) + 1
+        if num_classes is not None:
+            overrides["num_classes"] = num_classes
+    for setting in settings:
+        name, separator, value = setting.partition("=")
+        if not separator:
+            raise ValueError(f"--set takes FIELD=VALUE (e.g. --set dropout=0.1), got {setting!r}")
+        overrides[name.strip()] = _config_value(value)
+    return overrides
+
+
+def masked_lm_fields(tokenizer: Tokenizer | None, initial: Model | None) -> dict[str, FieldValue]:
     """Config fields of a classifier pretrained with `--objective mlm` on `tokenizer`'s data.
 
     A tokenizer without a mask token (word, char) gets one more id, one past its vocabulary.
     """
     if initial is not None:
-        if not initial.config.masked_lm:
+        if not (isinstance(initial, Classifier) and initial.config.masked_lm):
             raise ValueError(
                 "--objective mlm trains a masked-LM head, and the --init model has none: "
                 "start from a preset, a masked-LM run or a *ForMaskedLM checkpoint"
             )
         return {}
+    assert tokenizer is not None  # the data of a fresh model always brings one
     mask_id = getattr(tokenizer, "mask_id", None)
     if mask_id is not None:
         return {"masked_lm": True, "mask_id": mask_id}
@@ -130,16 +224,17 @@ def masked_lm_fields(tokenizer: Any, initial: Any) -> dict[str, Any]:
     }
 
 
-def make_task(args: argparse.Namespace, model: Any, tokenizer: Any) -> Any:
+def make_task(args: argparse.Namespace, model: eqx.Module, tokenizer: Tokenizer | None) -> Task:
     """The task `zoo train` optimises: the flavor's, or masked-LM pretraining (`--objective`)."""
-    import zoo
+    from zoo.tasks import for_flavor
+    from zoo.tasks.masked_lm import MaskedLanguageModeling
 
     if getattr(args, "objective", None) != "mlm":
         options = {"label_smoothing": args.label_smoothing} if args.flavor == "translator" else {}
-        return zoo.tasks.for_flavor(args.flavor, **options)
-    mask_id = model.config.mask_id
+        return for_flavor(args.flavor, **options)
+    mask_id = model.config.mask_id  # type: ignore[attr-defined]
     if mask_id is None:
         mask_id = getattr(tokenizer, "mask_id", None)
-    return zoo.tasks.MaskedLanguageModeling.for_tokenizer(
+    return MaskedLanguageModeling.for_tokenizer(
         tokenizer, args.mask_rate, whole_word=args.whole_word_masking, mask_id=mask_id
     )

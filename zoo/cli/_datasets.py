@@ -1,13 +1,23 @@
-"""`--data hf:|json:|csv:|parquet:|text:` for `zoo train` and `zoo eval`: files -> batch sources.
+"""`--data SCHEME:REST` for `zoo train` and `zoo eval`: a spec and its options -> batch sources.
 
-One handler serves every file scheme: `zoo.data.load_spec` reads the spec into a
-`DatasetDict`, `zoo.data.from_hf` tokenizes it and cuts it into batches for the flavor's task.
+The command line's data options become one record, `DataOptions`, before any data is read.
+`resolve_data` dispatches `zoo train`'s `--data` on its scheme: `synthetic:rot13|addition|
+majority` makes its own data; the file schemes (`hf:`, `json:`, `csv:`, `parquet:`, `text:`)
+share one handler: `zoo.data.load_spec` reads the spec into a `DatasetDict`, `zoo.data.from_hf`
+tokenizes it and cuts it into batches for the flavor's task. A new scheme registers a handler
+with `@data_scheme("name")`.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
+
+from zoo.data.batches import BatchSource
+from zoo.data.tokenizer import Tokenizer
 
 FILE_SCHEMES = ("hf", "json", "csv", "parquet", "text")
 TASK_OF_FLAVOR = {
@@ -15,6 +25,126 @@ TASK_OF_FLAVOR = {
     "gpt": "language_modeling",
     "translator": "translation",
 }
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataOptions:
+    """How `--data` becomes batches: the command line's data options, resolved once."""
+
+    batch_size: int  # examples (language modelling: blocks) per batch
+    seed: int = 0  # draws the held-out split and the shuffling
+    # char | word | tiktoken:NAME, or an --init model's own tokenizer (None: the task's default)
+    tokenizer: str | Tokenizer | None = None
+    max_len: int | None = None  # longest sequence in tokens (None: the data's own)
+    num_classes: int | None = None  # classifier: classes the labels do not say themselves
+    source: str | None = None  # translation source column
+    target: str | None = None  # translation target column
+    text_column: str | None = None
+    label_column: str | None = None
+    min_freq: int | None = None  # word tokenizer: min count
+    lowercase: bool | None = None  # word tokenizer: lowercase the text
+    encoding: str = "utf-8"  # of json/csv/text files
+    streaming: bool = False  # read the data as a stream
+    masked_lm: bool = False  # `--objective mlm`: plain text, one example per line
+    chat_format: str = "auto"  # gpt: conversations when the columns fit (zoo.cli._chat_data)
+    train_on: str = "assistant"  # chat data: the tokens the loss counts (or all)
+    pack: bool = True  # chat data: conversations packed into rows of max_len + 1 tokens
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, **resolved: Any) -> DataOptions:
+        """The options of `args` (those the command has), with `resolved` values put first."""
+        given = {
+            field.name: getattr(args, field.name)
+            for field in dataclasses.fields(cls)
+            if hasattr(args, field.name)
+        }
+        given["masked_lm"] = getattr(args, "objective", None) == "mlm"
+        return cls(**(given | resolved))
+
+
+@dataclass(frozen=True)
+class RunData:
+    """What `--data` gives `zoo train`: batches to train on and to evaluate, the tokenizer."""
+
+    train: BatchSource
+    evaluation: BatchSource | None
+    tokenizer: Tokenizer | None
+    num_classes: int | None = None  # the classes the data names (None: count the labels)
+
+
+# scheme -> handler(rest after "SCHEME:", flavor, options)
+DataHandler = Callable[[str, str, DataOptions], RunData]
+SCHEMES: dict[str, DataHandler] = {}
+
+
+def data_scheme(name: str) -> Callable[[DataHandler], DataHandler]:
+    """Register a `--data NAME:...` handler."""
+
+    def decorate(handler: DataHandler) -> DataHandler:
+        SCHEMES[name] = handler
+        return handler
+
+    return decorate
+
+
+def resolve_data(spec: str, flavor: str, options: DataOptions) -> RunData:
+    """`--data SCHEME:REST` -> train and eval batch sources and the tokenizer."""
+    scheme, separator, rest = spec.partition(":")
+    if not separator or not rest:
+        raise ValueError(
+            f"--data {spec!r} is not SCHEME:NAME; for example synthetic:addition "
+            f"(known schemes: {', '.join(sorted(SCHEMES))})"
+        )
+    if scheme not in SCHEMES:
+        raise ValueError(
+            f"unknown data scheme {scheme!r} in --data {spec!r}; known schemes: "
+            f"{', '.join(sorted(SCHEMES))}"
+        )
+    return SCHEMES[scheme](rest, flavor, options)
+
+
+@data_scheme("synthetic")
+def _synthetic(name: str, flavor: str, options: DataOptions) -> RunData:
+    from zoo.data import synthetic
+
+    if name not in synthetic.TASKS:
+        raise ValueError(
+            f"unknown synthetic task {name!r}; choose one of {', '.join(sorted(synthetic.TASKS))}"
+        )
+    task_flavor, _ = synthetic.TASKS[name]
+    if task_flavor != flavor:
+        raise ValueError(
+            f"synthetic:{name} trains a {task_flavor}, not a {flavor}; "
+            f"run `zoo train {task_flavor} ...`"
+        )
+    data = synthetic.make(name, seed=options.seed)
+    if options.num_classes is not None and options.num_classes != data.num_classes:
+        raise ValueError(
+            f"synthetic:{name} sets its own classes ({data.num_classes or 'none'}); "
+            "drop --num-classes"
+        )
+    train, evaluation = data.batches(options.batch_size, seed=options.seed)
+    return RunData(train, evaluation, data.tokenizer)
+
+
+def _files(scheme: str) -> DataHandler:
+    def handler(rest: str, flavor: str, options: DataOptions) -> RunData:
+        from zoo.cli._chat_data import chat_run_data, wants_chat
+        from zoo.data.specs import check_split
+
+        spec = f"{scheme}:{rest}"
+        dataset = load_dataset(spec, options)
+        check_split(dataset, "train", spec)
+        if wants_chat(dataset, flavor, options):
+            return RunData(*chat_run_data(dataset, options))
+        data = load_task_data(spec, flavor, options, dataset=dataset)
+        return RunData(data.train, data.validation, data.tokenizer, data.num_classes)
+
+    return handler
+
+
+for _scheme in FILE_SCHEMES:
+    data_scheme(_scheme)(_files(_scheme))
 
 
 def add_data_options(parser: argparse.ArgumentParser) -> None:
@@ -38,75 +168,60 @@ def add_data_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--streaming", action="store_true", help="read the data as a stream")
 
 
-def data_options(args: argparse.Namespace, flavor: str, batch_size: int) -> dict[str, Any]:
-    """`from_hf` keyword options from the command line (only those the user set)."""
-    options: dict[str, Any] = {"batch_size": batch_size, "seed": args.seed}
+def from_hf_options(options: DataOptions, flavor: str) -> dict[str, Any]:
+    """`zoo.data.from_hf` keyword options (only those the user set)."""
+    from_hf: dict[str, Any] = {"batch_size": options.batch_size, "seed": options.seed}
     columns = {
-        "source_column": args.source,
-        "target_column": args.target,
-        "text_column": args.text_column,
-        "label_column": args.label_column,
-        "max_len": args.max_len,
-        "num_classes": getattr(args, "num_classes", None),
+        "source_column": options.source,
+        "target_column": options.target,
+        "text_column": options.text_column,
+        "label_column": options.label_column,
+        "max_len": options.max_len,
+        "num_classes": options.num_classes,
     }
-    options.update({name: value for name, value in columns.items() if value is not None})
-    if flavor != "translator" and (args.source or args.target):
+    from_hf.update({name: value for name, value in columns.items() if value is not None})
+    if flavor != "translator" and (options.source or options.target):
         raise ValueError("--source/--target name translation columns; use --text-column")
-    if flavor != "classifier" and options.get("num_classes") is not None:
+    if flavor != "classifier" and options.num_classes is not None:
         raise ValueError(f"--num-classes is for classifiers; a {flavor} has no classes")
     tokenizer_options: dict[str, Any] = {}
-    if args.min_freq is not None:
-        tokenizer_options["min_freq"] = args.min_freq
-    if args.lowercase:
+    if options.min_freq is not None:
+        tokenizer_options["min_freq"] = options.min_freq
+    if options.lowercase:
         tokenizer_options["lowercase"] = True
     if tokenizer_options:
-        options["tokenizer_options"] = tokenizer_options
-    return options
+        from_hf["tokenizer_options"] = tokenizer_options
+    return from_hf
 
 
-def load_dataset(
-    spec: str, args: argparse.Namespace, *, file_split: str = "train", **options: Any
-) -> Any:
+def load_dataset(spec: str, options: DataOptions, *, file_split: str = "train") -> Any:
     """The `DatasetDict` of `--data spec`, read with `--encoding` and `--streaming`.
 
     Masked-LM text files (`--objective mlm`) hold one example per line.
     """
-    import zoo.data
+    from zoo.data.specs import load_spec
 
-    if getattr(args, "objective", None) == "mlm" and spec.startswith("text:"):
-        options = {"sample_by": "line", **options}
-    return zoo.data.load_spec(
-        spec, streaming=args.streaming, encoding=args.encoding, file_split=file_split, **options
-    )
+    extra = {"sample_by": "line"} if options.masked_lm and spec.startswith("text:") else {}
+    return load_spec(spec, streaming=options.streaming, encoding=options.encoding,
+                     file_split=file_split, **extra)  # fmt: skip
 
 
-def load_task_data(
-    spec: str,
-    flavor: str,
-    args: argparse.Namespace,
-    *,
-    batch_size: int,
-    tokenizer: Any = None,
-    dataset: Any = None,
-    **extra: Any,
-) -> Any:
+def load_task_data(spec: str, flavor: str, options: DataOptions, *, dataset: Any = None) -> Any:
     """`zoo.data.TaskData` for `spec` (SCHEME:REST, a file scheme) and the flavor's task."""
-    import zoo.data
+    from zoo.data.hf import from_hf
 
-    masked_lm = getattr(args, "objective", None) == "mlm"
     if dataset is None:
-        dataset = load_dataset(spec, args)
-    if tokenizer is None:
-        tokenizer = getattr(args, "init_tokenizer", None) or args.tokenizer
-    options = data_options(args, flavor, batch_size) | extra
+        dataset = load_dataset(spec, options)
+    tokenizer = options.tokenizer
+    keywords = from_hf_options(options, flavor)
     task = TASK_OF_FLAVOR[flavor]
-    if masked_lm:
+    if options.masked_lm:
         # masked LM reads plain text as bos, text, eos rows, which hold max_len + 1 tokens
-        task, options["packing"] = "language_modeling", False
+        task, keywords["packing"] = "language_modeling", False
         if tokenizer is None:  # the classifier's default (word), which fine-tuning then reuses
             from zoo.data.choose import DEFAULT_TOKENIZERS
 
             tokenizer = DEFAULT_TOKENIZERS["classification"]
-        if "max_len" in options:
-            options["max_len"] -= 1
-    return zoo.data.from_hf(dataset, task=task, tokenizer=tokenizer, **options)
+        if "max_len" in keywords:
+            keywords["max_len"] -= 1
+    return from_hf(dataset, task=task, tokenizer=tokenizer, **keywords)

@@ -1,48 +1,134 @@
-"""Load the model a command works on: a `zoo train` run directory, or `hf:NAME` / an HF folder."""
+"""The model a command works on: every command's MODEL argument and `zoo train --init`.
+
+One spelling everywhere: a path names a directory written by `zoo train` / `zoo.save`, or a
+HuggingFace checkpoint folder (its `config.json` and weights); `hf:NAME` names a model on the
+HuggingFace hub (`hf:gpt2`, `hf:Helsinki-NLP/opus-mt-de-en`), downloaded once and cached, as
+`--data hf:NAME` names a hub dataset. A bare hub name given to `--init` (`--init gpt2`, which
+`zoo train` once took) still loads, with a note that says to write `hf:gpt2`.
+"""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
-from typing import Any
+from typing import TypeVar, overload
 
-from zoo.models import flavor_of
-from zoo.serialize import is_zoo_folder, load_with_tokenizer
+import equinox as eqx
+
+from zoo.data.tokenizer import TOKENIZER_FILE, Tokenizer
+from zoo.models import FLAVORS, flavor_of
+from zoo.models.classifier import Classifier
+from zoo.models.gpt import GPT
+from zoo.models.translator import Translator
+from zoo.serialize import CONFIG_FILE, is_zoo_folder, load_with_tokenizer
+
+HUB = "hf:"
+MODEL_HELP = (
+    "a directory written by zoo train or zoo.save, a HuggingFace checkpoint folder, or hf:NAME"
+)
+GPT2_VOCAB_SIZE = 50257  # GPT-2's BPE vocabulary: tiktoken's gpt2 encoding, no files needed
+
+Model = GPT | Classifier | Translator
+Flavor = TypeVar("Flavor", bound=Model)
 
 
-def load_model(spec: str, flavor: str | None = None, adapter: str | None = None) -> tuple[Any, Any]:
-    """`(model, tokenizer)` from a saved zoo model directory, `hf:NAME` or a HF checkpoint folder.
+@overload
+def load_model(
+    spec: str, kind: type[Flavor], adapter: str | None = None, *, option: str = "MODEL"
+) -> tuple[Flavor, Tokenizer]: ...
 
-    `adapter` is a PEFT LoRA adapter folder put on the model (`zoo.lora.load_adapter`). Raises if
-    the model is not of `flavor` (when given) or comes without a tokenizer.
+
+@overload
+def load_model(
+    spec: str, kind: None = None, adapter: str | None = None, *, option: str = "MODEL"
+) -> tuple[Model, Tokenizer]: ...
+
+
+def load_model(
+    spec: str,
+    kind: type[eqx.Module] | None = None,
+    adapter: str | None = None,
+    *,
+    option: str = "MODEL",
+) -> tuple[Model, Tokenizer]:
+    """`(model, tokenizer)` of a command's MODEL argument: a zoo directory, a HuggingFace
+    checkpoint folder or `hf:NAME`.
+
+    `adapter` is a PEFT LoRA adapter folder put on the model. Raises if the model is not a
+    `kind` (`GPT`, `Classifier`, `Translator`; any of them without one) or comes without a
+    tokenizer (the command encodes text with it).
     """
-    if spec.startswith("hf:"):
-        from zoo.interop import from_pretrained
-
-        model, tokenizer = from_pretrained(spec[3:], return_tokenizer=True)
-    else:
-        path = Path(spec)
-        config = path / "config.json"
-        if not config.is_file():
-            raise FileNotFoundError(
-                f"{spec} is not a model directory (no config.json): pass the --out directory of "
-                "`zoo train`, or hf:NAME for a HuggingFace checkpoint"
-            )
-        if is_zoo_folder(path):
-            model, tokenizer = load_with_tokenizer(path)
-        else:
-            from zoo.interop import from_pretrained
-
-            model, tokenizer = from_pretrained(path, return_tokenizer=True)
+    model, tokenizer = read_model(spec, option=option)
     if adapter is not None:
-        from zoo.lora import load_adapter
+        from zoo.lora.peft_load import load_adapter
 
         model = load_adapter(model, adapter)
-    found = flavor_of(model)
-    if flavor is not None and found != flavor:
-        raise ValueError(f"{spec} holds a {found} model; this command needs a {flavor}")
+    if kind is not None and not isinstance(model, kind):
+        wanted = next(name for name, (_, model_class) in FLAVORS.items() if model_class is kind)
+        raise ValueError(f"{spec} holds a {flavor_of(model)} model; this command needs a {wanted}")
     if tokenizer is None:
         raise FileNotFoundError(
-            f"{spec} has no saved tokenizer, so text cannot be encoded; save the model with "
-            "zoo.save(model, dir, tokenizer=...)"
+            f"{spec} has no tokenizer (zoo_tokenizer.json, tokenizer.json, vocab.txt, ...), so "
+            "text cannot be encoded; save the model with zoo.save(model, dir, tokenizer=...) or "
+            "copy the checkpoint's tokenizer files into the folder"
         )
     return model, tokenizer
+
+
+def read_model(spec: str, *, option: str) -> tuple[Model, Tokenizer | None]:
+    """`(model, tokenizer or None)` of `spec`, the value of the command-line option `option`
+    (`MODEL`, `--init`): a zoo directory, a HuggingFace checkpoint folder or `hf:NAME`."""
+    model, tokenizer = _read(spec, option)
+    if not isinstance(model, GPT | Classifier | Translator):
+        raise TypeError(f"{option} {spec} holds a {type(model).__name__}, not a zoo model")
+    return model, tokenizer
+
+
+def _read(spec: str, option: str) -> tuple[eqx.Module, Tokenizer | None]:
+    from zoo.interop.loading import from_pretrained
+
+    if spec.startswith(HUB):
+        return from_pretrained(spec[len(HUB) :], return_tokenizer=True)
+    folder = Path(spec).expanduser()
+    if folder.is_dir() and is_zoo_folder(folder):
+        return load_with_tokenizer(folder)
+    if folder.is_dir() and (folder / CONFIG_FILE).is_file():
+        model = from_pretrained(folder)
+        return model, folder_tokenizer(folder, model)
+    if option == "--init" and _hub_name(spec):
+        print(
+            f"zoo train: --init {spec} is read as the hub model {HUB}{spec}; write --init "
+            f"{HUB}{spec} (a bare hub name will stop working)",
+            file=sys.stderr,
+        )
+        return from_pretrained(spec, return_tokenizer=True)
+    what = f"a folder without {CONFIG_FILE}" if folder.is_dir() else "no such folder"
+    hint = f"; a model on the hub is written {HUB}{spec}" if _hub_name(spec) else ""
+    raise FileNotFoundError(
+        f"{option} {spec} is not a model directory ({what}{hint}); pass a directory written by "
+        f"`zoo train` or `zoo.save` (it holds {CONFIG_FILE}), a HuggingFace checkpoint folder, "
+        f"or {HUB}NAME for a model on the hub ({HUB}gpt2)"
+    )
+
+
+def _hub_name(spec: str) -> bool:
+    """Whether `spec` (no such path here) has the shape of a hub name: `gpt2`, `org/name`."""
+    path = Path(spec)
+    local = spec.startswith((".", "/", "~")) or spec.count("/") > 1 or bool(path.suffix)
+    return not local and not path.exists()
+
+
+def folder_tokenizer(folder: Path, model: eqx.Module) -> Tokenizer | None:
+    """The tokenizer of a HuggingFace checkpoint folder, None when it has no tokenizer files.
+
+    GPT-2's own vocabulary needs no files (it is tiktoken's gpt2 encoding); any other model
+    without them gets None rather than a tokenizer guessed by `transformers`.
+    """
+    from zoo.interop.files import TOKENIZER_PATTERNS
+    from zoo.interop.tokenizer import pretrained_tokenizer
+
+    patterns = [*TOKENIZER_PATTERNS, TOKENIZER_FILE]
+    has_files = any(next(folder.glob(pattern), None) is not None for pattern in patterns)
+    vocab_size = model.config.vocab_size  # type: ignore[attr-defined]
+    gpt2_vocabulary = flavor_of(model) == "gpt" and vocab_size == GPT2_VOCAB_SIZE
+    return pretrained_tokenizer(folder) if has_files or gpt2_vocabulary else None

@@ -79,6 +79,6 @@ def layout_from_args(args: argparse.Namespace) -> Any:
     """The `zoo.distributed.Layout` of `--mesh` (None without it)."""
     if not getattr(args, "mesh", None):
         return None
-    from zoo.distributed import Layout
+    from zoo.distributed.layout import Layout
 
     return Layout.of(args.mesh)

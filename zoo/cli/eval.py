@@ -23,16 +23,18 @@ from typing import Any
 from zoo.cli._datasets import (
     FILE_SCHEMES,
     TASK_OF_FLAVOR,
+    DataOptions,
     add_data_options,
-    data_options,
+    from_hf_options,
     load_dataset,
 )
+from zoo.cli._load import MODEL_HELP
 from zoo.cli._mesh import add_mesh_option, layout_from_args
 
 
 def register(commands) -> None:
     parser = commands.add_parser("eval", help="evaluate a trained model on a dataset split")
-    parser.add_argument("model", help="a directory written by `zoo train` or `zoo.save`")
+    parser.add_argument("model", help=MODEL_HELP)
     parser.add_argument("--data", required=True, help="json:DIR, hf:NAME, csv:, parquet:, text:")
     parser.add_argument(
         "--split",
@@ -47,18 +49,6 @@ def register(commands) -> None:
     add_mesh_option(parser, processes=True)
     add_data_options(parser)
     parser.set_defaults(run=run)
-
-
-def _load(directory: str) -> tuple[Any, Any, str]:
-    import zoo
-    from zoo.serialize import load_with_tokenizer
-
-    model, tokenizer = load_with_tokenizer(directory)
-    if tokenizer is None:
-        raise ValueError(
-            f"{directory} holds no tokenizer (zoo_tokenizer.json); save it with the model"
-        )
-    return model, tokenizer, zoo.models.flavor_of(model)
 
 
 def _statistics(model: Any, task: Any, source: Any, layout: Any) -> tuple[Any, list[dict]]:
@@ -105,8 +95,9 @@ def _bleu(
 ) -> dict[str, Any]:
     """BLEU of greedy or beam translations; on a mesh the sources' rows are split over it (on
     many processes too) and the tokens gathered whole into every process."""
-    from zoo.data import bleu, source_tokenizer
-    from zoo.decoding import translate
+    from zoo.data.metrics import bleu
+    from zoo.data.pair import source_tokenizer
+    from zoo.decoding.translate import translate
     from zoo.distributed.hosts import gather
 
     source_column, target_column = args.source or "de", args.target or "en"
@@ -134,26 +125,32 @@ def _bleu(
 
 def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     """The metrics `zoo eval` prints, as a dict."""
-    import zoo
-    from zoo.data import confusion_matrix
+    from zoo.cli._load import load_model
     from zoo.data.hf import split_batches
+    from zoo.data.metrics import confusion_matrix
+    from zoo.models import flavor_of
+    from zoo.models.classifier import Classifier
+    from zoo.tasks import for_flavor
 
     if args.data.partition(":")[0] not in FILE_SCHEMES:
         raise ValueError(f"--data {args.data!r}: zoo eval reads {', '.join(FILE_SCHEMES)} specs")
-    model, tokenizer, flavor = _load(args.model)
+    model, tokenizer = load_model(args.model)
+    flavor = flavor_of(model)
     layout = layout_from_args(args)
     if layout is not None:
         model = layout.place(model)
-    if args.max_len is None:
-        args.max_len = model.config.max_positions
-    options = data_options(args, flavor, args.batch_size)
-    if flavor == "classifier":
-        options["num_classes"] = model.config.num_classes
-    split, split_label = _eval_split(load_dataset(args.data, args, file_split=args.split),
-                                     args, flavor, options)  # fmt: skip
+    num_classes = model.config.num_classes if isinstance(model, Classifier) else None
+    data = DataOptions.from_args(
+        args,
+        max_len=model.config.max_positions if args.max_len is None else args.max_len,
+        num_classes=num_classes,
+    )
+    options = from_hf_options(data, flavor)
+    dataset = load_dataset(args.data, data, file_split=args.split)
+    split, split_label = _eval_split(dataset, args, flavor, options)
     source = split_batches(split, task=TASK_OF_FLAVOR[flavor], tokenizer=tokenizer,
                            split_name=args.split, **options)  # fmt: skip
-    task = zoo.tasks.for_flavor(flavor)
+    task = for_flavor(flavor)
     stats, batches = _statistics(model, task, source, layout)
     scored = max(float(stats.weight), 1.0)
     loss = float(stats.nll_sum) / scored
@@ -165,11 +162,11 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         "loss": loss,
         "unknown_token_rate": _unknown_rate(tokenizer, split, flavor, args),
     }
-    if flavor == "classifier":
+    if num_classes is not None:  # a classifier
         labels, predictions = _classes(model, batches, layout)
         result["examples"] = len(labels)
         result["accuracy"] = sum(a == b for a, b in zip(labels, predictions)) / len(labels)
-        matrix = confusion_matrix(labels, predictions, num_classes=model.config.num_classes)
+        matrix = confusion_matrix(labels, predictions, num_classes=num_classes)
         result["confusion_matrix"] = matrix.tolist()
     elif flavor == "gpt":
         result["tokens"] = int(stats.weight)
@@ -187,7 +184,7 @@ def _eval_split(
     without such a split the part `zoo train` held out of train (same seed and fraction)."""
     import datasets
 
-    from zoo.data import DataConfig
+    from zoo.data.options import DataConfig
     from zoo.data.specs import check_split
     from zoo.data.splits import hold_out
     from zoo.distributed.hosts import is_writer
@@ -216,7 +213,7 @@ def _unknown_rate(tokenizer: Any, split: Any, flavor: str, args: argparse.Namesp
     """The share of `<unk>` tokens in the evaluated input text (warned about when high)."""
     import datasets
 
-    from zoo.data import source_tokenizer
+    from zoo.data.pair import source_tokenizer
     from zoo.data.tokenizer import warn_unknown
 
     if not isinstance(split, datasets.Dataset):

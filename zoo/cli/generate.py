@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 
+from zoo.cli._load import MODEL_HELP
 from zoo.cli._mesh import add_mesh_option, layout_from_args
 
 
 def register(commands) -> None:
     parser = commands.add_parser("generate", help="continue a text prompt with a trained GPT")
-    parser.add_argument("model", help="model directory (zoo train --out) or hf:NAME")
+    parser.add_argument("model", help=MODEL_HELP)
     parser.add_argument("--adapter", help="a PEFT LoRA adapter folder to put on the model")
     parser.add_argument("--prompt", action="append", required=True, help="repeat for a batch")
     parser.add_argument("--max-new-tokens", type=int, default=100)
@@ -27,9 +28,10 @@ def run(args) -> int:
 
     from zoo.cli._load import load_model
     from zoo.decoding.text import generate_texts
+    from zoo.models.gpt import GPT
 
     layout = layout_from_args(args)  # a mesh that does not fit stops here, before loading
-    model, tokenizer = load_model(args.model, "gpt", args.adapter)
+    model, tokenizer = load_model(args.model, GPT, args.adapter)
     outputs = generate_texts(
         model,
         tokenizer,

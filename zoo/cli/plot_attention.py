@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from zoo.cli._load import MODEL_HELP
+
 
 def register(commands) -> None:
     parser = commands.add_parser(
         "plot-attention", help="plot a model's attention maps for one input (matplotlib)"
     )
-    parser.add_argument("model", help="model directory (zoo train --out) or hf:NAME")
+    parser.add_argument("model", help=MODEL_HELP)
     parser.add_argument("text", help="the input (the source sentence for a translator)")
     parser.add_argument("--out", required=True, help="image path, e.g. attn.png")
     parser.add_argument("--layer", type=int, default=-1, help="which layer (default: the last)")
@@ -34,11 +36,12 @@ def run(args) -> int:
     from zoo.data.pair import source_tokenizer, target_tokenizer
     from zoo.inspection import attention_maps, plot_attention
     from zoo.models import flavor_of
+    from zoo.models.translator import Translator
 
     model, tokenizer = load_model(args.model)
     flavor = flavor_of(model)
     maps: Any
-    if flavor == "translator":
+    if isinstance(model, Translator):
         from zoo.decoding.text import encode_texts
         from zoo.decoding.translate import translate
 

@@ -12,17 +12,17 @@ def register(commands) -> None:
 
 
 def rows() -> list[dict]:
-    from zoo import presets
+    from zoo.presets import get, names, param_count
 
     out = []
-    for name in presets.names():
-        preset = presets.get(name)
+    for name in names():
+        preset = get(name)
         c = preset.config
         out.append(
             dict(
                 name=name,
                 flavor=preset.flavor,
-                params=presets.param_count(name),
+                params=param_count(name),
                 d_model=c.d_model,
                 layers=c.num_layers,
                 heads=c.num_heads,

@@ -2,10 +2,9 @@
 
 Writes `DIR/metrics.jsonl`, checkpoints under `DIR/checkpoints/` and the final model (with its
 tokenizer) in `DIR/`, loadable with `zoo.load(DIR)`. `--resume` continues from the newest
-checkpoint exactly where it stopped. Data comes from `--data SCHEME:REST`; `resolve_data`
-dispatches on the scheme: `synthetic:rot13|addition|majority`, and `hf:`, `json:`, `csv:`,
-`parquet:`, `text:` through `zoo.data.load_spec` + `zoo.data.from_hf`. Options left out come
-from the preset's row in `zoo.train.defaults`; `--init` and `--freeze` fine-tune.
+checkpoint exactly where it stopped. Data comes from `--data SCHEME:REST` (`resolve_data`, a
+new scheme registers with `data_scheme`; see `zoo.cli._datasets`). Options left out come from
+the preset's row in `zoo.train.defaults`; `--init` and `--freeze` fine-tune, `--lora` adapts.
 """
 
 from __future__ import annotations
@@ -13,126 +12,34 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from zoo.cli._datasets import FILE_SCHEMES, add_data_options
+import equinox as eqx
+
+from zoo.cli._chat_data import add_chat_options
+from zoo.cli._datasets import add_data_options, data_scheme, resolve_data
 from zoo.cli._mesh import add_mesh_option
-from zoo.train.defaults import fill_defaults
+from zoo.train.defaults import Default, training_defaults
+from zoo.train.history import History
 
 FLAVORS = ("classifier", "gpt", "translator")
-
-# scheme -> handler(rest, flavor, args) -> (train source, eval source or None, tokenizer)
-DataHandler = Callable[[str, str, argparse.Namespace], tuple[Any, Any, Any]]
-SCHEMES: dict[str, DataHandler] = {}
+__all__ = ["data_scheme", "fill_defaults", "register", "resolve_data", "run"]
 
 
-def data_scheme(name: str) -> Callable[[DataHandler], DataHandler]:
-    """Register a `--data NAME:...` handler."""
-
-    def decorate(handler: DataHandler) -> DataHandler:
-        SCHEMES[name] = handler
-        return handler
-
-    return decorate
-
-
-def resolve_data(spec: str, flavor: str, args: argparse.Namespace) -> tuple[Any, Any, Any]:
-    """`--data SCHEME:REST` -> (train batch source, eval batch source or None, tokenizer)."""
-    scheme, separator, rest = spec.partition(":")
-    if not separator or not rest:
-        raise ValueError(
-            f"--data {spec!r} is not SCHEME:NAME; for example synthetic:addition "
-            f"(known schemes: {', '.join(sorted(SCHEMES))})"
-        )
-    if scheme not in SCHEMES:
-        raise ValueError(
-            f"unknown data scheme {scheme!r} in --data {spec!r}; known schemes: "
-            f"{', '.join(sorted(SCHEMES))}"
-        )
-    return SCHEMES[scheme](rest, flavor, args)
-
-
-@data_scheme("synthetic")
-def _synthetic(name: str, flavor: str, args: argparse.Namespace) -> tuple[Any, Any, Any]:
-    from zoo.data import synthetic
-
-    if name not in synthetic.TASKS:
-        raise ValueError(
-            f"unknown synthetic task {name!r}; choose one of {', '.join(sorted(synthetic.TASKS))}"
-        )
-    task_flavor, _ = synthetic.TASKS[name]
-    if task_flavor != flavor:
-        raise ValueError(
-            f"synthetic:{name} trains a {task_flavor}, not a {flavor}; "
-            f"run `zoo train {task_flavor} ...`"
-        )
-    data = synthetic.make(name, seed=args.seed)
-    if args.num_classes is not None and args.num_classes != data.num_classes:
-        raise ValueError(
-            f"synthetic:{name} sets its own classes ({data.num_classes or 'none'}); "
-            "drop --num-classes"
-        )
-    train, evaluation = data.batches(args.batch_size, seed=args.seed)
-    return train, evaluation, data.tokenizer
-
-
-def _files(scheme: str) -> DataHandler:
-    def handler(rest: str, flavor: str, args: argparse.Namespace) -> tuple[Any, Any, Any]:
-        from zoo.cli._datasets import load_dataset, load_task_data
-        from zoo.data.specs import check_split
-
-        spec = f"{scheme}:{rest}"
-        dataset = load_dataset(spec, args)
-        check_split(dataset, "train", spec)
-        data = load_task_data(spec, flavor, args, batch_size=args.batch_size, dataset=dataset)
-        args.data_num_classes = data.num_classes
-        return data.train, data.validation, data.tokenizer
-
-    return handler
-
-
-for _scheme in FILE_SCHEMES:
-    data_scheme(_scheme)(_files(_scheme))
-
-
-def _config_value(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
-
-
-def model_overrides(flavor: str, tokenizer: Any, train: Any, settings: list[str]) -> dict:
-    """Config fields taken from the data (vocabulary, special ids, classes) and from `--set`."""
-    overrides: dict[str, Any] = {}
-    if tokenizer is not None:
-        overrides.update(vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id)
-        source = getattr(tokenizer, "source", None)
-        if flavor == "translator" and source is not None:
-            overrides.update(
-                vocab_size=source.vocab_size,
-                target_vocab_size=tokenizer.vocab_size,
-                share_embeddings=False,
-            )
-        if flavor != "classifier":
-            for name in ("bos_id", "eos_id"):
-                if getattr(tokenizer, name, None) is not None:
-                    overrides[name] = getattr(tokenizer, name)
-    if flavor == "classifier":
-        num_classes = getattr(train, "num_classes", None)
-        arrays = getattr(train, "arrays", {})
-        if num_classes is None and "labels" in arrays:
-            num_classes = int(arrays["labels"].max()) + 1
-        if num_classes is not None:
-            overrides["num_classes"] = num_classes
-    for setting in settings:
-        name, separator, value = setting.partition("=")
-        if not separator:
-            raise ValueError(f"--set takes FIELD=VALUE (e.g. --set dropout=0.1), got {setting!r}")
-        overrides[name.strip()] = _config_value(value)
-    return overrides
+def fill_defaults(args: argparse.Namespace, preset: str, flavor: str) -> dict[str, Default]:
+    """Set every option of `args` still None to the preset's default (`zoo.train.defaults`);
+    returns the values it filled."""
+    filled: dict[str, Default] = {}
+    for name, value in training_defaults(preset, flavor).items():
+        if getattr(args, name, None) is None and value is not None:
+            setattr(args, name, value)
+            filled[name] = value
+        elif not hasattr(args, name):
+            setattr(args, name, value)
+    if "warmup" in filled and "steps" not in filled and args.warmup >= args.steps:
+        # a short run asked for by --steps: keep the warmup a tenth of it
+        args.warmup = filled["warmup"] = max(1, args.steps // 10)
+    return filled
 
 
 def register(commands) -> None:
@@ -217,20 +124,25 @@ def register(commands) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_mesh_option(parser, processes=True)
     add_data_options(parser)
+    add_chat_options(parser)
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     import jax
 
-    import zoo
     from zoo.cli._build import build_model, check_preset, make_task
+    from zoo.cli._load import HUB
     from zoo.cli._mesh import layout_from_args
     from zoo.cli._run_dir import check_out_dir, check_resume
     from zoo.distributed.hosts import is_writer
-    from zoo.train import Terminated, TrainingDiverged
+    from zoo.train.checkpoint import latest_checkpoint
     from zoo.train.freeze import check_freeze, freeze, parse_freeze
+    from zoo.train.interrupts import Terminated
     from zoo.train.loggers import check_loggers
+    from zoo.train.loop import TrainingDiverged
+    from zoo.train.optim import OptimizerLike, adamw
+    from zoo.train.trainer import Trainer
 
     check_preset(args)
     layout = layout_from_args(args)  # a mesh that does not fit the devices: before any work
@@ -240,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
 
         check_matplotlib()  # before training, not after it
     out = check_out_dir(args.out)
-    args.tokenizer_given = args.tokenizer is not None  # before the preset's default fills it
+    tokenizer_given = args.tokenizer is not None  # before the preset's default fills it
     try:
         loggers = check_loggers(args.log)  # before any data is loaded
     except ImportError as error:
@@ -250,11 +162,12 @@ def run(args: argparse.Namespace) -> int:
     if filled and not args.json and writes:
         shown = ", ".join(f"{name}={value}" for name, value in filled.items())
         print(f"zoo train: defaults: {shown}", file=sys.stderr)
-    has_checkpoint = zoo.train.latest_checkpoint(out / "checkpoints") is not None
+    has_checkpoint = latest_checkpoint(out / "checkpoints") is not None
     check_resume(args, out, has_checkpoint, record=writes)
     model_key, train_key = jax.random.split(jax.random.key(args.seed))
-    model, train, evaluation, tokenizer = build_model(args, model_key)
-    optimizer = zoo.train.adamw(
+    built = build_model(args, model_key, tokenizer_given=tokenizer_given)
+    model, data = built.model, built.data
+    optimizer: OptimizerLike = adamw(
         args.lr,
         warmup=args.warmup,
         schedule=args.schedule,
@@ -268,19 +181,26 @@ def run(args: argparse.Namespace) -> int:
             print(f"zoo train: frozen parameters: {counts}", file=sys.stderr)
         optimizer = freeze(optimizer, args.freeze)
     lora_train: tuple[str, ...] = ()
-    if args.lora and jax.process_count() > 1:
-        raise ValueError(
-            "--lora trains on one process for now; run it without --num-processes / "
-            "--distributed (a mesh over one process's devices works)"
-        )
     if args.lora:
-        model, optimizer, lora_train = _with_lora(args, model, optimizer, model_key)
+        from zoo.cli._lora import parse_lora, trained_prefixes, with_lora
+
+        if jax.process_count() > 1:
+            raise ValueError(
+                "--lora trains on one process for now; run it without --num-processes / "
+                "--distributed (a mesh over one process's devices works)"
+            )
+        if args.freeze:
+            raise ValueError("--lora trains only the adapters already; leave out --freeze")
+        spec = parse_lora(args.lora)
+        lora_train = trained_prefixes(spec, args.flavor, built.fresh_parts)
+        model, optimizer = with_lora(model, optimizer, spec, train=lora_train,
+                                     quantize=args.quantize, key=jax.random.fold_in(model_key, 1))  # fmt: skip
     elif args.merge:
         raise ValueError("--merge folds LoRA adapters into the weights: use it with --lora")
     elif args.quantize:
         raise ValueError("--quantize stores the frozen base of LoRA adapters: use it with --lora")
-    trainer = zoo.Trainer(
-        make_task(args, model, tokenizer),
+    trainer = Trainer(
+        make_task(args, model, data.tokenizer),
         optimizer,
         precision=args.precision,
         accumulate=args.accumulate,
@@ -296,14 +216,14 @@ def run(args: argparse.Namespace) -> int:
     try:
         model, history = trainer.fit(
             model,
-            train,
-            eval_batches=evaluation,
+            data.train,
+            eval_batches=data.evaluation,
             steps=args.steps,
             key=train_key,
             checkpoint_dir=out / "checkpoints",
             out_dir=out,
             resume=args.resume,
-            tokenizer=tokenizer,
+            tokenizer=data.tokenizer,
             plot=args.plot,
         )
     except FileNotFoundError:
@@ -321,11 +241,13 @@ def run(args: argparse.Namespace) -> int:
         return 0  # process 0 reports the run
     summary = _summary(args, model, history)
     if args.lora:
-        from zoo.lora.cli import finish_run
+        from zoo.cli._lora import finish_run
 
-        base = args.init or args.preset
+        base = (
+            args.init.removeprefix(HUB) if args.init else args.preset
+        )  # PEFT names hub models bare
         summary |= finish_run(model, out, train=lora_train, merge=args.merge, base_model=base,
-                              tokenizer=tokenizer)  # fmt: skip
+                              tokenizer=data.tokenizer)  # fmt: skip
     if args.json:
         print(json.dumps(summary))
     else:
@@ -334,47 +256,24 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _with_lora(args: argparse.Namespace, model: Any, optimizer: Any, model_key: Any):
-    """The model with adapters, the optimizer restricted to them, and what trains whole."""
-    import jax
-
-    import zoo
-    from zoo.lora.adapters import check_train
-    from zoo.lora.cli import parse_lora, trained_prefixes
-    from zoo.lora.targets import OUTPUT_LAYERS
-
-    if args.freeze:
-        raise ValueError("--lora trains only the adapters already; leave out --freeze")
-    spec = parse_lora(args.lora)
-    train = trained_prefixes(spec, args.flavor, getattr(args, "fresh_parts", ()))
-    key = jax.random.fold_in(model_key, 1)
-    model = zoo.lora.apply(model, rank=spec.rank, alpha=spec.alpha, targets=spec.targets, key=key)
-    check_train(model, train)
-    if args.quantize:  # layers trained whole (a classifier's head) stay float
-        model = zoo.lora.quantize(model, args.quantize, skip=(*OUTPUT_LAYERS, *train))
-    counts = zoo.lora.adapter_arrays(model, train)
-    total = sum(leaf.size for leaf in counts.values())
-    print(f"zoo train: LoRA trains {total:,} of {zoo.count_params(model):,} parameters",
-          file=sys.stderr)  # fmt: skip
-    return model, zoo.lora.only_adapters(optimizer, train=train), train
-
-
-def _summary(args: argparse.Namespace, model: Any, history: Any) -> dict[str, Any]:
-    import zoo
+def _summary(args: argparse.Namespace, model: eqx.Module, history: History) -> dict[str, object]:
+    from zoo.presets import count_params
 
     info = history.summary
-    train_row, eval_row = info["final_train"] or {}, info["final_eval"] or {}
+    train_row, eval_row = info["final_train"], info["final_eval"]
+    shown = eval_row or train_row
+    metric_name = None if shown is None else shown["metric_name"]
     return {
         "flavor": args.flavor,
         "preset": args.preset,
         "data": args.data,
-        "params": zoo.count_params(model),
+        "params": count_params(model),
         "steps": info["steps"],
         "resumed_from": info["resumed_from"],
-        "train_loss": train_row.get("loss"),
-        "eval_loss": eval_row.get("loss"),
-        "metric_name": eval_row.get("metric_name", train_row.get("metric_name")),
-        "eval_metric": eval_row.get("metric"),
+        "train_loss": None if train_row is None else train_row["loss"],
+        "eval_loss": None if eval_row is None else eval_row["loss"],
+        "metric_name": metric_name,
+        "eval_metric": None if eval_row is None else eval_row["metric"],
         "tokens_per_s": info["tokens_per_s"],
         "wall_seconds": info["wall_seconds"],
         "out": str(Path(args.out)),

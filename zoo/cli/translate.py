@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 
+from zoo.cli._load import MODEL_HELP
 from zoo.cli._mesh import add_mesh_option, layout_from_args
 
 
 def register(commands) -> None:
     parser = commands.add_parser("translate", help="translate sentences with a translator")
-    parser.add_argument("model", help="model directory (zoo train --out), hf:NAME or HF folder")
+    parser.add_argument("model", help=MODEL_HELP)
     parser.add_argument("--adapter", help="a PEFT LoRA adapter folder to put on the model")
     parser.add_argument("text", nargs="+", help="source sentences")
     parser.add_argument("--beam-size", type=int, default=1, help="1 is greedy")
@@ -23,9 +24,10 @@ def register(commands) -> None:
 def run(args) -> int:
     from zoo.cli._load import load_model
     from zoo.decoding.text import translate_texts
+    from zoo.models.translator import Translator
 
     layout = layout_from_args(args)  # a mesh that does not fit stops here, before loading
-    model, tokenizer = load_model(args.model, "translator", args.adapter)
+    model, tokenizer = load_model(args.model, Translator, args.adapter)
     outputs = translate_texts(
         model,
         tokenizer,

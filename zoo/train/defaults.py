@@ -1,15 +1,18 @@
 """Training defaults per preset: what `zoo train` uses for the options the user leaves out.
 
-The `*-small` rows are the settings of the measured CPU runs in `docs/results.md`; any other
-preset falls back to its flavor's row. Explicit command-line options always win.
+A table and nothing else: the `*-small` rows are the settings of the measured CPU runs in
+`docs/results.md`; any other preset falls back to its flavor's row. `zoo train` fills the options
+left out from `training_defaults` (explicit command-line options always win).
 """
 
 from __future__ import annotations
 
-from typing import Any
+# a default: a number, a name, a switch, or None (decided elsewhere, e.g. by the task)
+Default = int | float | str | bool | None
+Row = dict[str, Default]
 
 # Options `zoo train` reads through `training_defaults`, and their values for an unknown preset.
-BASE: dict[str, Any] = {
+BASE: Row = {
     "steps": 1000,  # optimizer updates
     "batch_size": 32,  # examples (language modelling: blocks) per batch
     "lr": 1e-3,  # peak learning rate
@@ -24,13 +27,13 @@ BASE: dict[str, Any] = {
     "tokenizer": None,  # None: the task's default (word; char for language modelling)
 }
 
-FLAVOR_DEFAULTS: dict[str, dict[str, Any]] = {
+FLAVOR_DEFAULTS: dict[str, Row] = {
     "classifier": {},
     "gpt": {"tokenizer": "char"},
     "translator": {"label_smoothing": 0.1},
 }
 
-PRESET_DEFAULTS: dict[str, dict[str, Any]] = {
+PRESET_DEFAULTS: dict[str, Row] = {
     "classifier-small": {
         "steps": 800,
         "batch_size": 32,
@@ -68,21 +71,6 @@ PRESET_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
-def training_defaults(preset: str, flavor: str) -> dict[str, Any]:
+def training_defaults(preset: str, flavor: str) -> Row:
     """The defaults for `preset` (a flavor's row for presets without their own)."""
     return BASE | FLAVOR_DEFAULTS.get(flavor, {}) | PRESET_DEFAULTS.get(preset, {})
-
-
-def fill_defaults(args: Any, preset: str, flavor: str) -> dict[str, Any]:
-    """Set every option of `args` still None to its default; returns the values it filled."""
-    filled = {}
-    for name, value in training_defaults(preset, flavor).items():
-        if getattr(args, name, None) is None and value is not None:
-            setattr(args, name, value)
-            filled[name] = value
-        elif not hasattr(args, name):
-            setattr(args, name, value)
-    if "warmup" in filled and "steps" not in filled and args.warmup >= args.steps:
-        # a short run asked for by --steps: keep the warmup a tenth of it
-        args.warmup = filled["warmup"] = max(1, args.steps // 10)
-    return filled

@@ -1,11 +1,17 @@
-"""`zoo train --lora rank=8,alpha=16,targets=attention [--merge]`: the spec and the run's outputs."""
+"""`zoo train --lora rank=8,alpha=16,targets=attention [--merge]`: the spec, the adapted model
+and optimizer, and the run's outputs (`zoo.lora` does the work)."""
 
 from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+import equinox as eqx
+from jaxtyping import PRNGKeyArray
+
+from zoo.data.tokenizer import Tokenizer
+from zoo.train.optim import Optimizer, OptimizerLike
 
 ADAPTER_DIR = "adapter"
 
@@ -66,31 +72,56 @@ def trained_prefixes(spec: LoRASpec, flavor: str, fresh: tuple[str, ...] = ()) -
     return ("head", *(part for part in fresh if part != "head"))
 
 
+def with_lora(
+    model: eqx.Module,
+    optimizer: OptimizerLike,
+    spec: LoRASpec,
+    *,
+    train: tuple[str, ...],
+    quantize: str | None,
+    key: PRNGKeyArray,
+) -> tuple[eqx.Module, Optimizer]:
+    """The model with adapters (and an int8 base with `quantize`) and the optimizer restricted
+    to them and to the parts `train` names."""
+    from zoo.lora.adapters import adapter_arrays, apply, check_train, only_adapters
+    from zoo.lora.quantized import quantize as quantized
+    from zoo.lora.targets import OUTPUT_LAYERS
+    from zoo.presets import count_params
+
+    model = apply(model, rank=spec.rank, alpha=spec.alpha, targets=spec.targets, key=key)
+    check_train(model, train)
+    if quantize:  # layers trained whole (a classifier's head) stay float
+        model = quantized(model, quantize, skip=(*OUTPUT_LAYERS, *train))
+    total = sum(leaf.size for leaf in adapter_arrays(model, train).values())
+    print(f"zoo train: LoRA trains {total:,} of {count_params(model):,} parameters",
+          file=sys.stderr)  # fmt: skip
+    return model, only_adapters(optimizer, train=train)
+
+
 def finish_run(
-    model: Any,
+    model: eqx.Module,
     out: Path,
     *,
     train: tuple[str, ...],
     merge: bool,
     base_model: str | None,
-    tokenizer: Any,
-) -> dict[str, Any]:
+    tokenizer: Tokenizer | None,
+) -> dict[str, str]:
     """Write `out/adapter/` (PEFT) and, with `merge`, the merged model over `out/model.safetensors`."""
-    import zoo
     from zoo.interop.architecture import UnsupportedExport
     from zoo.interop.files import read_json
-    from zoo.serialize import CONFIG_FILE
+    from zoo.lora.adapters import merge as merged
+    from zoo.lora.peft import save_adapter
+    from zoo.serialize import CONFIG_FILE, save
 
-    written: dict[str, Any] = {}
+    written: dict[str, str] = {}
     try:
-        written["adapter"] = str(
-            zoo.lora.save_adapter(model, out / ADAPTER_DIR, train=train, base_model=base_model)
-        )
+        adapter = save_adapter(model, out / ADAPTER_DIR, train=train, base_model=base_model)
+        written["adapter"] = str(adapter)
     except (UnsupportedExport, ValueError) as error:
         print(f"zoo train: no PEFT adapter/ written: {error}", file=sys.stderr)
     if merge:
         training = read_json(out / CONFIG_FILE).get("training")
-        merged = zoo.lora.merge(model)
-        zoo.save(merged, out, tokenizer=tokenizer, extra={"training": training})
+        save(merged(model), out, tokenizer=tokenizer, extra={"training": training})
         written["merged"] = str(out)
     return written

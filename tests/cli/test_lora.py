@@ -11,7 +11,7 @@ import pytest
 import zoo
 from tests.lora.helpers import forward
 from zoo.cli import main
-from zoo.lora.cli import LoRASpec, parse_lora
+from zoo.cli._lora import LoRASpec, parse_lora
 
 COMMON = ["--data", "synthetic:addition", "--batch-size", "8", "--lr", "1e-2", "--log-every", "1",
           "--eval-limit", "1", "--no-progress", "--json"]  # fmt: skip
