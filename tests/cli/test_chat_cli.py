@@ -1,0 +1,142 @@
+"""`zoo chat`: one --message, lines on stdin with /reset and /exit, JSON and text output, the
+system prompt, a template file and sampling flags, against `zoo.chat` in Python."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import string
+import sys
+
+import jax
+import pytest
+
+import zoo
+from zoo.cli import main
+from zoo.data import CharTokenizer
+from zoo.decoding.chat import reply
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("jinja2") is None, reason="chat templates need jinja2 (zoo[chat])"
+)
+TOKENIZER = CharTokenizer(string.ascii_lowercase + " :\n")
+OPTIONS = ["--max-new-tokens", "6"]
+
+
+@pytest.fixture(scope="module")
+def chat_dir(tmp_path_factory):
+    model = zoo.create("gpt-tiny", key=jax.random.key(3), vocab_size=TOKENIZER.vocab_size)
+    directory = tmp_path_factory.mktemp("chat-model")
+    zoo.save(model, directory, tokenizer=TOKENIZER)
+    return model, str(directory)
+
+
+def run_with_stdin(monkeypatch, capsys, text: str, *args: str) -> tuple[int, str, str]:
+    monkeypatch.setattr("sys.stdin", io.StringIO(text))
+    status = main(["chat", *args])
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def test_one_message_prints_the_reply_as_json(chat_dir, capsys):
+    model, directory = chat_dir
+    assert main(["chat", directory, "--message", "hello", *OPTIONS, "--json"]) == 0
+    (record,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    expected = reply(model, TOKENIZER, "hello", max_new_tokens=6)
+    assert record == {
+        "turn": 1,
+        "user": "hello",
+        "reply": expected.text,
+        "finish_reason": expected.finish_reason,
+        "new_tokens": len(expected.tokens),
+        "prompt_tokens": expected.prompt_tokens,
+    }
+
+
+def test_stdin_lines_keep_the_history_until_reset_and_stop_at_exit(chat_dir, monkeypatch, capsys):
+    model, directory = chat_dir
+    lines = "hello\n\nagain\n/reset\nhello\n/exit\nnever answered\n"
+    status, out, err = run_with_stdin(monkeypatch, capsys, lines, directory, *OPTIONS, "--json")
+    assert status == 0
+    first, second, third = [json.loads(line) for line in out.splitlines()]
+    assert [first["turn"], second["turn"], third["turn"]] == [1, 2, 3]
+    assert second["user"] == "again"
+    history = [
+        {"role": "user", "content": "hello"},
+        {"role": "assistant", "content": first["reply"]},
+        {"role": "user", "content": "again"},
+    ]
+    assert second["reply"] == reply(model, TOKENIZER, history, max_new_tokens=6).text
+    assert second["prompt_tokens"] > first["prompt_tokens"]  # the history was kept
+    # after /reset the same message gets the same prompt and the same (greedy) reply
+    assert {**third, "turn": 1} == first
+    assert "never" not in out and err == ""
+
+
+def test_text_output_streams_each_reply_on_its_own_line(chat_dir, monkeypatch, capsys):
+    model, directory = chat_dir
+    status, out, err = run_with_stdin(monkeypatch, capsys, "hello\n/help\nbye\n", directory,
+                                      *OPTIONS)  # fmt: skip
+    assert status == 0
+    first = reply(model, TOKENIZER, "hello", max_new_tokens=6).text
+    history = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": first}]
+    second = reply(model, TOKENIZER, [*history, {"role": "user", "content": "bye"}],
+                   max_new_tokens=6).text  # fmt: skip
+    assert out == f"{first}\n{second}\n"
+    assert "unknown command '/help'; commands: /reset (start the conversation again)" in err
+
+
+def test_system_prompt_template_file_and_sampling(chat_dir, tmp_path, capsys):
+    model, directory = chat_dir
+    template = tmp_path / "plain.jinja"
+    template.write_text(
+        "{% for m in messages %}{{ m['role'] }} {{ m['content'] }}\n{% endfor %}"
+        "{% if add_generation_prompt %}assistant {% endif %}"
+    )
+    args = ["chat", directory, "--message", "hi", "--system", "be brief", *OPTIONS, "--json"]
+    sampled = ["--temperature", "0.9", "--top-k", "5", "--seed", "4"]
+    assert main([*args, "--template", str(template), *sampled]) == 0
+    record = json.loads(capsys.readouterr().out)
+    expected = reply(
+        model, TOKENIZER, "hi", system="be brief", template=template.read_text(),
+        max_new_tokens=6, temperature=0.9, top_k=5,
+        key=jax.random.fold_in(jax.random.key(4), 0),
+    )  # fmt: skip
+    assert record["reply"] == expected.text
+    assert record["prompt_tokens"] == len("system be brief\nuser hi\nassistant ")
+
+
+def test_bad_requests_fail_before_loading_or_say_why(chat_dir, monkeypatch, capsys):
+    _, directory = chat_dir
+    assert main(["chat", directory, "--message", "hi", "--temperature", "-1"]) == 2
+    assert "temperature must be a finite number >= 0" in capsys.readouterr().err
+    assert main(["chat", directory, "--message", "hi" * 80]) == 2
+    assert "no room to answer" in capsys.readouterr().err
+    # on stdin a turn that fails is reported and the chat goes on
+    status, out, err = run_with_stdin(monkeypatch, capsys, "hi" * 80 + "\nhi\n", directory,
+                                      *OPTIONS, "--json")  # fmt: skip
+    assert status == 0 and "zoo chat: error: the prompt has" in err
+    assert json.loads(out)["turn"] == 1
+
+
+def test_at_a_terminal_it_prompts_streams_and_quits_on_ctrl_d(chat_dir, monkeypatch, capsys):
+    model, directory = chat_dir
+    typed = iter(["hello", "/reset"])
+
+    def fake_input(prompt: str) -> str:
+        print(prompt, end="", file=sys.stderr)
+        try:
+            return next(typed)
+        except StopIteration:
+            raise EOFError from None
+
+    terminal = io.StringIO()
+    terminal.isatty = lambda: True  # type: ignore[method-assign]
+    monkeypatch.setattr("sys.stdin", terminal)
+    monkeypatch.setattr("builtins.input", fake_input)
+    assert main(["chat", directory, *OPTIONS]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == reply(model, TOKENIZER, "hello", max_new_tokens=6).text + "\n"
+    assert "/reset clears the history, /exit quits" in captured.err
+    assert captured.err.count("> ") == 3 and "(history cleared)" in captured.err

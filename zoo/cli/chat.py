@@ -1,0 +1,185 @@
+"""`zoo chat MODEL`: talk to a GPT through its chat template, in the terminal or from a script.
+
+Three ways in, one conversation each:
+
+- a terminal: type a message, the reply streams back token by token; the history is kept;
+  `/reset` starts the conversation again (the system prompt stays), `/exit` (or Ctrl-D) quits;
+- `--message TEXT` (repeatable: each is the next user turn): answered, then the command exits;
+- lines on standard input (not a terminal): each line is a user turn, `/reset` and `/exit` work
+  as typed; blank lines are skipped.
+
+`--json` prints one JSON object per reply instead of the text: `turn`, `user`, `reply`,
+`finish_reason` (`stop` at the end of the turn, `length` when `--max-new-tokens` or the model's
+positions ran out), `new_tokens` and `prompt_tokens`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from zoo.cli._load import MODEL_HELP
+from zoo.cli._mesh import add_mesh_option, layout_from_args
+
+COMMANDS = {"/reset": "start the conversation again", "/exit": "quit"}
+
+
+def register(commands) -> None:
+    parser = commands.add_parser(
+        "chat", help="chat with a GPT through its chat template (streams tokens; /reset, /exit)"
+    )
+    parser.add_argument("model", help=MODEL_HELP)
+    parser.add_argument("--adapter", help="a PEFT LoRA adapter folder to put on the model")
+    parser.add_argument("--system", help="a system prompt that opens the conversation")
+    parser.add_argument(
+        "--message",
+        action="append",
+        help="answer this user message and exit; repeat for the turns of one conversation",
+    )
+    parser.add_argument(
+        "--template", help="a Jinja chat template file to use instead of the model's own"
+    )
+    parser.add_argument("--max-new-tokens", type=int, default=256, help="per reply")
+    parser.add_argument("--temperature", type=float, default=0.0, help="0 is greedy")
+    parser.add_argument("--top-k", type=int, default=None)
+    parser.add_argument("--top-p", type=float, default=None)
+    parser.add_argument("--seed", type=int, default=0, help="draws the samples (temperature > 0)")
+    add_mesh_option(parser)
+    parser.add_argument("--json", action="store_true", help="one JSON object per reply")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import jax
+
+    from zoo.cli._load import load_model
+    from zoo.decoding.chat import chat_template
+    from zoo.decoding.sampling import SamplingSettings
+    from zoo.models.gpt import GPT
+
+    SamplingSettings(args.temperature, args.top_k, args.top_p)  # bad values: before loading
+    template_text = None
+    if args.template is not None:
+        template_text = Path(args.template).read_text(encoding="utf-8")
+    layout = layout_from_args(args)
+    model, tokenizer = load_model(args.model, GPT, args.adapter)
+    folder = Path(args.model) if Path(args.model).is_dir() else None
+    session = Session(
+        model,
+        tokenizer,
+        template=chat_template(tokenizer, template_text, folder=folder),
+        system=args.system,
+        options={
+            "max_new_tokens": args.max_new_tokens,
+            "temperature": args.temperature,
+            "top_k": args.top_k,
+            "top_p": args.top_p,
+            "mesh": None if layout is None else layout.mesh,
+        },
+        key=None if args.temperature == 0 else jax.random.key(args.seed),
+        json_output=args.json,
+    )
+    if args.message:
+        for message in args.message:
+            session.answer(message)  # an error here ends the command with it
+        return 0
+    interactive = sys.stdin.isatty()
+    if interactive:
+        print(
+            f"zoo chat: {args.model}; /reset clears the history, /exit quits",
+            file=sys.stderr,
+        )
+    for line in _lines(sys.stdin, interactive):
+        text = line.strip()
+        if not text:
+            continue
+        if text.startswith("/"):
+            if text == "/exit":
+                break
+            if text == "/reset":
+                session.reset()
+                if interactive:
+                    print("(history cleared)", file=sys.stderr)
+                continue
+            known = ", ".join(f"{name} ({what})" for name, what in COMMANDS.items())
+            print(f"zoo chat: unknown command {text!r}; commands: {known}", file=sys.stderr)
+            continue
+        try:
+            session.answer(text)
+        except ValueError as error:  # e.g. the history outgrew the model: say so, go on
+            print(f"zoo chat: error: {error}", file=sys.stderr)
+    return 0
+
+
+class Session:
+    """One conversation: its history, how to decode, and where the replies go."""
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        template: Any,
+        system: str | None,
+        options: dict[str, Any],
+        key: Any,
+        json_output: bool,
+    ):
+        self.model, self.tokenizer, self.template = model, tokenizer, template
+        self.system, self.options, self.key = system, options, key
+        self.json_output = json_output
+        self.history: list[dict[str, str]] = []
+        self.turn = 0
+
+    def reset(self) -> None:
+        self.history = []
+
+    def answer(self, text: str) -> None:
+        """Reply to the user message `text` and keep both in the history."""
+        import jax
+
+        from zoo.decoding.chat import reply
+
+        messages = [*self.history, {"role": "user", "content": text}]
+        key = None if self.key is None else jax.random.fold_in(self.key, self.turn)
+        stream = None if self.json_output else _print_piece
+        answer = reply(
+            self.model, self.tokenizer, messages, system=self.system, template=self.template,
+            key=key, on_text=stream, **self.options,
+        )  # fmt: skip
+        self.turn += 1
+        self.history = [*messages, {"role": "assistant", "content": answer.text}]
+        if not self.json_output:
+            print(flush=True)
+            return
+        record = {
+            "turn": self.turn,
+            "user": text,
+            "reply": answer.text,
+            "finish_reason": answer.finish_reason,
+            "new_tokens": len(answer.tokens),
+            "prompt_tokens": answer.prompt_tokens,
+        }
+        print(json.dumps(record, ensure_ascii=False), flush=True)
+
+
+def _print_piece(piece: str) -> None:
+    sys.stdout.write(piece)
+    sys.stdout.flush()
+
+
+def _lines(stream: Iterable[str], interactive: bool) -> Iterator[str]:
+    """The input lines; at a terminal each is asked for with a prompt."""
+    if not interactive:
+        yield from stream
+        return
+    while True:
+        try:
+            yield input("> ")
+        except EOFError:
+            print(file=sys.stderr)
+            return
