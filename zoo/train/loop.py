@@ -1,7 +1,8 @@
 """One call of `Trainer.fit`: checks, resume, the step loop, logging, checkpoints, export.
 
 A `TrainingRun` reads its trainer's settings and compiled steps through `RunSetup` (what a
-`zoo.Trainer` holds) and stops with `TrainingDiverged` when the loss or the weights go bad.
+`zoo.Trainer` holds, `zoo.train.run_setup`), and stops with `TrainingDiverged` when the loss or
+the weights go bad.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Protocol, runtime_checkable
 
 import equinox as eqx
 import jax
@@ -22,18 +22,18 @@ from jaxtyping import PRNGKeyArray, PyTree
 from zoo.data.batches import Batch, BatchSource
 from zoo.data.tokenizer import Tokenizer
 from zoo.distributed.hosts import gather, is_writer
-from zoo.distributed.layout import Layout
 from zoo.distributed.mesh import mesh_string
 from zoo.serialize import model_config_dict
-from zoo.tasks.base import Stats, Task
+from zoo.tasks.base import Stats
 from zoo.train import checkpoint as ckpt
 from zoo.train.evaluation import Summary, evaluate, summarise
 from zoo.train.history import History, MetricsLog, Progress, Row, clean
 from zoo.train.interrupts import HeldInterrupts, Terminated
-from zoo.train.loggers import Logger, LoggerSpec, open_loggers
-from zoo.train.optim import OptimizerLike, init_optimizer, learning_rate
+from zoo.train.loggers import Logger, open_loggers
+from zoo.train.optim import init_optimizer, learning_rate
+from zoo.train.run_setup import RunSetup, check_batch, check_inputs
 from zoo.train.sharded import ShardedWriter
-from zoo.train.step import EvalStep, StepOutput, TrainStep
+from zoo.train.step import StepOutput
 
 # the run's settings, kept in each checkpoint and given to experiment loggers
 Settings = dict[str, str | int]
@@ -67,26 +67,6 @@ class TrainingDiverged(FloatingPointError):
             "lengthen the warmup, keep gradient clipping on, or train in fp32.",
             step,
         )
-
-
-@runtime_checkable
-class RunSetup(Protocol):
-    """What a run takes from its `zoo.Trainer`: the task, the compiled steps and the options."""
-
-    task: Task
-    optimizer: OptimizerLike
-    layout: Layout | None  # None: one device
-    train_step: TrainStep
-    eval_step: EvalStep
-    precision: str
-    accumulate: int
-    log_every: int
-    eval_every: int | None
-    eval_limit: int | None
-    checkpoint_every: int | None
-    keep: int
-    progress: bool
-    loggers: tuple[LoggerSpec, ...]
 
 
 def _fresh_copy(model: eqx.Module) -> eqx.Module:
@@ -127,7 +107,8 @@ class TrainingRun:
         self.out_dir = None if out_dir is None else Path(out_dir)
         self.tokenizer = tokenizer
         self.plot = plot
-        self._check_inputs(model, resume)
+        check_inputs(trainer, model, train_batches, eval_batches, steps=steps, resume=resume,
+                     checkpoint_dir=self.checkpoint_dir, out_dir=self.out_dir, plot=plot)  # fmt: skip
         layout = trainer.layout  # None: one device, else the mesh and its partition rules
         self.model = _fresh_copy(model) if layout is None else layout.place(model)
         self.opt_state: PyTree = init_optimizer(trainer.optimizer, self.model, layout)
@@ -159,68 +140,10 @@ class TrainingRun:
             if any(r["split"] == "eval" and r["step"] == self.start for r in self.history.rows):
                 self.last_eval = self.start
 
-    # -- before anything compiles ---------------------------------------------------------------
-
-    def _check_inputs(self, model: eqx.Module, resume: bool) -> None:
-        task = self.task
-        task.check_model(model)
-        if not isinstance(self.steps, int) or self.steps < 1:
-            raise ValueError(f"steps must be a positive integer, got {self.steps!r}")
-        if len(self.train_batches) == 0:
-            raise ValueError("train_batches is empty: it yields no batches (len 0); check the data")
-        self._check_batch(self.train_batches.batch(0), model)
-        if self.eval_batches is not None:
-            if len(self.eval_batches) == 0:
-                raise ValueError("eval_batches is empty: it yields no batches (len 0)")
-            task.check_batch(self.eval_batches.batch(0), model)
-        if resume and self.checkpoint_dir is None:
-            raise ValueError("resume=True needs checkpoint_dir (where the checkpoints are)")
-        existing = (
-            None if self.checkpoint_dir is None else ckpt.latest_checkpoint(self.checkpoint_dir)
-        )
-        if existing is not None and not resume:
-            raise ValueError(
-                f"{self.checkpoint_dir} already holds checkpoints (newest: {existing.name}); "
-                "continue that run with resume=True (zoo train --resume) or train into a new "
-                "directory"
-            )
-        saved_model = self._saved_model_files()
-        if existing is None and saved_model:
-            raise ValueError(
-                f"{self.out_dir} already holds a saved model ({', '.join(saved_model)}) and no "
-                "checkpoint to resume from: training would overwrite it. Train into a new "
-                "directory; to start from that model, load it (zoo train --init DIR) and "
-                "write the run elsewhere"
-            )
-        if self.out_dir is None and any(isinstance(x, str) for x in self.trainer.loggers):
-            raise ValueError(
-                f"loggers {list(self.trainer.loggers)} write into out_dir: pass out_dir "
-                "(or checkpoint_dir)"
-            )
-        if self.plot and self.out_dir is None:
-            raise ValueError("plot=True needs out_dir (or checkpoint_dir) to write curves.png")
-
-    def _saved_model_files(self) -> list[str]:
-        """The files of a model saved with `zoo.save` in `out_dir`, which a run would replace."""
-        from zoo.serialize import CONFIG_FILE, WEIGHTS_FILE
-
-        if self.out_dir is None:
-            return []
-        return [name for name in (CONFIG_FILE, WEIGHTS_FILE) if (self.out_dir / name).is_file()]
-
-    def _check_batch(self, batch: Batch, model: eqx.Module) -> None:
-        self.task.check_batch(batch, model)
-        if self.trainer.layout is not None:
-            self.trainer.layout.check_batch(batch)
-        size = len(next(iter(batch.values())))
-        if size % self.trainer.accumulate != 0:
-            raise ValueError(
-                f"batch size {size} is not a multiple of accumulate={self.trainer.accumulate}; "
-                "choose a batch size that splits into equal micro-batches"
-            )
+    # -- before the first step ------------------------------------------------------------------
 
     def _resume(self) -> None:
-        assert self.checkpoint_dir is not None  # checked by _check_inputs
+        assert self.checkpoint_dir is not None  # checked by check_inputs
         found = ckpt.list_checkpoints(self.checkpoint_dir)
         if not found:
             warnings.warn(
@@ -297,7 +220,7 @@ class TrainingRun:
 
     def _one_step(self, step: int) -> None:
         batch = self.train_batches.batch(step)
-        self._check_batch(batch, self.model)
+        check_batch(self.trainer, batch, self.model)
         signature = _shape_signature(batch)
         # A bucketed source (one padded length per bucket) compiles once per bucket by design.
         expected_shapes = max(len(getattr(self.train_batches, "lengths", ())), 1)
