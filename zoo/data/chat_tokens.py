@@ -77,6 +77,24 @@ def encode_chat(
     return ChatTokens(np.asarray(ids, np.int32), np.asarray(mask, np.int32), text)
 
 
+PROBE = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yes"}]
+
+
+def end_of_turn_ids(tokenizer: Tokenizer, template: ChatTemplate | None = None) -> tuple[int, ...]:
+    """The ids that end an assistant turn: the tokenizer's stop ids (`eos_ids`) and the special
+    tokens `template` writes after an assistant's content (`<|im_end|>`, `<|eot_id|>`, eos),
+    found by rendering a probe conversation."""
+    template = template or chat_template_for(tokenizer)
+    chat = encode_chat(PROBE, tokenizer, template=template)
+    unknown = token_id_or_none(tokenizer, "unk")
+    written = chat.input_ids[chat.assistant_mask == 1].tolist()
+    # a transformers tokenizer (HFTokenizer) knows its added special tokens itself
+    wrapped = getattr(getattr(tokenizer, "tokenizer", None), "all_special_ids", None) or ()
+    specials = {*tokenizer.special_ids, *wrapped} - {unknown}
+    special = [i for i in written if i in specials]
+    return tuple(dict.fromkeys([*tokenizer.eos_ids, *special]))
+
+
 def encode_prompt(
     messages: Sequence[Mapping[str, Any]],
     tokenizer: Tokenizer,

@@ -21,16 +21,15 @@ from typing import Any
 
 from jaxtyping import PRNGKeyArray
 
-from zoo.data.chat_files import chat_template_for, token_id_or_none
+from zoo.data.chat_files import chat_template_for
 from zoo.data.chat_template import ChatTemplate
-from zoo.data.chat_tokens import encode_chat, encode_prompt
+from zoo.data.chat_tokens import encode_prompt, end_of_turn_ids
 from zoo.data.conversations import Message, check_messages
 from zoo.data.tokenizer import Tokenizer
 from zoo.decoding.stream import stream_tokens
 from zoo.models.gpt import GPT
 
 Conversation = str | Sequence[Mapping[str, Any]]  # a user message, or {role, content} messages
-PROBE = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yes"}]
 
 
 @dataclass(frozen=True)
@@ -59,16 +58,6 @@ def as_messages(conversation: Conversation, *, system: str | None = None) -> lis
             "the conversation ends with an assistant turn: add the user message to answer"
         )
     return messages
-
-
-def end_of_turn_ids(tokenizer: Tokenizer, template: ChatTemplate) -> tuple[int, ...]:
-    """The ids that end an assistant turn: the tokenizer's stop ids and the special tokens the
-    template writes after an assistant's content (`<|im_end|>`, `<|eot_id|>`, eos)."""
-    chat = encode_chat(PROBE, tokenizer, template=template)
-    unknown = token_id_or_none(tokenizer, "unk")
-    written = chat.input_ids[chat.assistant_mask == 1].tolist()
-    special = [i for i in written if i in tokenizer.special_ids and i != unknown]
-    return tuple(dict.fromkeys([*tokenizer.eos_ids, *special]))
 
 
 class TextStream:

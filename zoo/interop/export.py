@@ -9,10 +9,12 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from zoo.data.tokenizer import Tokenizer
 from zoo.files import write_text_atomic
 from zoo.interop.architecture import ZooModel
 from zoo.interop.convert import zoo_to_hf
 from zoo.interop.files import CONFIG, INDEX, INSTALL_HF, WEIGHTS, HFDict
+from zoo.interop.generation_config import save_tokenizer_files
 from zoo.interop.loading import architecture_for
 from zoo.interop.weights import write_safetensors
 from zoo.interop.zoo_keys import zoo_state
@@ -97,17 +99,26 @@ def plan_shards(arrays: dict[str, np.ndarray], max_bytes: int) -> list[list[str]
 
 
 def save_hf(
-    model: ZooModel, directory: str | Path, *, max_shard_size: int | str = DEFAULT_MAX_SHARD_SIZE
+    model: ZooModel,
+    directory: str | Path,
+    *,
+    max_shard_size: int | str = DEFAULT_MAX_SHARD_SIZE,
+    tokenizer: Tokenizer | None = None,
 ) -> Path:
     """Write `config.json` and the weights as `transformers` (and zoo) load them.
 
     Weights up to `max_shard_size` go into `model.safetensors`; a larger model is split into
     `model-00001-of-0000N.safetensors` shards listed by `model.safetensors.index.json`, as
-    `save_pretrained` does. Needs neither torch nor transformers.
+    `save_pretrained` does. With `tokenizer`, its files go beside the weights (a
+    `FastTokenizer`'s `tokenizer.json` and chat template, which `AutoTokenizer` reads), and a
+    GPT's `generation_config.json` names every id that ends a reply
+    (`zoo.interop.generation_config`). Needs neither torch nor transformers.
     """
     max_bytes = parse_size(max_shard_size)
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
+    if tokenizer is not None:
+        save_tokenizer_files(model, tokenizer, directory)
     arrays, hf_config = to_state_dict(model, full=False)
     hf_config = {**hf_config, "dtype": model.config.dtype}
     write_text_atomic(directory / CONFIG, json.dumps(hf_config, indent=2, sort_keys=True))

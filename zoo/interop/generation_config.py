@@ -1,0 +1,60 @@
+"""What an exported model's tokenizer files and `generation_config.json` tell transformers.
+
+`save_hf(model, dir, tokenizer=...)` writes the tokenizer next to the weights (for a
+`FastTokenizer`: `tokenizer.json`, `tokenizer_config.json` and the chat template, which
+`AutoTokenizer` reads) and, for a GPT, `generation_config.json` with the ids `generate` stops
+at: the model's `end_ids`, the tokenizer's stop ids and the tokens its chat template ends an
+assistant turn with, so `apply_chat_template` + `generate` stop where `zoo.chat` stops.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from zoo.data.tokenizer import Tokenizer
+from zoo.files import write_text_atomic
+from zoo.models.gpt import GPT
+
+GENERATION_CONFIG = "generation_config.json"
+
+logger = logging.getLogger("zoo.interop")
+
+
+def stop_ids(model: GPT, tokenizer: Tokenizer | None) -> list[int]:
+    """Every id that ends a reply: the model's end ids, the tokenizer's, its template's end of
+    turn (when the template renders here: jinja2 is installed)."""
+    ids = [*model.config.end_ids]
+    if tokenizer is not None:
+        ids += tokenizer.eos_ids
+        try:
+            from zoo.data.chat_tokens import end_of_turn_ids
+
+            ids += end_of_turn_ids(tokenizer)
+        except (ImportError, ValueError) as error:  # no jinja2, a template that cannot render
+            logger.info("the chat template's end of turn is not exported: %s", error)
+    vocab = model.config.vocab_size
+    return [i for i in dict.fromkeys(ids) if 0 <= i < vocab]
+
+
+def generation_config(model: GPT, tokenizer: Tokenizer | None = None) -> dict[str, Any]:
+    """The `generation_config.json` of an exported GPT (greedy by default, as zoo decodes)."""
+    ends = stop_ids(model, tokenizer)
+    config: dict[str, Any] = {
+        "bos_token_id": model.config.bos_id,
+        "eos_token_id": ends[0] if len(ends) == 1 else ends,
+        "do_sample": False,
+    }
+    if model.config.pad_id is not None:
+        config["pad_token_id"] = model.config.pad_id
+    return {name: value for name, value in config.items() if value not in (None, [])}
+
+
+def save_tokenizer_files(model: Any, tokenizer: Tokenizer, directory: Path) -> None:
+    """The tokenizer beside exported weights, and a GPT's `generation_config.json`."""
+    tokenizer.save(directory)
+    if isinstance(model, GPT):
+        text = json.dumps(generation_config(model, tokenizer), indent=2, sort_keys=True)
+        write_text_atomic(directory / GENERATION_CONFIG, text)
