@@ -2,7 +2,8 @@
 
 Tokenizers (`CharTokenizer`, `WordTokenizer`, `TiktokenTokenizer`, `PairTokenizer`,
 `build_tokenizer`), batch sources (`ArrayBatches`, `BucketedBatches`, packing, streaming),
-HuggingFace datasets in (`load_spec`, `from_hf`) and evaluation metrics. The parts that need
+HuggingFace datasets in (`load_spec`, `from_hf`), conversations for instruction tuning (chat
+templates, `encode_chat`, `chat_data`) and evaluation metrics. The parts that need
 `datasets` are imported on first use, so `import zoo.data` stays quick.
 """
 
@@ -14,6 +15,11 @@ from typing import Any
 from zoo.data.batches import ArrayBatches, Batch, BatchSource
 from zoo.data.bucketing import BucketedBatches
 from zoo.data.build import TOKENIZER_KINDS, build_tokenizer
+from zoo.data.chat_batches import ChatExamples, chat_batches, encode_conversations
+from zoo.data.chat_files import chat_template_for
+from zoo.data.chat_template import DEFAULT_TEMPLATE, ChatTemplate
+from zoo.data.chat_tokens import ChatTokens, encode_chat, encode_prompt, end_of_turn_ids
+from zoo.data.conversations import conversation_messages, conversations, detect_format
 from zoo.data.errors import DataError
 from zoo.data.metrics import accuracy, bleu, confusion_matrix
 from zoo.data.options import TASKS, DataConfig, bucket_lengths
@@ -31,6 +37,8 @@ _LAZY = {
     "from_hf": "zoo.data.hf",
     "TaskData": "zoo.data.hf",
     "StreamingBatches": "zoo.data.streaming",
+    "chat_data": "zoo.data.chat_data",
+    "ChatData": "zoo.data.chat_data",
 }
 
 
@@ -48,6 +56,10 @@ __all__ = [
     "BatchSource",
     "BucketedBatches",
     "CharTokenizer",
+    "ChatExamples",
+    "ChatTemplate",
+    "ChatTokens",
+    "DEFAULT_TEMPLATE",
     "DataConfig",
     "DataError",
     "PairTokenizer",
@@ -60,7 +72,16 @@ __all__ = [
     "bleu",
     "bucket_lengths",
     "build_tokenizer",
+    "chat_batches",
+    "chat_template_for",
     "confusion_matrix",
+    "conversation_messages",
+    "conversations",
+    "detect_format",
+    "encode_chat",
+    "encode_conversations",
+    "encode_prompt",
+    "end_of_turn_ids",
     "load_tokenizer",
     "pack_blocks",
     "packed_batches",
