@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -114,3 +117,25 @@ def test_lora_on_an_int8_base_trains_on_chats_and_chats_back(chats, tmp_path, ca
     assert main(["chat", str(tmp_path / "lora"), "--message", "review: dull", "--json"]) == 0
     record = json.loads(capsys.readouterr().out)
     assert record["reply"] == reply(model, tokenizer, "review: dull").text
+
+
+@pytest.mark.slow
+def test_on_two_devices_chat_training_and_zoo_chat_match_one_device(chats, tmp_path, capsys):
+    options = [*TRAIN, "--steps", "3", "--log-every", "1"]
+    _, _, alone = train(capsys, chats, tmp_path / "one", *options)
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+           "JAX_PLATFORMS": "cpu"}  # fmt: skip
+    zoo_command = [sys.executable, "-m", "zoo"]
+    run = tmp_path / "two"
+    args = ["train", "gpt", "--data", f"json:{chats}", "--out", str(run), *options,
+            "--mesh", "data=2"]  # fmt: skip
+    subprocess.run([*zoo_command, *args], env=env, check=True, capture_output=True)
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [row["trained_tokens"] for row in rows] == [row["trained_tokens"] for row in alone]
+    for row, expected in zip(rows, alone, strict=True):
+        assert row["loss"] == pytest.approx(expected["loss"], rel=1e-4)
+    chat = [*zoo_command, "chat", str(run), "--message", "review: great", "--json",
+            "--mesh", "data=2"]  # fmt: skip
+    done = subprocess.run(chat, env=env, check=True, capture_output=True, text=True)
+    model, tokenizer = zoo.serialize.load_with_tokenizer(run)
+    assert json.loads(done.stdout)["reply"] == reply(model, tokenizer, "review: great").text
