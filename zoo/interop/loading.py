@@ -6,7 +6,7 @@ import re
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 import equinox as eqx
 import jax
@@ -14,6 +14,7 @@ import ml_dtypes
 import numpy as np
 from jaxtyping import PRNGKeyArray
 
+from zoo.data.tokenizer import Tokenizer
 from zoo.interop.architecture import Architecture, HFConfig, UnsupportedConfig, config_of, logger
 from zoo.interop.bert import Bert
 from zoo.interop.convert import hf_to_zoo
@@ -181,6 +182,28 @@ def _fresh_arrays(
     return {name: np.asarray(array) for name, array in initialise(key).items()}
 
 
+@overload
+def from_pretrained(
+    name_or_dir: str | Path,
+    *,
+    revision: str | None = None,
+    return_tokenizer: Literal[False] = False,
+    key: PRNGKeyArray | None = None,
+    **overrides: object,
+) -> eqx.Module: ...
+
+
+@overload
+def from_pretrained(
+    name_or_dir: str | Path,
+    *,
+    revision: str | None = None,
+    return_tokenizer: Literal[True],
+    key: PRNGKeyArray | None = None,
+    **overrides: object,
+) -> tuple[eqx.Module, Tokenizer]: ...
+
+
 def from_pretrained(
     name_or_dir: str | Path,
     *,
@@ -188,7 +211,7 @@ def from_pretrained(
     return_tokenizer: bool = False,
     key: PRNGKeyArray | None = None,
     **overrides: object,
-) -> Any:
+) -> eqx.Module | tuple[eqx.Module, Tokenizer]:
     """A zoo model from a HuggingFace checkpoint: a local folder or a hub name.
 
     The folder holds `config.json` and `model.safetensors` (or sharded safetensors with their
