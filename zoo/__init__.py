@@ -25,8 +25,7 @@ from zoo.models import (
     TranslatorConfig,
 )
 from zoo.presets import build, count_params, create
-
-__version__ = "0.1.0"
+from zoo.version import __version__ as __version__
 
 # Public names that live in heavier modules, imported on first use so `import zoo` stays quick.
 _LAZY = {

@@ -21,6 +21,10 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Int
 
 from zoo.data import synthetic
+from zoo.presets import count_params, create
+from zoo.tasks import for_flavor
+from zoo.train.optim import adamw
+from zoo.train.trainer import Trainer
 
 FLAVOR_ORDER = ("translator", "gpt", "classifier")
 
@@ -123,8 +127,6 @@ def run_flavor(
     echo: Callable[[str], Any] = print,
 ) -> dict[str, Any]:
     """Generate the flavor's task, train its tiny preset, measure held-out accuracy; one row."""
-    import zoo
-
     if flavor not in SPECS:
         raise ValueError(f"unknown flavor {flavor!r}; choose one of {list(FLAVOR_ORDER)}")
     spec = SPECS[flavor]
@@ -141,12 +143,10 @@ def run_flavor(
         overrides.update(bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id)
     key = jax.random.key(seed)
     model_key, train_key = jax.random.split(key)
-    model = zoo.create(spec.preset, key=model_key, **overrides)
+    model = create(spec.preset, key=model_key, **overrides)
     train, _ = data.batches(spec.batch_size, seed=seed)
-    optimizer = zoo.train.adamw(
-        spec.lr, warmup=spec.warmup, schedule=spec.schedule, total_steps=steps
-    )
-    trainer = zoo.Trainer(zoo.tasks.for_flavor(flavor), optimizer, log_every=50, progress=progress)
+    optimizer = adamw(spec.lr, warmup=spec.warmup, schedule=spec.schedule, total_steps=steps)
+    trainer = Trainer(for_flavor(flavor), optimizer, log_every=50, progress=progress)
     echo(f"[{flavor}] {data.description}: {spec.preset}, {steps} steps of {spec.batch_size}")
     model, history = trainer.fit(
         model, train, steps=steps, key=train_key, out_dir=out_dir, tokenizer=tokenizer
@@ -161,7 +161,7 @@ def run_flavor(
     return {
         "flavor": flavor,
         "task": spec.data,
-        "params": zoo.count_params(model),
+        "params": count_params(model),
         "steps": history.summary["steps"],
         "seconds": round(seconds, 1),
         "tokens_per_s": history.summary["tokens_per_s"],

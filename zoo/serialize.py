@@ -19,7 +19,6 @@ import jax.numpy as jnp
 import numpy as np
 import safetensors.numpy
 
-from zoo import __version__
 from zoo.data.pair import source_tokenizer, target_tokenizer
 from zoo.data.tokenizer import TOKENIZER_FILE, Tokenizer, load_tokenizer
 from zoo.files import read_json_object, write_atomic, write_text_atomic
@@ -28,6 +27,7 @@ from zoo.nn.lora import describe, has_lora, rebuild
 from zoo.nn.quantized import quantize_at, quantized_paths
 from zoo.presets import build
 from zoo.tree import fill, named_arrays
+from zoo.version import __version__
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"

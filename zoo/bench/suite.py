@@ -28,6 +28,7 @@ from zoo.bench.timing import interleave
 from zoo.bench.workload import FLAVORS, BenchSpec, defaults_for
 from zoo.host import allocator_note
 from zoo.nn.stack import scans
+from zoo.version import __version__
 
 PEERS = ("torch",)
 
@@ -248,8 +249,6 @@ def git_state(directory: Path | None = None) -> tuple[str | None, bool | None]:
 
 def run_meta(command: str, date: str, *, peer: str | None) -> dict[str, Any]:
     """What a results file says about its run: when, how, where, with which versions."""
-    import zoo
-
     device = device_info()
     peak = peak_bf16(device["device_kind"], device["platform"])
     packages = ZOO_PACKAGES + (PEER_PACKAGES if peer else ())
@@ -262,7 +261,7 @@ def run_meta(command: str, date: str, *, peer: str | None) -> dict[str, Any]:
         "peak_name": peak.name,
         "peak_measured": measured_peak_bf16(device["device_kind"], device["platform"]).label,
         "xla_settings": xla_settings(),
-        "versions": {"zoo": zoo.__version__, **versions(*packages)},
+        "versions": {"zoo": __version__, **versions(*packages)},
         "git_commit": commit,
         "git_dirty": dirty,
         # other work on the machine skews timings; the 1/5/15-minute load says how much
