@@ -1,5 +1,5 @@
 """Conversation datasets -> loss masks -> packed or padded batches (zoo.data.chat_batches,
-zoo.data.chat_data): ids and masks by hand on a char tokenizer, packing by hand, the format
+zoo.data.chat_datasets): ids and masks by hand on a char tokenizer, packing by hand, the format
 read from the columns, and errors that name the row and the expected columns."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 
 from zoo.data import CharTokenizer, DataError
 from zoo.data.chat_batches import chat_batches, encode_conversations, pack_conversations
-from zoo.data.chat_data import chat_data, chat_format_of, is_chat_data
+from zoo.data.chat_datasets import chat_data, chat_format_of, is_chat_data
 from zoo.data.chat_template import ChatTemplate
 
 pytestmark = pytest.mark.skipif(

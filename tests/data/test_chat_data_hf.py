@@ -12,7 +12,7 @@ from pathlib import Path
 import datasets
 import pytest
 
-from zoo.data.chat_data import chat_data
+from zoo.data.chat_datasets import chat_data
 from zoo.data.chat_files import chat_template_for
 from zoo.data.chat_template import ChatTemplate
 from zoo.data.chat_tokens import encode_prompt

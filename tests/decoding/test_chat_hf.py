@@ -17,7 +17,7 @@ import pytest
 import zoo
 from tests.data.chat_folders import qwen25_folder
 from zoo.cli import main
-from zoo.data.chat_data import chat_data
+from zoo.data.chat_datasets import chat_data
 from zoo.data.chat_tokens import end_of_turn_ids
 from zoo.decoding.chat import reply
 from zoo.interop import pretrained_tokenizer, save_hf

@@ -2,7 +2,7 @@
 
 A `--data` whose train split has the columns of a conversation format (`messages`, ShareGPT
 `conversations`, Alpaca `instruction`/`output`, `prompt`/`completion`) is read as chat data
-(`zoo.data.chat_data`) instead of plain text; `--chat-format` names the format (or `none`: read
+(`zoo.data.chat_datasets`) instead of plain text; `--chat-format` names the format (or `none`: read
 the text column as plain text). `--train-on` chooses the tokens the loss counts, `--pack /
 --no-pack` whether conversations share rows.
 """
@@ -45,7 +45,7 @@ def add_chat_options(parser: argparse.ArgumentParser) -> None:
 
 def wants_chat(dataset: Any, flavor: str, options: Any) -> bool:
     """Whether `--data` is read as conversations (see the module doc)."""
-    from zoo.data.chat_data import is_chat_data
+    from zoo.data.chat_datasets import is_chat_data
 
     chosen = getattr(options, "chat_format", "auto")
     if chosen == "none":
@@ -59,7 +59,7 @@ def wants_chat(dataset: Any, flavor: str, options: Any) -> bool:
 
 def chat_run_data(dataset: Any, options: Any) -> tuple[Any, Any, Any]:
     """(train batches, validation batches, tokenizer) of a dataset of conversations."""
-    from zoo.data.chat_data import chat_data
+    from zoo.data.chat_datasets import chat_data
 
     if options.streaming:
         raise ValueError("chat data is read into memory to be packed: drop --streaming")

@@ -37,8 +37,8 @@ _LAZY = {
     "from_hf": "zoo.data.hf",
     "TaskData": "zoo.data.hf",
     "StreamingBatches": "zoo.data.streaming",
-    "chat_data": "zoo.data.chat_data",
-    "ChatData": "zoo.data.chat_data",
+    "chat_data": "zoo.data.chat_datasets",
+    "ChatData": "zoo.data.chat_datasets",
 }
 
 
