@@ -40,6 +40,14 @@ RUN = {
     "out.mkdir(parents=True, exist_ok=True) for split in ('train', 'validation'): rows = "
     "[json.loads(l)['text'] for l in open(f'../shared/data/rotten_tomatoes/{split}.jsonl')] "
     "(out / f'{split}.txt').write_text('\\n'.join(rows) + '\\n') \"": ("runs/rt_text",),
+    # docs/tutorials/instruction-tuning.md: the rotten_tomatoes reviews as chats
+    "python -c \" import json, pathlib out = pathlib.Path('runs/rt_chats'); "
+    "out.mkdir(parents=True, exist_ok=True) question = 'Classify this review as positive or "
+    "negative: ' for split in ('train', 'validation'): with open(out / f'{split}.jsonl', 'w') "
+    "as f: for line in open(f'../shared/data/rotten_tomatoes/{split}.jsonl'): row = "
+    "json.loads(line) answer = ('negative', 'positive')[row['label']] chat = [{'role': 'user', "
+    "'content': question + row['text']}, {'role': 'assistant', 'content': answer}] "
+    "f.write(json.dumps({'messages': chat}) + '\\n') \"": ("runs/rt_chats",),
     # docs/benchmarks.md: the wheels a GPU machine lacks
     "mkdir -p .whl && cp ../shared/gpu-wheels/*.whl .whl/": (".whl",),
 }
@@ -115,6 +123,20 @@ NOT_RUN = {
     'zoo classify runs/rt "a gorgeous, witty film"': RUN_DIR,
     'zoo classify runs/rt "a gorgeous, witty film" --mesh data=-1': RUN_DIR,
     'zoo plot-attention runs/mt "Ein Mann fährt Fahrrad." --out attn.png': RUN_DIR,
+    "zoo train gpt --preset llama-tiny --set d_model=128 --set num_layers=4 --set d_ff=384 "
+    "--data json:runs/rt_chats --tokenizer word --min-freq 2 --lowercase --max-len 127 "
+    "--batch-size 10 --steps 783 --lr 1e-3 --schedule cosine --warmup 39 --weight-decay 0.01 "
+    "--out runs/rt_chat": TRAINS,
+    'zoo chat runs/rt_chat --message "Classify this review as positive or negative: a '
+    'gorgeous, witty film"': RUN_DIR,
+    'zoo chat runs/rt_chat --message "Classify this review as positive or negative: a '
+    'gorgeous, witty film" --json': RUN_DIR,
+    'zoo chat runs/rt_chat --system "Answer with one word." --temperature 0.7 --top-p 0.9': RUN_DIR,
+    "zoo chat runs/rt_chat --json --max-new-tokens 3": RUN_DIR,
+    "zoo train gpt --init hf:HuggingFaceTB/SmolLM2-135M-Instruct --data json:my_chats --lora "
+    "rank=8,targets=all-linear --quantize int8 --max-len 512 --batch-size 8 --steps 300 --merge "
+    "--out runs/smol-chat": READERS,
+    'zoo chat runs/smol-chat --system "You are a concise assistant."': RUN_DIR,
     "zoo train classifier --init runs/rt --data json:my_reviews --freeze embeddings,layers:0-0 "
     "--out runs/ft": READERS,
     "zoo train gpt --init runs/base --data text:other.txt --tokenizer char --lora "
@@ -152,7 +174,8 @@ NOT_RUN = {
 }
 
 # Paths that stand for the reader's own data: a clone does not hold them.
-READERS_DATA = {"corpus.txt", "other.txt", "my_reviews", "pairs/", "/data/flan-t5-small", "sums"}
+READERS_DATA = {"corpus.txt", "other.txt", "my_reviews", "pairs/", "/data/flan-t5-small", "sums",
+                "my_chats"}  # fmt: skip
 WRITTEN_BY_RUN = {folder for folders in RUN.values() for folder in folders}
 
 COMMANDS = doc_commands()
