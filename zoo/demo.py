@@ -158,6 +158,7 @@ def run_flavor(
         echo(f"    {source} -> {predicted}  {mark}")
     metric = "accuracy" if flavor == "classifier" else "exact match"
     echo(f"[{flavor}] held-out {metric}: {accuracy:.1%} in {seconds:.1f}s")
+    final = history.summary["final_train"]
     return {
         "flavor": flavor,
         "task": spec.data,
@@ -167,7 +168,7 @@ def run_flavor(
         "tokens_per_s": history.summary["tokens_per_s"],
         "metric": metric,
         "value": round(accuracy, 4),
-        "final_loss": history.summary["final_train"]["loss"],
+        "final_loss": None if final is None else final["loss"],
     }
 
 

@@ -1,0 +1,142 @@
+"""The floors of docs/architecture.md, read from the code: every import goes to the same floor
+or down, no two files import each other through any path, and no library module imports the
+`zoo` facade. A new top-level module or package must be given a floor here (and in the page)."""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "zoo"
+
+# room (a top-level module or package of zoo) -> floor; docs/architecture.md draws the same
+FLOORS = {
+    "version": 0,
+    "files": 0,
+    "tree": 0,
+    "host": 0,
+    "extras": 0,
+    "nn": 1,
+    "data": 1,
+    "distributed": 1,
+    "models": 2,
+    "presets": 3,
+    "tasks": 3,
+    "inspection": 3,
+    "decoding": 3,
+    "serialize": 4,
+    "interop": 4,
+    "train": 5,
+    "lora": 6,
+    "bench": 6,
+    "demo": 6,
+    "cli": 7,
+    "__main__": 8,
+    "__init__": 8,  # the facade: `import zoo` (its heavier names load lazily)
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def room(module: str) -> str:
+    parts = module.split(".")
+    return "__init__" if len(parts) == 1 else parts[1]
+
+
+MODULES = {module_name(path): path for path in PACKAGE.rglob("*.py")}
+
+
+def imports(path: Path) -> set[str]:
+    """The zoo modules `path` imports, at the top or inside functions (`zoo` is the facade)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name.split(".")[0] == "zoo"}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module.split(".")[0] != "zoo":
+                continue
+            for alias in node.names:  # `from zoo import presets` imports the module zoo.presets
+                submodule = f"{node.module}.{alias.name}"
+                found.add(submodule if submodule in MODULES else node.module)
+    return found - {module_name(path)}
+
+
+def graph() -> dict[str, set[str]]:
+    return {module: imports(path) for module, path in MODULES.items()}
+
+
+def test_every_room_has_a_floor():
+    rooms = {room(module_name(path)) for path in PACKAGE.rglob("*.py")}
+    assert rooms - set(FLOORS) == set(), "give the new module a floor here and in the docs"
+
+
+def test_imports_go_down_or_stay_on_their_floor():
+    upward = [
+        f"{source} ({room(source)}, floor {FLOORS[room(source)]}) imports {target} "
+        f"({room(target)}, floor {FLOORS[room(target)]})"
+        for source, targets in graph().items()
+        for target in sorted(targets)
+        if FLOORS[room(target)] > FLOORS[room(source)]
+    ]
+    assert upward == []
+
+
+def test_no_library_module_imports_the_facade():
+    """Inside the library a name comes from the module that defines it, which go-to-definition
+    follows; `zoo.something` through the facade hides it."""
+    facade_users = [module for module, targets in graph().items() if "zoo" in targets]
+    assert [module for module in facade_users if room(module) != "__main__"] == []
+
+
+def test_no_two_modules_import_each_other():
+    edges = graph()
+    cycles = []
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    counter = [0]
+
+    def visit(node: str) -> None:  # Tarjan's strongly connected components
+        index[node] = low[node] = counter[0]
+        counter[0] += 1
+        stack.append(node)
+        on_stack.add(node)
+        for target in edges.get(node, ()):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    assert cycles == []
+
+
+def test_the_floors_match_the_architecture_page():
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    for name, floor in FLOORS.items():
+        if name in ("__init__", "__main__"):
+            continue
+        assert f"| {floor} |" in page and f"`{name}" in page, name
+    by_floor = defaultdict(list)
+    for name, floor in FLOORS.items():
+        by_floor[floor].append(name)
+    assert len(by_floor) == 9
