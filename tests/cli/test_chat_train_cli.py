@@ -120,7 +120,9 @@ def test_lora_on_an_int8_base_trains_on_chats_and_chats_back(chats, tmp_path, ca
 
 
 @pytest.mark.slow
+@pytest.mark.distributed
 def test_on_two_devices_chat_training_and_zoo_chat_match_one_device(chats, tmp_path, capsys):
+    pytest.importorskip("orbax.checkpoint", reason="a mesh run needs the distributed extra")
     options = [*TRAIN, "--steps", "3", "--log-every", "1"]
     _, _, alone = train(capsys, chats, tmp_path / "one", *options)
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2",

@@ -54,7 +54,11 @@ def lowering_unavailable() -> str | None:
 @contextlib.contextmanager
 def as_if_on_a_gpu() -> Iterator[None]:
     """Patch the pinned names: cuDNN 9.10 on a Hopper GPU, no host callbacks, zoo's GPU
-    kernel choice, and JAX's standard dtype promotion (its attention mixes bf16 and f32)."""
+    kernel choice, and JAX's standard dtype promotion (its attention mixes bf16 and f32).
+
+    JAX's trace caches are emptied on the way in and out: a function traced earlier in the
+    process (with host callbacks, for the CPU kernels) must not be reused here, nor one traced
+    here by a later test on the CPU."""
     from equinox import _errors
     from jax._src.cudnn import fused_attention_stablehlo as fused
 
@@ -62,11 +66,13 @@ def as_if_on_a_gpu() -> Iterator[None]:
     fused.check_cudnn_version = lambda *args, **kwargs: CUDNN_VERSION
     fused.check_compute_capability = lambda *args, **kwargs: True
     _errors.EQX_ON_ERROR = "off"
+    jax.clear_caches()
     try:
         with kernel_platform("gpu"), jax.numpy_dtype_promotion("standard"):
             yield
     finally:
         fused.check_cudnn_version, fused.check_compute_capability, _errors.EQX_ON_ERROR = saved
+        jax.clear_caches()
 
 
 def _traced(leaf: Any) -> bool:

@@ -234,6 +234,7 @@ def test_decoding_runs_cudnn_where_it_can_and_says_where_it_cannot(family, beams
     assert all("running XLA's attention" in message for message in messages)
 
 
+@pytest.mark.distributed
 def test_a_step_on_a_mesh_runs_cudnn():
     pytest.importorskip("orbax.checkpoint", reason="a mesh needs the distributed extra")
     text = train_text("gpt-padded", mesh="data=1")
