@@ -139,8 +139,8 @@ def test_every_mask_equals_its_array_in_value_and_gradient(key, implementation, 
     (_, expected), grads = grad(q, k, v, mask.array(6, 6), "explicit")
     (_, found), mask_grads = grad(q, k, v, mask, implementation)
     np.testing.assert_allclose(found, expected, atol=1e-6)
-    for ours, theirs in zip(mask_grads, grads):
-        np.testing.assert_allclose(ours, theirs, atol=1e-6)
+    for ours, theirs in zip(mask_grads, grads):  # gradients reach ~20: a few float32 ulps
+        np.testing.assert_allclose(ours, theirs, rtol=1e-6, atol=1e-6)
     answered = np.asarray(jnp.any(mask.array(6, 6), axis=-1))
     np.testing.assert_array_equal(np.any(np.asarray(found) != 0, axis=(1, 2)), answered)
 

@@ -19,17 +19,21 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jax
 import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
 import zoo
-from tests.fixtures.old_runs.record import LOGITS_TOKENS, resumed
+from tests.fixtures.old_runs.record import LOGITS_TOKENS, resumed, summaries
 from zoo.serialize import named_arrays
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "old_runs"
 EXPECTED = json.loads((FIXTURES / "expected.json").read_text(encoding="utf-8"))
+# bit for bit under the recording's JAX; within these tolerances under any other
+RECORDED_JAX = jax.__version__ == EXPECTED["jax"]
+RTOL, ATOL = 1e-4, 1e-6
 
 
 def run_old_env(command: list[str], cwd: Path) -> subprocess.CompletedProcess:
@@ -52,20 +56,54 @@ def resume(name: str, folder: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def resumed_gpt(tmp_path_factory) -> dict:
-    return resumed(resume("gpt", tmp_path_factory.mktemp("old_gpt")))
+    run = resume("gpt", tmp_path_factory.mktemp("old_gpt"))
+    return {**resumed(run), "summaries": summaries(run)}
 
 
 @pytest.fixture(scope="module")
 def resumed_lora(tmp_path_factory) -> dict:
-    return resumed(resume("lora", tmp_path_factory.mktemp("old_lora")))
+    run = resume("lora", tmp_path_factory.mktemp("old_lora"))
+    return {**resumed(run), "summaries": summaries(run)}
 
 
 def assert_same_weights(name: str, got: dict) -> None:
     want = EXPECTED["resumed"][name]
     for part in ("model", "optimizer"):
         assert sorted(got[part]) == sorted(want[part]), f"{part}: tensor names differ"
-        differ = [tensor for tensor in want[part] if got[part][tensor] != want[part][tensor]]
-        assert differ == [], f"{part}: tensors not bit for bit the recorded ones"
+        if RECORDED_JAX:
+            differ = [tensor for tensor in want[part] if got[part][tensor] != want[part][tensor]]
+            assert differ == [], f"{part}: tensors not bit for bit the recorded ones"
+        else:
+            near = EXPECTED["summaries"][name][part]
+            differ = [
+                tensor
+                for tensor in near
+                if not np.allclose(got["summaries"][part][tensor], near[tensor], RTOL, ATOL)
+            ]
+            assert differ == [], f"{part}: tensor sums differ from the recorded ones"
+
+
+def assert_same_losses(name: str, got: dict) -> None:
+    want = EXPECTED["resumed"][name]["metrics"]
+    if RECORDED_JAX:
+        assert got["metrics"] == want
+    else:
+        assert [(row["step"], row["split"], row["lr"]) for row in got["metrics"]] == [
+            (row["step"], row["split"], row["lr"]) for row in want
+        ]
+        for row, expected in zip(got["metrics"], want, strict=True):
+            assert row["loss"] == pytest.approx(expected["loss"], rel=RTOL)
+            assert row["metric"] == pytest.approx(expected["metric"], rel=RTOL)
+
+
+def test_the_record_names_its_jax_and_keeps_what_other_versions_are_held_to():
+    assert EXPECTED["jax"] and EXPECTED["written_by"] == "ddc6d28"
+    for name in ("gpt", "lora"):
+        for part in ("model", "optimizer"):
+            assert sorted(EXPECTED["summaries"][name][part]) == sorted(
+                EXPECTED["resumed"][name][part]
+            )
+        assert np.asarray(EXPECTED["logits"][name]).shape[0] == len(LOGITS_TOKENS)
 
 
 @pytest.mark.slow
@@ -75,7 +113,7 @@ def test_an_old_run_resumes_to_the_same_weights(resumed_gpt):
 
 @pytest.mark.slow
 def test_an_old_run_resumes_to_the_same_losses(resumed_gpt):
-    assert resumed_gpt["metrics"] == EXPECTED["resumed"]["gpt"]["metrics"]
+    assert_same_losses("gpt", resumed_gpt)
 
 
 @pytest.mark.slow
@@ -85,7 +123,7 @@ def test_an_old_lora_run_resumes_to_the_same_weights(resumed_lora):
 
 @pytest.mark.slow
 def test_an_old_lora_run_resumes_to_the_same_losses(resumed_lora):
-    assert resumed_lora["metrics"] == EXPECTED["resumed"]["lora"]["metrics"]
+    assert_same_losses("lora", resumed_lora)
 
 
 @pytest.mark.parametrize("name", ["gpt", "lora"])
@@ -102,9 +140,14 @@ def test_old_saved_models_load_weights_bit_for_bit(name):
 @pytest.mark.slow
 def test_old_saved_models_give_the_recorded_logits(tmp_path):
     program = (
-        "import json, sys; from tests.fixtures.old_runs.record import logits_digest; "
-        "print(json.dumps({n: logits_digest(sys.argv[1] + '/' + n) for n in ('gpt', 'lora')}))"
+        "import json, sys; from tests.fixtures.old_runs.record import logits, logits_digest; "
+        "print(json.dumps({n: [logits_digest(sys.argv[1] + '/' + n), "
+        "logits(sys.argv[1] + '/' + n).tolist()] for n in ('gpt', 'lora')}))"
     )
     done = run_old_env([sys.executable, "-c", program, str(FIXTURES)], ROOT)
     assert EXPECTED["logits_tokens"] == LOGITS_TOKENS
-    assert json.loads(done.stdout.splitlines()[-1]) == EXPECTED["logits_sha256"]
+    got = json.loads(done.stdout.splitlines()[-1])
+    if RECORDED_JAX:
+        assert {name: digest for name, (digest, _) in got.items()} == EXPECTED["logits_sha256"]
+    for name, (_, values) in got.items():
+        np.testing.assert_allclose(values, EXPECTED["logits"][name], RTOL, ATOL)
