@@ -41,8 +41,12 @@ def damaged(path: Path, detail: str, fix: str) -> ValueError:
     return ValueError(f"{path} is damaged ({detail}); {fix}")
 
 
-def read_json_object(path: Path, *, fix: str) -> dict[str, Any]:
-    """The JSON object in `path`; a truncated or garbled file is reported as damaged, with `fix`."""
+def read_json_object(path: Path, *, fix: str, missing_ok: bool = False) -> dict[str, Any]:
+    """The JSON object in `path`; a truncated or garbled file is reported as damaged, with `fix`.
+
+    With `missing_ok`, a file that is not there reads as `{}` (an optional file of a folder)."""
+    if missing_ok and not path.is_file():
+        return {}
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as error:

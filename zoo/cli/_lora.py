@@ -109,10 +109,9 @@ def finish_run(
 ) -> dict[str, str]:
     """Write `out/adapter/` (PEFT) and, with `merge`, the merged model over `out/model.safetensors`."""
     from zoo.interop.architecture import UnsupportedExport
-    from zoo.interop.files import read_json
     from zoo.lora.adapters import merge as merged
     from zoo.lora.peft import save_adapter
-    from zoo.serialize import CONFIG_FILE, save
+    from zoo.serialize import read_config, save
 
     written: dict[str, str] = {}
     try:
@@ -121,7 +120,7 @@ def finish_run(
     except (UnsupportedExport, ValueError) as error:
         print(f"zoo train: no PEFT adapter/ written: {error}", file=sys.stderr)
     if merge:
-        training = read_json(out / CONFIG_FILE).get("training")
+        training = read_config(out)[1].get("training")
         save(merged(model), out, tokenizer=tokenizer, extra={"training": training})
         written["merged"] = str(out)
     return written

@@ -9,6 +9,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from zoo.files import read_json_object, write_text_atomic
+
 RUN_ARGS_FILE = "train_args.json"
 # Options recorded at the start of a run (for the record and for --resume).
 RECORDED = ("flavor", "preset", "init", "data", "seed", "schedule", "lr", "warmup",
@@ -53,8 +55,6 @@ def check_resume(
     """On `--resume` of a run with a checkpoint, refuse options that differ from its start;
     on a fresh start, record them in `out/train_args.json` (unless `record` is False: the
     processes other than 0 of a run on many)."""
-    from zoo.files import write_text_atomic
-
     path = out / RUN_ARGS_FILE
     current: dict[str, Any] = {name: getattr(args, name, None) for name in RECORDED}
     if has_checkpoint:
@@ -68,13 +68,8 @@ def check_resume(
 
 
 def _compare(args: argparse.Namespace, current: dict[str, Any], path: Path, out: Path) -> None:
-    try:
-        saved = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ValueError(
-            f"{path} is damaged ({error}); it records how the run was started: delete it to "
-            "resume without the check"
-        ) from None
+    fix = "it records how the run was started: delete it to resume without the check"
+    saved = read_json_object(path, fix=fix)
     for name, why in FIXED_ON_RESUME.items():
         if name in saved and saved[name] != current[name]:
             option = "--" + name.replace("_", "-")

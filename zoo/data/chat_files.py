@@ -16,7 +16,6 @@ from scratch) gets `DEFAULT_TEMPLATE`, and the log says so.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Mapping
@@ -25,7 +24,9 @@ from typing import Any
 
 from zoo.data.chat_template import DEFAULT_TEMPLATE, ChatTemplate
 from zoo.data.tokenizer import Tokenizer
+from zoo.files import read_json_object
 
+DAMAGED_FIX = "copy the tokenizer's files again from the checkpoint they came from"
 CHAT_TEMPLATE_JINJA = "chat_template.jinja"
 CHAT_TEMPLATES_DIR = "additional_chat_templates"  # transformers' name for named templates
 CHAT_TEMPLATE_JSON = "chat_template.json"
@@ -51,7 +52,7 @@ def read_chat_templates(folder: str | os.PathLike) -> Templates | None:
     if named:
         return named["default"] if list(named) == ["default"] else named
     for name in (CHAT_TEMPLATE_JSON, TOKENIZER_CONFIG):
-        found = _read_json(folder / name).get("chat_template")
+        found = _optional_json(folder / name).get("chat_template")
         if found is not None:
             return as_templates(found, folder / name)
     return None
@@ -146,8 +147,8 @@ def special_token_strings(
     """
     config = getattr(tokenizer, "tokenizer_config", None)
     if folder is not None:
-        config = _read_json(Path(folder) / TOKENIZER_CONFIG)
-        config = {**_read_json(Path(folder) / SPECIAL_TOKENS_MAP), **config}
+        config = _optional_json(Path(folder) / TOKENIZER_CONFIG)
+        config = {**_optional_json(Path(folder) / SPECIAL_TOKENS_MAP), **config}
     transformers_map = getattr(getattr(tokenizer, "tokenizer", None), "special_tokens_map", None)
     if isinstance(config, Mapping) and any(f"{role}_token" in config for role in TOKEN_ROLES):
         found = {}
@@ -190,14 +191,6 @@ def _kind(tokenizer: Tokenizer) -> str:
     return f"{tokenizer.kind or type(tokenizer).__name__} tokenizer"
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    """A JSON object file, or {} when it does not exist."""
-    if not path.is_file():
-        return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ValueError(f"{path} is damaged: it is not valid JSON ({error})") from error
-    if not isinstance(data, dict):
-        raise ValueError(f"{path} should hold a JSON object, found {type(data).__name__}")
-    return data
+def _optional_json(path: Path) -> dict[str, Any]:
+    """A tokenizer folder's optional JSON file, `{}` where it is absent."""
+    return read_json_object(path, fix=DAMAGED_FIX, missing_ok=True)

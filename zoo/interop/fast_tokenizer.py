@@ -42,7 +42,7 @@ from zoo.data.chat_files import (
 )
 from zoo.data.tokenizer import Tokenizer
 from zoo.files import write_text_atomic
-from zoo.interop.files import CONFIG, INSTALL_HF
+from zoo.interop.files import CONFIG, INSTALL_HF, read_json
 
 TOKENIZER_JSON = "tokenizer.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"
@@ -102,7 +102,7 @@ class FastTokenizer(Tokenizer):
         """
         folder = Path(folder)
         tokenizer = read_tokenizer_json(folder)
-        config = read_json(folder / TOKENIZER_CONFIG)
+        config = read_json(folder / TOKENIZER_CONFIG, missing_ok=True)
         ids = special_ids(tokenizer, folder, config)
         config = with_chat_templates(config, folder)
         if ids["bos_id"] is None:
@@ -211,7 +211,9 @@ class FastTokenizer(Tokenizer):
     def from_saved(cls, state: dict[str, Any], directory: Path | None) -> FastTokenizer:
         if directory is None:
             return cls.from_state(state)
-        config = with_chat_templates(read_json(directory / TOKENIZER_CONFIG), directory)
+        config = with_chat_templates(
+            read_json(directory / TOKENIZER_CONFIG, missing_ok=True), directory
+        )
         return cls(read_tokenizer_json(directory), tokenizer_config=config, **state)
 
 
@@ -250,25 +252,18 @@ def read_tokenizer_json(folder: Path) -> Any:
         ) from error
 
 
-def read_json(path: Path) -> dict[str, Any]:
-    """A JSON object file, or {} when the file does not exist."""
-    if not path.is_file():
-        return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ValueError(f"{path} is damaged: it is not valid JSON ({error})") from error
-    if not isinstance(data, dict):
-        raise ValueError(f"{path} should hold a JSON object, found {type(data).__name__}")
-    return data
-
-
 def special_ids(tokenizer: Any, folder: Path, config: dict[str, Any]) -> dict[str, Any]:
     """`bos_id`, `eos_ids`, `pad_token_id`, `unk_id`, `mask_id` of the checkpoint in `folder`
     (see the module doc); `config` is its `tokenizer_config.json`."""
-    tokens = {**_token_texts(read_json(folder / SPECIAL_TOKENS_MAP)), **_token_texts(config)}
+    tokens = {
+        **_token_texts(read_json(folder / SPECIAL_TOKENS_MAP, missing_ok=True)),
+        **_token_texts(config),
+    }
     ids = {role: _token_id(tokenizer, tokens.get(role), role, folder) for role in ROLES}
-    model_configs = [read_json(folder / GENERATION_CONFIG), read_json(folder / CONFIG)]
+    model_configs = [
+        read_json(folder / GENERATION_CONFIG, missing_ok=True),
+        read_json(folder / CONFIG, missing_ok=True),
+    ]
     bos_ids = _ids([ids["bos"]])
     if "bos" not in tokens:  # Qwen's `"bos_token": null` means none, whatever config.json says
         bos_ids = _config_ids(model_configs, "bos_token_id")[:1]

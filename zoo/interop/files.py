@@ -111,9 +111,10 @@ def damaged(path: Path, detail: str) -> ValueError:
     return damaged_file(path, detail, DOWNLOAD_AGAIN)
 
 
-def read_json(path: Path) -> dict[str, Any]:
-    """The JSON object in a checkpoint folder's file; a damaged one says to download it again."""
-    return read_json_object(path, fix=DOWNLOAD_AGAIN)
+def read_json(path: Path, *, missing_ok: bool = False) -> dict[str, Any]:
+    """The JSON object in a checkpoint folder's file; a damaged one says to download it again.
+    With `missing_ok`, an absent (optional) file reads as `{}`."""
+    return read_json_object(path, fix=DOWNLOAD_AGAIN, missing_ok=missing_ok)
 
 
 def read_config(folder: Path) -> HFDict:
