@@ -164,17 +164,24 @@ def test_a_signal_inside_a_step_waits_for_the_step_and_saves_it(
         return trainer.train_step(model, opt_state, batch, key, step)
 
     interrupted.train_step = step_hit_by_a_signal_at_3
-    with pytest.raises(KeyboardInterrupt) as error:
-        interrupted.fit(
-            model, lm_batches(), steps=10, key=jax.random.key(0), checkpoint_dir=tmp_path
-        )
+    # Python's own handler to start from, also where the process inherited SIGINT ignored
+    # (a job started in the background by a shell)
+    inherited = signal.signal(signum, handler)
+    try:
+        with pytest.raises(KeyboardInterrupt) as error:
+            interrupted.fit(
+                model, lm_batches(), steps=10, key=jax.random.key(0), checkpoint_dir=tmp_path
+            )
+        restored_handler = signal.getsignal(signum)
+    finally:
+        signal.signal(signum, inherited)
     assert error.type is raised
     assert latest_checkpoint(tmp_path).name == "step_00000003"  # update 3 finished and was saved
     restored = load_checkpoint(
         latest_checkpoint(tmp_path), model=model, opt_state=trainer.init_optimizer(model)
     )
     assert restored.data_position == 3
-    assert signal.getsignal(signum) is handler  # handler restored
+    assert restored_handler is handler  # handler restored
 
 
 def test_final_model_loads_bit_for_bit_with_its_tokenizer(tmp_path, model, trainer):
