@@ -14,6 +14,7 @@ import jax
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.distributed
 pytest.importorskip("orbax.checkpoint", reason="the `distributed` extra (orbax-checkpoint)")
 
 import zoo

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.distributed
 pytest.importorskip("orbax.checkpoint", reason="the `distributed` extra (orbax-checkpoint)")
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,6 +16,7 @@ from tests.cli.conftest import write_jsonl
 from tests.distributed.launch import file_events, finish, joined, last_json, silent, start
 from zoo.cli import main
 
+pytestmark = pytest.mark.distributed
 pytest.importorskip("orbax.checkpoint", reason="the `distributed` extra (orbax-checkpoint)")
 
 WORDS = {"hund": "dog", "katze": "cat", "rot": "red", "blau": "blue", "läuft": "runs"}

@@ -25,6 +25,7 @@ from tests.distributed.launch import (
     start,
 )
 
+pytestmark = pytest.mark.distributed
 pytest.importorskip("orbax.checkpoint", reason="the `distributed` extra (orbax-checkpoint)")
 
 MESH = "data=2,fsdp=4"

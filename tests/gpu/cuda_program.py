@@ -56,9 +56,10 @@ def as_if_on_a_gpu() -> Iterator[None]:
     """Patch the pinned names: cuDNN 9.10 on a Hopper GPU, no host callbacks, zoo's GPU
     kernel choice, and JAX's standard dtype promotion (its attention mixes bf16 and f32).
 
-    JAX's trace caches are emptied on the way in and out: a function traced earlier in the
-    process (with host callbacks, for the CPU kernels) must not be reused here, nor one traced
-    here by a later test on the CPU."""
+    JAX's trace caches do not know of these patches: a module that uses this context starts
+    and ends with `separate_traces` (a function traced earlier in the process with host
+    callbacks, for the CPU kernels, must not be lowered for CUDA, nor a CUDA trace run later on
+    the CPU)."""
     from equinox import _errors
     from jax._src.cudnn import fused_attention_stablehlo as fused
 
@@ -66,12 +67,21 @@ def as_if_on_a_gpu() -> Iterator[None]:
     fused.check_cudnn_version = lambda *args, **kwargs: CUDNN_VERSION
     fused.check_compute_capability = lambda *args, **kwargs: True
     _errors.EQX_ON_ERROR = "off"
-    jax.clear_caches()
     try:
         with kernel_platform("gpu"), jax.numpy_dtype_promotion("standard"):
             yield
     finally:
         fused.check_cudnn_version, fused.check_compute_capability, _errors.EQX_ON_ERROR = saved
+
+
+@contextlib.contextmanager
+def separate_traces() -> Iterator[None]:
+    """Empty JAX's caches on the way in and out (once per test module: emptying them makes
+    every later call compile again)."""
+    jax.clear_caches()
+    try:
+        yield
+    finally:
         jax.clear_caches()
 
 

@@ -24,7 +24,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from cuda_program import as_if_on_a_gpu, cuda_text, fused_calls, kinds, lowering_unavailable
+from cuda_program import (
+    as_if_on_a_gpu,
+    cuda_text,
+    fused_calls,
+    kinds,
+    lowering_unavailable,
+    separate_traces,
+)
 
 import zoo
 from zoo.decoding.beam import beam_search, repeat_rows
@@ -104,6 +111,12 @@ def batch_of(family: str, model) -> dict[str, jnp.ndarray]:
     if flavor == "classifier":
         return {"tokens": padded_tokens(vocab), "labels": jnp.arange(BATCH) % 2}
     return {"src": padded_tokens(vocab), "tgt": padded_tokens(vocab, SEQ + 1)}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def traces_of_this_module_only():
+    with separate_traces():
+        yield
 
 
 @pytest.fixture(autouse=True)
