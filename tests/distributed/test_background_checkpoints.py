@@ -14,7 +14,6 @@ import jax
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.distributed
 pytest.importorskip("orbax.checkpoint", reason="the `distributed` extra (orbax-checkpoint)")
 
 import zoo
@@ -23,6 +22,8 @@ from zoo.distributed import Layout
 from zoo.train.checkpoint import list_checkpoints, load_checkpoint
 from zoo.train.pending import CheckpointWriteFailed, PendingWrite
 from zoo.train.sharded import ShardedWriter
+
+pytestmark = pytest.mark.distributed
 
 
 @pytest.fixture(scope="module")
