@@ -4,14 +4,17 @@ on the run answering as `zoo.chat` does in Python."""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
+import operator
 import os
 import random
 import subprocess
 import sys
 from pathlib import Path
 
+import equinox as eqx
 import pytest
 
 import zoo
@@ -73,6 +76,43 @@ def test_a_chat_run_trains_on_the_assistants_tokens_and_zoo_chat_answers(chats, 
     assert record["prompt_tokens"] == len(encode_prompt([{"role": "user",
                                                           "content": "review: great fun"}],
                                                         tokenizer))  # fmt: skip
+
+
+@pytest.mark.slow
+def test_zoo_eval_scores_a_chat_run_on_its_conversations(chats, tmp_path, capsys):
+    run = tmp_path / "run"
+    train(capsys, chats, run, *TRAIN, "--steps", "2")
+
+    def evaluate(data: Path, *extra: str) -> dict:
+        assert main(["eval", str(run), "--data", f"json:{data}", "--json", *extra]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    found = evaluate(chats)
+    # the loss of the validation batches zoo.data.chat_data builds for training, one per row
+    model, tokenizer = zoo.serialize.load_with_tokenizer(run)
+    dataset = zoo.data.load_spec(f"json:{chats}")
+    data = zoo.data.chat_data(dataset, tokenizer=tokenizer, pack=False, max_len=32)
+    statistics = eqx.filter_jit(zoo.tasks.LanguageModeling().statistics)
+    parts = [statistics(model, data.validation.batch(i)) for i in range(len(data.validation))]
+    total = functools.reduce(operator.add, parts)
+    assert (found["split"], found["conversations"], found["train_on"]) == (
+        "validation",
+        8,
+        "assistant",
+    )
+    assert found["loss"] == pytest.approx(float(total.nll_sum / total.weight), rel=1e-5)
+    assert found["tokens"] == int(total.weight) == data.counts["validation"]["trained_tokens"]
+    assert found["tokens"] == 2 * 8  # "positive" or "negative", then the end of the turn
+    assert found["total_tokens"] == data.counts["validation"]["tokens"]
+    # every token but each conversation's first
+    assert evaluate(chats, "--train-on", "all")["tokens"] == found["total_tokens"] - 8
+    # no validation split: the conversations training held out of train (seed 0, a tenth)
+    only_train = tmp_path / "only_train"
+    write_jsonl(only_train, "train", review_chats(48, seed=0))
+    held = evaluate(only_train)
+    assert held["split"] == "validation (held out of train)" and held["conversations"] == 5
+    assert main(["eval", str(run), "--data", f"json:{chats}", "--chat-format", "none"]) == 0
+    assert "conversations" not in capsys.readouterr().out  # the text column, as plain text
 
 
 @pytest.mark.slow

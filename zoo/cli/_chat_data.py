@@ -18,8 +18,8 @@ from zoo.data.conversations import FORMATS
 CHAT_FORMATS = ("auto", *FORMATS, "none")
 
 
-def add_chat_options(parser: argparse.ArgumentParser) -> None:
-    """`--chat-format`, `--train-on` and `--pack` (zoo train)."""
+def add_chat_options(parser: argparse.ArgumentParser, *, pack: bool = True) -> None:
+    """`--chat-format`, `--train-on` and (zoo train) `--pack`."""
     group = parser.add_argument_group(
         "chat data (gpt)", "rows of messages, instruction/output or prompt/completion"
     )
@@ -35,6 +35,8 @@ def add_chat_options(parser: argparse.ArgumentParser) -> None:
         default="assistant",
         help="the tokens the loss counts: the assistant's (default) or every token",
     )
+    if not pack:
+        return
     group.add_argument(
         "--pack",
         action=argparse.BooleanOptionalAction,
@@ -55,6 +57,17 @@ def wants_chat(dataset: Any, flavor: str, options: Any) -> bool:
             raise ValueError(f"--chat-format {chosen} trains a gpt; a {flavor} reads no chats")
         return False
     return chosen != "auto" or is_chat_data(dataset)
+
+
+def is_chat_eval(dataset: Any, flavor: str, options: Any) -> bool:
+    """Whether `zoo eval` reads `--data` as conversations: the split it scores, or else the
+    train split, fits a conversation format (or `--chat-format` names one)."""
+    from zoo.data.chat_datasets import is_chat_data
+
+    split = options.split if options.split in dataset else "train"
+    if flavor == "gpt" and options.chat_format == "auto":
+        return is_chat_data(dataset, train_split=split)
+    return wants_chat(dataset, flavor, options)
 
 
 def chat_run_data(dataset: Any, options: Any) -> tuple[Any, Any, Any]:

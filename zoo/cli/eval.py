@@ -3,10 +3,13 @@
 | flavor | metrics |
 | --- | --- |
 | classifier | loss, accuracy, confusion matrix (rows: true class, columns: predicted) |
-| gpt | loss (nats per token), perplexity |
+| gpt | loss (nats per token), perplexity; on chat data, over the assistant's tokens (`--train-on`) |
 | translator | loss, token accuracy, BLEU (sacrebleu, detokenized) of greedy or beam translations |
 
-The data is tokenized with the model's own tokenizer (saved beside it by `zoo train`). With
+The data is tokenized with the model's own tokenizer (saved beside it by `zoo train`); a GPT's
+conversations (chat data, as `zoo train` reads it) are rendered with its chat template, one per
+row, and without a validation split `--split validation` scores those `zoo train` held out (same
+`--seed`). With
 `--mesh` the batches' rows (and a translator's sources) are split over the devices, of many
 processes too (`--coordinator ...`: every process runs the command, process 0 prints).
 """
@@ -20,6 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from zoo.cli._chat_data import add_chat_options, is_chat_eval
 from zoo.cli._datasets import (
     FILE_SCHEMES,
     TASK_OF_FLAVOR,
@@ -48,6 +52,7 @@ def register(commands) -> None:
     parser.add_argument("--seed", type=int, default=0)
     add_mesh_option(parser, processes=True)
     add_data_options(parser)
+    add_chat_options(parser, pack=False)
     parser.set_defaults(run=run)
 
 
@@ -147,6 +152,8 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     )
     options = from_hf_options(data, flavor)
     dataset = load_dataset(args.data, data, file_split=args.split)
+    if is_chat_eval(dataset, flavor, args):
+        return _evaluate_chat(args, model, tokenizer, dataset, layout)
     split, split_label = _eval_split(dataset, args, flavor, options)
     source = split_batches(split, task=TASK_OF_FLAVOR[flavor], tokenizer=tokenizer,
                            split_name=args.split, **options)  # fmt: skip
@@ -175,6 +182,42 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         result["token_accuracy"] = float(stats.accuracy)
         result |= _bleu(model, tokenizer, args, split, layout)
     return result
+
+
+def _evaluate_chat(
+    args: argparse.Namespace, model: Any, tokenizer: Any, dataset: Any, layout: Any
+) -> dict[str, Any]:
+    """A GPT's loss and perplexity on conversations (see the module doc)."""
+    from zoo.data.chat_datasets import chat_evaluation
+    from zoo.tasks import LanguageModeling
+
+    if args.streaming:
+        raise ValueError("chat data is read into memory: drop --streaming")
+    chats = chat_evaluation(
+        dataset,
+        tokenizer,
+        split=args.split,
+        format=args.chat_format,
+        train_on=args.train_on,
+        max_len=model.config.max_positions if args.max_len is None else args.max_len,
+        batch_size=args.batch_size,
+        seed=args.seed,
+    )
+    stats, _ = _statistics(model, LanguageModeling(), chats.batches, layout)
+    loss = float(stats.nll_sum) / max(float(stats.weight), 1.0)
+    return {
+        "model": args.model,
+        "flavor": "gpt",
+        "data": args.data,
+        "split": chats.name,
+        "loss": loss,
+        "unknown_token_rate": chats.unknown_token_rate,
+        "conversations": chats.conversations,
+        "train_on": args.train_on,
+        "tokens": int(stats.weight),
+        "total_tokens": chats.tokens,
+        "perplexity": math.exp(loss),
+    }
 
 
 def _eval_split(

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import datasets
+import numpy as np
 
 # DatasetDict is declared as dict[str, "Dataset"]: the runtime type checker resolves that
 # name in the module that annotates with it.
@@ -152,6 +153,66 @@ def chat_data(
     counts = {name: _counts(examples) for name, examples in encoded.items()}
     logger.info("chat data (%s format, train on %s tokens): %s", chosen_format, train_on, counts)
     return ChatData(train_source, validation_source, chosen, template, chosen_format, counts)
+
+
+@dataclass(frozen=True)
+class ChatEvaluation:
+    """The batches `zoo eval` scores, one conversation per row in the split's order."""
+
+    batches: BatchSource
+    name: str  # the split, or "validation (held out of train)"
+    conversations: int
+    tokens: int  # every token of the conversations
+    trained_tokens: int  # the tokens the loss counts (`train_on`)
+    unknown_token_rate: float | None  # the share of `unk_id` among `tokens`
+
+
+def chat_evaluation(
+    dataset: AnyData,
+    tokenizer: Tokenizer,
+    *,
+    split: str = "validation",
+    format: str | None = None,
+    train_on: str = "assistant",
+    template: ChatTemplate | None = None,
+    max_len: int = 128,
+    batch_size: int = 32,
+    seed: int = 0,
+    train_split: str = "train",
+    holdout: float = 0.1,
+) -> ChatEvaluation:
+    """The conversations of `split`, encoded with the model's `tokenizer` and chat template as
+    `chat_data` encodes them for training. Without a `validation` split, `split="validation"`
+    reads the conversations `chat_data` held out of the train split (the same `seed` and
+    `holdout` give the same ones)."""
+    splits = dataset if isinstance(dataset, Mapping) else {split: dataset}
+    if split in splits:
+        rows, name = split_conversations(splits[split], format=format), split
+    elif split == "validation" and train_split in splits:
+        train_rows = split_conversations(splits[train_split], format=format)
+        rows, name = (
+            _hold_out(train_rows, holdout, seed, train_split)[1],
+            "validation (held out of train)",
+        )
+    else:
+        raise DataError(f"no {split!r} split of conversations; the splits are {sorted(splits)}")
+    if not rows:
+        raise DataError(f"the {name!r} split has no conversations to evaluate")
+    template = template or chat_template_for(tokenizer)
+    examples = encode_conversations(
+        rows, tokenizer, template=template, train_on=train_on, max_len=max_len, truncate=True,
+        split=name,
+    )  # fmt: skip
+    batches = chat_batches(examples, batch_size=batch_size, max_len=max_len,
+                           pad_id=tokenizer.pad_id, pack=False, shuffle=False, drop_last=False,
+                           split=name)  # fmt: skip
+    counts = _counts(examples)
+    unk = tokenizer.unk_id
+    rate = None
+    if unk is not None and counts["tokens"]:
+        rate = round(float((np.asarray(examples.tokens.flat) == unk).mean()), 4)
+    return ChatEvaluation(batches, name, counts["conversations"], counts["tokens"],
+                          counts["trained_tokens"], rate)  # fmt: skip
 
 
 def is_chat_data(dataset: AnyData, *, train_split: str = "train") -> bool:
