@@ -45,8 +45,9 @@ def add_chat_options(parser: argparse.ArgumentParser, *, pack: bool = True) -> N
     )
 
 
-def wants_chat(dataset: Any, flavor: str, options: Any) -> bool:
-    """Whether `--data` is read as conversations (see the module doc)."""
+def wants_chat(dataset: Any, flavor: str, options: Any, *, split: str = "train") -> bool:
+    """Whether `--data` is read as conversations (see the module doc); `split` is the split
+    whose columns are looked at (`zoo eval`: the one it scores, where the data has it)."""
     from zoo.data.chat_datasets import is_chat_data
 
     chosen = getattr(options, "chat_format", "auto")
@@ -56,18 +57,7 @@ def wants_chat(dataset: Any, flavor: str, options: Any) -> bool:
         if chosen != "auto":
             raise ValueError(f"--chat-format {chosen} trains a gpt; a {flavor} reads no chats")
         return False
-    return chosen != "auto" or is_chat_data(dataset)
-
-
-def is_chat_eval(dataset: Any, flavor: str, options: Any) -> bool:
-    """Whether `zoo eval` reads `--data` as conversations: the split it scores, or else the
-    train split, fits a conversation format (or `--chat-format` names one)."""
-    from zoo.data.chat_datasets import is_chat_data
-
-    split = options.split if options.split in dataset else "train"
-    if flavor == "gpt" and options.chat_format == "auto":
-        return is_chat_data(dataset, train_split=split)
-    return wants_chat(dataset, flavor, options)
+    return chosen != "auto" or is_chat_data(dataset, train_split=split)
 
 
 def chat_run_data(dataset: Any, options: Any) -> tuple[Any, Any, Any]:

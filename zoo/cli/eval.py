@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from zoo.cli._chat_data import add_chat_options, is_chat_eval
+from zoo.cli._chat_data import add_chat_options, wants_chat
 from zoo.cli._datasets import (
     FILE_SCHEMES,
     TASK_OF_FLAVOR,
@@ -152,7 +152,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     )
     options = from_hf_options(data, flavor)
     dataset = load_dataset(args.data, data, file_split=args.split)
-    if is_chat_eval(dataset, flavor, args):
+    if wants_chat(dataset, flavor, args, split=args.split if args.split in dataset else "train"):
         return _evaluate_chat(args, model, tokenizer, dataset, layout)
     split, split_label = _eval_split(dataset, args, flavor, options)
     source = split_batches(split, task=TASK_OF_FLAVOR[flavor], tokenizer=tokenizer,
