@@ -32,8 +32,8 @@ import jax
 import numpy as np
 
 import zoo
-from zoo.data.chat_batches import chat_batches, encode_conversations
-from zoo.data.chat_datasets import chat_data
+from zoo.data.chat.batches import chat_batches, encode_conversations
+from zoo.data.chat.datasets import chat_data
 from zoo.decoding.chat import replies
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "rotten_tomatoes"

@@ -22,7 +22,7 @@ import numpy as np
 
 import zoo
 from zoo.data.packing import RandomBlocks, packed_batches
-from zoo.data.tokenizer import CharTokenizer
+from zoo.data.tokenizers.char import CharTokenizer
 from zoo.train.checkpoint import state_arrays
 from zoo.train.step import make_train_step
 

@@ -19,8 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 import safetensors.numpy
 
-from zoo.data.pair import source_tokenizer, target_tokenizer
-from zoo.data.tokenizer import TOKENIZER_FILE, Tokenizer, load_tokenizer
+from zoo.data.tokenizers.base import TOKENIZER_FILE, Tokenizer, load_tokenizer
+from zoo.data.tokenizers.pair import source_tokenizer, target_tokenizer
 from zoo.files import read_json_object, write_atomic, write_text_atomic
 from zoo.models import FLAVORS, TransformerConfig, flavor_of
 from zoo.nn.lora import describe, has_lora, rebuild

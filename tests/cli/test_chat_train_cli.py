@@ -20,7 +20,7 @@ import pytest
 import zoo
 from tests.cli.conftest import write_jsonl
 from zoo.cli import main
-from zoo.data.chat_tokens import encode_prompt
+from zoo.data.chat.tokens import encode_prompt
 from zoo.decoding.chat import reply
 
 pytestmark = pytest.mark.skipif(

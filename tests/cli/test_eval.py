@@ -13,7 +13,7 @@ import pytest
 import zoo
 from tests.cli.conftest import write_jsonl
 from zoo.cli import main
-from zoo.data.tokenizer import load_tokenizer
+from zoo.data.tokenizers.base import load_tokenizer
 
 FAST = ["--batch-size", "8", "--max-len", "16", "--eval-limit", "1", "--no-progress", "--json"]
 

@@ -11,7 +11,7 @@ import zoo
 from tests.cli.conftest import reviews, write_jsonl
 from tests.data.shared_paths import SHARED_DATA, needs_shared_data
 from zoo.cli import main
-from zoo.data.tokenizer import load_tokenizer
+from zoo.data.tokenizers.base import load_tokenizer
 
 FAST = ["--steps", "2", "--batch-size", "8", "--max-len", "16", "--eval-limit", "1",
         "--log-every", "1", "--no-progress", "--json"]  # fmt: skip

@@ -12,7 +12,7 @@ import pytest
 import zoo
 from tests.cli.conftest import reviews
 from zoo.cli import main
-from zoo.data.tokenizer import load_tokenizer
+from zoo.data.tokenizers.base import load_tokenizer
 
 FAST = ["--steps", "2", "--batch-size", "8", "--max-len", "16", "--eval-limit", "1",
         "--no-progress", "--json"]  # fmt: skip

@@ -1,5 +1,5 @@
-"""Conversation datasets -> loss masks -> packed or padded batches (zoo.data.chat_batches,
-zoo.data.chat_datasets): ids and masks by hand on a char tokenizer, packing by hand, the format
+"""Conversation datasets -> loss masks -> packed or padded batches (zoo.data.chat.batches,
+zoo.data.chat.datasets): ids and masks by hand on a char tokenizer, packing by hand, the format
 read from the columns, and errors that name the row and the expected columns."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from zoo.data import CharTokenizer, DataError
-from zoo.data.chat_batches import chat_batches, encode_conversations, pack_conversations
-from zoo.data.chat_datasets import chat_data, chat_format_of, is_chat_data
-from zoo.data.chat_template import ChatTemplate
+from zoo.data.chat.batches import chat_batches, encode_conversations, pack_conversations
+from zoo.data.chat.datasets import chat_data, chat_format_of, is_chat_data
+from zoo.data.chat.template import ChatTemplate
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("jinja2") is None, reason="chat templates need jinja2 (zoo[chat])"
@@ -49,7 +49,7 @@ def test_loss_mask_is_the_assistant_mask_or_every_token():
 
 def test_long_conversations_are_cut_or_dropped_or_refused(caplog):
     long = [{"role": "user", "content": "Hi" * 20}, {"role": "assistant", "content": "Yo"}]
-    with caplog.at_level(logging.WARNING, logger="zoo.data.chat_batches"):
+    with caplog.at_level(logging.WARNING, logger="zoo.data.chat.batches"):
         examples = encode_conversations([HI, HI, long], TOKENIZER, max_len=25)
     assert len(examples) == 2  # the long one lost its answer: dropped
     assert "1 of 3 train conversations are longer than 26 tokens" in caplog.text

@@ -12,11 +12,11 @@ from pathlib import Path
 import datasets
 import pytest
 
-from zoo.data.chat_datasets import chat_data
-from zoo.data.chat_files import chat_template_for
-from zoo.data.chat_template import ChatTemplate
-from zoo.data.chat_tokens import encode_prompt
-from zoo.data.tokenizer import load_tokenizer
+from zoo.data.chat.datasets import chat_data
+from zoo.data.chat.files import chat_template_for
+from zoo.data.chat.template import ChatTemplate
+from zoo.data.chat.tokens import encode_prompt
+from zoo.data.tokenizers.base import load_tokenizer
 from zoo.interop import pretrained_tokenizer
 
 from .chat_folders import FOLDERS, READ_AS_IS, template

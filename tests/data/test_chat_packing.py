@@ -12,7 +12,7 @@ import pytest
 
 import zoo
 from zoo.data import CharTokenizer
-from zoo.data.chat_batches import chat_batches, encode_conversations
+from zoo.data.chat.batches import chat_batches, encode_conversations
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("jinja2") is None, reason="chat templates need jinja2 (zoo[chat])"

@@ -14,9 +14,9 @@ import sys
 import pytest
 
 from zoo.data import CharTokenizer
-from zoo.data.chat_files import chat_template_for, pick_template, read_chat_templates
-from zoo.data.chat_template import DEFAULT_TEMPLATE, ChatTemplate, _jinja
-from zoo.data.chat_tokens import encode_chat, encode_prompt, span_mask, tokenize_text
+from zoo.data.chat.files import chat_template_for, pick_template, read_chat_templates
+from zoo.data.chat.template import DEFAULT_TEMPLATE, ChatTemplate, _jinja
+from zoo.data.chat.tokens import encode_chat, encode_prompt, span_mask, tokenize_text
 from zoo.data.errors import DataError
 
 needs_jinja = pytest.mark.skipif(
@@ -34,7 +34,7 @@ ASSISTANT = [A, S, S, I_, S, T, A, N, T, COLON, NL]
 @needs_jinja
 def test_default_template_on_a_char_tokenizer_by_hand(caplog):
     tokenizer = CharTokenizer(CHARS)
-    with caplog.at_level(logging.INFO, logger="zoo.data.chat_files"):
+    with caplog.at_level(logging.INFO, logger="zoo.data.chat.files"):
         chat = encode_chat(HI, tokenizer)
     assert "has no chat template: using zoo's default" in caplog.text
     assert chat.text == "<bos>user:\nHi<eos>\nassistant:\nYo<eos>\n"

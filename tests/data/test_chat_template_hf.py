@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from zoo.data.chat_files import chat_template_for
-from zoo.data.chat_template import ChatTemplate
-from zoo.data.chat_tokens import encode_chat, encode_prompt
+from zoo.data.chat.files import chat_template_for
+from zoo.data.chat.template import ChatTemplate
+from zoo.data.chat.tokens import encode_chat, encode_prompt
 from zoo.interop import FastTokenizer, pretrained_tokenizer
 
 from .chat_folders import FOLDERS, READ_AS_IS, template

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import zoo
-from zoo.data.chat_datasets import chat_data
+from zoo.data.chat.datasets import chat_data
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("jinja2") is None, reason="chat templates need jinja2 (zoo[chat])"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datasets
 import pytest
 
-from zoo.data.conversations import (
+from zoo.data.chat.conversations import (
     check_messages,
     conversation_messages,
     conversations,

@@ -17,7 +17,7 @@ from zoo.data import (
     source_tokenizer,
     target_tokenizer,
 )
-from zoo.data.word import join_words, split_words
+from zoo.data.tokenizers.word import join_words, split_words
 
 CORPUS = ["the cat sat.", "the dog sat.", "a cat!"]
 

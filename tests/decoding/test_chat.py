@@ -12,7 +12,7 @@ import pytest
 
 import zoo
 from zoo.data import CharTokenizer
-from zoo.data.chat_tokens import encode_prompt
+from zoo.data.chat.tokens import encode_prompt
 from zoo.decoding.chat import TextStream, as_messages, replies, reply
 from zoo.decoding.stream import stream_tokens
 from zoo.distributed import make_mesh

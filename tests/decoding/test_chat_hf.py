@@ -17,11 +17,11 @@ import pytest
 import zoo
 from tests.data.chat_folders import qwen25_folder
 from zoo.cli import main
-from zoo.data.chat_datasets import chat_data
-from zoo.data.chat_tokens import end_of_turn_ids
+from zoo.data.chat.datasets import chat_data
+from zoo.data.chat.tokens import end_of_turn_ids
 from zoo.decoding.chat import reply
 from zoo.interop import pretrained_tokenizer, save_hf
-from zoo.interop.tokenizer import HFTokenizer
+from zoo.interop.tokenizers.hf_tokenizer import HFTokenizer
 from zoo.serialize import load_with_tokenizer
 
 pytestmark = pytest.mark.hf

@@ -94,7 +94,7 @@ def jnp_int(array) -> jax.Array:
 def transformers_count(config) -> tuple[str, int]:
     """`(class name, parameter count)` of the transformers model a zoo config exports to, built
     on the meta device (no memory); a tied head is one tensor, counted once."""
-    from zoo.interop.loading import architecture_for
+    from zoo.interop.architectures import architecture_for
 
     arch = architecture_for(config)
     fields = {k: v for k, v in arch.hf_config(config).items() if k != "model_type"}

@@ -22,8 +22,8 @@ from zoo.interop import (
     save_hf,
 )
 from zoo.interop.architecture import HFConfig
+from zoo.interop.architectures import architecture_of
 from zoo.interop.convert import expected_hf_shapes
-from zoo.interop.loading import architecture_of
 from zoo.interop.weights import read_safetensors, read_weights, write_safetensors
 from zoo.interop.zoo_keys import abstract_model, zoo_shapes
 from zoo.presets import build

@@ -13,7 +13,7 @@ from hf_helpers import randomize, torch, transformers
 
 import zoo
 from zoo.cli import main
-from zoo.data.tokenizer import load_tokenizer
+from zoo.data.tokenizers.base import load_tokenizer
 from zoo.interop import FastTokenizer
 
 pytestmark = pytest.mark.hf

@@ -9,7 +9,7 @@ import jax
 import zoo
 from zoo.cli import main
 from zoo.data import synthetic
-from zoo.data.tokenizer import load_tokenizer
+from zoo.data.tokenizers.base import load_tokenizer
 from zoo.train import list_checkpoints
 
 

@@ -15,7 +15,7 @@ import pytest
 import zoo
 from tests.train.helpers import lm_batches, params, sharing
 from zoo.data.batches import ArrayBatches
-from zoo.data.tokenizer import CharTokenizer
+from zoo.data.tokenizers.char import CharTokenizer
 from zoo.tasks import LanguageModeling, Stats, Translation
 from zoo.train import (
     Terminated,

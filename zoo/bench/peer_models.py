@@ -19,7 +19,7 @@ import numpy as np
 
 from zoo.extras import pip_install
 from zoo.interop.architecture import activation_dropout, export_activation
-from zoo.interop.llama import decoder_family_for
+from zoo.interop.architectures.llama import decoder_family_for
 
 MODEL_CLASSES = {
     "gpt": "GPT2LMHeadModel",

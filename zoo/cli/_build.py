@@ -17,7 +17,7 @@ from jaxtyping import PRNGKeyArray
 from zoo.cli._datasets import DataOptions, RunData, resolve_data
 from zoo.cli._load import Model, read_model
 from zoo.data.batches import BatchSource
-from zoo.data.tokenizer import Tokenizer
+from zoo.data.tokenizers.base import Tokenizer
 from zoo.models import flavor_of
 from zoo.models.classifier import Classifier
 from zoo.tasks.base import Task

@@ -2,7 +2,7 @@
 
 A `--data` whose train split has the columns of a conversation format (`messages`, ShareGPT
 `conversations`, Alpaca `instruction`/`output`, `prompt`/`completion`) is read as chat data
-(`zoo.data.chat_datasets`) instead of plain text; `--chat-format` names the format (or `none`: read
+(`zoo.data.chat.datasets`) instead of plain text; `--chat-format` names the format (or `none`: read
 the text column as plain text). `--train-on` chooses the tokens the loss counts, `--pack /
 --no-pack` whether conversations share rows.
 """
@@ -13,7 +13,7 @@ import argparse
 import sys
 from typing import Any
 
-from zoo.data.conversations import FORMATS
+from zoo.data.chat.conversations import FORMATS
 
 CHAT_FORMATS = ("auto", *FORMATS, "none")
 
@@ -48,7 +48,7 @@ def add_chat_options(parser: argparse.ArgumentParser, *, pack: bool = True) -> N
 def wants_chat(dataset: Any, flavor: str, options: Any, *, split: str = "train") -> bool:
     """Whether `--data` is read as conversations (see the module doc); `split` is the split
     whose columns are looked at (`zoo eval`: the one it scores, where the data has it)."""
-    from zoo.data.chat_datasets import is_chat_data
+    from zoo.data.chat.datasets import is_chat_data
 
     chosen = getattr(options, "chat_format", "auto")
     if chosen == "none":
@@ -62,7 +62,7 @@ def wants_chat(dataset: Any, flavor: str, options: Any, *, split: str = "train")
 
 def chat_run_data(dataset: Any, options: Any) -> tuple[Any, Any, Any]:
     """(train batches, validation batches, tokenizer) of a dataset of conversations."""
-    from zoo.data.chat_datasets import chat_data
+    from zoo.data.chat.datasets import chat_data
 
     if options.streaming:
         raise ValueError("chat data is read into memory to be packed: drop --streaming")

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from zoo.data.batches import BatchSource
-from zoo.data.tokenizer import Tokenizer
+from zoo.data.tokenizers.base import Tokenizer
 
 FILE_SCHEMES = ("hf", "json", "csv", "parquet", "text")
 TASK_OF_FLAVOR = {
@@ -219,7 +219,7 @@ def load_task_data(spec: str, flavor: str, options: DataOptions, *, dataset: Any
         # masked LM reads plain text as bos, text, eos rows, which hold max_len + 1 tokens
         task, keywords["packing"] = "language_modeling", False
         if tokenizer is None:  # the classifier's default (word), which fine-tuning then reuses
-            from zoo.data.choose import DEFAULT_TOKENIZERS
+            from zoo.data.tokenizers.choose import DEFAULT_TOKENIZERS
 
             tokenizer = DEFAULT_TOKENIZERS["classification"]
         if "max_len" in keywords:

@@ -15,7 +15,7 @@ from typing import TypeVar, overload
 
 import equinox as eqx
 
-from zoo.data.tokenizer import TOKENIZER_FILE, Tokenizer
+from zoo.data.tokenizers.base import TOKENIZER_FILE, Tokenizer
 from zoo.models import FLAVORS, flavor_of
 from zoo.models.classifier import Classifier
 from zoo.models.gpt import GPT
@@ -125,7 +125,7 @@ def folder_tokenizer(folder: Path, model: eqx.Module) -> Tokenizer | None:
     without them gets None rather than a tokenizer guessed by `transformers`.
     """
     from zoo.interop.files import TOKENIZER_PATTERNS
-    from zoo.interop.tokenizer import pretrained_tokenizer
+    from zoo.interop.tokenizers.hf_tokenizer import pretrained_tokenizer
 
     patterns = [*TOKENIZER_PATTERNS, TOKENIZER_FILE]
     has_files = any(next(folder.glob(pattern), None) is not None for pattern in patterns)

@@ -10,7 +10,7 @@ from pathlib import Path
 import equinox as eqx
 from jaxtyping import PRNGKeyArray
 
-from zoo.data.tokenizer import Tokenizer
+from zoo.data.tokenizers.base import Tokenizer
 from zoo.train.optim import Optimizer, OptimizerLike
 
 ADAPTER_DIR = "adapter"

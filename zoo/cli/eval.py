@@ -101,7 +101,7 @@ def _bleu(
     """BLEU of greedy or beam translations; on a mesh the sources' rows are split over it (on
     many processes too) and the tokens gathered whole into every process."""
     from zoo.data.metrics import bleu
-    from zoo.data.pair import source_tokenizer
+    from zoo.data.tokenizers.pair import source_tokenizer
     from zoo.decoding.translate import translate
     from zoo.distributed.hosts import gather
 
@@ -188,7 +188,7 @@ def _evaluate_chat(
     args: argparse.Namespace, model: Any, tokenizer: Any, dataset: Any, layout: Any
 ) -> dict[str, Any]:
     """A GPT's loss and perplexity on conversations (see the module doc)."""
-    from zoo.data.chat_datasets import chat_evaluation
+    from zoo.data.chat.datasets import chat_evaluation
     from zoo.tasks import LanguageModeling
 
     if args.streaming:
@@ -256,8 +256,8 @@ def _unknown_rate(tokenizer: Any, split: Any, flavor: str, args: argparse.Namesp
     """The share of `<unk>` tokens in the evaluated input text (warned about when high)."""
     import datasets
 
-    from zoo.data.pair import source_tokenizer
-    from zoo.data.tokenizer import warn_unknown
+    from zoo.data.tokenizers.base import warn_unknown
+    from zoo.data.tokenizers.pair import source_tokenizer
 
     if not isinstance(split, datasets.Dataset):
         return None  # a stream is read once, by the evaluation itself

@@ -33,7 +33,7 @@ def run(args) -> int:
     import numpy as np
 
     from zoo.cli._load import load_model
-    from zoo.data.pair import source_tokenizer, target_tokenizer
+    from zoo.data.tokenizers.pair import source_tokenizer, target_tokenizer
     from zoo.inspection import attention_maps, plot_attention
     from zoo.models import flavor_of
     from zoo.models.translator import Translator

@@ -1,10 +1,11 @@
 """Tokenizers and data: text -> token ids -> fixed-shape batches.
 
-Tokenizers (`CharTokenizer`, `WordTokenizer`, `TiktokenTokenizer`, `PairTokenizer`,
-`build_tokenizer`), batch sources (`ArrayBatches`, `BucketedBatches`, packing, streaming),
-HuggingFace datasets in (`load_spec`, `from_hf`), conversations for instruction tuning (chat
-templates, `encode_chat`, `chat_data`) and evaluation metrics. The parts that need
-`datasets` are imported on first use, so `import zoo.data` stays quick.
+Tokenizers (`zoo.data.tokenizers`: `CharTokenizer`, `WordTokenizer`, `TiktokenTokenizer`,
+`PairTokenizer`, `build_tokenizer`), batch sources (`ArrayBatches`, `BucketedBatches`, packing,
+streaming), HuggingFace datasets in (`load_spec`, `from_hf`), conversations for instruction
+tuning (`zoo.data.chat`: chat templates, `encode_chat`, `chat_data`) and evaluation metrics. The
+parts that need `datasets` are imported on first use, so `import zoo.data` stays quick. Every
+name is also importable from here, as before the subpackages.
 """
 
 from __future__ import annotations
@@ -14,21 +15,22 @@ from typing import Any
 
 from zoo.data.batches import ArrayBatches, Batch, BatchSource
 from zoo.data.bucketing import BucketedBatches
-from zoo.data.build import TOKENIZER_KINDS, build_tokenizer
-from zoo.data.chat_batches import ChatExamples, chat_batches, encode_conversations
-from zoo.data.chat_files import chat_template_for
-from zoo.data.chat_template import DEFAULT_TEMPLATE, ChatTemplate
-from zoo.data.chat_tokens import ChatTokens, encode_chat, encode_prompt, end_of_turn_ids
-from zoo.data.conversations import conversation_messages, conversations, detect_format
+from zoo.data.chat.batches import ChatExamples, chat_batches, encode_conversations
+from zoo.data.chat.conversations import conversation_messages, conversations, detect_format
+from zoo.data.chat.files import chat_template_for
+from zoo.data.chat.template import DEFAULT_TEMPLATE, ChatTemplate
+from zoo.data.chat.tokens import ChatTokens, encode_chat, encode_prompt, end_of_turn_ids
 from zoo.data.errors import DataError
 from zoo.data.metrics import accuracy, bleu, confusion_matrix
 from zoo.data.options import TASKS, DataConfig, bucket_lengths
 from zoo.data.packing import RandomBlocks, pack_blocks, packed_batches, unpack_blocks
-from zoo.data.pair import PairTokenizer, source_tokenizer, target_tokenizer
 from zoo.data.ragged import Ragged
-from zoo.data.tiktoken_tokenizer import TiktokenTokenizer
-from zoo.data.tokenizer import CharTokenizer, Tokenizer, load_tokenizer
-from zoo.data.word import WordTokenizer
+from zoo.data.tokenizers.base import Tokenizer, load_tokenizer
+from zoo.data.tokenizers.build import TOKENIZER_KINDS, build_tokenizer
+from zoo.data.tokenizers.char import CharTokenizer
+from zoo.data.tokenizers.pair import PairTokenizer, source_tokenizer, target_tokenizer
+from zoo.data.tokenizers.tiktoken_tokenizer import TiktokenTokenizer
+from zoo.data.tokenizers.word import WordTokenizer
 
 # Names whose modules import `datasets` (about a second): loaded when first asked for.
 _LAZY = {
@@ -37,8 +39,8 @@ _LAZY = {
     "from_hf": "zoo.data.hf",
     "TaskData": "zoo.data.hf",
     "StreamingBatches": "zoo.data.streaming",
-    "chat_data": "zoo.data.chat_datasets",
-    "ChatData": "zoo.data.chat_datasets",
+    "chat_data": "zoo.data.chat.datasets",
+    "ChatData": "zoo.data.chat.datasets",
 }
 
 

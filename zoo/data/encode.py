@@ -17,7 +17,7 @@ import numpy as np
 
 from zoo.data.checks import DataError, check_text_values
 from zoo.data.ragged import Ragged
-from zoo.data.tokenizer import Tokenizer
+from zoo.data.tokenizers.base import Tokenizer
 
 logger = logging.getLogger(__name__)
 TRUNCATED = "truncated"

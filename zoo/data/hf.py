@@ -27,7 +27,6 @@ from datasets import Dataset  # noqa: F401
 
 from zoo.data.batches import BatchSource
 from zoo.data.checks import check_columns, check_not_empty
-from zoo.data.choose import choose_tokenizer
 from zoo.data.options import DataConfig
 from zoo.data.sources import (
     memory_source,
@@ -37,7 +36,8 @@ from zoo.data.sources import (
     stream_source,
 )
 from zoo.data.splits import AnyData, hold_out, pick_splits
-from zoo.data.tokenizer import Tokenizer
+from zoo.data.tokenizers.base import Tokenizer
+from zoo.data.tokenizers.choose import choose_tokenizer
 
 logger = logging.getLogger(__name__)
 

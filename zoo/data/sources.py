@@ -27,14 +27,14 @@ from zoo.data.checks import DataError, check_labels, class_count, column_values,
 from zoo.data.encode import Encoder, Field, encode_split
 from zoo.data.options import DataConfig
 from zoo.data.packing import RandomBlocks, packed_batches
-from zoo.data.pair import source_tokenizer, target_tokenizer
 from zoo.data.streaming import (
     StreamingBatches,
     encoded_examples,
     grouped_batches,
     packed_stream_batches,
 )
-from zoo.data.tokenizer import Tokenizer
+from zoo.data.tokenizers.base import Tokenizer
+from zoo.data.tokenizers.pair import source_tokenizer, target_tokenizer
 
 logger = logging.getLogger(__name__)
 

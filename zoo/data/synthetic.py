@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from zoo.data.batches import ArrayBatches, Batch
-from zoo.data.tokenizer import CharTokenizer
+from zoo.data.tokenizers.char import CharTokenizer
 
 LETTERS = string.ascii_lowercase
 

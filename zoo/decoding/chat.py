@@ -4,7 +4,7 @@
     reply = zoo.chat(model, tokenizer, "Hello!", system="Answer briefly.", on_text=print)
 
 The conversation is rendered with the model's own chat template and its generation prompt
-(`zoo.data.chat_tokens.encode_prompt`), exactly the ids transformers' `apply_chat_template(...,
+(`zoo.data.chat.tokens.encode_prompt`), exactly the ids transformers' `apply_chat_template(...,
 add_generation_prompt=True)` gives, and continued token by token (`zoo.decoding.stream`). The
 reply ends at the template's end of turn: the tokenizer's stop ids (`eos_ids`), the model's
 `end_ids`, and any special token the template writes to close an assistant turn (found by
@@ -21,11 +21,11 @@ from typing import Any
 
 from jaxtyping import PRNGKeyArray
 
-from zoo.data.chat_files import chat_template_for
-from zoo.data.chat_template import ChatTemplate
-from zoo.data.chat_tokens import encode_prompt, end_of_turn_ids
-from zoo.data.conversations import Message, check_messages
-from zoo.data.tokenizer import Tokenizer
+from zoo.data.chat.conversations import Message, check_messages
+from zoo.data.chat.files import chat_template_for
+from zoo.data.chat.template import ChatTemplate
+from zoo.data.chat.tokens import encode_prompt, end_of_turn_ids
+from zoo.data.tokenizers.base import Tokenizer
 from zoo.decoding.stream import stream_tokens
 from zoo.models.gpt import GPT
 

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 from jaxtyping import PRNGKeyArray
 
-from zoo.data.pair import source_tokenizer, target_tokenizer
-from zoo.data.tokenizer import Tokenizer, warn_unknown
+from zoo.data.tokenizers.base import Tokenizer, warn_unknown
+from zoo.data.tokenizers.pair import source_tokenizer, target_tokenizer
 from zoo.decoding.classify import classify
 from zoo.decoding.generate import generate
 from zoo.decoding.translate import translate

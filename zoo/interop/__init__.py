@@ -17,9 +17,9 @@ Loading safetensors needs neither torch nor transformers; `pytorch_model.bin` (t
 from zoo.interop.architecture import UnsupportedConfig, UnsupportedExport
 from zoo.interop.convert import CheckpointMismatch
 from zoo.interop.export import save_hf, to_hf, to_state_dict
-from zoo.interop.fast_tokenizer import FastTokenizer
 from zoo.interop.loading import FreshWeightsWarning, from_hf, from_pretrained, load_state_dict
-from zoo.interop.tokenizer import HFTokenizer, pretrained_tokenizer
+from zoo.interop.tokenizers.fast_tokenizer import FastTokenizer
+from zoo.interop.tokenizers.hf_tokenizer import HFTokenizer, pretrained_tokenizer
 
 __all__ = [
     "CheckpointMismatch",

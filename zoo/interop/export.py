@@ -9,13 +9,13 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from zoo.data.tokenizer import Tokenizer
+from zoo.data.tokenizers.base import Tokenizer
 from zoo.files import write_text_atomic
 from zoo.interop.architecture import ZooModel
+from zoo.interop.architectures import architecture_for
 from zoo.interop.convert import zoo_to_hf
 from zoo.interop.files import CONFIG, INDEX, INSTALL_HF, WEIGHTS, HFDict
-from zoo.interop.generation_config import save_tokenizer_files
-from zoo.interop.loading import architecture_for
+from zoo.interop.tokenizers.generation_config import save_tokenizer_files
 from zoo.interop.weights import write_safetensors
 from zoo.interop.zoo_keys import zoo_state
 
@@ -112,7 +112,7 @@ def save_hf(
     `save_pretrained` does. With `tokenizer`, its files go beside the weights (a
     `FastTokenizer`'s `tokenizer.json` and chat template, which `AutoTokenizer` reads), and a
     GPT's `generation_config.json` names every id that ends a reply
-    (`zoo.interop.generation_config`). Needs neither torch nor transformers.
+    (`zoo.interop.tokenizers.generation_config`). Needs neither torch nor transformers.
     """
     max_bytes = parse_size(max_shard_size)
     directory = Path(directory)

@@ -14,71 +14,24 @@ import ml_dtypes
 import numpy as np
 from jaxtyping import PRNGKeyArray
 
-from zoo.data.tokenizer import Tokenizer
-from zoo.interop.architecture import Architecture, HFConfig, UnsupportedConfig, config_of, logger
-from zoo.interop.bert import Bert
+from zoo.data.tokenizers.base import Tokenizer
+from zoo.interop.architecture import Architecture, HFConfig, logger
+from zoo.interop.architectures import (
+    ARCHITECTURES,
+    DECODER_MODEL_TYPES,
+    architecture_of,
+)
 from zoo.interop.convert import hf_to_zoo
-from zoo.interop.distilbert import DistilBert
 from zoo.interop.files import INSTALL_HF, HFDict, read_config, read_json, resolve
-from zoo.interop.gpt2 import GPT2
-from zoo.interop.llama import DECODER_FAMILIES, decoder_family_for
-from zoo.interop.marian import Marian
-from zoo.interop.roberta import Roberta, XLMRoberta
-from zoo.interop.t5 import MT5, REFUSED_MODEL_TYPES, T5
-from zoo.interop.tokenizer import pretrained_tokenizer
+from zoo.interop.tokenizers.hf_tokenizer import pretrained_tokenizer
 from zoo.interop.torch_weights import state_dict_to_numpy
 from zoo.interop.weights import read_weights
 from zoo.interop.zoo_keys import abstract_model, restack, zoo_arrays, zoo_shapes
-from zoo.models import ClassifierConfig, GPTConfig, TransformerConfig, TranslatorConfig, flavor_of
+from zoo.models import TransformerConfig
 from zoo.presets import build
 from zoo.tree import fill
 
 GENERATION_CONFIG = "generation_config.json"
-DECODER_MODEL_TYPES = {family.model_type for family in DECODER_FAMILIES}
-ARCHITECTURES: dict[str, Architecture] = {
-    a.model_type: a for a in (GPT2(), Bert(), Marian(), *DECODER_FAMILIES, T5(), MT5())
-}
-# the encoder families beside BERT
-ARCHITECTURES.update({a.model_type: a for a in (Roberta(), XLMRoberta(), DistilBert())})
-
-
-def architecture_of(config: Mapping[str, object]) -> Architecture:
-    """The architecture a HuggingFace config dict describes (by its `model_type`)."""
-    model_type = config.get("model_type")
-    if model_type in REFUSED_MODEL_TYPES:
-        raise UnsupportedConfig(
-            f"model_type={model_type!r} is not supported: {REFUSED_MODEL_TYPES[model_type]}"
-        )
-    if model_type not in ARCHITECTURES:
-        raise UnsupportedConfig(
-            f"model_type={model_type!r} is not supported; zoo loads {sorted(ARCHITECTURES)}"
-        )
-    return ARCHITECTURES[model_type]
-
-
-# zoo flavor -> the HuggingFace architecture it exports to
-EXPORTS = {"gpt": "gpt2", "classifier": "bert", "translator": "marian"}
-
-
-def architecture_for(model: eqx.Module | TransformerConfig) -> Architecture:
-    """The architecture a zoo model (or config) exports to.
-
-    A GPT with rotary positions is a Llama-style decoder: it exports to the simplest of Llama,
-    Mistral, Qwen2 and Qwen3 that expresses its parts; other GPTs export to GPT-2. A classifier
-    with RoBERTa's position offset exports to RoBERTa (XLM-R checkpoints too: the same network),
-    one with DistilBERT's ReLU head to DistilBERT, others to BERT. A translator with relative
-    positions is a T5; other translators export to MarianMT.
-    """
-    config = config_of(model)
-    if isinstance(config, GPTConfig) and config.positions == "rotary":
-        return decoder_family_for(config)
-    if isinstance(config, TranslatorConfig) and config.positions == "relative":
-        return ARCHITECTURES["t5"]
-    if isinstance(config, ClassifierConfig) and config.position_offset > 0:
-        return ARCHITECTURES["roberta"]
-    if isinstance(config, ClassifierConfig) and config.pooler_activation == "relu":
-        return ARCHITECTURES["distilbert"]
-    return ARCHITECTURES[EXPORTS[flavor_of(config)]]
 
 
 def stored_dtype(arrays: Mapping[str, np.ndarray]) -> str | None:

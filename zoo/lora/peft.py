@@ -25,7 +25,7 @@ import numpy as np
 
 from zoo.files import write_text_atomic
 from zoo.interop.architecture import Architecture, config_of
-from zoo.interop.loading import architecture_for
+from zoo.interop.architectures import architecture_for
 from zoo.interop.weights import write_safetensors
 from zoo.interop.zoo_keys import layer_names, zoo_state
 from zoo.lora.adapters import ADAPTER_LEAVES, adapter_arrays

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 from jaxtyping import PRNGKeyArray, PyTree
 
 from zoo.data.batches import Batch, BatchSource
-from zoo.data.tokenizer import Tokenizer
+from zoo.data.tokenizers.base import Tokenizer
 from zoo.distributed.hosts import gather, is_writer
 from zoo.distributed.mesh import mesh_string
 from zoo.serialize import model_config_dict

@@ -13,7 +13,7 @@ from jax.sharding import Mesh
 from jaxtyping import PRNGKeyArray
 
 from zoo.data.batches import BatchSource
-from zoo.data.tokenizer import Tokenizer
+from zoo.data.tokenizers.base import Tokenizer
 from zoo.distributed.hosts import is_writer
 from zoo.distributed.layout import Layout
 from zoo.distributed.rules import Rule

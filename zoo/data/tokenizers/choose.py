@@ -13,11 +13,11 @@ from itertools import islice
 
 import datasets
 
-from zoo.data.build import build_tokenizer
 from zoo.data.checks import check_text_values, column_values
 from zoo.data.options import DataConfig
-from zoo.data.pair import PairTokenizer
-from zoo.data.tokenizer import Tokenizer
+from zoo.data.tokenizers.base import Tokenizer
+from zoo.data.tokenizers.build import build_tokenizer
+from zoo.data.tokenizers.pair import PairTokenizer
 
 DEFAULT_TOKENIZERS = {"classification": "word", "language_modeling": "char", "translation": "word"}
 

@@ -14,7 +14,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from zoo.data.tokenizer import Tokenizer
+from zoo.data.tokenizers.base import Tokenizer
 from zoo.files import write_text_atomic
 from zoo.models.gpt import GPT
 
@@ -30,7 +30,7 @@ def stop_ids(model: GPT, tokenizer: Tokenizer | None) -> list[int]:
     if tokenizer is not None:
         ids += tokenizer.eos_ids
         try:
-            from zoo.data.chat_tokens import end_of_turn_ids
+            from zoo.data.chat.tokens import end_of_turn_ids
 
             ids += end_of_turn_ids(tokenizer)
         except (ImportError, ValueError) as error:  # no jinja2, a template that cannot render

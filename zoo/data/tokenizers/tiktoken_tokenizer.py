@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from zoo.data.tokenizer import Tokenizer
+from zoo.data.tokenizers.base import Tokenizer
 
 VOCAB_MULTIPLE = 64
 END_OF_TEXT = "<|endoftext|>"

@@ -36,10 +36,10 @@ from typing import Any
 import numpy as np
 from jaxtyping import Int
 
-from zoo.data.chat_files import chat_template_for, token_id_or_none
-from zoo.data.chat_template import ChatTemplate
+from zoo.data.chat.files import chat_template_for, token_id_or_none
+from zoo.data.chat.template import ChatTemplate
 from zoo.data.errors import DataError
-from zoo.data.tokenizer import Tokenizer
+from zoo.data.tokenizers.base import Tokenizer
 
 Span = tuple[int, int]  # [start, end) character offsets in the rendered text
 

@@ -20,7 +20,7 @@ apart by length, not by id (as for GPT-2).
 
 The chat template travels with the tokenizer: read from wherever the snapshot keeps it
 (`chat_template.jinja` and `additional_chat_templates/NAME.jinja`, `chat_template.json`, or
-`tokenizer_config.json`; see `zoo.data.chat_files`), held in `tokenizer_config["chat_template"]`,
+`tokenizer_config.json`; see `zoo.data.chat.files`), held in `tokenizer_config["chat_template"]`,
 and saved as transformers 5 saves it (`chat_template.jinja`, named ones under
 `additional_chat_templates/`), so a model saved or exported with its tokenizer keeps its template.
 """
@@ -34,13 +34,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from zoo.data.chat_files import (
+from zoo.data.chat.files import (
     CHAT_TEMPLATE_JINJA,
     CHAT_TEMPLATES_DIR,
     as_templates,
     read_chat_templates,
 )
-from zoo.data.tokenizer import Tokenizer
+from zoo.data.tokenizers.base import Tokenizer
 from zoo.files import write_text_atomic
 from zoo.interop.files import CONFIG, INSTALL_HF, read_json
 
@@ -219,7 +219,7 @@ class FastTokenizer(Tokenizer):
 
 def with_chat_templates(config: dict[str, Any], folder: Path) -> dict[str, Any]:
     """`config` (a `tokenizer_config.json`) holding the chat template(s) of `folder`, from
-    whichever file keeps them (`zoo.data.chat_files.read_chat_templates`)."""
+    whichever file keeps them (`zoo.data.chat.files.read_chat_templates`)."""
     templates = read_chat_templates(folder)
     if templates is None:
         return config

@@ -1,7 +1,7 @@
 """Conversations -> token ids and loss masks -> packed or padded language-modelling batches.
 
 Each conversation is rendered through the model's chat template and tokenized
-(`zoo.data.chat_tokens.encode_chat`); its `loss_mask` is 1 on the tokens trained as targets:
+(`zoo.data.chat.tokens.encode_chat`); its `loss_mask` is 1 on the tokens trained as targets:
 the assistant's (`train_on="assistant"`, the default: each assistant turn's content and its
 end-of-turn token) or every token (`train_on="all"`). The batches are those of
 `zoo.tasks.LanguageModeling`:
@@ -33,12 +33,12 @@ import numpy as np
 
 from zoo.data.batches import ArrayBatches, BatchSource
 from zoo.data.bucketing import BucketedBatches
-from zoo.data.chat_template import ChatTemplate
-from zoo.data.chat_tokens import encode_chat
+from zoo.data.chat.template import ChatTemplate
+from zoo.data.chat.tokens import encode_chat
 from zoo.data.errors import DataError
 from zoo.data.options import bucket_lengths
 from zoo.data.ragged import Ragged
-from zoo.data.tokenizer import Tokenizer
+from zoo.data.tokenizers.base import Tokenizer
 
 TRAIN_ON = ("assistant", "all")
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from zoo.interop.architecture import ConfigFields, HFConfig, UnsupportedConfig, UnsupportedExport
-from zoo.interop.bert import DEFAULTS, Bert, MaskedLMKeys
+from zoo.interop.architectures.bert import DEFAULTS, Bert, MaskedLMKeys
 from zoo.interop.files import HFDict
 from zoo.interop.rules import Shape
 from zoo.models import ClassifierConfig

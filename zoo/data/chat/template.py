@@ -45,7 +45,7 @@ GENERATION_START, GENERATION_END = "\ue000", "\ue001"
 GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")
 
 DEFAULT_TEMPLATE = """\
-{#- zoo's default chat template (zoo/data/chat_template.py says why it looks like this) #}
+{#- zoo's default chat template (zoo/data/chat/template.py says why it looks like this) #}
 {%- if bos_token is defined and bos_token %}{{ bos_token }}{% endif %}
 {%- for message in messages %}
     {{- message['role'] + ':\\n' }}

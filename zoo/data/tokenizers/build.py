@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from zoo.data.tiktoken_tokenizer import TiktokenTokenizer
-from zoo.data.tokenizer import CharTokenizer, Tokenizer
-from zoo.data.word import WordTokenizer
+from zoo.data.tokenizers.base import Tokenizer
+from zoo.data.tokenizers.char import CharTokenizer
+from zoo.data.tokenizers.tiktoken_tokenizer import TiktokenTokenizer
+from zoo.data.tokenizers.word import WordTokenizer
 
 TOKENIZER_KINDS = ("char", "word", "tiktoken:NAME")
 WORD_OPTIONS = ("min_freq", "max_size", "lowercase", "nfkc")

@@ -1,4 +1,4 @@
-"""The tokenizer interface every zoo tokenizer follows, saving/loading, and a character tokenizer.
+"""The tokenizer interface every zoo tokenizer follows, and saving/loading by kind.
 
 A tokenizer turns text into token ids and back, knows its special ids (pad, bos, eos, unk) and
 its vocabulary size, encodes batches to fixed-length padded arrays, and saves itself as
@@ -25,8 +25,16 @@ TOKENIZER_FILE = "zoo_tokenizer.json"  # not "tokenizer.json": that is HF's fast
 UNKNOWN_WARNING_RATE = 0.1  # warn when more than this fraction of a text's tokens is <unk>
 logger = logging.getLogger(__name__)
 _KINDS: dict[str, type[Tokenizer]] = {}
-# Kinds defined outside zoo.data, registered when their module is first imported.
-_KIND_MODULES = {"hf": "zoo.interop.tokenizer", "tokenizer.json": "zoo.interop.fast_tokenizer"}
+# Each kind registers itself when its module is first imported; a saved tokenizer names its kind,
+# so loading imports the module that defines it.
+_KIND_MODULES = {
+    "char": "zoo.data.tokenizers.char",
+    "word": "zoo.data.tokenizers.word",
+    "tiktoken": "zoo.data.tokenizers.tiktoken_tokenizer",
+    "pair": "zoo.data.tokenizers.pair",
+    "hf": "zoo.interop.tokenizers.hf_tokenizer",
+    "tokenizer.json": "zoo.interop.tokenizers.fast_tokenizer",
+}
 
 
 class Tokenizer(abc.ABC):
@@ -246,45 +254,3 @@ class VocabularyTokenizer(Tokenizer):
     @property
     def unk_id(self) -> int:
         return 3
-
-
-class CharTokenizer(VocabularyTokenizer):
-    """One id per character. Ids 0-3 are <pad>, <bos>, <eos>, <unk>; characters follow."""
-
-    kind = "char"
-
-    def __init__(self, chars: Iterable[str]):
-        unique = sorted(set(chars))
-        if any(len(c) != 1 for c in unique):
-            raise ValueError("CharTokenizer takes single characters")
-        self.chars = unique
-        self._index = {c: i + len(self.SPECIALS) for i, c in enumerate(unique)}
-
-    @classmethod
-    def from_corpus(cls, texts: Iterable[str]) -> CharTokenizer:
-        """Every character that occurs in `texts`."""
-        seen: set[str] = set()
-        for text in texts:
-            seen.update(text)
-        if not seen:
-            raise ValueError("cannot build a character vocabulary from an empty corpus")
-        return cls(seen)
-
-    @property
-    def vocab_size(self) -> int:
-        return len(self.SPECIALS) + len(self.chars)
-
-    def _encode(self, text: str) -> list[int]:
-        unk = self.unk_id  # once: a property call per character is slow on long texts
-        return [self._index.get(c, unk) for c in text]
-
-    def _decode(self, ids: Sequence[int]) -> str:
-        offset = len(self.SPECIALS)
-        return "".join(self.chars[i - offset] if i >= offset else self.SPECIALS[i] for i in ids)
-
-    def state(self) -> dict[str, Any]:
-        return {"chars": "".join(self.chars)}
-
-    @classmethod
-    def from_state(cls, state: dict[str, Any]) -> CharTokenizer:
-        return cls(state["chars"])

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from zoo.data.tokenizer import Tokenizer, tokenizer_from_dict, tokenizer_to_dict
+from zoo.data.tokenizers.base import Tokenizer, tokenizer_from_dict, tokenizer_to_dict
 
 
 class PairTokenizer(Tokenizer):

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from zoo.interop.architecture import ConfigFields, HFConfig, export_activation
-from zoo.interop.bert import Bert, MaskedLMKeys
+from zoo.interop.architectures.bert import Bert, MaskedLMKeys
 from zoo.interop.files import HFDict
 from zoo.interop.rules import Rule, Shape, rule, weight_and_bias
 from zoo.models import ClassifierConfig

@@ -22,8 +22,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from zoo.data.chat_template import DEFAULT_TEMPLATE, ChatTemplate
-from zoo.data.tokenizer import Tokenizer
+from zoo.data.chat.template import DEFAULT_TEMPLATE, ChatTemplate
+from zoo.data.tokenizers.base import Tokenizer
 from zoo.files import read_json_object
 
 DAMAGED_FIX = "copy the tokenizer's files again from the checkpoint they came from"
@@ -123,7 +123,7 @@ def chat_template_for(
     if found is None:
         logger.info(
             "the %s has no chat template: using zoo's default ('role:' line, content, eos token "
-            "per turn; see zoo.data.chat_template)",
+            "per turn; see zoo.data.chat.template)",
             _kind(tokenizer),
         )
         if "eos_token" not in special:

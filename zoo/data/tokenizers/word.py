@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from zoo.data.tokenizer import VocabularyTokenizer
+from zoo.data.tokenizers.base import VocabularyTokenizer
 
 # A word is a run of letters/digits, possibly with inner apostrophes ("don't", "film's");
 # anything else that is not a space is a piece on its own.

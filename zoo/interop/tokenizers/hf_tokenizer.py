@@ -20,10 +20,10 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from zoo.data.tiktoken_tokenizer import TiktokenTokenizer
-from zoo.data.tokenizer import TOKENIZER_FILE, Tokenizer, load_tokenizer
-from zoo.interop.fast_tokenizer import FastTokenizer
+from zoo.data.tokenizers.base import TOKENIZER_FILE, Tokenizer, load_tokenizer
+from zoo.data.tokenizers.tiktoken_tokenizer import TiktokenTokenizer
 from zoo.interop.files import CONFIG, INSTALL_HF, read_json, resolve
+from zoo.interop.tokenizers.fast_tokenizer import FastTokenizer
 
 # model_type values whose checkpoints ship a tokenizer.json that FastTokenizer reads
 FAST_TOKENIZER_TYPES = ("llama", "mistral", "qwen2", "qwen3")

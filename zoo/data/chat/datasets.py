@@ -6,11 +6,11 @@
     batch = data.train.batch(0)  # {"tokens", "loss_mask", "segments"}: zoo.tasks.LanguageModeling
 
 Rows are chat messages, Alpaca instruction records or prompt/completion pairs
-(`zoo.data.conversations`); the format is detected from the columns of the train split unless
+(`zoo.data.chat.conversations`); the format is detected from the columns of the train split unless
 `format` names it. Validation is the dataset's own split (validation / valid / dev / val, or
 `validation_split`), else a seeded `holdout` fraction of the train conversations. A char or word
 vocabulary is learnt from the train conversations (their role names and contents). Everything
-else (template, loss mask, packing) is `zoo.data.chat_batches`.
+else (template, loss mask, packing) is `zoo.data.chat.batches`.
 """
 
 from __future__ import annotations
@@ -28,16 +28,16 @@ import numpy as np
 from datasets import Dataset  # noqa: F401
 
 from zoo.data.batches import BatchSource
-from zoo.data.build import build_tokenizer
-from zoo.data.chat_batches import ChatExamples, chat_batches, encode_conversations
-from zoo.data.chat_files import chat_template_for
-from zoo.data.chat_template import ChatTemplate
+from zoo.data.chat.batches import ChatExamples, chat_batches, encode_conversations
+from zoo.data.chat.conversations import EXPECTED, FORMATS, Message, conversations, detect_format
+from zoo.data.chat.files import chat_template_for
+from zoo.data.chat.template import ChatTemplate
 from zoo.data.checks import check_not_empty, column_names
-from zoo.data.conversations import EXPECTED, FORMATS, Message, conversations, detect_format
 from zoo.data.errors import DataError
 from zoo.data.options import DataConfig
 from zoo.data.splits import AnyData, AnySplit, pick_splits
-from zoo.data.tokenizer import Tokenizer
+from zoo.data.tokenizers.base import Tokenizer
+from zoo.data.tokenizers.build import build_tokenizer
 
 DEFAULT_CHAT_TOKENIZER = "word"
 CHAT_FORMATS = ("auto", *FORMATS)
@@ -80,7 +80,7 @@ def chat_format_of(split: AnySplit, format: str | None = None) -> str:
 def split_conversations(
     split: AnySplit, *, format: str | None = None, require_assistant: bool = True
 ) -> list[list[Message]]:
-    """Every row of `split` as normalised messages (`zoo.data.conversations`)."""
+    """Every row of `split` as normalised messages (`zoo.data.chat.conversations`)."""
     if isinstance(split, datasets.IterableDataset):
         raise DataError(
             "chat data is read into memory (conversations are packed across the whole split); "
@@ -115,7 +115,7 @@ def chat_data(
     `template` (a `ChatTemplate` or Jinja text) overrides the tokenizer's own template, and a
     tokenizer without one gets zoo's default (logged). `train_on` is `assistant` (the loss on
     the assistant's tokens only) or `all`; `pack` packs conversations into rows of
-    `max_len + 1` tokens (`zoo.data.chat_batches`).
+    `max_len + 1` tokens (`zoo.data.chat.batches`).
     """
     config = DataConfig(
         task="language_modeling", max_len=max_len, batch_size=batch_size, seed=seed,

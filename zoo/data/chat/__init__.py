@@ -1,0 +1,52 @@
+"""Conversations for instruction tuning: rows -> messages -> template -> ids and loss masks.
+
+Read in this order:
+
+- `conversations`: the row formats (messages, instruction/input/output, prompt/completion),
+  detected from the columns, and the messages each row holds;
+- `template`: `ChatTemplate`, a Jinja chat template rendered in a sandbox, and the default one;
+- `files`: the template and special tokens a checkpoint or run folder carries;
+- `tokens`: one conversation -> token ids and the assistant mask (`encode_chat`), a prompt for
+  generation (`encode_prompt`), and the ids that end a turn;
+- `batches`: many conversations -> packed, bucketed or padded batches (`chat_batches`);
+- `datasets`: a dataset's splits -> train and validation batches (`chat_data`; it reads
+  `datasets`, so it is imported on first use).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from zoo.data.chat.batches import ChatExamples, chat_batches, encode_conversations
+from zoo.data.chat.conversations import conversation_messages, conversations, detect_format
+from zoo.data.chat.files import chat_template_for
+from zoo.data.chat.template import DEFAULT_TEMPLATE, ChatTemplate
+from zoo.data.chat.tokens import ChatTokens, encode_chat, encode_prompt, end_of_turn_ids
+
+# Names whose module imports `datasets` (about a second): loaded when first asked for.
+_LAZY = {"chat_data": "zoo.data.chat.datasets", "ChatData": "zoo.data.chat.datasets"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'zoo.data.chat' has no attribute {name!r}")
+
+
+__all__ = [
+    "DEFAULT_TEMPLATE",
+    "ChatExamples",
+    "ChatTemplate",
+    "ChatTokens",
+    "chat_batches",
+    "chat_template_for",
+    "conversation_messages",
+    "conversations",
+    "detect_format",
+    "encode_chat",
+    "encode_conversations",
+    "encode_prompt",
+    "end_of_turn_ids",
+    *_LAZY,
+]

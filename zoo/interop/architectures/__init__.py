@@ -1,0 +1,79 @@
+"""One file per HuggingFace family: its config builder and its key map, both directions.
+
+`ARCHITECTURES` maps a `config.json`'s `model_type` to the family that reads it;
+`architecture_of(config)` picks one for loading and `architecture_for(model)` the one a zoo
+model exports to. A new family is a module here (an `Architecture` from
+`zoo.interop.architecture`) and a line in `ARCHITECTURES`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import equinox as eqx
+
+from zoo.interop.architecture import Architecture, UnsupportedConfig, config_of
+from zoo.interop.architectures.bert import Bert
+from zoo.interop.architectures.distilbert import DistilBert
+from zoo.interop.architectures.gpt2 import GPT2
+from zoo.interop.architectures.llama import DECODER_FAMILIES, decoder_family_for
+from zoo.interop.architectures.marian import Marian
+from zoo.interop.architectures.roberta import Roberta, XLMRoberta
+from zoo.interop.architectures.t5 import MT5, REFUSED_MODEL_TYPES, T5
+from zoo.models import ClassifierConfig, GPTConfig, TransformerConfig, TranslatorConfig, flavor_of
+
+DECODER_MODEL_TYPES = {family.model_type for family in DECODER_FAMILIES}
+ARCHITECTURES: dict[str, Architecture] = {
+    a.model_type: a for a in (GPT2(), Bert(), Marian(), *DECODER_FAMILIES, T5(), MT5())
+}
+# the encoder families beside BERT
+ARCHITECTURES.update({a.model_type: a for a in (Roberta(), XLMRoberta(), DistilBert())})
+
+
+def architecture_of(config: Mapping[str, object]) -> Architecture:
+    """The architecture a HuggingFace config dict describes (by its `model_type`)."""
+    model_type = config.get("model_type")
+    if model_type in REFUSED_MODEL_TYPES:
+        raise UnsupportedConfig(
+            f"model_type={model_type!r} is not supported: {REFUSED_MODEL_TYPES[model_type]}"
+        )
+    if model_type not in ARCHITECTURES:
+        raise UnsupportedConfig(
+            f"model_type={model_type!r} is not supported; zoo loads {sorted(ARCHITECTURES)}"
+        )
+    return ARCHITECTURES[model_type]
+
+
+# zoo flavor -> the HuggingFace architecture it exports to
+EXPORTS = {"gpt": "gpt2", "classifier": "bert", "translator": "marian"}
+
+
+def architecture_for(model: eqx.Module | TransformerConfig) -> Architecture:
+    """The architecture a zoo model (or config) exports to.
+
+    A GPT with rotary positions is a Llama-style decoder: it exports to the simplest of Llama,
+    Mistral, Qwen2 and Qwen3 that expresses its parts; other GPTs export to GPT-2. A classifier
+    with RoBERTa's position offset exports to RoBERTa (XLM-R checkpoints too: the same network),
+    one with DistilBERT's ReLU head to DistilBERT, others to BERT. A translator with relative
+    positions is a T5; other translators export to MarianMT.
+    """
+    config = config_of(model)
+    if isinstance(config, GPTConfig) and config.positions == "rotary":
+        return decoder_family_for(config)
+    if isinstance(config, TranslatorConfig) and config.positions == "relative":
+        return ARCHITECTURES["t5"]
+    if isinstance(config, ClassifierConfig) and config.position_offset > 0:
+        return ARCHITECTURES["roberta"]
+    if isinstance(config, ClassifierConfig) and config.pooler_activation == "relu":
+        return ARCHITECTURES["distilbert"]
+    return ARCHITECTURES[EXPORTS[flavor_of(config)]]
+
+
+__all__ = [
+    "ARCHITECTURES",
+    "DECODER_MODEL_TYPES",
+    "EXPORTS",
+    "REFUSED_MODEL_TYPES",
+    "architecture_for",
+    "architecture_of",
+]
