@@ -15,6 +15,7 @@ PACKAGE = ROOT / "zoo"
 FLOORS = {
     "version": 0,
     "files": 0,
+    "records": 0,
     "tree": 0,
     "host": 0,
     "extras": 0,
