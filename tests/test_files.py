@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from zoo.files import read_json_object, write_atomic, write_text_atomic
+from zoo.files import MAX_JSON_DEPTH, json_depth, read_json_object, write_atomic, write_text_atomic
 
 
 def test_an_atomic_write_replaces_the_file_whole(tmp_path):
@@ -41,3 +41,51 @@ def test_damaged_json_names_the_file_the_fault_and_the_fix(tmp_path, text, detai
     path.write_text(text)
     with pytest.raises(ValueError, match=rf"^{path} is damaged \({detail}.*\); download it again$"):
         read_json_object(path, fix="download it again")
+
+
+@pytest.mark.parametrize("levels", [65, 100_000])
+def test_json_nested_past_the_limit_is_damaged_not_a_recursion_error(tmp_path, levels):
+    path = tmp_path / "state.json"
+    path.write_text('{"a": ' + "[" * levels + "]" * levels + "}")
+    with pytest.raises(ValueError, match=rf"^{path} is damaged \(JSON nested deeper than 64"):
+        read_json_object(path, fix="set it aside")
+
+
+def test_json_at_the_limit_reads():
+    assert json_depth({"a": [1, {"b": []}]}) == 4
+    assert json_depth(3) == 0
+    nested: list = []
+    for _ in range(MAX_JSON_DEPTH - 2):
+        nested = [nested]
+    assert json_depth({"a": nested}) == MAX_JSON_DEPTH
+
+
+FILE_SIZE_LIMIT = """
+import resource, signal, sys
+import numpy as np
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails with EFBIG, as a full disk does
+resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
+from pathlib import Path
+from zoo.files import save_safetensors
+try:
+    save_safetensors({"a": np.zeros(100_000, np.float32)}, Path(sys.argv[1]))
+except OSError as error:
+    print("OSError", error.errno, error)
+"""
+
+
+def test_a_failed_safetensors_write_is_an_os_error_with_its_errno(tmp_path):
+    """safetensors raises its own SafetensorError on a full disk; zoo's callers handle OSError."""
+    import errno
+    import subprocess
+    import sys
+
+    path = tmp_path / "model.safetensors"
+    result = subprocess.run(
+        [sys.executable, "-c", FILE_SIZE_LIMIT, str(path)], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    assert (
+        result.stdout
+        == f"OSError {errno.EFBIG} [Errno {errno.EFBIG}] File too large while writing {path}\n"
+    )

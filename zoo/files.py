@@ -10,10 +10,17 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+
+# JSON nested deeper than this is refused: every file zoo reads is a few levels deep, and a
+# crafted file of 100,000 levels would otherwise exhaust Python's recursion
+MAX_JSON_DEPTH = 64
 
 
 def write_atomic(path: Path, write: Callable[[Path], object]) -> None:
@@ -51,6 +58,47 @@ def read_json_object(path: Path, *, fix: str, missing_ok: bool = False) -> dict[
         data = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise damaged(path, f"not valid JSON: {error}", fix) from None
+    except RecursionError:
+        raise damaged(path, f"JSON nested deeper than {MAX_JSON_DEPTH} levels", fix) from None
     if not isinstance(data, dict):
         raise damaged(path, f"a JSON {type(data).__name__}, not an object", fix)
+    if json_depth(data) > MAX_JSON_DEPTH:
+        raise damaged(path, f"JSON nested deeper than {MAX_JSON_DEPTH} levels", fix)
     return data
+
+
+def json_depth(value: object) -> int:
+    """How deeply `value` nests lists and dicts (a scalar is 0, `{"a": [1]}` is 2); iterative,
+    so a value of any depth is measured without recursion."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict | list):
+            depth += 1
+            deepest = max(deepest, depth)
+            stack.extend(
+                (child, depth) for child in (node.values() if isinstance(node, dict) else node)
+            )
+    return deepest
+
+
+def save_safetensors(
+    arrays: Mapping[str, np.ndarray], path: Path, metadata: dict[str, str] | None = None
+) -> None:
+    """`safetensors.numpy.save_file`, with a failed write raised as the `OSError` it is.
+
+    safetensors reports a full disk or a file-size limit as its own `SafetensorError` ("I/O
+    error: ... (os error 28)"); callers that handle `OSError` (a full disk keeps the old files
+    and says so) then see it as one, with the system's errno and message.
+    """
+    from safetensors import SafetensorError
+    from safetensors.numpy import save_file
+
+    try:
+        save_file(dict(arrays), str(path), metadata=metadata)
+    except SafetensorError as error:
+        code = re.search(r"os error (\d+)", str(error))
+        if code is None:
+            raise
+        errno = int(code.group(1))
+        raise OSError(errno, f"{os.strerror(errno)} while writing {path}") from None

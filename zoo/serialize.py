@@ -21,7 +21,7 @@ import safetensors.numpy
 
 from zoo.data.tokenizers.base import TOKENIZER_FILE, Tokenizer, load_tokenizer
 from zoo.data.tokenizers.pair import source_tokenizer, target_tokenizer
-from zoo.files import read_json_object, write_atomic, write_text_atomic
+from zoo.files import read_json_object, save_safetensors, write_atomic, write_text_atomic
 from zoo.models import FLAVORS, TransformerConfig, flavor_of
 from zoo.nn.lora import describe, has_lora, rebuild
 from zoo.nn.quantized import quantize_at, quantized_paths
@@ -64,9 +64,7 @@ def save(
         host = np.asarray(jnp.asarray(array, jnp.float32) if array.dtype == jnp.bfloat16 else array)
         tensors[name] = np.ascontiguousarray(host)
     try:  # a full disk leaves no temporary file behind
-        write_atomic(
-            directory / WEIGHTS_FILE, lambda tmp: safetensors.numpy.save_file(tensors, str(tmp))
-        )
+        write_atomic(directory / WEIGHTS_FILE, lambda tmp: save_safetensors(tensors, tmp))
     except OSError as error:
         raise OSError(
             error.errno, f"could not save the model to {directory} ({error.strerror or error})"

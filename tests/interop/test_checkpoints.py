@@ -330,3 +330,39 @@ def test_overrides_change_zoo_fields_and_misspelt_ones_are_named(tmp_path):
     assert model.config.dropout == 0.0 and not model.encoder.scan
     with pytest.raises(TypeError, match="num_clases"):
         from_pretrained(tmp_path, num_clases=2)
+
+
+@pytest.mark.parametrize(
+    "shard", ["../other/model.safetensors", "/tmp/model.safetensors", "sub/../../model.safetensors"]
+)
+def test_a_shard_outside_the_checkpoint_folder_is_refused(tmp_path, shard):
+    arrays = random_checkpoint(tmp_path / "other", CONFIGS["gpt2-tied"])
+    folder = tmp_path / "checkpoint"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(CONFIGS["gpt2-tied"]))
+    index = {"weight_map": dict.fromkeys(arrays, shard)}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(ValueError, match="outside the checkpoint folder") as error:
+        from_pretrained(folder)
+    assert repr(shard) in str(error.value)
+
+
+def test_a_symlinked_snapshot_still_loads(tmp_path):
+    """A hub snapshot's files are symlinks into the cache's blobs/: their names stay inside."""
+    arrays = random_checkpoint(tmp_path / "blobs", CONFIGS["gpt2-tied"])
+    folder = tmp_path / "snapshot"
+    folder.mkdir()
+    (folder / "config.json").symlink_to(tmp_path / "blobs" / "config.json")
+    (folder / "model-00001-of-00001.safetensors").symlink_to(tmp_path / "blobs/model.safetensors")
+    index = {"weight_map": dict.fromkeys(arrays, "model-00001-of-00001.safetensors")}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    loaded, reference = from_pretrained(folder), from_pretrained(tmp_path / "blobs")
+    for ours, theirs in zip(jax.tree.leaves(loaded), jax.tree.leaves(reference)):
+        assert np.array_equal(ours, theirs)
+
+
+def test_a_config_claiming_more_layers_than_its_weights_is_refused_before_building(tmp_path):
+    random_checkpoint(tmp_path, CONFIGS["gpt2-tied"])
+    (tmp_path / "config.json").write_text(json.dumps({**CONFIGS["gpt2-tied"], "n_layer": 10**6}))
+    with pytest.raises(CheckpointMismatch, match=r"claims 1000000 layers .* layers 0\.\.1 at most"):
+        from_pretrained(tmp_path)

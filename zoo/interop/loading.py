@@ -21,7 +21,7 @@ from zoo.interop.architectures import (
     DECODER_MODEL_TYPES,
     architecture_of,
 )
-from zoo.interop.convert import hf_to_zoo
+from zoo.interop.convert import CheckpointMismatch, hf_to_zoo
 from zoo.interop.files import INSTALL_HF, HFDict, read_config, read_json, resolve
 from zoo.interop.tokenizers.hf_tokenizer import pretrained_tokenizer
 from zoo.interop.torch_weights import state_dict_to_numpy
@@ -82,6 +82,7 @@ def load_state_dict(
     shapes = {k: tuple(v.shape) for k, v in arrays.items()}
     # `replace` names the valid fields when an override is misspelt
     fields = arch.zoo_fields(hf, shapes)
+    check_layers_in_weights(fields, shapes, what)
     dtype = stored_dtype(arrays)
     if dtype is not None:
         fields["dtype"] = dtype
@@ -95,6 +96,26 @@ def load_state_dict(
         key = jax.random.key(0) if key is None else key
         state.update(_fresh_arrays(zoo_config, key, fresh))
     return fill(skeleton, restack(skeleton, state), what)
+
+
+def check_layers_in_weights(
+    fields: Mapping[str, object], shapes: Mapping[str, tuple[int, ...]], what: str
+) -> None:
+    """Refuse a config that claims more layers than its weights number, before anything is
+    built from it: every HuggingFace key of a layer carries its index (`model.layers.11.`), so
+    a config claiming a million layers over twelve layers' weights is not these weights'."""
+    indices = [int(part) for key in shapes for part in key.split(".") if part.isdigit()]
+    if not indices:
+        return
+    numbered = max(indices) + 1
+    for name in ("num_layers", "num_decoder_layers"):
+        claimed = fields.get(name)
+        if isinstance(claimed, int) and claimed > numbered:
+            raise CheckpointMismatch(
+                f"the {what}'s config claims {claimed} layers ({name}), but its weights number "
+                f"layers 0..{numbered - 1} at most: the config.json does not belong to these "
+                "weights; use the config.json that came with them"
+            )
 
 
 class FreshWeightsWarning(UserWarning):

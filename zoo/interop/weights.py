@@ -15,9 +15,9 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 from safetensors import SafetensorError
-from safetensors.numpy import load_file, save_file
+from safetensors.numpy import load_file
 
-from zoo.files import write_atomic
+from zoo.files import save_safetensors, write_atomic
 from zoo.interop.files import INDEX, PICKLE, PICKLE_INDEX, WEIGHTS, damaged, read_json
 from zoo.interop.torch_weights import read_torch_file
 
@@ -47,12 +47,27 @@ def _read_shards(index: Path, read: Callable[[Path], Arrays]) -> Arrays:
         raise damaged(index, "no weight_map")
     arrays: Arrays = {}
     for shard in sorted(set(weight_map.values())):
+        check_shard_name(index, shard)
         if not (index.parent / shard).is_file():
             raise FileNotFoundError(
                 f"{index} lists the shard {shard}, which is not in {index.parent}: download it"
             )
         arrays.update(read(index.parent / shard))
     return arrays
+
+
+def check_shard_name(index: Path, shard: object) -> None:
+    """Refuse a shard an index places outside its own folder (an absolute path, or one that
+    climbs out with `..`): a checkpoint reads only its own files. The name is checked as
+    written, so a hub snapshot whose files are symlinks into the cache still loads."""
+    if not isinstance(shard, str) or not shard:
+        raise damaged(index, f"its weight_map names a shard {shard!r}, not a file name")
+    parts = Path(shard).parts
+    if Path(shard).is_absolute() or shard.startswith(("/", "\\")) or ".." in parts:
+        raise ValueError(
+            f"{index} refused: it points a shard at {shard!r}, outside the checkpoint folder "
+            f"{index.parent}; a checkpoint's shards are files inside its own folder"
+        )
 
 
 def read_safetensors(path: Path) -> Arrays:
@@ -71,7 +86,10 @@ def _read_raw(path: Path) -> Arrays:
     """Read the safetensors layout directly: an 8-byte header size, a JSON header, the bytes."""
     data = path.read_bytes()
     (header_size,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8 : 8 + header_size])
+    try:
+        header = json.loads(data[8 : 8 + header_size])
+    except (ValueError, RecursionError):
+        raise damaged(path, "its safetensors header is not valid JSON") from None
     body = memoryview(data)[8 + header_size :]
     arrays = {}
     for name, info in header.items():
@@ -96,7 +114,7 @@ def write_safetensors(arrays: Mapping[str, np.ndarray], path: Path) -> None:
 def _write(arrays: Mapping[str, np.ndarray], path: Path) -> None:
     metadata = {"format": "pt"}
     if not any(a.dtype == ml_dtypes.bfloat16 for a in arrays.values()):
-        save_file({k: np.ascontiguousarray(v) for k, v in arrays.items()}, path, metadata=metadata)
+        save_safetensors({k: np.ascontiguousarray(v) for k, v in arrays.items()}, path, metadata)
         return
     names = {np.dtype(v): k for k, v in _RAW_DTYPES.items()}
     header: dict[str, object] = {"__metadata__": metadata}
