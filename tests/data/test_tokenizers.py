@@ -174,3 +174,31 @@ def test_build_tokenizer_errors():
         build_tokenizer("word", CORPUS, min_count=2)
     with pytest.raises(TypeError, match="takes no options"):
         build_tokenizer("char", CORPUS, lowercase=True)
+
+
+def test_tiktoken_offline_without_its_cache_is_one_os_error(monkeypatch, tmp_path, capsys):
+    """Offline with an empty cache tiktoken raises requests' ConnectionError: zoo says what to
+    do, as an OSError the CLI prints on one line (exit 1), with no chained traceback."""
+    import tiktoken
+    from requests.exceptions import ConnectionError as RequestsConnectionError
+
+    def offline(name):
+        raise RequestsConnectionError(f"Failed to resolve the host of {name}.tiktoken")
+
+    monkeypatch.setattr(tiktoken, "get_encoding", offline)
+    with pytest.raises(OSError, match="set TIKTOKEN_CACHE_DIR") as error:
+        TiktokenTokenizer("r50k_base")
+    assert error.value.__cause__ is None and error.value.__suppress_context__
+    assert "(ConnectionError: Failed to resolve the host of r50k_base.tiktoken)" in str(error.value)
+
+    from zoo.cli import main
+
+    (tmp_path / "train.jsonl").write_text('{"text": "a b c"}\n')
+    argv = ["train", "gpt", "--preset", "gpt-tiny", "--data", f"json:{tmp_path}",
+            "--tokenizer", "tiktoken:r50k_base", "--steps", "1", "--out", str(tmp_path / "run")]  # fmt: skip
+    assert main(argv) == 1
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1 and errors[0].startswith(
+        "zoo train: error: could not load the tiktoken"
+    )
+    assert "Traceback" not in errors[0]

@@ -33,12 +33,13 @@ def load_encoding(name: str):
         raise ValueError(f"unknown tiktoken encoding {name!r}; known encodings: {known}")
     try:
         return tiktoken.get_encoding(name)
-    except Exception as error:
-        raise RuntimeError(
-            f"could not load the tiktoken encoding {name!r}: {error}. tiktoken downloads it once "
-            "and caches it; without a network, set TIKTOKEN_CACHE_DIR to a folder that holds "
-            "tiktoken's cache files for it"
-        ) from error
+    except Exception as error:  # offline without a cache: requests' ConnectionError, and more
+        # an OSError (the world failed, not the input): the CLI prints it as one line
+        raise OSError(
+            f"could not load the tiktoken encoding {name!r} ({type(error).__name__}: {error}). "
+            "tiktoken downloads it once and caches it; without a network, set "
+            "TIKTOKEN_CACHE_DIR to a folder that holds tiktoken's cache files for it"
+        ) from None
 
 
 class TiktokenTokenizer(Tokenizer):
