@@ -24,7 +24,7 @@ from typing import Any
 
 from zoo.data.chat.template import DEFAULT_TEMPLATE, ChatTemplate
 from zoo.data.tokenizers.base import Tokenizer
-from zoo.files import read_json_object
+from zoo.files import damaged, read_json_object
 
 DAMAGED_FIX = "copy the tokenizer's files again from the checkpoint they came from"
 CHAT_TEMPLATE_JINJA = "chat_template.jinja"
@@ -45,10 +45,10 @@ def read_chat_templates(folder: str | os.PathLike) -> Templates | None:
     folder = Path(folder)
     named = {}
     if (folder / CHAT_TEMPLATE_JINJA).is_file():
-        named["default"] = (folder / CHAT_TEMPLATE_JINJA).read_text(encoding="utf-8")
+        named["default"] = _read_template(folder / CHAT_TEMPLATE_JINJA)
     if (folder / CHAT_TEMPLATES_DIR).is_dir():
         for path in sorted((folder / CHAT_TEMPLATES_DIR).glob("*.jinja")):
-            named[path.stem] = path.read_text(encoding="utf-8")
+            named[path.stem] = _read_template(path)
     if named:
         return named["default"] if list(named) == ["default"] else named
     for name in (CHAT_TEMPLATE_JSON, TOKENIZER_CONFIG):
@@ -56,6 +56,18 @@ def read_chat_templates(folder: str | os.PathLike) -> Templates | None:
         if found is not None:
             return as_templates(found, folder / name)
     return None
+
+
+def _read_template(path: Path) -> str:
+    """A template file's text; one that is not UTF-8 is named as damaged."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise damaged(
+            path,
+            f"not UTF-8 text: byte {error.object[error.start]:#04x} at offset {error.start}",
+            "save the template as UTF-8, or delete it to use the tokenizer's own",
+        ) from None
 
 
 def as_templates(value: Any, where: Any) -> Templates:

@@ -22,6 +22,12 @@ then the eos token, then a newline; the generation prompt is `assistant:` and a 
   the word after it, so a prompt ending in a space would ask the model to continue in the middle
   of a token it never saw split there in training.
 
+Templates come from strangers, so rendering is bounded (`RenderLimits`): a time limit, a limit
+on the rendered text, a limit on the items `range` may produce over one rendering, and on the
+size of a string or list built by `*`. `{% include %}`, `{% import %}` and `{% extends %}` are
+refused (a template is rendered on its own, with no files beside it). Any failure inside a
+template, a limit reached or an error of its own, is one `ValueError` naming the template.
+
 jinja2 is an optional dependency: `pip install 'jax-transformer-zoo[chat]'`.
 """
 
@@ -29,7 +35,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -60,6 +67,65 @@ DEFAULT_TEMPLATE = """\
 """
 
 _marking: ContextVar[bool] = ContextVar("zoo_chat_generation_marks", default=False)
+
+
+@dataclass(frozen=True)
+class RenderLimits:
+    """What one rendering of a chat template may spend; past any of them it is refused.
+
+    A real template renders a conversation in milliseconds, with a few `range` items; these
+    bounds stop a hostile one (nested loops, a string of 10 GB, a macro that never returns)
+    long before it costs time or memory.
+    """
+
+    seconds: float = 10.0  # wall time of one rendering
+    characters: int = 16_000_000  # length of the rendered text (a 128k-token chat is ~0.6M)
+    range_items: int = 1_000_000  # items every `range(...)` of one rendering produces, together
+    repeat: int = 16_000_000  # length of a string or list built with `*`
+
+
+LIMITS = RenderLimits()
+
+
+class TemplateLimitReached(Exception):
+    """A rendering went past one of its `RenderLimits`."""
+
+
+@dataclass
+class _Budget:
+    """What is left of the limits during one rendering."""
+
+    limits: RenderLimits
+    deadline: float
+    range_items: int
+
+    def check_time(self) -> None:
+        if time.monotonic() > self.deadline:
+            raise TemplateLimitReached(f"it ran past the {self.limits.seconds:g} s time limit")
+
+
+_budget: ContextVar[_Budget | None] = ContextVar("zoo_chat_render_budget", default=None)
+
+
+def _current_budget() -> _Budget:
+    budget = _budget.get()
+    if budget is None:  # a template compiled here but rendered by other code: default limits
+        budget = _Budget(LIMITS, time.monotonic() + LIMITS.seconds, LIMITS.range_items)
+        _budget.set(budget)
+    return budget
+
+
+def _bounded_range(*args: int) -> range:
+    """`range`, its items counted against the rendering's budget (nested loops add up)."""
+    budget = _current_budget()
+    budget.check_time()
+    numbers = range(*args)
+    if len(numbers) > budget.range_items:
+        raise TemplateLimitReached(
+            f"its range() calls produce more than {budget.limits.range_items:,} items"
+        )
+    budget.range_items -= len(numbers)
+    return numbers
 
 
 @dataclass(frozen=True)
@@ -128,16 +194,45 @@ class ChatTemplate:
             "documents": None,
             "add_generation_prompt": add_generation_prompt,
         }
+        limits = LIMITS
         token = _marking.set(marking)
+        budget = _budget.set(_Budget(limits, time.monotonic() + limits.seconds, limits.range_items))
         try:
-            return compiled.render(**context)
+            return _bounded_text(compiled.generate(**context), limits)
+        except TemplateLimitReached as error:
+            raise ValueError(f"{self.origin} refused: {error}") from None
         except jinja2.TemplateError as error:
             raise ValueError(
                 f"{self.origin} cannot render this conversation: {error} (roles: "
                 f"{[message.get('role') for message in messages]})"
-            ) from error
+            ) from None
+        except RecursionError:
+            raise ValueError(
+                f"{self.origin} refused: it nests calls too deeply (a macro or a recursive "
+                "loop that calls itself without end)"
+            ) from None
+        except MemoryError:
+            raise ValueError(f"{self.origin} refused: it ran out of memory") from None
+        except Exception as error:  # the template's own code failed (a TypeError, ...)
+            raise ValueError(
+                f"{self.origin} failed while rendering: {type(error).__name__}: {error}"
+            ) from None
         finally:
+            _budget.reset(budget)
             _marking.reset(token)
+
+
+def _bounded_text(chunks: Iterator[str], limits: RenderLimits) -> str:
+    """The rendered chunks joined, refused as soon as they pass the size or time limit."""
+    budget = _current_budget()
+    pieces, size = [], 0
+    for chunk in chunks:
+        size += len(chunk)
+        if size > limits.characters:
+            raise TemplateLimitReached(f"it renders more than {limits.characters:,} characters")
+        budget.check_time()
+        pieces.append(chunk)
+    return "".join(pieces)
 
 
 def _jinja() -> Any:
@@ -197,26 +292,93 @@ def _environment() -> Any:
     def strftime_now(format: str) -> str:
         return datetime.now().strftime(format)
 
-    environment = ImmutableSandboxedEnvironment(
+    class BoundedEnvironment(ImmutableSandboxedEnvironment):
+        """The sandbox, with every call and every `*` / `**` counted against the limits."""
+
+        intercepted_binops = frozenset(["*", "**"])
+
+        def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+            limit = _current_budget().limits.repeat
+            if operator == "*":
+                for sequence, count in ((left, right), (right, left)):
+                    sized = isinstance(sequence, str | list | tuple)
+                    if sized and isinstance(count, int) and len(sequence) * count > limit:
+                        raise TemplateLimitReached(
+                            f"it builds a {type(sequence).__name__} of "
+                            f"{len(sequence) * count:,} items with '*' (at most {limit:,})"
+                        )
+            if operator == "**" and isinstance(right, int) and abs(right) > 1024:
+                raise TemplateLimitReached(f"it raises a number to the power {right}")
+            return super().call_binop(context, operator, left, right)
+
+        def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
+            budget = _current_budget()
+            budget.check_time()
+            # str.ljust(10**10), list.__mul__: a method of a string or list given a huge size
+            owner = getattr(__obj, "__self__", None)
+            sizes = [value for value in (*args, *kwargs.values()) if isinstance(value, int)]
+            sized = isinstance(owner, str | bytes | list | tuple)
+            if sized and any(abs(size) > budget.limits.repeat for size in sizes):
+                raise TemplateLimitReached(
+                    f"it calls {getattr(__obj, '__name__', 'a function')} with a size over "
+                    f"{budget.limits.repeat:,}"
+                )
+            return super().call(__context, __obj, *args, **kwargs)
+
+    environment = BoundedEnvironment(
         trim_blocks=True,
         lstrip_blocks=True,
         extensions=[GenerationBlock, "jinja2.ext.loopcontrols"],
     )
     environment.filters["tojson"] = tojson
+    for name in ("center", "indent", "wordwrap", "truncate", "batch", "slice"):
+        environment.filters[name] = _sized_filter(environment.filters[name], name)
     environment.globals["raise_exception"] = raise_exception
     environment.globals["strftime_now"] = strftime_now
+    environment.globals["range"] = _bounded_range
     return environment
+
+
+def _sized_filter(filter_function: Any, name: str) -> Any:
+    """A filter whose width or count arguments are held to the repeat limit ('x'|center(10**10)
+    would build a string of 10 GB)."""
+
+    def bounded(*args: Any, **kwargs: Any) -> Any:
+        limit = _current_budget().limits.repeat
+        if any(isinstance(v, int) and abs(v) > limit for v in (*args[1:], *kwargs.values())):
+            raise TemplateLimitReached(f"its {name} filter is given a size over {limit:,}")
+        return filter_function(*args, **kwargs)
+
+    bounded.jinja_pass_arg = getattr(filter_function, "jinja_pass_arg", None)  # type: ignore[attr-defined]
+    return bounded
 
 
 @lru_cache(maxsize=32)
 def _compile(source: str, origin: str) -> Any:
     jinja2 = _jinja()
+    from jinja2 import nodes
+
+    if not source.strip():
+        raise ValueError(
+            f"{origin} is empty: a chat template must write the conversation; remove the empty "
+            "file (zoo's default template is then used) or put the model's template in it"
+        )
+    environment = _environment()
     try:
-        return _environment().from_string(source)
+        tree = environment.parse(source)
     except jinja2.TemplateSyntaxError as error:
         raise ValueError(
             f"{origin} is not a valid Jinja template: {error.message} (line {error.lineno})"
-        ) from error
+        ) from None
+    for kind, tag in ((nodes.Include, "include"), (nodes.Import, "import"),
+                      (nodes.FromImport, "from ... import"), (nodes.Extends, "extends")):  # fmt: skip
+        found = next(iter(tree.find_all(kind)), None)
+        if found is not None:
+            raise ValueError(
+                f"{origin} uses {{% {tag} %}} (line {found.lineno}): a chat template is rendered "
+                "on its own, with no other template files; write the included text into it"
+            )
+    return environment.from_string(tree)
 
 
 def _strings(messages: Sequence[Mapping[str, Any]], variables: Mapping[str, Any]) -> list[str]:
