@@ -69,3 +69,32 @@ def test_a_hub_name_offline_says_how_to_get_the_data(tmp_path, monkeypatch):
     with pytest.raises(DataError, match=r"hf:no_such_dataset_here: the dataset cannot be loaded "
                        r".*save_to_disk\(DIR\) and pass hf:DIR"):  # fmt: skip
         load_spec("hf:no_such_dataset_here", cache_dir=tmp_path / "c")
+
+
+def test_a_validation_file_with_other_columns_names_both_files_and_the_columns(tmp_path):
+    # datasets raised a multi-line Arrow CastError and zoo said "check that each file is json"
+    jsonl(tmp_path, "train.jsonl", [json.dumps(row) for row in ROWS])
+    jsonl(tmp_path, "validation.jsonl", [json.dumps({"sentence": "fine", "label": 1})])
+    with pytest.raises(DataError) as error:
+        load_spec(f"json:{tmp_path}")
+    message = str(error.value)
+    assert "\n" not in message and "check that each file is json" not in message
+    assert message == (
+        f"the data files' columns differ: {tmp_path / 'train.jsonl'} has ['label', 'text'], "
+        f"{tmp_path / 'validation.jsonl'} has ['label', 'sentence'] (text only in the first, "
+        "sentence only in the second); every file of every split needs the same columns: "
+        "rename or drop columns until they match"
+    )
+
+
+def test_a_csv_header_naming_a_column_twice_is_refused(tmp_path):
+    # datasets read the second column as output.1, which nothing trained on
+    (tmp_path / "train.csv").write_text("instruction,output,output\nsay hi,hi,hello\n")
+    with pytest.raises(DataError) as error:
+        load_spec(f"csv:{tmp_path}")
+    assert str(error.value) == (
+        f"{tmp_path / 'train.csv'} names the column 'output' 2 times (columns 2, 3 of its "
+        "header); give each column its own name, or delete the extra one"
+    )
+    (tmp_path / "train.csv").write_text("instruction,output,note\nsay hi,hi,hello\n")
+    assert load_spec(f"csv:{tmp_path}")["train"].column_names == ["instruction", "output", "note"]

@@ -52,6 +52,32 @@ def check_json_encoding(files: dict[str, list[str]], encoding: str) -> None:
                     raise DataError(_encoding_problem(path, data, encoding, bad)) from None
 
 
+def check_csv_headers(files: dict[str, list[str]], encoding: str) -> None:
+    """A CSV header that names a column twice is refused: `datasets` would rename the second
+    `output` to `output.1`, which nothing reads, and train on the first alone."""
+    for paths in files.values():
+        for path in paths:
+            if path.endswith(COMPRESSED):
+                continue
+            header = _csv_header(Path(path), encoding)
+            repeated = sorted({name for name in header if header.count(name) > 1})
+            if repeated:
+                positions = [i + 1 for i, name in enumerate(header) if name == repeated[0]]
+                raise DataError(
+                    f"{path} names the column {repeated[0]!r} {len(positions)} times (columns "
+                    f"{', '.join(map(str, positions))} of its header); give each column its "
+                    "own name, or delete the extra one"
+                )
+
+
+def _csv_header(path: Path, encoding: str) -> list[str]:
+    try:
+        with path.open(encoding=encoding, newline="") as handle:
+            return next(csv.reader(handle), [])
+    except (UnicodeDecodeError, csv.Error):
+        return []  # told later, with the line, by explain_load_error
+
+
 def explain_load_error(
     files: dict[str, list[str]], scheme: str, encoding: str, error: Exception
 ) -> DataError:
@@ -61,6 +87,9 @@ def explain_load_error(
             reason = _file_problem(Path(path), scheme, encoding)
             if reason is not None:
                 return DataError(reason)
+    differing = _differing_columns(files, scheme, encoding)
+    if differing is not None:
+        return DataError(differing)
     every = [path for paths in files.values() for path in paths]
     cause = f"{type(error).__name__}: {error}"
     if error.__cause__ is not None:
@@ -136,3 +165,44 @@ def _csv_problem(path: Path, text: str) -> str | None:
             "remove the file"
         )
     return None
+
+
+def _first_columns(path: Path, scheme: str, encoding: str) -> list[str] | None:
+    """The columns of a file's header (csv) or first row (json), None for other files."""
+    if path.name.endswith(COMPRESSED):
+        return None
+    if scheme == "csv":
+        return _csv_header(path, encoding)
+    if scheme != "json":
+        return None
+    text = path.read_text(encoding=encoding)
+    try:
+        document = json.loads(text)
+        rows = document if isinstance(document, list) else [document]
+    except json.JSONDecodeError:
+        rows = [json.loads(line) for line in text.splitlines()[:1] if line.strip()]
+    first = rows[0] if rows else None
+    return sorted(first) if isinstance(first, dict) else None
+
+
+def _differing_columns(files: dict[str, list[str]], scheme: str, encoding: str) -> str | None:
+    """Files (of one split or of several) whose columns differ: `datasets` reads every file
+    of a folder with the columns of the first and fails with an Arrow cast error."""
+    seen: dict[str, list[str]] = {}
+    for paths in files.values():
+        for path in paths:
+            columns = _first_columns(Path(path), scheme, encoding)
+            if columns is not None:
+                seen[path] = sorted(columns)
+    if len({tuple(columns) for columns in seen.values()}) < 2:
+        return None
+    (first, first_columns), *others = seen.items()
+    other, other_columns = next((p, c) for p, c in others if c != first_columns)
+    only_first = [c for c in first_columns if c not in other_columns]
+    only_other = [c for c in other_columns if c not in first_columns]
+    return (
+        f"the data files' columns differ: {first} has {first_columns}, {other} has "
+        f"{other_columns} ({', '.join(only_first) or 'nothing'} only in the first, "
+        f"{', '.join(only_other) or 'nothing'} only in the second); every file of every split "
+        "needs the same columns: rename or drop columns until they match"
+    )

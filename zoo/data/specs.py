@@ -34,6 +34,7 @@ from datasets import Dataset  # noqa: F401
 
 from zoo.data.errors import DataError
 from zoo.data.file_errors import (
+    check_csv_headers,
     check_files_not_empty,
     check_json_encoding,
     explain_load_error,
@@ -99,6 +100,8 @@ def load_spec(
     check_files_not_empty(files)
     if scheme == "json":
         check_json_encoding(files, encoding)
+    if scheme == "csv":
+        check_csv_headers(files, encoding)
     options: dict[str, str] = {} if scheme == "parquet" else {"encoding": encoding}
     if scheme == "text":
         options["sample_by"] = sample_by
