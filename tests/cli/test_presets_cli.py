@@ -26,3 +26,25 @@ def test_presets_json(capsys):
 def test_no_command_prints_help(capsys):
     assert main([]) == 2
     assert "presets" in capsys.readouterr().out
+
+
+def test_warnings_are_printed_as_one_line_of_the_command(monkeypatch, capsys):
+    """A warning reads `zoo presets: warning: ...`, not Python's `file:line: UserWarning:` with
+    the source line below it; Python's own printer is back after the command."""
+    import warnings
+
+    import zoo.cli.presets as presets_command
+    from zoo.cli import main
+
+    def rows_with_a_warning():
+        warnings.warn("the preset table is stale", UserWarning, stacklevel=1)
+        return []
+
+    monkeypatch.setattr(presets_command, "rows", rows_with_a_warning)
+    before = warnings.showwarning
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        main(["presets", "--json"])
+    err = capsys.readouterr().err
+    assert err == "zoo presets: warning: the preset table is stale\n"
+    assert warnings.showwarning is before

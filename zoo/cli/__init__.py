@@ -6,6 +6,9 @@ import argparse
 import importlib
 import pkgutil
 import sys
+import warnings
+from collections.abc import Callable
+from typing import Any
 
 from zoo.cli._mesh import join_processes, quiet_other_processes
 from zoo.host import tune_host_allocator
@@ -31,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "run", None):
         parser.print_help()
         return 2
+    shown, warnings.showwarning = warnings.showwarning, _one_line_warning(args.command)
     try:
         joined = join_processes(args)  # before anything starts JAX's backend
         tune_host_allocator()
@@ -46,6 +50,18 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as error:
         print(f"{_process_label()}zoo {args.command}: error: {error}", file=sys.stderr)
         return 1
+    finally:
+        warnings.showwarning = shown
+
+
+def _one_line_warning(command: str) -> Callable[..., None]:
+    """Warnings as the CLI's errors are printed (`zoo train: warning: ...`), not in Python's
+    `file:line: UserWarning:` form with the source line below it."""
+
+    def show(message: Warning | str, category: type[Warning], *rest: Any, **named: Any) -> None:
+        print(f"{_process_label()}zoo {command}: warning: {message}", file=sys.stderr)
+
+    return show
 
 
 def _process_label() -> str:

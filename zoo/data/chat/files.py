@@ -103,8 +103,9 @@ def pick_template(templates: Templates, *, name: str | None = None, tools: bool 
         return templates["tool_use"]
     if "default" not in templates:
         raise ValueError(
-            f"this model has several chat templates and none called 'default': name one "
-            f"(name=...) of {sorted(templates)}"
+            f"this model has several chat templates, {sorted(templates)}, and none called "
+            "'default', so none is chosen for it: copy the one to use into chat_template.jinja "
+            "in the model's folder (in Python: chat_template_for(..., name=NAME))"
         )
     return templates["default"]
 
