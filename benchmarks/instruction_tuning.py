@@ -34,6 +34,7 @@ import numpy as np
 import zoo
 from zoo.data.chat.batches import chat_batches, encode_conversations
 from zoo.data.chat.datasets import chat_data
+from zoo.data.chat.options import ChatDataConfig
 from zoo.decoding.chat import replies
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "rotten_tomatoes"
@@ -73,8 +74,8 @@ def load(limit: int | None) -> datasets.DatasetDict:
 
 def run(name: str, dataset, settings: dict, epochs: int, seed: int) -> dict:
     """Train one way, then answer every validation question through zoo.chat."""
-    probe = chat_data(dataset, tokenizer="word", tokenizer_options=TOKENIZER_OPTIONS,
-                      max_len=MAX_LEN, batch_size=1, **settings)  # fmt: skip
+    probe = chat_data(dataset, tokenizer="word", config=ChatDataConfig(
+        tokenizer_options=TOKENIZER_OPTIONS, max_len=MAX_LEN, batch_size=1, **settings))  # fmt: skip
     tokenizer, counts = probe.tokenizer, probe.counts["train"]
     rows = len(probe.train)  # packed rows or conversations, batch_size 1
     per_row = counts["conversations"] / rows
@@ -83,15 +84,17 @@ def run(name: str, dataset, settings: dict, epochs: int, seed: int) -> dict:
         [row["messages"] for row in dataset["train"]], tokenizer, train_on=settings["train_on"],
         max_len=MAX_LEN,
     )  # fmt: skip
-    train = chat_batches(examples, batch_size=batch_size, max_len=MAX_LEN,
-                         pad_id=tokenizer.pad_id, pack=settings["pack"], seed=seed)  # fmt: skip
+    batching = ChatDataConfig(batch_size=batch_size, max_len=MAX_LEN, pack=settings["pack"],
+                              seed=seed)  # fmt: skip
+    train = chat_batches(examples, pad_id=tokenizer.pad_id, config=batching)
     steps = epochs * len(train)
     model = zoo.create("llama-tiny", key=jax.random.key(seed), vocab_size=tokenizer.vocab_size,
                        pad_id=tokenizer.pad_id, bos_id=tokenizer.bos_id,
                        eos_id=tokenizer.eos_id, **MODEL)  # fmt: skip
     optimizer = zoo.train.adamw(LR, warmup=steps // 20, schedule="cosine", total_steps=steps,
                                 weight_decay=0.01)  # fmt: skip
-    trainer = zoo.Trainer(zoo.tasks.LanguageModeling(), optimizer, log_every=50, progress=False)
+    loop = zoo.train.LoopSettings(log_every=50, progress=False)
+    trainer = zoo.Trainer(zoo.tasks.LanguageModeling(), optimizer, loop=loop)
     started = time.perf_counter()
     model, history = trainer.fit(model, train, steps=steps, key=jax.random.key(seed + 1))
     wall = time.perf_counter() - started
@@ -161,8 +164,8 @@ LAYOUTS = {  # throughput only: how the same conversations fill the rows
 def throughput(dataset, steps: int, repeats: int, seed: int) -> list[dict]:
     """Training speed alone, `steps` steps per layout, the layouts alternated `repeats` times:
     the median over log intervals (of 20 steps) after the first, which holds the compiles."""
-    data = chat_data(dataset, tokenizer="word", tokenizer_options=TOKENIZER_OPTIONS,
-                     max_len=MAX_LEN, batch_size=1)  # fmt: skip
+    data = chat_data(dataset, tokenizer="word", config=ChatDataConfig(
+        tokenizer_options=TOKENIZER_OPTIONS, max_len=MAX_LEN, batch_size=1))  # fmt: skip
     tokenizer = data.tokenizer
     examples = encode_conversations([row["messages"] for row in dataset["train"]], tokenizer,
                                     max_len=MAX_LEN)  # fmt: skip
@@ -174,16 +177,18 @@ def throughput(dataset, steps: int, repeats: int, seed: int) -> list[dict]:
         for name, layout in LAYOUTS.items():
             per_row = 1.0
             if layout["pack"]:
-                rows = len(chat_batches(examples, batch_size=1, max_len=MAX_LEN, pad_id=0))
+                one = ChatDataConfig(batch_size=1, max_len=MAX_LEN)
+                rows = len(chat_batches(examples, pad_id=0, config=one))
                 per_row = len(examples) / rows
             batch_size = max(1, round(CONVERSATIONS_PER_STEP / per_row))
-            source = chat_batches(examples, batch_size=batch_size, max_len=MAX_LEN,
-                                  pad_id=tokenizer.pad_id, seed=seed, **layout)  # fmt: skip
+            batching = ChatDataConfig(batch_size=batch_size, max_len=MAX_LEN, seed=seed,
+                                      **layout)  # fmt: skip
+            source = chat_batches(examples, pad_id=tokenizer.pad_id, config=batching)
             batches = [source.batch(step)["tokens"] for step in range(steps)]
             real = sum(int((tokens != tokenizer.pad_id).sum()) for tokens in batches)
             positions = sum(tokens.size for tokens in batches)
-            trainer = zoo.Trainer(zoo.tasks.LanguageModeling(), zoo.train.adamw(LR),
-                                  log_every=20, progress=False)  # fmt: skip
+            loop = zoo.train.LoopSettings(log_every=20, progress=False)
+            trainer = zoo.Trainer(zoo.tasks.LanguageModeling(), zoo.train.adamw(LR), loop=loop)
             _, history = trainer.fit(model, source, steps=steps, key=jax.random.key(seed))
             rates = [row["tokens_per_s"] for row in history.split("train")[1:]]
             rate = float(np.median([r for r in rates if r]))

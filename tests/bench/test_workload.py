@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from zoo.bench.suite import attention_for, plan
+from zoo.bench.suite import Workload, attention_for, plan
 from zoo.bench.workload import BenchSpec, make_batch, make_prompts
 
 
@@ -69,7 +69,38 @@ def test_plan_uses_the_device_defaults():
     assert gpu[0].attention == "cudnn"
     # a tiny preset on a GPU keeps to its max_positions
     assert plan("gpu", preset_names=["gpt-tiny"])[0].seq == 128
-    assert plan("cpu", preset_names=["gpt2"], seq=32, steps=2)[0].steps == 2
+    assert plan("cpu", preset_names=["gpt2"], workload=Workload(seq=32, steps=2))[0].steps == 2
+
+
+def test_plan_takes_the_older_workload_keywords_with_a_warning():
+    shape = Workload(batch=4, seq=32, precision="bf16", attention="xla", decode_prompt=8,
+                     decode_tokens=4, steps=2, warmup=0)  # fmt: skip
+    recorded = plan("gpu", flavors=["gpt"], workload=shape, dropout=0.1, rounds=2)
+    with pytest.warns(DeprecationWarning, match=r"plan\(batch=, .*pass workload=Workload"):
+        loose = plan("gpu", flavors=["gpt"], batch=4, seq=32, precision="bf16",
+                     attention="xla", decode_prompt=8, decode_tokens=4, steps=2, warmup=0,
+                     dropout=0.1, rounds=2)  # fmt: skip
+    assert loose == recorded
+    assert recorded[0].attention == "xla" and recorded[0].dropout == 0.1
+    with pytest.raises(TypeError, match="unexpected keyword argument 'batches'"):
+        plan("cpu", batches=4)
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"precision": "fp16"}, "precision must be one of"),
+        ({"attention": "flash"}, "attention must be one of"),
+        ({"batch": 0}, "batch must be >= 1, got 0; pass a larger --batch"),
+        (
+            {"decode_tokens": -1},
+            "decode_tokens must be >= 0, got -1; pass a larger --decode-tokens",
+        ),
+    ],
+)
+def test_a_bad_workload_is_refused_with_the_flag_to_fix(options, message):
+    with pytest.raises(ValueError, match=message):
+        Workload(**options)
 
 
 def test_plan_refuses_a_preset_of_another_flavor():

@@ -91,7 +91,8 @@ def test_zoo_eval_scores_a_chat_run_on_its_conversations(chats, tmp_path, capsys
     # the loss of the validation batches zoo.data.chat_data builds for training, one per row
     model, tokenizer = zoo.serialize.load_with_tokenizer(run)
     dataset = zoo.data.load_spec(f"json:{chats}")
-    data = zoo.data.chat_data(dataset, tokenizer=tokenizer, pack=False, max_len=32)
+    config = zoo.data.ChatDataConfig(pack=False, max_len=32)
+    data = zoo.data.chat_data(dataset, tokenizer=tokenizer, config=config)
     statistics = eqx.filter_jit(zoo.tasks.LanguageModeling().statistics)
     parts = [statistics(model, data.validation.batch(i)) for i in range(len(data.validation))]
     total = functools.reduce(operator.add, parts)

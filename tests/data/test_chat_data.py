@@ -13,7 +13,8 @@ import pytest
 
 from zoo.data import CharTokenizer, DataError
 from zoo.data.chat.batches import chat_batches, encode_conversations, pack_conversations
-from zoo.data.chat.datasets import chat_data, chat_format_of, is_chat_data
+from zoo.data.chat.datasets import chat_data, chat_evaluation, chat_format_of, is_chat_data
+from zoo.data.chat.options import ChatDataConfig
 from zoo.data.chat.template import ChatTemplate
 
 pytestmark = pytest.mark.skipif(
@@ -29,6 +30,11 @@ HI = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]
 HI_IDS = [BOS, *USER, H, I_, EOS, NL, *ASSISTANT, Y, O_, EOS, NL]
 HI_MASK = [0] * 22 + [1, 1, 1, 0]
 TOKENIZER = CharTokenizer(CHARS)
+
+
+def unpacked(batch_size: int) -> ChatDataConfig:
+    """One conversation per row, `max_len=64`."""
+    return ChatDataConfig(max_len=64, batch_size=batch_size, pack=False)
 
 
 def rows(*pairs: tuple[str, str]) -> list[dict]:
@@ -79,16 +85,16 @@ def test_packing_places_whole_conversations_best_fit_with_their_own_segments():
 
 def test_unpacked_batches_pad_each_conversation_to_a_bucket():
     examples = encode_conversations([HI] * 4, TOKENIZER)
-    source = chat_batches(examples, batch_size=2, max_len=64, pad_id=0, pack=False)
+    source = chat_batches(examples, pad_id=0, config=unpacked(2))
     batch = source.batch(0)
     assert set(batch) == {"tokens", "loss_mask"}
     assert batch["tokens"].shape == (2, 33)  # 26 tokens: the bucket of 32 (+1 target)
     assert batch["tokens"][0].tolist() == HI_IDS + [0] * 7
     assert batch["loss_mask"][0].tolist() == HI_MASK + [0] * 7
     with pytest.raises(DataError, match="4 conversations, fewer than batch_size=8"):
-        chat_batches(examples, batch_size=8, max_len=64, pad_id=0, pack=False)
+        chat_batches(examples, pad_id=0, config=unpacked(8))
     with pytest.raises(DataError, match="pack into 2 rows of 65 tokens, fewer than"):
-        chat_batches(examples, batch_size=3, max_len=64, pad_id=0)
+        chat_batches(examples, pad_id=0, config=ChatDataConfig(max_len=64, batch_size=3))
 
 
 @pytest.mark.parametrize(
@@ -104,7 +110,7 @@ def test_unpacked_batches_pad_each_conversation_to_a_bucket():
 def test_the_format_is_read_from_the_columns_and_every_format_gives_the_same_ids(columns, expected):
     dataset = datasets.Dataset.from_dict({name: values * 4 for name, values in columns.items()})
     assert chat_format_of(dataset) == expected and is_chat_data({"train": dataset})
-    data = chat_data(dataset, tokenizer=TOKENIZER, max_len=64, batch_size=1, pack=False)
+    data = chat_data(dataset, tokenizer=TOKENIZER, config=unpacked(1))
     assert data.format == expected
     assert data.train.batch(0)["tokens"][0, :26].tolist() == HI_IDS
     assert data.counts["train holdout"] == {"conversations": 1, "tokens": 26, "trained_tokens": 3}
@@ -119,9 +125,9 @@ def test_columns_that_fit_no_format_and_bad_rows_are_named():
     with pytest.raises(DataError, match="row 1 lacks the column 'output' of the 'instruction'"):
         chat_data(broken, tokenizer=TOKENIZER)
     with pytest.raises(DataError, match="row 0 lacks the column 'prompt'"):
-        chat_data(broken, tokenizer=TOKENIZER, format="prompt_completion")
+        chat_data(broken, tokenizer=TOKENIZER, config=ChatDataConfig(format="prompt_completion"))
     with pytest.raises(ValueError, match="unknown chat format 'alpaca'"):
-        chat_data(broken, tokenizer=TOKENIZER, format="alpaca")
+        chat_data(broken, tokenizer=TOKENIZER, config=ChatDataConfig(format="alpaca"))
     no_answer = datasets.Dataset.from_dict({"messages": [[HI[0]]]})
     with pytest.raises(DataError, match="row 0 has no assistant turn"):
         chat_data(no_answer, tokenizer=TOKENIZER)
@@ -132,8 +138,9 @@ def test_columns_that_fit_no_format_and_bad_rows_are_named():
 
 def test_validation_comes_from_its_split_or_a_seeded_holdout():
     train = rows(*[(f"q{i}", "a") for i in range(20)])
-    held = chat_data(datasets.Dataset.from_list(train), max_len=32, batch_size=2, seed=3)
-    again = chat_data(datasets.Dataset.from_list(train), max_len=32, batch_size=2, seed=3)
+    config = ChatDataConfig(max_len=32, batch_size=2, seed=3)
+    held = chat_data(datasets.Dataset.from_list(train), config=config)
+    again = chat_data(datasets.Dataset.from_list(train), config=config)
     assert held.counts == again.counts
     assert held.counts["train"]["conversations"] == 18
     assert held.counts["train holdout"]["conversations"] == 2
@@ -141,7 +148,7 @@ def test_validation_comes_from_its_split_or_a_seeded_holdout():
         train=datasets.Dataset.from_list(train),
         validation=datasets.Dataset.from_list(rows(("q1", "a"), ("q2", "a"), ("q3", "a"))),
     )
-    split = chat_data(dataset, max_len=32, batch_size=2)
+    split = chat_data(dataset, config=ChatDataConfig(max_len=32, batch_size=2))
     assert split.counts["validation"]["conversations"] == 3
     assert split.counts["train"]["conversations"] == 20
     batches = [split.validation.batch(step) for step in range(len(split.validation))]
@@ -153,10 +160,97 @@ def test_validation_comes_from_its_split_or_a_seeded_holdout():
 def test_a_template_given_as_text_is_used():
     plain = "{% for m in messages %}{{ m['content'] }}{{ eos_token }}{% endfor %}"
     dataset = datasets.Dataset.from_list(rows(("Hi", "Yo")) * 4)
-    data = chat_data(dataset, tokenizer=TOKENIZER, template=plain, max_len=16, batch_size=1,
-                     pack=False)  # fmt: skip
+    config = ChatDataConfig(template=plain, max_len=16, batch_size=1, pack=False)
+    data = chat_data(dataset, tokenizer=TOKENIZER, config=config)
     assert isinstance(data.template, ChatTemplate) and data.template.source == plain
     batch = data.train.batch(0)
     assert batch["tokens"][0, :6].tolist() == [H, I_, EOS, Y, O_, EOS]
     assert batch["loss_mask"][0, :6].tolist() == [0, 0, 0, 1, 1, 1]
     np.testing.assert_array_equal(batch["loss_mask"][0, 6:], 0)
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"format": "alpaca"}, "unknown chat format 'alpaca'; choose one of"),
+        ({"train_on": "user"}, "train_on must be one of"),
+        ({"batch_size": 0}, "batch_size must be a positive integer, got 0; pass >= 1"),
+        ({"max_len": 1}, "max_len=1 leaves no room for text; use >= 2"),
+        ({"validation_split": "train"}, "validation_split and train_split are both 'train'"),
+        ({"holdout": 1.0}, r"holdout must be a fraction in \(0, 1\), got 1.0"),
+        ({"buckets": [16, 256]}, "bucket length 256 exceeds max_len=128"),
+        ({"template": " "}, "template is empty"),
+    ],
+)
+def test_chat_data_config_refuses_a_bad_option_before_reading_data(options, message):
+    with pytest.raises(ValueError, match=message):
+        ChatDataConfig(**options)
+
+
+def test_chat_data_config_defaults_and_normalises():
+    config = ChatDataConfig(format=None, buckets=[32, 16])
+    assert (config.format, config.buckets, config.max_len, config.batch_size) == (
+        "auto", (32, 16), 128, 32
+    )  # fmt: skip
+    with pytest.raises(TypeError):
+        ChatDataConfig("auto")  # keyword-only
+
+
+def every_batch(source) -> list[dict]:
+    return [source.batch(step) for step in range(len(source))]
+
+
+def assert_same_batches(one, other):
+    assert len(one) == len(other)
+    for a, b in zip(every_batch(one), every_batch(other), strict=True):
+        assert sorted(a) == sorted(b)
+        for key in a:
+            np.testing.assert_array_equal(a[key], b[key])
+
+
+@pytest.mark.parametrize("pack", [True, False])
+def test_the_older_keywords_of_chat_data_give_the_same_batches_with_a_warning(pack):
+    dataset = datasets.Dataset.from_list(rows(*[(f"q{i}", "a") for i in range(20)]))
+    old = dict(max_len=32, batch_size=2, seed=3, pack=pack, train_on="all", holdout=0.2,
+               tokenizer_options={"min_freq": 1})  # fmt: skip
+    with pytest.warns(DeprecationWarning, match=r"chat_data\(max_len=, .*pass config="):
+        loose = chat_data(dataset, tokenizer="word", **old)
+    recorded = chat_data(dataset, tokenizer="word", config=ChatDataConfig(**old))
+    assert loose.counts == recorded.counts and loose.format == recorded.format
+    assert loose.tokenizer.words == recorded.tokenizer.words
+    assert_same_batches(loose.train, recorded.train)
+    assert_same_batches(loose.validation, recorded.validation)
+    # the older keywords go over the record's fields
+    with pytest.warns(DeprecationWarning):
+        over = chat_data(dataset, tokenizer="word", config=ChatDataConfig(seed=3), **old)
+    assert_same_batches(over.train, recorded.train)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'max_length'"):
+        chat_data(dataset, max_length=32)
+
+
+def test_the_older_keywords_of_chat_batches_and_chat_evaluation_still_work():
+    examples = encode_conversations([HI] * 4, TOKENIZER)
+    with pytest.warns(DeprecationWarning, match="chat_batches"):
+        loose = chat_batches(examples, batch_size=2, max_len=64, pad_id=0, pack=False, seed=1)
+    config = ChatDataConfig(batch_size=2, max_len=64, pack=False, seed=1)
+    assert_same_batches(loose, chat_batches(examples, pad_id=0, config=config))
+    with pytest.raises(TypeError, match="unexpected keyword argument 'train_split'"):
+        chat_batches(examples, pad_id=0, train_split="train")
+
+    train = datasets.Dataset.from_list(rows(*[(f"q{i}", "a") for i in range(20)]))
+    old = dict(max_len=32, batch_size=3, seed=2, holdout=0.25, train_on="all")
+    with pytest.warns(DeprecationWarning, match="chat_evaluation"):
+        loose = chat_evaluation({"train": train}, TOKENIZER, **old)
+    recorded = chat_evaluation({"train": train}, TOKENIZER, config=ChatDataConfig(**old))
+    assert loose.name == recorded.name == "validation (held out of train)"
+    assert (loose.conversations, loose.tokens, loose.trained_tokens) == (
+        recorded.conversations, recorded.tokens, recorded.trained_tokens
+    )  # fmt: skip
+    assert recorded.conversations == 5  # a quarter of 20, as chat_data holds out with seed 2
+    assert_same_batches(loose.batches, recorded.batches)
+    # one conversation per row, whatever the record says about packing
+    packed = chat_evaluation({"train": train}, TOKENIZER, config=ChatDataConfig(**old, pack=True))
+    assert "segments" not in packed.batches.batch(0)
+    assert sum(len(batch["tokens"]) for batch in every_batch(packed.batches)) == 5
+    with pytest.raises(TypeError, match="unexpected keyword argument 'pack'"):
+        chat_evaluation({"train": train}, TOKENIZER, pack=False)

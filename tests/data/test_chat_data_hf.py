@@ -14,6 +14,7 @@ import pytest
 
 from zoo.data.chat.datasets import chat_data
 from zoo.data.chat.files import chat_template_for
+from zoo.data.chat.options import ChatDataConfig
 from zoo.data.chat.template import ChatTemplate
 from zoo.data.chat.tokens import encode_prompt
 from zoo.data.tokenizers.base import load_tokenizer
@@ -46,8 +47,9 @@ def test_batch_rows_and_loss_masks_equal_transformers_assistant_masks(folders):
     marked = qwen_with_generation_blocks()
     conversations = list(CONVERSATIONS.values())
     dataset = datasets.Dataset.from_dict({"messages": conversations * 2})
-    data = chat_data(dataset, tokenizer=tokenizer, template=marked, pack=False, batch_size=1,
-                     max_len=255, validation_split=None, holdout=0.5, seed=0)  # fmt: skip
+    config = ChatDataConfig(template=marked, pack=False, batch_size=1, max_len=255,
+                            validation_split=None, holdout=0.5, seed=0)  # fmt: skip
+    data = chat_data(dataset, tokenizer=tokenizer, config=config)
     expected = {}
     for messages in conversations:
         found = hf.apply_chat_template(messages, chat_template=marked, tokenize=True,

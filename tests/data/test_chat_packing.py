@@ -13,6 +13,7 @@ import pytest
 import zoo
 from zoo.data import CharTokenizer
 from zoo.data.chat.batches import chat_batches, encode_conversations
+from zoo.data.chat.options import ChatDataConfig
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("jinja2") is None, reason="chat templates need jinja2 (zoo[chat])"
@@ -51,12 +52,14 @@ def summed(model, batch):
 def test_a_packed_batch_has_the_loss_and_gradients_of_its_conversations_unpacked(train_on):
     model = zoo.create("llama-tiny", key=jax.random.key(0), vocab_size=TOKENIZER.vocab_size)
     examples = encode_conversations(CONVERSATIONS, TOKENIZER, train_on=train_on, max_len=127)
-    packed = chat_batches(examples, batch_size=1, max_len=127, pad_id=0, shuffle=False)
+    packed = chat_batches(examples, pad_id=0, config=ChatDataConfig(batch_size=1, max_len=127),
+                          shuffle=False)  # fmt: skip
     assert len(packed) == 2  # four conversations in two rows of 128
     packed_batch = {name: np.concatenate([packed.batch(s)[name] for s in range(2)])
                     for name in ("tokens", "loss_mask", "segments")}  # fmt: skip
-    unpacked = chat_batches(examples, batch_size=4, max_len=127, pad_id=0, pack=False,
-                            shuffle=False, drop_last=False)  # fmt: skip
+    one_per_row = ChatDataConfig(batch_size=4, max_len=127, pack=False)
+    unpacked = chat_batches(examples, pad_id=0, config=one_per_row, shuffle=False,
+                            drop_last=False)  # fmt: skip
     one_by_one = unpacked.batch(0)
     assert one_by_one["tokens"].shape[0] == 4 and "segments" not in one_by_one
 

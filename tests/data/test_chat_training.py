@@ -13,6 +13,7 @@ import pytest
 
 import zoo
 from zoo.data.chat.datasets import chat_data
+from zoo.data.chat.options import ChatDataConfig
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("jinja2") is None, reason="chat templates need jinja2 (zoo[chat])"
@@ -28,11 +29,14 @@ def expected_trained(batch: dict[str, np.ndarray]) -> int:
 
 def test_metrics_rows_count_trained_and_total_tokens(tmp_path):
     rows = [{"instruction": f"classify: {text}", "output": label} for text, label in REVIEWS]
-    data = chat_data(datasets.Dataset.from_list(rows), max_len=31, batch_size=2, seed=1)
+    config = ChatDataConfig(max_len=31, batch_size=2, seed=1)
+    data = chat_data(datasets.Dataset.from_list(rows), config=config)
     model = zoo.create("llama-tiny", key=jax.random.key(0), vocab_size=data.tokenizer.vocab_size)
-    trainer = zoo.Trainer(zoo.tasks.LanguageModeling(), zoo.train.adamw(1e-2), log_every=1)
+    trainer = zoo.Trainer(zoo.tasks.LanguageModeling(), zoo.train.adamw(1e-2),
+                          loop=zoo.train.LoopSettings(log_every=1))  # fmt: skip
     _, history = trainer.fit(model, data.train, eval_batches=data.validation, steps=3,
-                             key=jax.random.key(1), out_dir=tmp_path)  # fmt: skip
+                             key=jax.random.key(1),
+                             outputs=zoo.train.Outputs(out_dir=tmp_path))  # fmt: skip
     train_rows = history.split("train")
     assert [row["step"] for row in train_rows] == [1, 2, 3]
     for step, row in enumerate(train_rows):

@@ -1,4 +1,8 @@
-"""Run benchmark rows: the peer (if asked) and then zoo on each `BenchSpec`, into report rows."""
+"""Run benchmark rows: the peer (if asked) and then zoo on each `BenchSpec`, into report rows.
+
+`plan` turns the options of a `zoo bench` run (flavors, presets, a `Workload`: shapes, precision,
+timing) into `BenchSpec` rows, filling in the device's defaults; `run_spec` measures one row.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ import math
 import os
 import subprocess
 import sys
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +30,10 @@ from zoo.bench.hardware import (
 from zoo.bench.report import add_ratios, new_row, now_utc, write_results
 from zoo.bench.run_zoo import ZooRun
 from zoo.bench.timing import interleave
-from zoo.bench.workload import FLAVORS, BenchSpec, defaults_for
+from zoo.bench.workload import ATTENTION_CHOICES, FLAVORS, PRECISIONS, BenchSpec, defaults_for
 from zoo.host import allocator_note
 from zoo.nn.stack import scans
+from zoo.records import legacy_keywords
 from zoo.version import __version__
 
 PEERS = ("torch",)
@@ -43,27 +49,69 @@ def attention_for(choice: str, platform: str, precision: str) -> str | None:
     return choice
 
 
+@dataclass(frozen=True, kw_only=True)
+class Workload:
+    """What every row of a `zoo bench` run measures; None takes the device's default
+    (`zoo.bench.workload.defaults_for`), capped at each preset's `max_positions`."""
+
+    batch: int | None = None  # sequences (pairs, for a translator) per step
+    seq: int | None = None  # positions per sequence
+    precision: str | None = None  # fp32 | bf16: the compute dtype
+    attention: str = "auto"  # auto | xla | cudnn (auto: cuDNN for bf16 on a GPU, else XLA's)
+    decode_prompt: int | None = None  # prompt length of the GPT decode measurement
+    decode_tokens: int | None = None  # tokens generated per sequence; 0 skips decoding
+    steps: int | None = None  # timed calls per measurement (their median is reported)
+    warmup: int | None = None  # untimed calls after the compiling one
+
+    def __post_init__(self) -> None:
+        if self.precision is not None and self.precision not in PRECISIONS:
+            raise ValueError(
+                f"precision must be one of {PRECISIONS}, got {self.precision!r} "
+                "(or None: the device's default)"
+            )
+        if self.attention not in ATTENTION_CHOICES:
+            raise ValueError(
+                f"attention must be one of {ATTENTION_CHOICES}, got {self.attention!r} "
+                "(auto: cuDNN for bf16 on a GPU, else XLA's)"
+            )
+        for name, least in WORKLOAD_MINIMUMS.items():
+            value = getattr(self, name)
+            if value is not None and value < least:
+                flag = "--" + name.replace("_", "-")
+                raise ValueError(
+                    f"{name} must be >= {least}, got {value}; pass a larger {flag} or leave it "
+                    "out for the device's default"
+                )
+
+
+# The smallest value of each count of a `Workload` (None aside).
+WORKLOAD_MINIMUMS = {
+    "batch": 1, "seq": 1, "decode_prompt": 1, "decode_tokens": 0, "steps": 1, "warmup": 0,
+}  # fmt: skip
+WORKLOAD_FIELDS = tuple(field.name for field in fields(Workload))
+
+
 def plan(
     platform: str,
     *,
     flavors: list[str] | None = None,
     preset_names: list[str] | None = None,
-    batch: int | None = None,
-    seq: int | None = None,
-    precision: str | None = None,
-    attention: str = "auto",
-    decode_prompt: int | None = None,
-    decode_tokens: int | None = None,
-    steps: int | None = None,
-    warmup: int | None = None,
+    workload: Workload | None = None,
     **options: Any,
 ) -> list[BenchSpec]:
     """The rows of a `zoo bench` run; what is not given comes from the device's defaults.
 
     Presets pick the rows when given (and must belong to `flavors`, if those are given too);
-    otherwise each flavor (all by default) runs its default preset for the device. `options`
-    go to `BenchSpec` as they are (pad_vocab, layers, remat, dropout, seed, mesh).
+    otherwise each flavor (all by default) runs its default preset for the device.
+    `workload` gives the shapes, precision and timing of every row (`Workload`). `options`
+    go to `BenchSpec` as they are (pad_vocab, layers, remat, dropout, seed, rounds, mesh); the
+    older keywords of `workload` (`batch=`, `seq=`, `precision=`, `attention=`,
+    `decode_prompt=`, `decode_tokens=`, `steps=`, `warmup=`) still work among them, with a
+    `DeprecationWarning`, over `workload` when both are given.
     """
+    loose = {name: options.pop(name) for name in WORKLOAD_FIELDS if name in options}
+    old = legacy_keywords("plan", loose, WORKLOAD_FIELDS, "workload=Workload(...)")
+    shape = replace(workload or Workload(), **old)
     defaults = defaults_for(platform)
     for flavor in flavors or []:
         if flavor not in FLAVORS:
@@ -78,26 +126,26 @@ def plan(
                 )
     else:
         names = [defaults.presets[flavor] for flavor in (flavors or FLAVORS)]
-    precision = precision or defaults.precision
+    precision = shape.precision or defaults.precision
     specs = []
     for name in names:
         preset = presets.get(name)
         max_positions = preset.config.max_positions
-        prompt = decode_prompt or min(defaults.decode_prompt, max_positions // 2)
-        new_tokens = defaults.decode_tokens if decode_tokens is None else decode_tokens
-        if decode_tokens is None:
+        prompt = shape.decode_prompt or min(defaults.decode_prompt, max_positions // 2)
+        new_tokens = defaults.decode_tokens if shape.decode_tokens is None else shape.decode_tokens
+        if shape.decode_tokens is None:
             new_tokens = min(new_tokens, max_positions - prompt)
         specs.append(
             BenchSpec(
                 preset=name,
-                batch=batch or defaults.batch[preset.flavor],
-                seq=seq or min(defaults.seq[preset.flavor], max_positions),
+                batch=shape.batch or defaults.batch[preset.flavor],
+                seq=shape.seq or min(defaults.seq[preset.flavor], max_positions),
                 precision=precision,
-                attention=attention_for(attention, platform, precision),
+                attention=attention_for(shape.attention, platform, precision),
                 decode_prompt=prompt,
                 decode_tokens=new_tokens,
-                steps=steps or defaults.steps,
-                warmup=defaults.warmup if warmup is None else warmup,
+                steps=shape.steps or defaults.steps,
+                warmup=defaults.warmup if shape.warmup is None else shape.warmup,
                 **options,
             )
         )
@@ -118,10 +166,20 @@ def run_spec(
     """Measure one row: start (compile, warm up) the peer and zoo, then time them in turns.
 
     The timed calls of every measurement (train, forward, decode; zoo and peer) are spread over
-    `spec.rounds` rounds, so a change in the machine's load hits both sides alike. With
-    `sequential`, the peer is timed alone and its memory released before zoo starts (for
-    accelerators that cannot hold both). With `profile`, zoo's train step is then traced for
-    `profile_steps` more steps and summarised there (`zoo.bench.profile`).
+    `spec.rounds` rounds, so a change in the machine's load hits both sides alike.
+
+    Args:
+        spec: the row: preset, shapes, precision and how to time it.
+        peer: `torch` to time HuggingFace transformers on the same work too; None: zoo alone.
+        peer_compile: also time the peer under `torch.compile` (the faster mode is compared).
+        date: the row's date (UTC, ISO 8601); None: now.
+        first: whether this is the first row of the process (a later row's peak memory may be
+            an earlier row's, and says so).
+        sequential: time the peer alone and release its memory before zoo starts (for
+            accelerators that cannot hold both); False: the two in turns.
+        profile: a folder to trace `profile_steps` more train steps of zoo into, summarised
+            there (`zoo.bench.profile`); None: no trace.
+        profile_steps: the train steps `profile` traces.
     """
     device = device_info()
     config = spec.config()

@@ -63,6 +63,7 @@ def wants_chat(dataset: Any, flavor: str, options: Any, *, split: str = "train")
 def chat_run_data(dataset: Any, options: Any) -> tuple[Any, Any, Any]:
     """(train batches, validation batches, tokenizer) of a dataset of conversations."""
     from zoo.data.chat.datasets import chat_data
+    from zoo.data.chat.options import ChatDataConfig
 
     if options.streaming:
         raise ValueError("chat data is read into memory to be packed: drop --streaming")
@@ -76,9 +77,7 @@ def chat_run_data(dataset: Any, options: Any) -> tuple[Any, Any, Any]:
     if options.lowercase:
         tokenizer_options["lowercase"] = True
     extra = {} if options.max_len is None else {"max_len": options.max_len}
-    data = chat_data(
-        dataset,
-        tokenizer=options.tokenizer,
+    config = ChatDataConfig(
         format=options.chat_format,
         train_on=options.train_on,
         pack=options.pack,
@@ -87,6 +86,7 @@ def chat_run_data(dataset: Any, options: Any) -> tuple[Any, Any, Any]:
         tokenizer_options=tokenizer_options,
         **extra,
     )
+    data = chat_data(dataset, tokenizer=options.tokenizer, config=config)
     counts = "; ".join(
         f"{name}: {count['conversations']} conversations, {count['tokens']:,} tokens, "
         f"{count['trained_tokens']:,} trained"

@@ -164,10 +164,7 @@ def run(args: argparse.Namespace) -> int:
     from zoo.bench.hardware import device_info
 
     platform = device_info()["platform"]
-    specs = suite.plan(
-        platform,
-        flavors=args.flavor,
-        preset_names=args.preset,
+    workload = suite.Workload(
         batch=args.batch,
         seq=args.seq,
         precision=args.precision,
@@ -176,6 +173,12 @@ def run(args: argparse.Namespace) -> int:
         decode_tokens=args.decode_tokens,
         steps=args.steps,
         warmup=args.warmup,
+    )
+    specs = suite.plan(
+        platform,
+        flavors=args.flavor,
+        preset_names=args.preset,
+        workload=workload,
         pad_vocab=args.pad_vocab,
         layers=args.layers,
         remat=args.remat,

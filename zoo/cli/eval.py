@@ -109,13 +109,12 @@ def _bleu(
     rows = split if args.limit is None else split.select(range(min(args.limit, len(split))))
     sources, references = rows[source_column], rows[target_column]
     length = model.config.max_positions
-    mesh = {} if layout is None else {"mesh": layout.mesh, "rules": layout.rules}
     hypotheses: list[str] = []
     for start in range(0, len(sources), args.batch_size):
         src = source_tokenizer(tokenizer).encode_batch(
             sources[start : start + args.batch_size], length=length, add_eos=True
         )
-        out = gather(translate(model, src, beam_size=args.beam_size, max_len=length, **mesh))
+        out = gather(translate(model, src, beam_size=args.beam_size, max_len=length, mesh=layout))
         hypotheses.extend(tokenizer.decode(ids.tolist()) for ids in out)  # stops at eos
     return {
         "bleu": bleu(hypotheses, references),
@@ -189,20 +188,19 @@ def _evaluate_chat(
 ) -> dict[str, Any]:
     """A GPT's loss and perplexity on conversations (see the module doc)."""
     from zoo.data.chat.datasets import chat_evaluation
+    from zoo.data.chat.options import ChatDataConfig
     from zoo.tasks import LanguageModeling
 
     if args.streaming:
         raise ValueError("chat data is read into memory: drop --streaming")
-    chats = chat_evaluation(
-        dataset,
-        tokenizer,
-        split=args.split,
+    config = ChatDataConfig(
         format=args.chat_format,
         train_on=args.train_on,
         max_len=model.config.max_positions if args.max_len is None else args.max_len,
         batch_size=args.batch_size,
         seed=args.seed,
     )
+    chats = chat_evaluation(dataset, tokenizer, split=args.split, config=config)
     stats, _ = _statistics(model, LanguageModeling(), chats.batches, layout)
     loss = float(stats.nll_sum) / max(float(stats.weight), 1.0)
     return {

@@ -2,10 +2,11 @@
 
 Tokenizers (`zoo.data.tokenizers`: `CharTokenizer`, `WordTokenizer`, `TiktokenTokenizer`,
 `PairTokenizer`, `build_tokenizer`), batch sources (`ArrayBatches`, `BucketedBatches`, packing,
-streaming), HuggingFace datasets in (`load_spec`, `from_hf`), conversations for instruction
-tuning (`zoo.data.chat`: chat templates, `encode_chat`, `chat_data`) and evaluation metrics. The
-parts that need `datasets` are imported on first use, so `import zoo.data` stays quick. Every
-name is also importable from here, as before the subpackages.
+streaming), HuggingFace datasets in (`load_spec`, `from_hf`, options in `DataConfig`),
+conversations for instruction tuning (`zoo.data.chat`: chat templates, `encode_chat`,
+`chat_data`, options in `ChatDataConfig`) and evaluation metrics. The parts that need `datasets`
+are imported on first use, so `import zoo.data` stays quick. Every name is also importable from
+here, as before the subpackages.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from zoo.data.bucketing import BucketedBatches
 from zoo.data.chat.batches import ChatExamples, chat_batches, encode_conversations
 from zoo.data.chat.conversations import conversation_messages, conversations, detect_format
 from zoo.data.chat.files import chat_template_for
+from zoo.data.chat.options import ChatDataConfig
 from zoo.data.chat.template import DEFAULT_TEMPLATE, ChatTemplate
 from zoo.data.chat.tokens import ChatTokens, encode_chat, encode_prompt, end_of_turn_ids
 from zoo.data.errors import DataError
@@ -58,6 +60,7 @@ __all__ = [
     "BatchSource",
     "BucketedBatches",
     "CharTokenizer",
+    "ChatDataConfig",
     "ChatExamples",
     "ChatTemplate",
     "ChatTokens",

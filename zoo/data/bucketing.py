@@ -21,9 +21,16 @@ from zoo.data.ragged import Ragged
 class BucketedBatches:
     """Batches of ragged sequences (and per-example arrays) padded to bucket lengths.
 
-    `sequences` maps batch keys to token sequences (`tokens`, or `src` and `tgt`), `extras` to
-    per-example arrays copied as they are (`labels`). `pad_ids` gives each sequence's pad id.
-    Without `drop_last` the last, smaller batch of an epoch is kept (use it for evaluation).
+    Args:
+        sequences: batch keys -> token sequences (`tokens`, or `src` and `tgt`).
+        pad_ids: each sequence's pad id, by the same keys.
+        batch_size: examples per batch.
+        bucket_lengths: the padded lengths; the longest must hold every example.
+        extras: batch keys -> per-example arrays copied as they are (`labels`).
+        shuffle: reshuffle every epoch from `(seed, epoch)` (see the module doc); False: in
+            order.
+        seed: the shuffling seed.
+        drop_last: drop the last, smaller batch of an epoch (False keeps it, for evaluation).
     """
 
     def __init__(

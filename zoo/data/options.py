@@ -3,6 +3,9 @@
 Column defaults per task: classification reads `text` and `label`; language modelling reads
 `text`; translation reads source `de` and target `en` (Multi30k German -> English, the classic
 tutorial pair: pass `source_column="en", target_column="de"` for the other direction).
+
+Conversations for instruction tuning have their own record beside this one, `ChatDataConfig`
+(`zoo.data.chat.options`), the options of `chat_data` and `chat_evaluation`.
 """
 
 from __future__ import annotations

@@ -50,7 +50,18 @@ def packed_batches(
     drop_last: bool = True,
     split_name: str = "train",
 ) -> ArrayBatches:
-    """Batches of packed blocks, `{"tokens": int32[batch, block_size + 1]}`, reshuffled per epoch."""
+    """Batches of packed blocks, `{"tokens": int32[batch, block_size + 1]}`, reshuffled per epoch.
+
+    Args:
+        stream: the documents' token ids, joined (`pack_blocks` cuts it).
+        block_size: the positions the model reads per block (each block holds one more).
+        batch_size: blocks per batch.
+        pad_id: the id that fills the last block past the stream's end.
+        shuffle: reshuffle the blocks every epoch, from `(seed, epoch)`; False: in order.
+        seed: the shuffling seed.
+        drop_last: drop the last, smaller batch of an epoch (False keeps it, for evaluation).
+        split_name: the data's name in messages.
+    """
     blocks = pack_blocks(stream, block_size, pad_id)
     if drop_last and len(blocks) < batch_size:
         raise DataError(

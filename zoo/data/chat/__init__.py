@@ -8,6 +8,7 @@ Read in this order:
 - `files`: the template and special tokens a checkpoint or run folder carries;
 - `tokens`: one conversation -> token ids and the assistant mask (`encode_chat`), a prompt for
   generation (`encode_prompt`), and the ids that end a turn;
+- `options`: `ChatDataConfig`, every option of `chat_data` and `chat_evaluation`;
 - `batches`: many conversations -> packed, bucketed or padded batches (`chat_batches`);
 - `datasets`: a dataset's splits -> train and validation batches (`chat_data`; it reads
   `datasets`, so it is imported on first use).
@@ -21,6 +22,7 @@ from typing import Any
 from zoo.data.chat.batches import ChatExamples, chat_batches, encode_conversations
 from zoo.data.chat.conversations import conversation_messages, conversations, detect_format
 from zoo.data.chat.files import chat_template_for
+from zoo.data.chat.options import ChatDataConfig
 from zoo.data.chat.template import DEFAULT_TEMPLATE, ChatTemplate
 from zoo.data.chat.tokens import ChatTokens, encode_chat, encode_prompt, end_of_turn_ids
 
@@ -36,6 +38,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "DEFAULT_TEMPLATE",
+    "ChatDataConfig",
     "ChatExamples",
     "ChatTemplate",
     "ChatTokens",

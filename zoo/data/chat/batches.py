@@ -26,21 +26,21 @@ from __future__ import annotations
 import bisect
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from zoo.data.batches import ArrayBatches, BatchSource
 from zoo.data.bucketing import BucketedBatches
+from zoo.data.chat.options import BATCHING_OPTIONS, TRAIN_ON, ChatDataConfig
 from zoo.data.chat.template import ChatTemplate
 from zoo.data.chat.tokens import encode_chat
 from zoo.data.errors import DataError
 from zoo.data.options import bucket_lengths
 from zoo.data.ragged import Ragged
 from zoo.data.tokenizers.base import Tokenizer
-
-TRAIN_ON = ("assistant", "all")
+from zoo.records import legacy_keywords
 
 logger = logging.getLogger(__name__)
 
@@ -85,8 +85,16 @@ def encode_conversations(
 ) -> ChatExamples:
     """The conversations as token ids and loss masks (see the module doc).
 
-    `max_len` is the longest sequence the model reads: a conversation keeps at most
-    `max_len + 1` tokens (the last one is only a target). `split` names the data in messages.
+    Args:
+        conversations: each a sequence of messages (`{"role", "content"}` mappings).
+        tokenizer: the model's tokenizer.
+        template: the chat template; None: `chat_template_for(tokenizer)` (`encode_chat`).
+        train_on: `assistant` (the loss on the assistant's tokens) or `all`.
+        max_len: the longest sequence the model reads: a conversation keeps at most
+            `max_len + 1` tokens (the last one is only a target); None: no limit.
+        truncate: cut a longer conversation (and log it); False raises a `DataError`.
+        split: the data's name in messages.
+        **variables: passed to the template as it renders.
     """
     if train_on not in TRAIN_ON:
         raise ValueError(f"train_on must be one of {TRAIN_ON}, got {train_on!r}")
@@ -172,24 +180,34 @@ def pack_conversations(
 def chat_batches(
     examples: ChatExamples,
     *,
-    batch_size: int,
-    max_len: int,
     pad_id: int,
-    pack: bool = True,
-    buckets: Sequence[int] | None = None,
+    config: ChatDataConfig | None = None,
     shuffle: bool = True,
-    seed: int = 0,
     drop_last: bool = True,
     split: str = "train",
+    **legacy: Any,
 ) -> BatchSource:
     """Batches of the conversations for `zoo.tasks.LanguageModeling` (see the module doc).
 
     Packed: rows of `max_len + 1` tokens. Unpacked: each conversation padded to a bucket
     length + 1 (`buckets`, default 16, 32, ... up to `max_len`). Training batches are
-    reshuffled every epoch from `(seed, epoch)`; `drop_last=False` keeps the last, smaller
-    batch (for evaluation).
+    reshuffled every epoch from `(seed, epoch)`.
+
+    Args:
+        examples: the encoded conversations (`encode_conversations`).
+        pad_id: the id that fills the rows past their conversations.
+        config: `batch_size`, `max_len`, `pack`, `buckets` and `seed` (the rest of a
+            `ChatDataConfig` is not read here); None: `ChatDataConfig()`'s defaults.
+        shuffle: reshuffle the batches every epoch (False: in order, for evaluation).
+        drop_last: drop the last, smaller batch of an epoch (False keeps it, for evaluation).
+        split: the data's name in messages.
+        **legacy: the older keywords `batch_size=`, `max_len=`, `pack=`, `buckets=` and
+            `seed=`, each a field of `config` (a `DeprecationWarning` says so).
     """
-    if pack:
+    old = legacy_keywords("chat_batches", legacy, BATCHING_OPTIONS, "config=ChatDataConfig(...)")
+    config = replace(config or ChatDataConfig(), **old)
+    batch_size, max_len, seed = config.batch_size, config.max_len, config.seed
+    if config.pack:
         arrays = pack_conversations(examples, max_len=max_len, pad_id=pad_id)
         rows = len(arrays["tokens"])
         if drop_last and rows < batch_size:
@@ -204,7 +222,7 @@ def chat_batches(
             f"the {split} split has {len(examples)} conversations, fewer than "
             f"batch_size={batch_size}; lower batch_size or give more conversations"
         )
-    widths = [length + 1 for length in bucket_lengths(max_len, buckets)]
+    widths = [length + 1 for length in bucket_lengths(max_len, config.buckets)]
     return BucketedBatches(
         {"tokens": examples.tokens, "loss_mask": examples.loss_mask},
         pad_ids={"tokens": pad_id, "loss_mask": 0},

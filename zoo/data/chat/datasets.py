@@ -1,23 +1,25 @@
 """`chat_data`: a dataset of conversations -> train and validation batches for instruction tuning.
 
     import zoo.data
+    config = zoo.data.ChatDataConfig(max_len=256, batch_size=16)
     data = zoo.data.chat_data(zoo.data.load_spec("json:chats/"), tokenizer=tokenizer,
-                              max_len=256, batch_size=16)
+                              config=config)
     batch = data.train.batch(0)  # {"tokens", "loss_mask", "segments"}: zoo.tasks.LanguageModeling
 
 Rows are chat messages, Alpaca instruction records or prompt/completion pairs
-(`zoo.data.chat.conversations`); the format is detected from the columns of the train split unless
-`format` names it. Validation is the dataset's own split (validation / valid / dev / val, or
-`validation_split`), else a seeded `holdout` fraction of the train conversations. A char or word
-vocabulary is learnt from the train conversations (their role names and contents). Everything
-else (template, loss mask, packing) is `zoo.data.chat.batches`.
+(`zoo.data.chat.conversations`); the format is detected from the columns of the train split
+unless `format` names it. Every option is a field of `ChatDataConfig` (`zoo.data.chat.options`).
+Validation is the dataset's own split (validation / valid / dev / val, or `validation_split`),
+else a seeded `holdout` fraction of the train conversations. A char or word vocabulary is learnt
+from the train conversations (their role names and contents). Everything else (template, loss
+mask, packing) is `zoo.data.chat.batches`.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import datasets
@@ -31,6 +33,7 @@ from zoo.data.batches import BatchSource
 from zoo.data.chat.batches import ChatExamples, chat_batches, encode_conversations
 from zoo.data.chat.conversations import EXPECTED, FORMATS, Message, conversations, detect_format
 from zoo.data.chat.files import chat_template_for
+from zoo.data.chat.options import CHAT_FORMATS, ChatDataConfig
 from zoo.data.chat.template import ChatTemplate
 from zoo.data.checks import check_not_empty, column_names
 from zoo.data.errors import DataError
@@ -38,9 +41,13 @@ from zoo.data.options import DataConfig
 from zoo.data.splits import AnyData, AnySplit, pick_splits
 from zoo.data.tokenizers.base import Tokenizer
 from zoo.data.tokenizers.build import build_tokenizer
+from zoo.records import legacy_keywords
 
 DEFAULT_CHAT_TOKENIZER = "word"
-CHAT_FORMATS = ("auto", *FORMATS)
+CONFIG_FIELDS = tuple(field.name for field in fields(ChatDataConfig))
+# The fields of `ChatDataConfig` that `chat_evaluation` took as loose keywords.
+EVALUATION_OPTIONS = ("format", "train_on", "template", "max_len", "batch_size", "seed",
+                      "train_split", "holdout")  # fmt: skip
 
 logger = logging.getLogger(__name__)
 
@@ -94,64 +101,54 @@ def chat_data(
     dataset: AnyData,
     *,
     tokenizer: Tokenizer | str | None = None,
-    format: str | None = None,
-    train_on: str = "assistant",
-    pack: bool = True,
-    template: ChatTemplate | str | None = None,
-    max_len: int = 128,
-    batch_size: int = 32,
-    seed: int = 0,
-    train_split: str = "train",
-    validation_split: str | None = None,
-    holdout: float = 0.1,
-    buckets: Sequence[int] | None = None,
-    truncate: bool = True,
-    tokenizer_options: Mapping[str, Any] | None = None,
+    config: ChatDataConfig | None = None,
+    **legacy: Any,
 ) -> ChatData:
     """Train and validation batches of the conversations in `dataset` (see the module doc).
 
     `tokenizer` is a `Tokenizer` (a pretrained model's, whose chat template it carries), or a
     kind (char | word | tiktoken:NAME; default word) learnt from the train conversations.
-    `template` (a `ChatTemplate` or Jinja text) overrides the tokenizer's own template, and a
-    tokenizer without one gets zoo's default (logged). `train_on` is `assistant` (the loss on
-    the assistant's tokens only) or `all`; `pack` packs conversations into rows of
-    `max_len + 1` tokens (`zoo.data.chat.batches`).
+    `config` holds every other option (`ChatDataConfig`): its `template` (a `ChatTemplate` or
+    Jinja text) overrides the tokenizer's own template, and a tokenizer without one gets zoo's
+    default (logged); `train_on` is `assistant` (the loss on the assistant's tokens only) or
+    `all`; `pack` packs conversations into rows of `max_len + 1` tokens
+    (`zoo.data.chat.batches`). The older keywords (`max_len=`, `batch_size=`, ... each a field
+    of `ChatDataConfig`) still work, with a `DeprecationWarning`, over `config` when both are
+    given.
     """
-    config = DataConfig(
-        task="language_modeling", max_len=max_len, batch_size=batch_size, seed=seed,
-        train_split=train_split, validation_split=validation_split, holdout=holdout,
-        buckets=buckets,
-    )  # fmt: skip
-    train, validation, validation_name = pick_splits(dataset, config)
+    old = legacy_keywords("chat_data", legacy, CONFIG_FIELDS, "config=ChatDataConfig(...)")
+    config = replace(config or ChatDataConfig(), **old)
+    splits = DataConfig(task="language_modeling", train_split=config.train_split,
+                        validation_split=config.validation_split)  # fmt: skip
+    train, validation, validation_name = pick_splits(dataset, splits)
+    train_split = config.train_split
     if not isinstance(train, datasets.IterableDataset):
         check_not_empty(train, train_split)
-    chosen_format = chat_format_of(train, format)
+    chosen_format = chat_format_of(train, config.format)
     train_rows = split_conversations(train, format=chosen_format)
     if validation is None:
-        train_rows, validation_rows = _hold_out(train_rows, holdout, seed, train_split)
+        train_rows, validation_rows = _hold_out(train_rows, config.holdout, config.seed,
+                                                train_split)  # fmt: skip
     else:
         if not isinstance(validation, datasets.IterableDataset):
             check_not_empty(validation, validation_name)
         validation_rows = split_conversations(validation, format=chosen_format)
-    chosen = _tokenizer(tokenizer, train_rows, tokenizer_options)
-    if isinstance(template, str):
-        template = chat_template_for(chosen, template=template)
-    template = template or chat_template_for(chosen)
+    chosen = _tokenizer(tokenizer, train_rows, config.tokenizer_options)
+    template = _template(chosen, config.template)
     encoded = {}
     for name, rows in ((train_split, train_rows), (validation_name, validation_rows)):
         encoded[name] = encode_conversations(
-            rows, chosen, template=template, train_on=train_on, max_len=max_len,
-            truncate=truncate, split=name,
+            rows, chosen, template=template, train_on=config.train_on, max_len=config.max_len,
+            truncate=config.truncate, split=name,
         )  # fmt: skip
-    options: dict[str, Any] = dict(max_len=max_len, pad_id=chosen.pad_id, pack=pack,
-                                   buckets=buckets)  # fmt: skip
-    train_source = chat_batches(encoded[train_split], batch_size=batch_size, seed=seed,
-                                split=train_split, **options)  # fmt: skip
-    validation_source = chat_batches(encoded[validation_name], batch_size=batch_size,
-                                     shuffle=False, drop_last=False, split=validation_name,
-                                     **options)  # fmt: skip
+    train_source = chat_batches(encoded[train_split], pad_id=chosen.pad_id, config=config,
+                                split=train_split)  # fmt: skip
+    validation_source = chat_batches(encoded[validation_name], pad_id=chosen.pad_id,
+                                     config=config, shuffle=False, drop_last=False,
+                                     split=validation_name)  # fmt: skip
     counts = {name: _counts(examples) for name, examples in encoded.items()}
-    logger.info("chat data (%s format, train on %s tokens): %s", chosen_format, train_on, counts)
+    logger.info("chat data (%s format, train on %s tokens): %s", chosen_format, config.train_on,
+                counts)  # fmt: skip
     return ChatData(train_source, validation_source, chosen, template, chosen_format, counts)
 
 
@@ -172,40 +169,37 @@ def chat_evaluation(
     tokenizer: Tokenizer,
     *,
     split: str = "validation",
-    format: str | None = None,
-    train_on: str = "assistant",
-    template: ChatTemplate | None = None,
-    max_len: int = 128,
-    batch_size: int = 32,
-    seed: int = 0,
-    train_split: str = "train",
-    holdout: float = 0.1,
+    config: ChatDataConfig | None = None,
+    **legacy: Any,
 ) -> ChatEvaluation:
     """The conversations of `split`, encoded with the model's `tokenizer` and chat template as
-    `chat_data` encodes them for training. Without a `validation` split, `split="validation"`
-    reads the conversations `chat_data` held out of the train split (the same `seed` and
-    `holdout` give the same ones)."""
+    `chat_data` encodes them for training, one conversation per row (`config.pack` is not
+    read). Without a `validation` split, `split="validation"` reads the conversations
+    `chat_data` held out of `config.train_split` (the same `seed` and `holdout` give the same
+    ones). The older keywords (`format=`, `train_on=`, `template=`, `max_len=`, `batch_size=`,
+    `seed=`, `train_split=`, `holdout=`) still work, with a `DeprecationWarning`."""
+    old = legacy_keywords("chat_evaluation", legacy, EVALUATION_OPTIONS,
+                          "config=ChatDataConfig(...)")  # fmt: skip
+    config = replace(config or ChatDataConfig(), **old)
     splits = dataset if isinstance(dataset, Mapping) else {split: dataset}
     if split in splits:
-        rows, name = split_conversations(splits[split], format=format), split
-    elif split == "validation" and train_split in splits:
-        train_rows = split_conversations(splits[train_split], format=format)
+        rows, name = split_conversations(splits[split], format=config.format), split
+    elif split == "validation" and config.train_split in splits:
+        train_rows = split_conversations(splits[config.train_split], format=config.format)
         rows, name = (
-            _hold_out(train_rows, holdout, seed, train_split)[1],
+            _hold_out(train_rows, config.holdout, config.seed, config.train_split)[1],
             "validation (held out of train)",
         )
     else:
         raise DataError(f"no {split!r} split of conversations; the splits are {sorted(splits)}")
     if not rows:
         raise DataError(f"the {name!r} split has no conversations to evaluate")
-    template = template or chat_template_for(tokenizer)
     examples = encode_conversations(
-        rows, tokenizer, template=template, train_on=train_on, max_len=max_len, truncate=True,
-        split=name,
+        rows, tokenizer, template=_template(tokenizer, config.template), train_on=config.train_on,
+        max_len=config.max_len, truncate=config.truncate, split=name,
     )  # fmt: skip
-    batches = chat_batches(examples, batch_size=batch_size, max_len=max_len,
-                           pad_id=tokenizer.pad_id, pack=False, shuffle=False, drop_last=False,
-                           split=name)  # fmt: skip
+    batches = chat_batches(examples, pad_id=tokenizer.pad_id, config=replace(config, pack=False),
+                           shuffle=False, drop_last=False, split=name)  # fmt: skip
     counts = _counts(examples)
     unk = tokenizer.unk_id
     rate = None
@@ -256,6 +250,14 @@ def _tokenizer(
     # A role is written as its name on a line of its own by zoo's default template.
     texts = [f"{m['role']}:\n{m['content']}" for messages in rows for m in messages]
     return build_tokenizer(kind, texts, **dict(options or {}))
+
+
+def _template(tokenizer: Tokenizer, template: ChatTemplate | str | None) -> ChatTemplate:
+    """`template` itself, Jinja text made a template with `tokenizer`'s special tokens, or (None)
+    the tokenizer's own template, else zoo's default."""
+    if isinstance(template, ChatTemplate):
+        return template
+    return chat_template_for(tokenizer, template=template)
 
 
 def _counts(examples: ChatExamples) -> dict[str, int]:
