@@ -17,13 +17,13 @@ row = run_spec(BenchSpec(preset="gpt-tiny", batch=16, seq=64), peer="torch")
 | `hardware` | device name, dense bf16 peak table, MFU, peak memory, versions |
 | `timing` | warm-up, `block_until_ready`, interleaved rounds, median; compile time |
 | `report` | row fields, the table, the results JSON |
-| `suite` | rows from options; per row, zoo and peer timed in turns |
+| `suite` | rows from options (`plan` with a `Workload`); per row, zoo and peer timed in turns |
 """
 
 from zoo.bench.flops import FlopCount, decoder_flops_per_token, train_flops
 from zoo.bench.hardware import Peak, mfu, peak_bf16
 from zoo.bench.report import FIELDS
-from zoo.bench.suite import plan, run_spec
+from zoo.bench.suite import Workload, plan, run_spec
 from zoo.bench.workload import BenchSpec
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "BenchSpec",
     "FlopCount",
     "Peak",
+    "Workload",
     "decoder_flops_per_token",
     "mfu",
     "peak_bf16",
