@@ -122,7 +122,7 @@ def test_columns_that_fit_no_format_and_bad_rows_are_named():
     with pytest.raises(DataError, match=r"the columns \['text', 'label'\] fit no conversation"):
         chat_data(reviews, tokenizer=TOKENIZER)
     broken = datasets.Dataset.from_dict({"instruction": ["Hi", "Hi"], "output": ["Yo", None]})
-    with pytest.raises(DataError, match="row 1 lacks the column 'output' of the 'instruction'"):
+    with pytest.raises(DataError, match=r"row 1 has no value in 'output' \(null\), which the"):
         chat_data(broken, tokenizer=TOKENIZER)
     with pytest.raises(DataError, match="row 0 lacks the column 'prompt'"):
         chat_data(broken, tokenizer=TOKENIZER, config=ChatDataConfig(format="prompt_completion"))
@@ -134,6 +134,19 @@ def test_columns_that_fit_no_format_and_bad_rows_are_named():
     stream = datasets.Dataset.from_dict({"messages": [HI] * 4}).to_iterable_dataset()
     with pytest.raises(DataError, match="load it without streaming"):
         chat_data({"train": stream}, tokenizer=TOKENIZER)
+
+
+def test_numbers_in_alpaca_columns_are_read_as_their_text():
+    # a column of ints (Arrow int64), and one of floats with an empty cell (a CSV's NaN)
+    columns = {"instruction": ["Yo"] * 4, "input": [3, 7, 3, 7], "output": [1.5, float("nan")] * 2}
+    with pytest.raises(DataError, match=r"row 1 has no value in 'output' \(null\)"):
+        chat_data(datasets.Dataset.from_dict(columns), tokenizer=TOKENIZER)
+    dataset = datasets.Dataset.from_dict({**columns, "output": [1.5] * 4})
+    data = chat_data(dataset, tokenizer="char", config=unpacked(1))
+    tokens = data.train.batch(0)["tokens"][0].tolist()
+    text = data.tokenizer.decode(tokens, skip_special=False)
+    assert text.startswith("<bos>user:\nYo\n\n") and "<eos>\nassistant:\n1.5<eos>\n" in text
+    assert data.counts["train"]["trained_tokens"] == 3 * 4  # "1.5" and <eos> in each of 3
 
 
 def test_validation_comes_from_its_split_or_a_seeded_holdout():

@@ -142,6 +142,88 @@ def test_bad_rows_get_clear_errors(row, expected):
         conversation_messages(row, index=5)
 
 
+@pytest.mark.parametrize(
+    ("value", "prompt"),
+    [(4, "Add 4.\n\n4"), (2.5, "Add 4.\n\n2.5"), (float("nan"), "Add 4."), (None, "Add 4.")],
+)
+def test_alpaca_columns_are_read_as_text(value, prompt):
+    # a number is written as its text (as TRL and axolotl format it); NaN is an empty CSV cell
+    row = {"instruction": "Add 4.", "input": value, "output": 8, "system": 0}
+    assert conversation_messages(row) == [
+        {"role": "system", "content": "0"},
+        {"role": "user", "content": prompt},
+        {"role": "assistant", "content": "8"},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "kind"),
+    [("input", [1, 2], "list"), ("input", {"a": 1}, "dict"), ("output", True, "bool"),
+     ("system", ["Be brief."], "list"), ("instruction", {"text": "Hi"}, "dict")],
+)  # fmt: skip
+def test_alpaca_columns_that_are_not_text_are_refused(column, value, kind):
+    row = {"instruction": "Add.", "input": "4", "output": "8", column: value}
+    expected = rf"row 7: the column '{column}' holds {kind} .*'instruction' format expects text"
+    with pytest.raises(DataError, match=expected):
+        conversation_messages(row, index=7)
+
+
+def test_a_null_value_is_named_as_null_not_as_a_missing_column():
+    with pytest.raises(DataError, match=r"row 2 has no value in 'output' \(null\), which the"):
+        conversation_messages({"instruction": "Hi", "output": None}, index=2)
+    with pytest.raises(DataError, match=r"row 2 has no value in 'output' \(null\)"):
+        conversation_messages({"instruction": "Hi", "output": float("nan")}, index=2)
+    with pytest.raises(DataError, match=r"row 0 has no value in 'messages' \(null\)"):
+        conversation_messages({"messages": None})
+    with pytest.raises(DataError, match=r"row 0 has no value in 'completion' \(null\)"):
+        conversation_messages({"prompt": "Hi", "completion": None})
+
+
+def test_a_weight_0_turn_keeps_its_mark_and_weight_1_is_the_default():
+    turns = [HELLO[1], {**HELLO[2], "weight": 0}, HELLO[1], {**HELLO[2], "weight": 1.0}]
+    assert conversation_messages({"messages": turns}) == [
+        HELLO[1], {**HELLO[2], "weight": 0}, HELLO[1], HELLO[2]
+    ]  # fmt: skip
+    # SlimOrca's ShareGPT weights: null on system, 0.0 on human, 1.0 on gpt
+    sharegpt = [
+        {"from": "system", "value": "Be brief.", "weight": None},
+        {"from": "human", "value": "Hi", "weight": 0.0},
+        {"from": "gpt", "value": "Hello!", "weight": 1.0},
+        {"from": "human", "value": "Hi", "weight": 0.0},
+        {"from": "gpt", "value": "Hello!", "weight": 0},
+    ]
+    assert conversation_messages({"conversations": sharegpt}) == [
+        *HELLO, HELLO[1], {**HELLO[2], "weight": 0}
+    ]  # fmt: skip
+    flagged = [HELLO[1], {**HELLO[2], "train": False}, HELLO[1], {**HELLO[2], "training": True}]
+    assert conversation_messages({"messages": flagged})[1] == {**HELLO[2], "weight": 0}
+
+
+@pytest.mark.parametrize(
+    ("mark", "expected"),
+    [
+        ({"weight": 0.5}, r"row 4, message 1 has weight 0.5; a turn's weight is 0 .* or 1"),
+        ({"weight": "0"}, r"message 1 has weight '0'"),
+        ({"weight": True}, r"message 1 has weight True"),
+        ({"train": "no"}, r"message 1 has train='no'; the flag is true .* or false"),
+        ({"weight": 1, "train": False}, r"says both trained and not trained"),
+    ],
+)
+def test_a_bad_weight_is_refused_naming_the_row(mark, expected):
+    with pytest.raises(DataError, match=expected):
+        conversation_messages({"messages": [HELLO[1], {**HELLO[2], **mark}]}, index=4)
+
+
+def test_weights_that_cannot_be_honoured_are_refused():
+    trained_user = [{**HELLO[1], "weight": 1}, HELLO[2]]
+    with pytest.raises(DataError, match=r"row 3, message 0 \(user\) is marked trained"):
+        conversation_messages({"messages": trained_user}, index=3)
+    untrained = [HELLO[1], {**HELLO[2], "weight": 0}]
+    with pytest.raises(DataError, match="row 3: every assistant turn has weight 0"):
+        conversation_messages({"messages": untrained}, index=3)
+    assert conversation_messages({"messages": untrained}, require_assistant=False)[1]["weight"] == 0
+
+
 def test_a_prompt_without_an_assistant_turn_is_accepted_when_asked():
     assert conversation_messages({"messages": HELLO[:2]}, require_assistant=False) == HELLO[:2]
     assert check_messages(HELLO[1:2], require_assistant=False) == HELLO[1:2]

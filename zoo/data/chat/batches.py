@@ -3,7 +3,8 @@
 Each conversation is rendered through the model's chat template and tokenized
 (`zoo.data.chat.tokens.encode_chat`); its `loss_mask` is 1 on the tokens trained as targets:
 the assistant's (`train_on="assistant"`, the default: each assistant turn's content and its
-end-of-turn token) or every token (`train_on="all"`). The batches are those of
+end-of-turn token, but for the turns of weight 0) or every token (`train_on="all"`, weights
+aside, as axolotl's `train_on_inputs`). The batches are those of
 `zoo.tasks.LanguageModeling`:
 
 | batch key | shape | holds |
@@ -111,7 +112,7 @@ def encode_conversations(
             raise DataError(
                 f"{split} conversation {index} has no assistant token to train on (roles "
                 f"{[message.get('role') for message in messages]}); the template wrote no "
-                "assistant turn for it"
+                "assistant turn for it, or each assistant turn has weight 0"
             )
         if limit is not None and len(ids) > limit:
             if not truncate:

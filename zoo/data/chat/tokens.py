@@ -19,10 +19,27 @@ for role names:
   generates. A template that rewrites earlier text when a turn is added cannot be read this way
   and is refused: give it generation blocks.
 
+An assistant turn of weight 0 (`"weight": 0`, OpenAI's fine-tuning format, or `train: false`;
+see `zoo.data.chat.conversations`) is written in the text like any other but left out of the
+mask.
+
 Character spans become token positions through the offsets of the `tokenizers` library (a
 `FastTokenizer`, or a transformers fast tokenizer). Tokenizers without offsets (char, word,
 tiktoken) encode the text in pieces, cut at their special token strings (which become the
 special ids) and at the turn boundaries, so that no token straddles a boundary.
+
+Only the template writes special ids. A special token's text inside a message's content (a
+literal `<pad>`, or `<|im_end|>` typed by a user) is encoded as plain text, never as the id,
+which training would read as padding or the end of a turn: the conversation is rendered a
+second time with that text defused (its first character swapped for a private-use one), and
+only the special token texts found in that rendering, the template's own markers, become
+special ids (`content_defused`). transformers' `apply_chat_template` gives such content the
+special ids; the two agree on every conversation whose content holds no special token text.
+
+A template whose generation prompt is empty while it writes an opening before each assistant
+reply (`<|im_start|>assistant\n`; a ChatML template that ignores `add_generation_prompt`) is
+refused at the first conversation (`check_generation_prompt`): generation would start without
+the opening, and training would score the opening as the reply's.
 """
 
 from __future__ import annotations
@@ -31,17 +48,21 @@ import itertools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
 from jaxtyping import Int
 
+from zoo.data.chat.conversations import message_weight
 from zoo.data.chat.files import chat_template_for, token_id_or_none
 from zoo.data.chat.template import ChatTemplate
 from zoo.data.errors import DataError
 from zoo.data.tokenizers.base import Tokenizer
 
 Span = tuple[int, int]  # [start, end) character offsets in the rendered text
+# Stands for the first character of a special token's text written in a message's content.
+DEFUSED = "\ue002"
 
 
 @dataclass(frozen=True)
@@ -66,18 +87,92 @@ def encode_chat(
     reach the template (e.g. Llama 3's `date_string`).
     """
     template = template or chat_template_for(tokenizer)
+    check_generation_prompt(template, messages, **variables)
     if template.has_generation_blocks:
         text, spans = template.spans(messages, **variables)
         stop_ids: set[int] | None = None
     else:
         text, spans = turn_spans(template, messages, **variables)
         stop_ids = set(tokenizer.eos_ids)
-    ids, offsets = tokenize_text(tokenizer, text, cuts=[end for span in spans for end in span])
-    mask = span_mask(ids, offsets, spans, stop_ids=stop_ids)
+    markers = content_defused(template, messages, text, special_texts(tokenizer), variables)
+    cuts = [end for span in spans for end in span]
+    ids, offsets = tokenize_text(tokenizer, text, cuts=cuts, markers=markers)
+    mask = span_mask(ids, offsets, trained_spans(template, messages, spans), stop_ids=stop_ids)
     return ChatTokens(np.asarray(ids, np.int32), np.asarray(mask, np.int32), text)
 
 
 PROBE = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yes"}]
+# Templates whose generation prompt was seen to open the assistant's turn (or that need none).
+_OPENING_CHECKED: set[tuple[str, str]] = set()
+
+
+def check_generation_prompt(
+    template: ChatTemplate, messages: Sequence[Mapping[str, Any]], **variables: Any
+) -> None:
+    """A `ValueError` when `template` ignores `add_generation_prompt`: the conversation up to
+    its first assistant reply (or up to its last user turn, with a probe reply) renders the same
+    with and without it, while the template writes an opening (`<|im_start|>assistant\\n`)
+    before the reply. A template that needs no opening (Mistral's `[/INST]` ends the prompt)
+    passes. Checked once per template, at the first conversation that can tell."""
+    key = (template.source, repr(sorted(template.special_tokens.items())))
+    if key in _OPENING_CHECKED:
+        return
+    turn = next(
+        (i for i, message in enumerate(messages) if i > 0 and message.get("role") == "assistant"),
+        None,
+    )
+    if turn is None and messages and messages[-1].get("role") == "user":
+        messages, turn = [*messages, PROBE[1]], len(messages)
+    if turn is None or messages[turn - 1].get("role") != "user":
+        return
+    prompt = messages[:turn]
+    plain = template.render(prompt, **variables)
+    if template.render(prompt, add_generation_prompt=True, **variables) != plain:
+        _remember(key)
+        return
+    through = template.render(messages[: turn + 1], **variables)
+    reply = str(messages[turn].get("content") or "").strip()
+    written = through[len(plain) :] if through.startswith(plain) else ""
+    at = written.find(reply) if reply else -1
+    if at < 0:
+        return  # the template rewrites the reply: this conversation cannot tell
+    opening = written[:at]
+    if opening.strip():
+        raise ValueError(
+            f"{template.origin} ignores add_generation_prompt: it writes {opening!r} before "
+            "each assistant reply but not as the generation prompt (the conversation before "
+            f"the first reply renders to the same {len(plain)} characters with and without "
+            "it), so generation would start without the opening and training would score it as "
+            f"the reply's; make the template write {opening!r} at its end when "
+            "add_generation_prompt is true"
+        )
+    _remember(key)
+
+
+def _remember(key: tuple[str, str]) -> None:
+    if len(_OPENING_CHECKED) >= 64:  # a long session trying templates: forget, check again
+        _OPENING_CHECKED.clear()
+    _OPENING_CHECKED.add(key)
+
+
+def trained_spans(
+    template: ChatTemplate, messages: Sequence[Mapping[str, Any]], spans: Sequence[Span]
+) -> list[Span]:
+    """`spans` (one per assistant turn, in order) without those of the turns of weight 0."""
+    weights = [
+        message_weight(message, where=f"message {number} (assistant)")
+        for number, message in enumerate(messages)
+        if message.get("role") == "assistant"
+    ]
+    if 0 not in weights:
+        return list(spans)
+    if len(spans) != len(weights):
+        raise ValueError(
+            f"{template.origin} writes {len(spans)} {{% generation %}} blocks for "
+            f"{len(weights)} assistant turns, so the turns of weight 0 cannot be left out of "
+            "the loss; give each assistant turn one block, or drop the weights"
+        )
+    return [span for span, weight in zip(spans, weights, strict=True) if weight != 0]
 
 
 def end_of_turn_ids(tokenizer: Tokenizer, template: ChatTemplate | None = None) -> tuple[int, ...]:
@@ -105,8 +200,11 @@ def encode_prompt(
     """`int32[seq]`: the ids of the conversation and the opening of the assistant's reply,
     which generation continues from."""
     template = template or chat_template_for(tokenizer)
+    check_generation_prompt(template, messages, **variables)
     text = template.render(messages, add_generation_prompt=True, **variables)
-    ids, _ = tokenize_text(tokenizer, text)
+    specials = special_texts(tokenizer)
+    markers = content_defused(template, messages, text, specials, variables, prompt=True)
+    ids, _ = tokenize_text(tokenizer, text, markers=markers)
     return np.asarray(ids, np.int32)
 
 
@@ -139,24 +237,114 @@ def turn_spans(
 
 
 def tokenize_text(
-    tokenizer: Tokenizer, text: str, *, cuts: Iterable[int] = ()
+    tokenizer: Tokenizer, text: str, *, cuts: Iterable[int] = (), markers: str | None = None
 ) -> tuple[list[int], list[Span]]:
     """The ids of rendered `text` (no bos/eos added) and each token's character span.
 
     With the `tokenizers` library's offsets the whole text is encoded at once, as transformers
     does; otherwise the text is encoded in pieces cut at `cuts` and at the special token
-    strings, each token getting its piece's span.
+    strings, each token getting its piece's span. `markers` (`content_defused`) is `text` with
+    the special token texts of the messages' content defused: only the special token texts it
+    still holds become special ids, the rest is plain text. None: every one in `text` does.
     """
     backend = offsets_backend(tokenizer)
     if backend is not None:
+        if markers is not None and markers != text:
+            return _encode_around_markers(backend, text, markers)
         encoding = backend.encode(text, add_special_tokens=False)
         return list(encoding.ids), [(int(start), int(end)) for start, end in encoding.offsets]
     ids: list[int] = []
     offsets: list[Span] = []
-    for start, end, special in _pieces(text, special_strings(tokenizer), cuts):
+    for start, end, special in _pieces(text, special_strings(tokenizer), cuts, markers=markers):
         piece = [special] if special is not None else tokenizer.encode(text[start:end])
         ids.extend(piece)
         offsets.extend([(start, end)] * len(piece))
+    return ids, offsets
+
+
+def special_texts(tokenizer: Tokenizer) -> dict[str, int]:
+    """`{text: id}` of the special tokens that `tokenizer` finds in a text: the special added
+    tokens of a `tokenizers` backend; otherwise bos, eos and pad (`special_strings`)."""
+    backend = offsets_backend(tokenizer)
+    if backend is None:
+        return special_strings(tokenizer)
+    added = backend.get_added_tokens_decoder().items()
+    return {token.content: int(token_id) for token_id, token in added if token.special}
+
+
+def content_defused(
+    template: ChatTemplate,
+    messages: Sequence[Mapping[str, Any]],
+    text: str,
+    specials: Iterable[str],
+    variables: Mapping[str, Any],
+    *,
+    prompt: bool = False,
+) -> str | None:
+    """`text` (the conversation as `template` renders it, with the generation prompt when
+    `prompt`) rendered again with each of the `specials` texts in a message's content defused:
+    its first character is `DEFUSED`. The same text, character for character, except there; None
+    when no content holds a special text. A `ValueError` when the template rewrites such content
+    (the two renderings do not line up)."""
+    pattern = _alternatives(tuple(specials))
+    if pattern is None:
+        return None
+    defused: list[Mapping[str, Any]] = []
+    touched: list[str] = []
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, str) and pattern.search(content):
+            message = {**message, "content": pattern.sub(lambda m: DEFUSED + m[0][1:], content)}
+            touched.extend(match[0] for match in pattern.finditer(content))
+        defused.append(message)
+    if not touched:
+        return None
+    again = template.render(defused, add_generation_prompt=prompt, **variables)
+    if len(again) != len(text) or any(a != b and a != DEFUSED for a, b in zip(again, text)):
+        raise ValueError(
+            f"{template.origin} rewrites message content that holds the special token text "
+            f"{sorted(set(touched))}, so that text cannot be told from the template's own "
+            "tokens; remove it from the content"
+        )
+    return again
+
+
+@lru_cache(maxsize=16)
+def _alternatives(texts: tuple[str, ...]) -> re.Pattern[str] | None:
+    """A pattern matching any of `texts`, the longest first (as added tokens are matched)."""
+    longest = sorted((text for text in texts if text), key=len, reverse=True)
+    return re.compile("|".join(map(re.escape, longest))) if longest else None
+
+
+def _encode_around_markers(backend: Any, text: str, markers: str) -> tuple[list[int], list[Span]]:
+    """`text` encoded by a `tokenizers` backend with the special tokens `markers` holds as
+    their ids and every other special token text as plain text."""
+    specials = {
+        token.content: int(token_id)
+        for token_id, token in backend.get_added_tokens_decoder().items()
+        if token.special
+    }
+    pattern = _alternatives(tuple(specials))
+    ids: list[int] = []
+    offsets: list[Span] = []
+
+    def plain(start: int, end: int) -> None:
+        if end > start:
+            encoding = backend.encode(text[start:end], add_special_tokens=False)
+            ids.extend(encoding.ids)
+            offsets.extend((start + int(a), start + int(b)) for a, b in encoding.offsets)
+
+    position, before = 0, backend.encode_special_tokens
+    backend.encode_special_tokens = True  # special token texts between the markers are text
+    try:
+        for match in pattern.finditer(markers) if pattern is not None else ():
+            plain(position, match.start())
+            ids.append(specials[match[0]])
+            offsets.append(match.span())
+            position = match.end()
+        plain(position, len(text))
+    finally:
+        backend.encode_special_tokens = before
     return ids, offsets
 
 
@@ -208,10 +396,11 @@ def special_strings(tokenizer: Tokenizer) -> dict[str, int]:
 
 
 def _pieces(
-    text: str, specials: Mapping[str, int], cuts: Iterable[int]
+    text: str, specials: Mapping[str, int], cuts: Iterable[int], *, markers: str | None = None
 ) -> list[tuple[int, int, int | None]]:
     """`(start, end, special id or None)` pieces covering `text`, cut at `cuts` and around
-    every special token string (the longest first, as added tokens are matched)."""
+    every special token string (the longest first, as added tokens are matched) that `markers`
+    (default `text`) holds at the same place."""
     bounds = sorted({*cuts, 0, len(text)})
     pieces: list[tuple[int, int, int | None]] = []
 
@@ -220,11 +409,11 @@ def _pieces(
         pieces.extend((a, b, None) for a, b in itertools.pairwise(points) if b > a)
 
     position = 0
-    if specials:
-        longest = sorted(specials, key=len, reverse=True)
-        for match in re.finditer("|".join(map(re.escape, longest)), text):
+    pattern = _alternatives(tuple(specials))
+    if pattern is not None:
+        for match in pattern.finditer(text if markers is None else markers):
             plain(position, match.start())
-            pieces.append((match.start(), match.end(), specials[match.group()]))
+            pieces.append((match.start(), match.end(), specials[match[0]]))
             position = match.end()
     plain(position, len(text))
     return pieces
