@@ -137,6 +137,8 @@ NOT_RUN = {
     "rank=8,targets=all-linear --quantize int8 --max-len 512 --batch-size 8 --steps 300 --merge "
     "--out runs/smol-chat": READERS,
     'zoo chat runs/smol-chat --system "You are a concise assistant."': RUN_DIR,
+    "zoo export runs/smol-chat --hf runs/smol-chat-hf": RUN_DIR,
+    "zoo export runs/smol-chat --hf runs/smol-chat-hf --json": RUN_DIR,
     "zoo train classifier --init runs/rt --data json:my_reviews --freeze embeddings,layers:0-0 "
     "--out runs/ft": READERS,
     "zoo train gpt --init runs/base --data text:other.txt --tokenizer char --lora "
