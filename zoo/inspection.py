@@ -94,6 +94,15 @@ def plot_attention(
     `weights` is `[heads, q, k]` (e.g. `attention_maps(model, tokens)[layer]`) or one `[q, k]`
     map. Writes the image to `path` (format from the suffix) and returns the matplotlib
     `Figure`, whose heatmap axes are one per head, in head order.
+
+    Args:
+        weights: attention weights, `[heads, q, k]` or `[q, k]`.
+        query_labels: one label per query position (the rows).
+        key_labels: one label per key position (the columns).
+        path: the image file to write.
+        title: a title over the panels.
+        columns: panels per row.
+        cmap: the matplotlib colour map.
     """
     maps = np.asarray(weights, dtype=np.float32)
     if maps.ndim == 2:

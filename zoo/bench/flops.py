@@ -50,7 +50,18 @@ def encoder_decoder_flops_per_pair(
     source_len: int,
     target_len: int,
 ) -> int:
-    """Training FLOPs of one (source, target) pair; see the module docstring."""
+    """Training FLOPs of one (source, target) pair; see the module docstring.
+
+    Args:
+        source_params: parameters the source tokens pass through (embeddings excluded).
+        target_params: parameters the target tokens pass through, the output head included.
+        encoder_layers: encoder blocks, for the attention scores over the source.
+        decoder_layers: decoder blocks, for self- and cross-attention scores.
+        num_heads: attention heads per layer.
+        head_dim: width of one head.
+        source_len: source positions.
+        target_len: target positions.
+    """
     weights = 6 * (source_params * source_len + target_params * target_len)
     products = (
         encoder_layers * source_len**2

@@ -94,7 +94,17 @@ def encoded_examples(
     split_name: str,
     truncate_long: bool = True,
 ) -> Iterator[dict]:
-    """The examples of one pass, shuffled through a buffer when `shuffle_buffer`, tokenized."""
+    """The examples of one pass, shuffled through a buffer when `shuffle_buffer`, tokenized.
+
+    Args:
+        split: the streamed split.
+        encoder: turns one row into its token id columns.
+        pass_number: which pass over the stream this is; seeds its shuffle.
+        seed: the run's seed, combined with `pass_number`.
+        shuffle_buffer: examples held for shuffling; 0 keeps the stream's order.
+        split_name: the split's name, for error messages.
+        truncate_long: cut an example longer than its column allows (else an error).
+    """
     stream = split
     if shuffle_buffer:
         stream = stream.shuffle(seed=seed, buffer_size=shuffle_buffer)
@@ -122,7 +132,17 @@ def grouped_batches(
     label_check: tuple[str, int] | None = None,
     drop_last: bool = True,
 ) -> Iterator[Batch]:
-    """Consecutive examples in batches, padded to the shortest bucket that holds the longest."""
+    """Consecutive examples in batches, padded to the shortest bucket that holds the longest.
+
+    Args:
+        examples: tokenized examples, as `encoded_examples` yields them.
+        names: the columns that go into a batch.
+        pad_ids: the padding id of each token column.
+        batch_size: examples per batch.
+        bucket_lengths: the lengths a batch may be padded to, shortest first.
+        label_check: `(column, num_classes)` to check labels against, or None.
+        drop_last: drop a last batch smaller than `batch_size`.
+    """
     group: list[dict] = []
     for example in examples:
         group.append(example)

@@ -39,6 +39,15 @@ def mask_tokens(
 
     `special[id]` marks ids never chosen (padding included); `continues_word[id]` marks the
     pieces that continue a word (whole-word masking: they follow the choice of its first piece).
+
+    Args:
+        tokens: a batch of token ids.
+        key: the random key that picks the positions and their replacements.
+        rate: the fraction of (non-special) positions chosen, 0.15 in BERT.
+        mask_id: the `[MASK]` id; 80% of the chosen positions become it.
+        vocab_size: random replacements (10% of the chosen) are drawn below it.
+        special: ids never chosen, padding included.
+        continues_word: ids that continue a word, for whole-word masking (None: off).
     """
     choose_key, how_key, random_key = jax.random.split(key, 3)
     maskable = ~special[tokens]

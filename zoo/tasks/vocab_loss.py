@@ -52,6 +52,15 @@ def vocab_statistics(
     The same numbers as `token_losses` on the full logits (see the module docstring for how it
     avoids them). `multiple` pads the vocabulary of a table head for the matmul (None: the
     platform's default, `zoo.nn.vocab_multiple`).
+
+    Args:
+        head: the model's output head.
+        features: the final hidden states, any leading position axes.
+        targets: the token to predict at each position.
+        weight: which positions count.
+        label_smoothing: the probability mass spread over the whole vocabulary.
+        multiple: pad a table head's vocabulary to this multiple (None: the platform's).
+        chunk_bytes: the float32 logits held at once; the positions are chunked to fit.
     """
     multiple = vocab_multiple(multiple)
     d_model = features.shape[-1]

@@ -64,6 +64,16 @@ class FastTokenizer(Tokenizer):
     is not applied); `add_bos`/`add_eos` add them as every zoo tokenizer does, and `adds_bos`
     says whether the checkpoint's tokenizer puts bos first (Llama, Mistral: yes; Qwen: no).
     `decode(ids)` stops at the first of `eos_ids` and drops every special token.
+
+    Args:
+        tokenizer: the `tokenizers.Tokenizer`.
+        bos_id: the beginning-of-sequence id, or None.
+        eos_ids: every id that ends a sequence or a turn; the first is the eos id.
+        pad_token_id: the checkpoint's padding id, or None (then the eos id pads).
+        unk_id: the unknown-token id, or None.
+        mask_id: the masked-LM token (`<mask>`, `[MASK]`), or None.
+        adds_bos: whether the checkpoint's tokenizer puts bos first.
+        tokenizer_config: `tokenizer_config.json`'s contents (chat template, special tokens).
     """
 
     kind = "tokenizer.json"
