@@ -3,15 +3,20 @@
 | flavor | metrics |
 | --- | --- |
 | classifier | loss, accuracy, confusion matrix (rows: true class, columns: predicted) |
-| gpt | loss (nats per token), perplexity; on chat data, over the assistant's tokens (`--train-on`) |
+| gpt | loss (nats per token), perplexity; chat data: over `--train-on` tokens, token accuracy |
 | translator | loss, token accuracy, BLEU (sacrebleu, detokenized) of greedy or beam translations |
 
 The data is tokenized with the model's own tokenizer (saved beside it by `zoo train`); a GPT's
 conversations (chat data, as `zoo train` reads it) are rendered with its chat template, one per
-row, and without a validation split `--split validation` scores those `zoo train` held out (same
-`--seed`). With
-`--mesh` the batches' rows (and a translator's sources) are split over the devices, of many
-processes too (`--coordinator ...`: every process runs the command, process 0 prints).
+row, and scored on the tokens `--train-on` names: loss, perplexity and `token_accuracy` (the
+share of them whose argmax prediction is the target). Without a validation split, `--split
+validation` scores the examples `zoo train` held out of train: the same `--seed` (by default
+the run's own, from its `train_args.json`) picks the same ones. A single `--data` file is read
+as the split `--split` names, except the very file the run trained on (its `train_args.json`
+`data`), which is read as training read it, as the train split, so that its validation is the
+part training held out, as for a folder. With `--mesh` the batches' rows (and a translator's
+sources) are split over the devices, of many processes too (`--coordinator ...`: every process
+runs the command, process 0 prints).
 """
 
 from __future__ import annotations
@@ -43,13 +48,19 @@ def register(commands) -> None:
     parser.add_argument(
         "--split",
         default="validation",
-        help="split to evaluate (validation); a single --data file is read as this split",
+        help="split to evaluate (validation); a single --data file is read as this split, "
+        "but the run's own training file is split as training split it",
     )
     parser.add_argument("--json", action="store_true", help="print the metrics as JSON")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--beam-size", type=int, default=1, help="translator: 1 is greedy")
     parser.add_argument("--limit", type=int, default=None, help="translator: first N examples")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="the seed that held out validation (default: the run's, from train_args.json; else 0)",
+    )
     add_mesh_option(parser, processes=True)
     add_data_options(parser)
     add_chat_options(parser, pack=False)
@@ -144,15 +155,18 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     if layout is not None:
         model = layout.place(model)
     num_classes = model.config.num_classes if isinstance(model, Classifier) else None
+    record = training_record(args.model)
+    seed = _seed(args, record)
     data = DataOptions.from_args(
         args,
         max_len=model.config.max_positions if args.max_len is None else args.max_len,
         num_classes=num_classes,
+        seed=seed,
     )
     options = from_hf_options(data, flavor)
-    dataset = load_dataset(args.data, data, file_split=args.split)
+    dataset = load_dataset(args.data, data, file_split=_file_split(args, record))
     if wants_chat(dataset, flavor, args, split=args.split if args.split in dataset else "train"):
-        return _evaluate_chat(args, model, tokenizer, dataset, layout)
+        return _evaluate_chat(args, model, tokenizer, dataset, layout, seed=seed)
     split, split_label = _eval_split(dataset, args, flavor, options)
     source = split_batches(split, task=TASK_OF_FLAVOR[flavor], tokenizer=tokenizer,
                            split_name=args.split, **options)  # fmt: skip
@@ -184,9 +198,9 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _evaluate_chat(
-    args: argparse.Namespace, model: Any, tokenizer: Any, dataset: Any, layout: Any
+    args: argparse.Namespace, model: Any, tokenizer: Any, dataset: Any, layout: Any, *, seed: int
 ) -> dict[str, Any]:
-    """A GPT's loss and perplexity on conversations (see the module doc)."""
+    """A GPT's loss, perplexity and token accuracy on conversations (see the module doc)."""
     from zoo.data.chat.datasets import chat_evaluation
     from zoo.data.chat.options import ChatDataConfig
     from zoo.tasks import LanguageModeling
@@ -198,7 +212,7 @@ def _evaluate_chat(
         train_on=args.train_on,
         max_len=model.config.max_positions if args.max_len is None else args.max_len,
         batch_size=args.batch_size,
-        seed=args.seed,
+        seed=seed,
     )
     chats = chat_evaluation(dataset, tokenizer, split=args.split, config=config)
     stats, _ = _statistics(model, LanguageModeling(), chats.batches, layout)
@@ -215,7 +229,78 @@ def _evaluate_chat(
         "tokens": int(stats.weight),
         "total_tokens": chats.tokens,
         "perplexity": math.exp(loss),
+        "token_accuracy": float(stats.accuracy),  # of the scored tokens, summed on the device
     }
+
+
+def training_record(model: str) -> dict[str, Any]:
+    """The options `zoo train` recorded for the run in `model` (`train_args.json`); `{}` for a
+    model without one (a HuggingFace folder, `hf:NAME`, a `zoo.save` folder)."""
+    from zoo.cli._run_dir import RUN_ARGS_FILE
+    from zoo.files import read_json_object
+
+    path = Path(model) / RUN_ARGS_FILE
+    fix = "it records how the run was trained: delete it to evaluate without it"
+    return read_json_object(path, fix=fix, missing_ok=True) if path.is_file() else {}
+
+
+def _seed(args: argparse.Namespace, record: dict[str, Any]) -> int:
+    """`--seed`, else the run's own (the one that held out its validation), else 0."""
+    from zoo.distributed.hosts import is_writer
+
+    if args.seed is not None:
+        recorded = record.get("seed")
+        if isinstance(recorded, int) and recorded != args.seed and is_writer():
+            print(
+                f"zoo eval: --seed {args.seed}, but the run was trained with --seed {recorded}: "
+                "a held-out validation split is not the one training held out",
+                file=sys.stderr,
+            )
+        return args.seed
+    recorded = record.get("seed")
+    return recorded if isinstance(recorded, int) else 0
+
+
+def _file_split(args: argparse.Namespace, record: dict[str, Any]) -> str:
+    """The split a single `--data` file is read as: `--split`, except the run's own training
+    file where training held out its validation: the train split, as training read it, so that
+    `--split validation` is the part it held out (see the module doc)."""
+    from zoo.distributed.hosts import is_writer
+
+    scheme, _, rest = args.data.partition(":")
+    if scheme == "hf" or not Path(rest).is_file():
+        return args.split
+    train_files, held_out = _training_files(record, scheme)
+    if not any(Path(rest).samefile(file) for file in train_files):
+        return args.split
+    if args.split == "train" or (held_out and len(train_files) == 1 and args.split == "validation"):
+        return "train"
+    if is_writer():
+        print(
+            f"zoo eval: --data {args.data} is training data of the run in {args.model} "
+            f"(train_args.json: {record.get('data')}); read as --split {args.split}, its scores "
+            "are on examples the model was trained on",
+            file=sys.stderr,
+        )
+    return args.split
+
+
+def _training_files(record: dict[str, Any], scheme: str) -> tuple[list[Path], bool]:
+    """(the files of the run's train split, whether training held validation out of them):
+    from `data` in its `train_args.json`, a spec relative to where `zoo train` ran."""
+    from zoo.data.specs import split_files
+
+    recorded = record.get("data")
+    if isinstance(recorded, list) and len(recorded) == 1:  # a repeated --data, given once
+        recorded = recorded[0]
+    if not isinstance(recorded, str) or recorded.partition(":")[0] != scheme:
+        return [], False
+    try:
+        files = split_files(Path(recorded.partition(":")[2]), scheme)
+    except (FileNotFoundError, OSError):  # moved since, or relative to another folder
+        return [], False
+    held_out = "validation" not in files  # zoo.data.splits.pick_splits: else a holdout
+    return [Path(file) for file in files.get("train", [])], held_out
 
 
 def _eval_split(
