@@ -15,7 +15,8 @@ import pytest
 import zoo
 from zoo.cli import main
 from zoo.data import CharTokenizer
-from zoo.decoding.chat import reply
+from zoo.decoding import SamplingSettings
+from zoo.decoding.chat import ChatFormat, reply
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("jinja2") is None, reason="chat templates need jinja2 (zoo[chat])"
@@ -99,8 +100,8 @@ def test_system_prompt_template_file_and_sampling(chat_dir, tmp_path, capsys):
     assert main([*args, "--template", str(template), *sampled]) == 0
     record = json.loads(capsys.readouterr().out)
     expected = reply(
-        model, TOKENIZER, "hi", system="be brief", template=template.read_text(),
-        max_new_tokens=6, temperature=0.9, top_k=5,
+        model, ChatFormat(TOKENIZER, template=template.read_text(), system="be brief"), "hi",
+        max_new_tokens=6, sampling=SamplingSettings(0.9, top_k=5),
         key=jax.random.fold_in(jax.random.key(4), 0),
     )  # fmt: skip
     assert record["reply"] == expected.text

@@ -12,6 +12,7 @@ import pytest
 import zoo
 from zoo.cli import main
 from zoo.data import CharTokenizer
+from zoo.decoding import SamplingSettings
 from zoo.decoding.text import classify_texts, generate_texts, translate_texts
 
 TOKENIZER = CharTokenizer(string.ascii_lowercase + " .!")
@@ -58,6 +59,24 @@ def test_generate_prints_the_greedy_continuation(gpt_dir, capsys):
             break
         ids.append(next_id)
     assert rows[0]["output"] == TOKENIZER.decode(ids[5:])
+
+
+def test_generate_samples_with_the_seed_as_the_python_api(gpt_dir, capsys):
+    model, directory = gpt_dir
+    args = ["generate", directory, "--prompt", "hello", "--max-new-tokens", "7", "--json"]
+    sampled = ["--temperature", "0.9", "--top-k", "5", "--seed", "3"]
+    assert main([*args, *sampled]) == 0
+    [row] = _json_lines(capsys)
+    sampling, key = SamplingSettings(0.9, top_k=5), jax.random.key(3)
+    expected = generate_texts(model, TOKENIZER, ["hello"], max_new_tokens=7, sampling=sampling,
+                              key=key)  # fmt: skip
+    assert row["output"] == expected[0]
+    with pytest.warns(DeprecationWarning, match=r"generate_texts\(temperature=, top_k=\)"):
+        older = generate_texts(model, TOKENIZER, ["hello"], max_new_tokens=7, temperature=0.9,
+                               top_k=5, key=key)  # fmt: skip
+    assert older == expected
+    assert main([*args, "--temperature", "-1"]) == 2
+    assert "temperature must be a finite number >= 0" in capsys.readouterr().err
 
 
 def test_translate_matches_python_api_and_beam_option(translator_dir, capsys):

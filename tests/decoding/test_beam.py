@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 from decoding_reference import gpt_logits
 
-import zoo
 from zoo.decoding.beam import beam_search, length_penalty
 from zoo.decoding.generate import beam_generate
-from zoo.decoding.loop import sample_loop
+from zoo.decoding.loop import Stopping, sample_loop
 
 PAD, BOS, EOS, A, B, C, D = range(7)
 VOCAB, MAX_LEN = 7, 4
+STOPPING = Stopping(MAX_LEN, eos_id=EOS, fill_id=PAD)
 
 
 def code(prefix):
@@ -54,30 +54,20 @@ def stub_greedy():
         stub_step,
         jnp.zeros((1,), jnp.int32),
         jnp.full((1,), BOS, jnp.int32),
-        max_new_tokens=MAX_LEN,
-        values=None,
-        key=None,
-        eos_id=EOS,
-        fill_id=PAD,
+        stopping=STOPPING,
     )[0]
 
 
-def stub_beam(beam_size, alpha):
+def stub_beam(beam_size, alpha, **older):
     state = jnp.zeros((1,), jnp.int32)
-    tokens, scores, _ = jax.jit(
-        beam_search,
-        static_argnums=0,
-        static_argnames=("beam_size", "max_len", "eos_id", "fill_id", "alpha"),
-    )(
-        stub_step,
-        state,
-        jnp.full((1,), BOS, jnp.int32),
-        beam_size=beam_size,
-        max_len=MAX_LEN,
-        eos_id=EOS,
-        fill_id=PAD,
-        alpha=alpha,
+    search = jax.jit(
+        beam_search, static_argnums=0, static_argnames=("stopping", "beam_size", "alpha", *older)
     )
+    stopping = {} if older else {"stopping": STOPPING}
+    tokens, scores, _ = search(
+        stub_step, state, jnp.full((1,), BOS, jnp.int32), beam_size=beam_size, alpha=alpha,
+        **stopping, **older,
+    )  # fmt: skip
     return tokens[0].tolist(), float(scores[0])
 
 
@@ -99,6 +89,24 @@ def test_beam_of_one_is_greedy_on_the_stub():
     np.testing.assert_allclose(score, log_prob / float(length_penalty(3, 0.6)), rtol=1e-6)
 
 
+def test_the_older_loose_stopping_keywords_still_work():
+    with pytest.warns(DeprecationWarning, match="stopping=Stopping"):
+        older = stub_beam(2, 0.6, max_len=MAX_LEN, eos_id=EOS, fill_id=PAD)
+    assert older == stub_beam(2, 0.6)
+    with pytest.warns(DeprecationWarning, match="stopping=Stopping"):
+        tokens, _ = jax.jit(
+            lambda: sample_loop(
+                stub_step, jnp.zeros((1,), jnp.int32), jnp.full((1,), BOS, jnp.int32),
+                max_new_tokens=MAX_LEN, values=None, key=None, eos_id=EOS, fill_id=PAD,
+            )
+        )()  # fmt: skip
+    np.testing.assert_array_equal(tokens, stub_greedy())
+    with pytest.raises(TypeError, match="missing the keyword argument stopping"):
+        sample_loop(stub_step, jnp.zeros((1,), jnp.int32), jnp.full((1,), BOS, jnp.int32))
+    with pytest.raises(ValueError, match="max_len must be a positive integer"):
+        Stopping(0)
+
+
 def test_length_penalty_is_gnmt():
     np.testing.assert_allclose(length_penalty(3, 0.6), (8 / 6) ** 0.6, rtol=1e-6)
     assert float(length_penalty(10, 0.0)) == 1.0
@@ -109,7 +117,6 @@ PROMPTS = [[5, 6, 7], [8, 9, 10, 11, 12], [13, 14]]
 
 def test_gpt_beam_scores_match_the_full_forward(gpt):
     tokens, scores = beam_generate(gpt, PROMPTS, max_new_tokens=4, beam_size=3)
-    np.testing.assert_array_equal(zoo.generate(gpt, PROMPTS, max_new_tokens=4, beam_size=3), tokens)
     eos = gpt.config.eos_id
     for row, prompt in enumerate(PROMPTS):
         new = tokens[row].tolist()

@@ -13,9 +13,10 @@ import pytest
 import zoo
 from zoo.data import CharTokenizer
 from zoo.data.chat.tokens import encode_prompt
-from zoo.decoding.chat import TextStream, as_messages, replies, reply
+from zoo.decoding import SamplingSettings
+from zoo.decoding.chat import ChatFormat, TextStream, as_messages, replies, reply
 from zoo.decoding.stream import stream_tokens
-from zoo.distributed import make_mesh
+from zoo.distributed import Layout, make_mesh
 
 needs_jinja = pytest.mark.skipif(
     importlib.util.find_spec("jinja2") is None, reason="chat templates need jinja2 (zoo[chat])"
@@ -34,11 +35,11 @@ def streamed(model, prompts, **options) -> np.ndarray:
     return np.stack(list(stream_tokens(model, prompts, **options)), axis=1)
 
 
-@pytest.mark.parametrize("sampling", [{}, {"temperature": 1.3, "top_k": 20, "top_p": 0.9}])
+@pytest.mark.parametrize("sampling", [None, SamplingSettings(1.3, top_k=20, top_p=0.9)])
 def test_streamed_tokens_are_those_of_generate(gpt, sampling):
     key = jax.random.key(7) if sampling else None
-    tokens = streamed(gpt, PROMPTS, max_new_tokens=9, key=key, **sampling)
-    expected = np.asarray(zoo.generate(gpt, PROMPTS, max_new_tokens=9, key=key, **sampling))
+    tokens = streamed(gpt, PROMPTS, max_new_tokens=9, sampling=sampling, key=key)
+    expected = np.asarray(zoo.generate(gpt, PROMPTS, max_new_tokens=9, sampling=sampling, key=key))
     assert tokens.shape[0] == 3 and 1 <= tokens.shape[1] <= 9
     for row, generated in zip(tokens, expected):
         ends = np.flatnonzero(np.isin(generated, gpt.config.end_ids))
@@ -56,7 +57,7 @@ def test_stream_stops_when_every_row_has_ended_and_at_the_models_positions(gpt):
     with pytest.raises(ValueError, match="no room to answer; shorten the conversation"):
         streamed(gpt, [[5] * gpt.config.max_positions], max_new_tokens=2)
     with pytest.raises(ValueError, match="needs a random key"):
-        streamed(gpt, PROMPTS, max_new_tokens=2, temperature=0.5)
+        streamed(gpt, PROMPTS, max_new_tokens=2, sampling=SamplingSettings(0.5))
 
 
 @needs_jinja
@@ -86,9 +87,9 @@ def test_text_streams_piece_by_piece_and_joins_to_the_reply(chat_gpt):
 @needs_jinja
 def test_a_batch_of_conversations_gives_each_its_own_reply(chat_gpt):
     conversations = ["hello", [{"role": "user", "content": "why"}], "a"]
-    together = replies(chat_gpt, TOKENIZER, conversations, max_new_tokens=6, system="be brief")
-    alone = [reply(chat_gpt, TOKENIZER, c, max_new_tokens=6, system="be brief")
-             for c in conversations]  # fmt: skip
+    brief = ChatFormat(TOKENIZER, system="be brief")
+    together = replies(chat_gpt, brief, conversations, max_new_tokens=6)
+    alone = [reply(chat_gpt, brief, c, max_new_tokens=6) for c in conversations]
     assert together == alone
 
 
@@ -119,7 +120,40 @@ def test_conversations_are_checked():
 @needs_jinja
 def test_chat_on_a_one_device_mesh_answers_as_without(chat_gpt):
     mesh = make_mesh("data=1", jax.devices()[:1])
-    options = {"max_new_tokens": 8, "temperature": 0.9, "key": jax.random.key(2)}
+    options = {"max_new_tokens": 8, "sampling": SamplingSettings(0.9), "key": jax.random.key(2)}
     assert reply(chat_gpt, TOKENIZER, "hello", mesh=mesh, **options) == reply(
         chat_gpt, TOKENIZER, "hello", **options
     )
+    assert reply(chat_gpt, TOKENIZER, "hello", mesh=Layout.of(mesh), **options) == reply(
+        chat_gpt, TOKENIZER, "hello", **options
+    )
+
+
+def test_the_older_stream_keywords_give_the_same_tokens(gpt):
+    key = jax.random.key(3)
+    expected = streamed(gpt, PROMPTS, max_new_tokens=5, sampling=SamplingSettings(0.9), key=key)
+    with pytest.warns(DeprecationWarning, match=r"stream_tokens\(temperature=\)"):
+        older = streamed(gpt, PROMPTS, max_new_tokens=5, temperature=0.9, key=key)
+    np.testing.assert_array_equal(older, expected)
+
+
+@needs_jinja
+def test_the_older_chat_keywords_give_the_same_reply_with_a_warning(chat_gpt):
+    template = (
+        "{% for m in messages %}{{ m['role'] }} {{ m['content'] }}\n{% endfor %}"
+        "{% if add_generation_prompt %}assistant {% endif %}"
+    )
+    brief = ChatFormat(TOKENIZER, template=template, system="be brief")
+    options = {"max_new_tokens": 6, "key": jax.random.key(4)}
+    sampled = SamplingSettings(0.8, top_k=9)
+    expected = reply(chat_gpt, brief, "hello", sampling=sampled, **options)
+    older = {"system": "be brief", "template": template, "temperature": 0.8, "top_k": 9}
+    for call in (reply, replies, zoo.chat):
+        with pytest.warns(DeprecationWarning, match="ChatFormat") as caught:
+            found = call(chat_gpt, TOKENIZER, ["hello"] if call is replies else "hello",
+                         **older, **options)  # fmt: skip
+        assert "sampling=SamplingSettings" in str(caught[0].message)
+        found = found[0] if call is replies else found
+        assert (found if call is zoo.chat else found.text) == expected.text
+    with pytest.raises(TypeError, match="system= beside a ChatFormat"), pytest.deprecated_call():
+        zoo.chat(chat_gpt, brief, "hello", system="again", max_new_tokens=2)

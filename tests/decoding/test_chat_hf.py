@@ -79,7 +79,7 @@ def tuned(tmp_path_factory):
         pad_id=tokenizer.pad_id, bos_id=None, eos_id=tokenizer.eos_id,
     )  # fmt: skip
     trainer = zoo.Trainer(zoo.tasks.LanguageModeling(), zoo.train.adamw(1e-2, warmup=5),
-                          progress=False)  # fmt: skip
+                          loop=zoo.train.LoopSettings(progress=False))  # fmt: skip
     model, _ = trainer.fit(model, data.train, steps=80, key=jax.random.key(1))
     return model, tokenizer, root
 

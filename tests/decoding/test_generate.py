@@ -8,6 +8,7 @@ import pytest
 from decoding_reference import gpt_logits, reference_greedy
 
 import zoo
+from zoo.decoding import SamplingSettings, beam_generate
 from zoo.decoding.generate import gpt_step, start_gpt_decoding
 
 PAD = 0  # gpt-tiny: pad 0, bos 1, eos 2, 64 tokens, 128 positions
@@ -96,7 +97,7 @@ def test_generation_stops_on_any_of_several_end_ids(gpt):
         expected.append(row[:end] + [PAD] * (len(row) - end))
     np.testing.assert_array_equal(stopped, expected)
     assert np.asarray(expected)[:2, 2:].tolist() == [[PAD] * (NEW - 2)] * 2
-    beams = np.asarray(zoo.generate(model, PROMPTS, max_new_tokens=NEW, beam_size=2))
+    beams = np.asarray(beam_generate(model, PROMPTS, max_new_tokens=NEW, beam_size=2)[0])
     for row in beams.tolist():  # beam search ends a hypothesis at any end id too
         ended = [i for i, t in enumerate(row) if t in model.config.end_ids]
         if ended:
@@ -110,14 +111,17 @@ def test_ragged_lists_need_no_pad_id_and_left_padding_needs_its_mask(gpt):
     width = max(map(len, PROMPTS))
     left = np.array([[PAD] * (width - len(p)) + p for p in PROMPTS], np.int32)
     mask = (left != PAD).astype(np.int32)
-    from_left = zoo.generate(no_pad, left, attention_mask=mask, max_new_tokens=NEW)
+    encoding = {"input_ids": left, "attention_mask": mask}  # as a tokenizer returns it
+    from_left = zoo.generate(no_pad, encoding, max_new_tokens=NEW)
     np.testing.assert_array_equal(from_left, from_lists)
     with pytest.raises(ValueError, match="attention_mask has shape"):
-        zoo.generate(no_pad, left, attention_mask=mask[:, 1:], max_new_tokens=NEW)
+        zoo.generate(no_pad, {**encoding, "attention_mask": mask[:, 1:]}, max_new_tokens=NEW)
+    with pytest.raises(ValueError, match="need 'input_ids'"):
+        zoo.generate(no_pad, {"ids": left}, max_new_tokens=NEW)
 
 
 def test_sampling_is_reproducible_and_respects_top_k(gpt):
-    kwargs = dict(max_new_tokens=NEW, temperature=1.0, top_k=3)
+    kwargs = dict(max_new_tokens=NEW, sampling=SamplingSettings(temperature=1.0, top_k=3))
     first = zoo.generate(gpt, PROMPTS, key=jax.random.key(7), **kwargs)
     again = zoo.generate(gpt, PROMPTS, key=jax.random.key(7), **kwargs)
     other = zoo.generate(gpt, PROMPTS, key=jax.random.key(8), **kwargs)
@@ -142,11 +146,11 @@ def test_new_sampling_numbers_do_not_recompile(gpt):
             compiles.append(kwargs.get("fun_name"))
 
     kwargs = dict(max_new_tokens=NEW, key=jax.random.key(0))
-    zoo.generate(gpt, PROMPTS, temperature=1.0, top_k=3, **kwargs)
+    zoo.generate(gpt, PROMPTS, sampling=SamplingSettings(1.0, top_k=3), **kwargs)
     jax.monitoring.register_event_duration_secs_listener(listen)
     try:
         other_prompts = [[9, 9], [3], [4, 4, 4, 4, 4]]
-        zoo.generate(gpt, other_prompts, temperature=0.6, top_k=20, **kwargs)
+        zoo.generate(gpt, other_prompts, sampling=SamplingSettings(0.6, top_k=20), **kwargs)
     finally:
         jax.monitoring.unregister_event_duration_listener(listen)
     assert compiles == []
@@ -161,18 +165,55 @@ def test_new_sampling_numbers_do_not_recompile(gpt):
         ([[5, 6], [PAD, PAD]], dict(max_new_tokens=2), ValueError, "empty"),
         (np.zeros((2, 0), np.int32), dict(max_new_tokens=2), ValueError, "empty"),
         (np.array([5, 6]), dict(max_new_tokens=2), ValueError, r"\[batch, seq\]"),
-        (PROMPTS, dict(max_new_tokens=2, temperature=-1.0), ValueError, "temperature"),
-        (PROMPTS, dict(max_new_tokens=2, temperature=1.0, top_k=0), ValueError, "top_k"),
-        (PROMPTS, dict(max_new_tokens=2, temperature=1.0, top_p=1.2), ValueError, "top_p"),
-        (PROMPTS, dict(max_new_tokens=2, temperature=1.0), ValueError, "key"),
-        (PROMPTS, dict(max_new_tokens=2, beam_size=0), ValueError, "beam_size"),
-        (PROMPTS, dict(max_new_tokens=2, beam_size=2, temperature=1.0), ValueError, "beam"),
+        (PROMPTS, dict(max_new_tokens=2, sampling=SamplingSettings(1.0)), ValueError, "key"),
+        (PROMPTS, dict(max_new_tokens=2, sampling=0.8), TypeError, "SamplingSettings"),
         ([[5, 6, 7], [8, 99, 10, 11, 12], [13, 14]], dict(max_new_tokens=NEW), Exception, "vocab"),
     ],
 )
 def test_bad_requests_raise_clear_errors(gpt, prompts, kwargs, error, message):
     with pytest.raises(error, match=message):
         jax.block_until_ready(zoo.generate(gpt, prompts, **kwargs))
+
+
+@pytest.mark.parametrize(
+    ("older", "message"),
+    [
+        (dict(temperature=-1.0), "temperature"),
+        (dict(temperature=1.0, top_k=0), "top_k"),
+        (dict(temperature=1.0, top_p=1.2), "top_p"),
+        (dict(temperature=1.0), "key"),
+        (dict(beam_size=0), "beam_size"),
+        (dict(beam_size=2, temperature=1.0), "beam search is deterministic"),
+    ],
+)
+def test_the_older_keywords_are_still_checked(gpt, older, message):
+    with pytest.deprecated_call(), pytest.raises(ValueError, match=message):
+        zoo.generate(gpt, PROMPTS, max_new_tokens=2, **older)
+
+
+def test_the_older_keywords_give_the_same_tokens_with_a_warning(gpt):
+    key = jax.random.key(7)
+    settings = SamplingSettings(temperature=1.3, top_k=20, top_p=0.9)
+    expected = zoo.generate(gpt, PROMPTS, max_new_tokens=NEW, sampling=settings, key=key)
+    with pytest.warns(DeprecationWarning, match=r"generate\(temperature=, top_k=, top_p=\)"):
+        older = zoo.generate(
+            gpt, PROMPTS, max_new_tokens=NEW, temperature=1.3, top_k=20, top_p=0.9, key=key
+        )
+    np.testing.assert_array_equal(older, expected)
+    width = max(map(len, PROMPTS))
+    left = np.array([[PAD] * (width - len(p)) + p for p in PROMPTS], np.int32)
+    mask = (left != PAD).astype(np.int32)
+    with pytest.warns(DeprecationWarning, match="attention_mask"):
+        older = zoo.generate(gpt, left, attention_mask=mask, max_new_tokens=NEW)
+    np.testing.assert_array_equal(older, zoo.generate(gpt, PROMPTS, max_new_tokens=NEW))
+    with pytest.warns(DeprecationWarning, match="beam_generate"):
+        older = zoo.generate(gpt, PROMPTS, max_new_tokens=NEW, beam_size=3, length_penalty=0.2)
+    beams, _ = beam_generate(gpt, PROMPTS, max_new_tokens=NEW, beam_size=3, length_penalty=0.2)
+    np.testing.assert_array_equal(older, beams)
+    with pytest.deprecated_call(), pytest.raises(TypeError, match="got sampling= and temper"):
+        zoo.generate(gpt, PROMPTS, max_new_tokens=2, sampling=settings, temperature=1.0)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'temprature'"):
+        zoo.generate(gpt, PROMPTS, max_new_tokens=2, temprature=1.0)
 
 
 def test_generate_refuses_other_models(translator):

@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from zoo.decoding.loop import fill_token, sample_loop
+from zoo.decoding.loop import Stopping, fill_token, sample_loop
 
 VOCAB, EOS, PAD = 8, 2, 0
 
@@ -28,11 +28,7 @@ def run(script, max_new_tokens):
             scripted_step(script),
             jnp.zeros((batch,), jnp.int32),
             jnp.full((batch,), 1, jnp.int32),
-            max_new_tokens=max_new_tokens,
-            values=None,
-            key=None,
-            eos_id=EOS,
-            fill_id=PAD,
+            stopping=Stopping(max_new_tokens, eos_id=EOS, fill_id=PAD),
         )
     )()
 

@@ -1,4 +1,5 @@
-"""`mesh=` on the decoding functions and `--mesh` on their commands, on this one device.
+"""`mesh=` on the decoding functions (a mesh, a string or a Layout) and `--mesh` on their
+commands, on this one device.
 
 Eight devices are checked in tests/distributed/forced/test_generation_on_a_mesh.py; here a
 one-device mesh runs the same placement code, and the errors are checked."""
@@ -17,7 +18,7 @@ from zoo.cli import main
 from zoo.data import CharTokenizer
 from zoo.decoding.beam import take_beams
 from zoo.decoding.placement import decoding_layout, place_model, place_rows
-from zoo.distributed import make_mesh
+from zoo.distributed import RULES, Layout, make_mesh
 
 ONE = make_mesh("data=1", jax.devices()[:1])
 PROMPTS = np.array([[5, 6, 7], [8, 9, 0]], np.int32)
@@ -42,9 +43,12 @@ def test_a_one_device_mesh_decodes_as_no_mesh(gpt, translator):
 
 def test_classify_on_a_mesh_gives_the_same_probabilities():
     classifier = zoo.create("classifier-tiny", key=jax.random.key(4))
-    np.testing.assert_array_equal(
-        zoo.classify(classifier, PROMPTS, mesh=ONE), zoo.classify(classifier, PROMPTS)
-    )
+    alone = zoo.classify(classifier, PROMPTS)
+    np.testing.assert_array_equal(zoo.classify(classifier, PROMPTS, mesh=ONE), alone)
+    with pytest.warns(DeprecationWarning, match=r"classify\(rules=\)"):
+        np.testing.assert_array_equal(
+            zoo.classify(classifier, PROMPTS, mesh=ONE, rules=RULES), alone
+        )
 
 
 def test_a_model_already_on_the_mesh_is_not_copied(gpt):
@@ -55,8 +59,23 @@ def test_a_model_already_on_the_mesh_is_not_copied(gpt):
     assert nothing is None and rows.sharding.mesh == ONE
 
 
+def test_a_layout_carries_the_rules_and_the_older_rules_keyword_still_works(gpt, translator):
+    rules = ((r"lm_head", (None, None)), *RULES)  # any rule table: one device splits nothing
+    layout = Layout.of(ONE, rules)
+    alone = zoo.generate(gpt, PROMPTS, max_new_tokens=4)
+    np.testing.assert_array_equal(zoo.generate(gpt, PROMPTS, max_new_tokens=4, mesh=layout), alone)
+    with pytest.warns(DeprecationWarning, match=r"Layout.of\(mesh, rules\)"):
+        older = zoo.generate(gpt, PROMPTS, max_new_tokens=4, mesh=ONE, rules=rules)
+    np.testing.assert_array_equal(older, alone)
+    with pytest.warns(DeprecationWarning, match=r"translate\(rules=\)"):
+        older = zoo.translate(translator, PROMPTS, max_len=4, mesh="data=1", rules=rules)
+    np.testing.assert_array_equal(older, zoo.translate(translator, PROMPTS, max_len=4, mesh=layout))
+    with pytest.deprecated_call(), pytest.raises(ValueError, match="rules= beside a Layout"):
+        zoo.generate(gpt, PROMPTS, max_new_tokens=2, mesh=layout, rules=rules)
+
+
 def test_rules_without_a_mesh_and_a_mesh_that_does_not_fit_are_refused(gpt):
-    with pytest.raises(ValueError, match="rules= only applies on a mesh: pass mesh= too"):
+    with pytest.deprecated_call(), pytest.raises(ValueError, match="rules= only applies on a mesh"):
         zoo.generate(gpt, PROMPTS, max_new_tokens=2, rules=zoo.distributed.RULES)
     with pytest.raises(ValueError, match="needs 2 devices but there are 1 cpu devices"):
         zoo.generate(gpt, PROMPTS, max_new_tokens=2, mesh="data=2")

@@ -211,7 +211,8 @@ def test_greedy_generation_with_left_padding_matches_transformers(run):
     ours = zoo.generate(no_end, prompts, max_new_tokens=20)
     np.testing.assert_array_equal(np.asarray(ours), theirs)
     # the left-padded array itself, with its attention mask, as a HF tokenizer returns it
-    ours = zoo.generate(no_end, left, attention_mask=left_real, max_new_tokens=20)
+    encoding = {"input_ids": left, "attention_mask": left_real}
+    ours = zoo.generate(no_end, encoding, max_new_tokens=20)
     np.testing.assert_array_equal(np.asarray(ours), theirs)
 
 

@@ -22,8 +22,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from zoo.cli._load import MODEL_HELP
-from zoo.cli._mesh import add_mesh_option, layout_from_args
+from zoo.cli import _inference as inference
 
 COMMANDS = {"/reset": "start the conversation again", "/exit": "quit"}
 
@@ -32,8 +31,7 @@ def register(commands) -> None:
     parser = commands.add_parser(
         "chat", help="chat with a GPT through its chat template (streams tokens; /reset, /exit)"
     )
-    parser.add_argument("model", help=MODEL_HELP)
-    parser.add_argument("--adapter", help="a PEFT LoRA adapter folder to put on the model")
+    inference.add_model_arguments(parser)
     parser.add_argument("--system", help="a system prompt that opens the conversation")
     parser.add_argument(
         "--message",
@@ -43,44 +41,27 @@ def register(commands) -> None:
     parser.add_argument(
         "--template", help="a Jinja chat template file to use instead of the model's own"
     )
-    parser.add_argument("--max-new-tokens", type=int, default=256, help="per reply")
-    parser.add_argument("--temperature", type=float, default=0.0, help="0 is greedy")
-    parser.add_argument("--top-k", type=int, default=None)
-    parser.add_argument("--top-p", type=float, default=None)
-    parser.add_argument("--seed", type=int, default=0, help="draws the samples (temperature > 0)")
-    add_mesh_option(parser)
-    parser.add_argument("--json", action="store_true", help="one JSON object per reply")
+    inference.add_sampling_options(parser, max_new_tokens=256, per="per reply")
+    inference.add_output_options(parser, json_help="one JSON object per reply")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    import jax
-
-    from zoo.cli._load import load_model
-    from zoo.decoding.chat import chat_template
-    from zoo.decoding.sampling import SamplingSettings
+    from zoo.decoding.chat import ChatFormat, chat_template
     from zoo.models.gpt import GPT
 
-    SamplingSettings(args.temperature, args.top_k, args.top_p)  # bad values: before loading
+    sampling, key = inference.sampling_from_args(args)  # bad values: before loading
     template_text = None
     if args.template is not None:
         template_text = Path(args.template).read_text(encoding="utf-8")
-    layout = layout_from_args(args)
-    model, tokenizer = load_model(args.model, GPT, args.adapter)
+    model, tokenizer, layout = inference.load_for(args, GPT)
     folder = Path(args.model) if Path(args.model).is_dir() else None
+    template = chat_template(tokenizer, template_text, folder=folder)
     session = Session(
         model,
-        tokenizer,
-        template=chat_template(tokenizer, template_text, folder=folder),
-        system=args.system,
-        options={
-            "max_new_tokens": args.max_new_tokens,
-            "temperature": args.temperature,
-            "top_k": args.top_k,
-            "top_p": args.top_p,
-            "mesh": None if layout is None else layout.mesh,
-        },
-        key=None if args.temperature == 0 else jax.random.key(args.seed),
+        ChatFormat(tokenizer, template=template, system=args.system),
+        options={"max_new_tokens": args.max_new_tokens, "sampling": sampling, "mesh": layout},
+        key=key,
         json_output=args.json,
     )
     if args.message:
@@ -116,21 +97,24 @@ def run(args: argparse.Namespace) -> int:
 
 
 class Session:
-    """One conversation: its history, how to decode, and where the replies go."""
+    """One conversation: its history, how to decode, and where the replies go.
+
+    `chat_format` is the tokenizer with the template and system prompt; `options` are the
+    keywords of `zoo.decoding.chat.reply` (`max_new_tokens`, `sampling`, `mesh`); turn `i` draws
+    with `fold_in(key, i)`.
+    """
 
     def __init__(
         self,
         model: Any,
-        tokenizer: Any,
+        chat_format: Any,
         *,
-        template: Any,
-        system: str | None,
         options: dict[str, Any],
         key: Any,
         json_output: bool,
     ):
-        self.model, self.tokenizer, self.template = model, tokenizer, template
-        self.system, self.options, self.key = system, options, key
+        self.model, self.chat_format = model, chat_format
+        self.options, self.key = options, key
         self.json_output = json_output
         self.history: list[dict[str, str]] = []
         self.turn = 0
@@ -148,9 +132,8 @@ class Session:
         key = None if self.key is None else jax.random.fold_in(self.key, self.turn)
         stream = None if self.json_output else _print_piece
         answer = reply(
-            self.model, self.tokenizer, messages, system=self.system, template=self.template,
-            key=key, on_text=stream, **self.options,
-        )  # fmt: skip
+            self.model, self.chat_format, messages, key=key, on_text=stream, **self.options
+        )
         self.turn += 1
         self.history = [*messages, {"role": "assistant", "content": answer.text}]
         if not self.json_output:

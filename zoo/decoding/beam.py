@@ -21,7 +21,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from zoo.decoding.loop import EndIds, end_ids, is_end
+from zoo.decoding.loop import OLDER_STOPPING, EndIds, Stopping, end_ids, is_end, stopping_of
+from zoo.records import legacy_keywords
 
 # step(tokens [batch, beams], state) -> (logits [batch, beams, vocab], state)
 BeamStepFn = Callable[
@@ -165,22 +166,36 @@ def beam_search(
     state: Any,
     first_tokens: Int[Array, " batch"],
     *,
+    stopping: Stopping | None = None,
     beam_size: int,
-    max_len: int,
-    eos_id: EndIds,
-    fill_id: int,
     alpha: float,
     row_axes: Any = 0,
+    **legacy: Any,
 ) -> tuple[Int[Array, "batch max_len"], Float[Array, " batch"], Int[Array, ""]]:
     """Beam search for a batch of sources; returns best tokens, their scores and steps run.
 
     The decoder works on `batch * beam_size` rows, source `b`'s beams being rows
-    `b * beam_size + k`. `state` holds one row per source (leaf rows on `row_axes`, as vmap's
-    `in_axes`); it is repeated per beam here and reordered by parent beam after every step.
-    `step(tokens [rows], state) -> (logits [rows, vocab], state)` feeds one token per row.
-    `first_tokens` is what each source feeds first (bos, or a prompt's last token). Tokens after
-    a hypothesis' `eos_id` are `fill_id`.
+    `b * beam_size + k`. `state` holds one row per source; it is repeated per beam here and
+    reordered by parent beam after every step. Tokens after a hypothesis' end are
+    `stopping.fill_id`.
+
+    Args:
+        step: `step(tokens [rows], state) -> (logits [rows, vocab], state)`, one token a row.
+        state: the decoder's state (a KV cache), one row per source.
+        first_tokens: what each source feeds first (bos, or a prompt's last token).
+        stopping: the longest hypothesis (`max_len`), the end ids and the fill id after them.
+        beam_size: how many hypotheses stay alive per source.
+        alpha: the GNMT length penalty's exponent (`length_penalty`).
+        row_axes: where each leaf of `state` keeps its rows: an int or a prefix pytree of ints,
+            as `jax.vmap`'s `in_axes`.
+        **legacy: the older keywords `max_len`, `eos_id` and `fill_id`, which still work (with
+            a DeprecationWarning) and build `stopping`.
     """
+    older = legacy_keywords(
+        "beam_search", legacy, OLDER_STOPPING, "stopping=Stopping(max_len, eos_id, fill_id)"
+    )
+    stopping = stopping_of("beam_search", stopping, older)
+    max_len, eos_id, fill_id = stopping.max_len, stopping.eos_id, stopping.fill_id
     batch = first_tokens.shape[0]
     start = Beams.start(beam_size, max_len, fill_id)
     beams = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (batch, *x.shape)), start)

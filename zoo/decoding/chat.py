@@ -1,7 +1,8 @@
 """Chat with a GPT: a conversation through the model's chat template, the reply as text.
 
     reply = zoo.chat(model, tokenizer, [{"role": "user", "content": "Hello!"}])
-    reply = zoo.chat(model, tokenizer, "Hello!", system="Answer briefly.", on_text=print)
+    reply = zoo.chat(model, ChatFormat(tokenizer, system="Answer briefly."), "Hello!",
+                     on_text=print)
 
 The conversation is rendered with the model's own chat template and its generation prompt
 (`zoo.data.chat.tokens.encode_prompt`), exactly the ids transformers' `apply_chat_template(...,
@@ -19,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from jax.sharding import Mesh
 from jaxtyping import PRNGKeyArray
 
 from zoo.data.chat.conversations import Message, check_messages
@@ -26,10 +28,33 @@ from zoo.data.chat.files import chat_template_for
 from zoo.data.chat.template import ChatTemplate
 from zoo.data.chat.tokens import encode_prompt, end_of_turn_ids
 from zoo.data.tokenizers.base import Tokenizer
+from zoo.decoding.keywords import PLACEMENT, SAMPLING, instead, sampling_of
+from zoo.decoding.placement import decoding_layout
+from zoo.decoding.sampling import SamplingSettings
 from zoo.decoding.stream import stream_tokens
+from zoo.distributed.layout import Layout
 from zoo.models.gpt import GPT
+from zoo.records import legacy_keywords
 
 Conversation = str | Sequence[Mapping[str, Any]]  # a user message, or {role, content} messages
+# the chat calls' keywords before `sampling`, `ChatFormat` and `Layout`
+OLDER = (*SAMPLING, *PLACEMENT, "system", "template")
+
+
+@dataclass(frozen=True)
+class ChatFormat:
+    """How a conversation becomes the model's prompt: the tokenizer, the chat template that
+    renders the conversation, and a system prompt.
+
+    Pass it where the chat calls take the tokenizer, when the tokenizer alone is not enough:
+    `zoo.chat(model, ChatFormat(tokenizer, system="Answer briefly."), "Hello!")`.
+    """
+
+    tokenizer: Tokenizer
+    # a `ChatTemplate` or Jinja text; None: the tokenizer's own, else zoo's default (logged)
+    template: ChatTemplate | str | None = None
+    # opens every conversation with a system turn (unless it opens with one of its own)
+    system: str | None = None
 
 
 @dataclass(frozen=True)
@@ -94,43 +119,66 @@ def chat_template(
     return chat_template_for(tokenizer, template=template, folder=folder)
 
 
-def replies(
-    model: GPT,
-    tokenizer: Tokenizer,
-    conversations: Sequence[Conversation],
-    *,
-    system: str | None = None,
-    template: ChatTemplate | str | None = None,
-    max_new_tokens: int = 256,
-    temperature: float = 0.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    key: PRNGKeyArray | None = None,
-    on_text: Callable[[str], object] | None = None,
-    mesh: Any = None,
-    rules: Any = None,
-    **variables: Any,
-) -> list[Reply]:
-    """The reply to each conversation, decoded together as one batch.
+class _Request:
+    """What a chat call asks for beyond the conversations, its older keywords resolved."""
 
-    `on_text` (one conversation only) receives the reply's text piece by piece as it is
-    generated. `variables` reach the template (Llama 3's `date_string`). Sampling, `key`,
-    `mesh` and `rules` are as in `zoo.generate`.
-    """
-    if on_text is not None and len(conversations) != 1:
-        raise ValueError("on_text streams one conversation's reply: pass a single conversation")
-    template = chat_template(tokenizer, template)
+    def __init__(
+        self,
+        older: dict[str, Any],
+        function: str,
+        max_new_tokens: int = 256,
+        sampling: SamplingSettings | None = None,
+        key: PRNGKeyArray | None = None,
+        mesh: Mesh | str | Layout | None = None,
+        **variables: Any,
+    ):
+        self.max_new_tokens, self.key, self.variables = max_new_tokens, key, variables
+        self.sampling = sampling_of(function, sampling, older)
+        self.layout = decoding_layout(mesh, older.get("rules"))
+        self.loose = {name: older[name] for name in ("template", "system") if name in older}
+
+    def chat_format(self, tokenizer: Tokenizer | ChatFormat) -> ChatFormat:
+        if not isinstance(tokenizer, ChatFormat):
+            return ChatFormat(tokenizer, **self.loose)
+        if self.loose:
+            raise TypeError(
+                f"{', '.join(f'{name}=' for name in self.loose)} beside a ChatFormat: set "
+                "them in the ChatFormat"
+            )
+        return tokenizer
+
+
+def _older(options: dict[str, Any]) -> dict[str, Any]:
+    """The older keywords, taken out of a call's keywords (the rest are template variables)."""
+    if "on_text" in options:
+        raise ValueError(
+            "on_text streams one conversation's reply: use zoo.chat or reply, one conversation "
+            "at a time"
+        )
+    return {name: options.pop(name) for name in OLDER if name in options}
+
+
+def _answer(
+    model: GPT,
+    tokenizer: Tokenizer | ChatFormat,
+    conversations: Sequence[Conversation],
+    request: _Request,
+    on_text: Callable[[str], object] | None,
+) -> list[Reply]:
+    chat_format = request.chat_format(tokenizer)
+    tokenizer = chat_format.tokenizer
+    template = chat_template(tokenizer, chat_format.template)
     prompts = [
-        encode_prompt(as_messages(conversation, system=system), tokenizer, template=template,
-                      **variables)
+        encode_prompt(as_messages(conversation, system=chat_format.system), tokenizer,
+                      template=template, **request.variables)
         for conversation in conversations
     ]  # fmt: skip
     ends = end_of_turn_ids(tokenizer, template)
     streams = [TextStream(tokenizer) for _ in prompts]
     ended = [False] * len(prompts)
     for tokens in stream_tokens(
-        model, prompts, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
-        top_p=top_p, key=key, stop_ids=ends, mesh=mesh, rules=rules,
+        model, prompts, max_new_tokens=request.max_new_tokens, sampling=request.sampling,
+        key=request.key, stop_ids=ends, mesh=request.layout,
     ):  # fmt: skip
         for row, token in enumerate(tokens.tolist()):
             if ended[row]:
@@ -152,40 +200,84 @@ def replies(
     return results
 
 
-def reply(model: GPT, tokenizer: Tokenizer, conversation: Conversation, **options: Any) -> Reply:
-    """The reply to one conversation, with its tokens and why it ended (options: `replies`)."""
-    return replies(model, tokenizer, [conversation], **options)[0]
+def replies(
+    model: GPT,
+    tokenizer: Tokenizer | ChatFormat,
+    conversations: Sequence[Conversation],
+    *,
+    max_new_tokens: int = 256,
+    sampling: SamplingSettings | None = None,
+    key: PRNGKeyArray | None = None,
+    mesh: Mesh | str | Layout | None = None,
+    **variables: Any,
+) -> list[Reply]:
+    """The reply to each conversation, decoded together as one batch.
+
+    Each conversation is a user message or `{role, content}` messages ending with a user turn,
+    rendered with the chat template and its generation prompt; each reply ends at the
+    template's end of turn.
+
+    Args:
+        model: a `zoo.GPT`.
+        tokenizer: the model's tokenizer, or a `ChatFormat` (the tokenizer with a chat
+            template of your choosing and a system prompt).
+        conversations: the conversations to answer.
+        max_new_tokens: the longest reply in tokens (cut to what fits in `max_positions`).
+        sampling: how each token is chosen, as in `zoo.generate` (None is greedy).
+        key: the random key of sampling, as in `zoo.generate`.
+        mesh: where to decode, as in `zoo.generate`.
+        **variables: variables of the template (Llama 3's `date_string`). The older keywords
+            `temperature`, `top_k`, `top_p` (now `sampling`), `system` and `template` (now a
+            `ChatFormat`) and `rules` (now a `Layout` as `mesh`) still work, with a
+            DeprecationWarning.
+    """
+    legacy = _older(variables)
+    older = legacy_keywords("replies", legacy, OLDER, instead(legacy))
+    request = _Request(
+        older, "replies", max_new_tokens=max_new_tokens, sampling=sampling, key=key, mesh=mesh,
+        **variables,
+    )  # fmt: skip
+    return _answer(model, tokenizer, conversations, request, None)
+
+
+def reply(
+    model: GPT,
+    tokenizer: Tokenizer | ChatFormat,
+    conversation: Conversation,
+    *,
+    on_text: Callable[[str], object] | None = None,
+    **options: Any,
+) -> Reply:
+    """The reply to one conversation, with its tokens and why it ended.
+
+    `on_text(piece)` is called with the reply's text as it is generated. `options` are those of
+    `replies`: `max_new_tokens`, `sampling`, `key`, `mesh` and template variables.
+    """
+    legacy = _older(options)
+    older = legacy_keywords("reply", legacy, OLDER, instead(legacy))
+    request = _Request(older, "reply", **options)
+    return _answer(model, tokenizer, [conversation], request, on_text)[0]
 
 
 def chat(
     model: GPT,
-    tokenizer: Tokenizer,
+    tokenizer: Tokenizer | ChatFormat,
     conversation: Conversation,
     *,
-    system: str | None = None,
-    template: ChatTemplate | str | None = None,
-    max_new_tokens: int = 256,
-    temperature: float = 0.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    key: PRNGKeyArray | None = None,
     on_text: Callable[[str], object] | None = None,
-    mesh: Any = None,
-    rules: Any = None,
-    **variables: Any,
+    **options: Any,
 ) -> str:
     """The assistant's reply to `conversation` (a user message, or `{role, content}` messages
     ending with a user turn), rendered with the model's chat template.
 
-    `system` opens the conversation with a system turn. `template` (a `ChatTemplate` or Jinja
-    text) replaces the tokenizer's own; a tokenizer without one gets zoo's default (logged).
-    `temperature=0` (default) is greedy; otherwise pass `key` (and optionally `top_k`,
-    `top_p`). `on_text(piece)` is called with the text as it is generated. On many devices
-    pass `mesh` (and `rules`), as for `zoo.generate`.
+    `tokenizer` may be a `ChatFormat`: the tokenizer with a template of your choosing (a
+    tokenizer without one gets zoo's default, logged) and a system prompt. `on_text(piece)` is
+    called with the text as it is generated. `options` are those of `replies`:
+    `max_new_tokens` (default 256), `sampling` (None is greedy; otherwise pass `key`), `mesh`
+    (as for `zoo.generate`) and template variables; the older keywords (`temperature`,
+    `system`, ...) still work, with a DeprecationWarning.
     """
-    found = replies(
-        model, tokenizer, [conversation], system=system, template=template,
-        max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-        key=key, on_text=on_text, mesh=mesh, rules=rules, **variables,
-    )  # fmt: skip
-    return found[0].text
+    legacy = _older(options)
+    older = legacy_keywords("chat", legacy, OLDER, instead(legacy))
+    request = _Request(older, "chat", **options)
+    return _answer(model, tokenizer, [conversation], request, on_text)[0].text

@@ -15,15 +15,29 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from zoo.decoding.batching import TokenBatch, compact_left, pad_batch, sequence_lengths
-from zoo.decoding.beam import beam_search
-from zoo.decoding.loop import fill_token, sample_loop
-from zoo.decoding.placement import decoding_layout, place_model, place_rows
+from zoo.decoding.batching import (
+    PromptBatch,
+    compact_left,
+    encoding_parts,
+    pad_batch,
+    sequence_lengths,
+)
+from zoo.decoding.keywords import PLACEMENT, SAMPLING, instead, sampling_of
+from zoo.decoding.loop import Stopping, fill_token
+from zoo.decoding.placement import decoding_layout
 from zoo.decoding.sampling import SamplingSettings
+from zoo.decoding.search import Beam, decode, placed, positive
+from zoo.distributed.layout import Layout
 from zoo.models.gpt import GPT
 from zoo.nn.attention import KVCache
+from zoo.records import legacy_keywords
+
+Lengths = Int[Array, " batch"] | np.ndarray | Sequence[int]
+# generate's keywords before `sampling`, a prompts mapping, `beam_generate` and `Layout`
+OLDER = (*SAMPLING, *PLACEMENT, "attention_mask", "beam_size", "length_penalty")
 
 
 def start_gpt_decoding(
@@ -59,51 +73,26 @@ def last_tokens(prompts: Int[Array, "batch seq"], lengths: Int[Array, " batch"])
 
 
 @eqx.filter_jit
-def _sample(model, prompts, lengths, key, values, max_new_tokens):
+def _generate(model, prompts, lengths, max_new_tokens, beam, values, key):
     c = model.config
     caches = start_gpt_decoding(model, prompts, lengths, prompts.shape[1] + max_new_tokens - 1)
-    tokens, _ = sample_loop(
-        lambda tokens, caches: gpt_step(model, tokens, caches),
-        caches,
-        last_tokens(prompts, lengths),
-        max_new_tokens=max_new_tokens,
-        values=values,
-        key=key,
-        eos_id=c.end_ids,
-        fill_id=fill_token(c.pad_id, c.eos_id),
-    )
-    return tokens
+    stopping = Stopping(max_new_tokens, c.end_ids, fill_token(c.pad_id, c.eos_id))
+    step = lambda tokens, caches: gpt_step(model, tokens, caches)  # noqa: E731
+    first = last_tokens(prompts, lengths)
+    return decode(step, caches, first, stopping, beam=beam, values=values, key=key)
 
 
-@eqx.filter_jit
-def _beam(model, prompts, lengths, max_new_tokens, beam_size, alpha):
-    c = model.config
-    caches = start_gpt_decoding(model, prompts, lengths, prompts.shape[1] + max_new_tokens - 1)
-    tokens, scores, _ = beam_search(
-        lambda tokens, caches: gpt_step(model, tokens, caches),
-        caches,
-        last_tokens(prompts, lengths),
-        beam_size=beam_size,
-        max_len=max_new_tokens,
-        eos_id=c.end_ids,
-        fill_id=fill_token(c.pad_id, c.eos_id),
-        alpha=alpha,
-    )
-    return tokens, scores
-
-
-def _prepare(model, prompts, lengths, max_new_tokens, beam_size, layout, attention_mask=None):
+def _prepare(model, encoding, lengths, max_new_tokens, layout):
     """Check the request; return the model, right-padded prompts and lengths placed for
-    decoding (on `layout`'s mesh, or the default device without one)."""
+    decoding (on `layout`'s mesh, or the default device without one). `encoding` is the
+    prompts and their attention mask (or None), from `encoding_parts`."""
     if not isinstance(model, GPT):
         raise TypeError(
             f"generate needs a zoo.GPT, got {type(model).__name__}; "
             "use zoo.translate for a Translator"
         )
-    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
-    if not isinstance(beam_size, int) or beam_size < 1:
-        raise ValueError(f"beam_size must be a positive integer, got {beam_size!r}")
+    positive("max_new_tokens", max_new_tokens)
+    prompts, attention_mask = encoding
     if lengths is None and model.config.pad_id is None and isinstance(prompts, list | tuple):
         lengths = [len(row) for row in prompts]  # no pad id to find them by: the rows' own
     batch = pad_batch(prompts, model.config.pad_id, ragged=lengths is not None)
@@ -119,77 +108,101 @@ def _prepare(model, prompts, lengths, max_new_tokens, beam_size, layout, attenti
             f"model's max_positions={limit}; prompts may be at most {limit - max_new_tokens} "
             "tokens long: shorten them or generate fewer tokens"
         )
-    return place_model(layout, model), *place_rows(layout, batch, found)
+    return placed(layout, model, batch, found)
 
 
 def beam_generate(
     model: GPT,
-    prompts: TokenBatch,
+    prompts: PromptBatch,
     *,
     max_new_tokens: int,
     beam_size: int,
     length_penalty: float = 0.6,
-    lengths: Int[Array, " batch"] | np.ndarray | Sequence[int] | None = None,
-    mesh: Any = None,
-    rules: Any = None,
+    lengths: Lengths | None = None,
+    mesh: Mesh | str | Layout | None = None,
+    **legacy: Any,
 ) -> tuple[Int[Array, "batch max_new_tokens"], Float[Array, " batch"]]:
     """Beam search continuation of each prompt: the best new tokens and their scores.
 
     The score is the total log-probability of the new tokens divided by the GNMT length penalty
-    `((5 + length) / 6) ** length_penalty`. `mesh` and `rules`: as in `generate`.
+    `((5 + length) / 6) ** length_penalty`. With `beam_size=1` the tokens are greedy's.
+
+    Args:
+        model: a `zoo.GPT`.
+        prompts: as in `generate` (a batch of token ids, or a tokenizer's encoding).
+        max_new_tokens: how many tokens to add to each prompt at most.
+        beam_size: how many hypotheses stay alive per prompt.
+        length_penalty: the exponent of the GNMT length penalty (0 ranks by log-probability).
+        lengths: each prompt's length, as in `generate`.
+        mesh: where to decode, as in `generate`.
+        **legacy: the older keyword `rules=`, which still works (with a DeprecationWarning).
     """
-    layout = decoding_layout(mesh, rules)
-    model, prompts, lengths = _prepare(model, prompts, lengths, max_new_tokens, beam_size, layout)
-    alpha = float(length_penalty)
-    return _beam(model, prompts, lengths, max_new_tokens, beam_size, alpha)
+    older = legacy_keywords("beam_generate", legacy, PLACEMENT, instead(legacy))
+    positive("beam_size", beam_size)
+    layout = decoding_layout(mesh, older.get("rules"))
+    model, batch, found = _prepare(model, encoding_parts(prompts), lengths, max_new_tokens, layout)
+    beam = Beam(beam_size, float(length_penalty))
+    return _generate(model, batch, found, max_new_tokens, beam, None, None)
 
 
 def generate(
     model: GPT,
-    prompts: TokenBatch,
+    prompts: PromptBatch,
     *,
     max_new_tokens: int,
-    temperature: float = 0.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
+    sampling: SamplingSettings | None = None,
     key: PRNGKeyArray | None = None,
-    lengths: Int[Array, " batch"] | np.ndarray | Sequence[int] | None = None,
-    attention_mask: np.ndarray | Sequence[Sequence[int]] | None = None,
-    beam_size: int = 1,
-    length_penalty: float = 0.6,
-    mesh: Any = None,
-    rules: Any = None,
+    lengths: Lengths | None = None,
+    mesh: Mesh | str | Layout | None = None,
+    **legacy: Any,
 ) -> Int[Array, "batch max_new_tokens"]:
     """Continue a batch of prompts with a GPT; returns only the new tokens.
 
-    `prompts` is `[batch, seq]` right-padded with the config's `pad_id`, or a list of token
-    lists (padded here). Each prompt's length is `lengths` if given, else its width minus its
-    trailing pad tokens (a list's own lengths when the model has no `pad_id`). A batch padded on the left, as HuggingFace
-    tokenizers return it for generation, comes with its `attention_mask` (1 = real token). `temperature=0` is greedy; otherwise tokens are drawn with `key` from
-    the distribution filtered by `top_k` and `top_p`. `beam_size > 1` runs beam search instead
-    (greedy only). A sequence ends at `eos_id` or any of the config's `stop_ids`; after its end
-    the output holds `pad_id` (or `eos_id` when the model has no pad token). Compiles once per (batch, prompt width, max_new_tokens).
+    A sequence ends at `eos_id` or any of the config's `stop_ids`; after its end the output
+    holds `pad_id` (or `eos_id` when the model has no pad token). Compiles once per (batch,
+    prompt width, max_new_tokens, which sampling filters); new sampling numbers reuse it.
 
-    On many devices, pass `mesh` (a `jax.sharding.Mesh` or a string like
-    `"data=2,fsdp=2,tensor=2"`) and optionally `rules` (default `zoo.distributed.RULES`), as
-    for `zoo.Trainer`: the model is put on the rules' shardings (a model already placed there,
-    e.g. by `zoo.distributed.Layout.of(mesh).place(model)`, is used as it is, which saves a copy
-    per call), the prompts are split by rows over `data x fsdp` when their number is a multiple
-    of it and copied whole to every device otherwise, and the KV cache keeps the prompts' rows
-    and its key/value heads split over `tensor`. The tokens are those of one device.
+    On many devices the model is put on the rules' shardings (a model already placed there,
+    e.g. by `zoo.distributed.Layout.of(mesh).place(model)`, is used as it is, which saves a
+    copy per call), the prompts are split by rows over `data x fsdp` when their number is a
+    multiple of it and copied whole to every device otherwise, and the KV cache keeps the
+    prompts' rows and its key/value heads split over `tensor`. The tokens are those of one
+    device.
+
+    Args:
+        model: a `zoo.GPT`.
+        prompts: `[batch, seq]` token ids right-padded with the config's `pad_id`, or a list of
+            token lists (padded here), or a tokenizer's encoding: a mapping with `input_ids`
+            and `attention_mask` (1 = real token), padded on either side, as HuggingFace
+            tokenizers return it for generation.
+        max_new_tokens: how many tokens to add to each prompt at most.
+        sampling: how each token is chosen (`SamplingSettings`: temperature, top-k, top-p);
+            None (or `temperature=0`) is greedy.
+        key: the random key the tokens are drawn with; needed when sampling.
+        lengths: each prompt's length, when a prompt really ends with the pad token (by default
+            its width minus its trailing pad tokens; a list's own lengths when the model has
+            no `pad_id`).
+        mesh: where to decode on many devices: a `jax.sharding.Mesh`, a string like
+            `"data=2,fsdp=2,tensor=2"` (as for `zoo.Trainer`), or a `zoo.distributed.Layout`
+            for partition rules other than `zoo.distributed.RULES`; None is one device.
+        **legacy: the older keywords, which still work with a DeprecationWarning:
+            `temperature`, `top_k`, `top_p` (now `sampling`), `attention_mask` (now in the
+            `prompts` mapping), `beam_size` and `length_penalty` (now `beam_generate`), and
+            `rules` (now a `Layout` as `mesh`).
     """
-    settings = SamplingSettings(temperature, top_k, top_p)
-    layout = decoding_layout(mesh, rules)
-    model, prompts, lengths = _prepare(
-        model, prompts, lengths, max_new_tokens, beam_size, layout, attention_mask=attention_mask
-    )
+    older = legacy_keywords("generate", legacy, OLDER, instead(legacy))
+    settings = sampling_of("generate", sampling, older)
+    beam_size = older.get("beam_size", 1)
+    positive("beam_size", beam_size)
+    layout = decoding_layout(mesh, older.get("rules"))
+    encoding = encoding_parts(prompts, older.get("attention_mask"))
+    model, batch, found = _prepare(model, encoding, lengths, max_new_tokens, layout)
     if beam_size > 1:
         if not settings.greedy:
             raise ValueError("beam search is deterministic: use temperature=0 with beam_size > 1")
-        alpha = float(length_penalty)
-        tokens, _ = _beam(model, prompts, lengths, max_new_tokens, beam_size, alpha)
-        return tokens
+        beam = Beam(beam_size, float(older.get("length_penalty", 0.6)))
+        return _generate(model, batch, found, max_new_tokens, beam, None, None)[0]
     settings.check_key(key)
     values = settings.values()
     key = None if values is None else key
-    return _sample(model, prompts, lengths, key, values, max_new_tokens)
+    return _generate(model, batch, found, max_new_tokens, None, values, key)[0]

@@ -9,6 +9,7 @@ token, and it stops early once every sequence has produced `eos_id`.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -16,6 +17,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from zoo.decoding.sampling import choose_token
+from zoo.records import legacy_keywords
 
 # step(tokens [batch], state) -> (logits [batch, vocab], state)
 StepFn = Callable[[Int[Array, " batch"], Any], tuple[Float[Array, "batch vocab"], Any]]
@@ -46,24 +48,77 @@ def fill_token(pad_id: int | None, eos_id: int | None) -> int:
     return 0 if eos_id is None else eos_id
 
 
+@dataclass(frozen=True)
+class Stopping:
+    """When a decoding loop stops, and what a sequence holds after its end.
+
+    A loop runs at most `max_len` steps, and fewer once every sequence has produced one of
+    `eos_id` (one id, a tuple of ids as Llama 3 has, or None: nothing ends a sequence). After
+    its end a sequence holds `fill_id`. Hashable: a jitted function takes it as a static value.
+    """
+
+    max_len: int
+    eos_id: EndIds = None
+    fill_id: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_len, int) or self.max_len < 1:
+            raise ValueError(f"max_len must be a positive integer, got {self.max_len!r}")
+        if isinstance(self.eos_id, list):  # a list read from JSON: keep the record hashable
+            object.__setattr__(self, "eos_id", tuple(self.eos_id))
+
+
+# sample_loop and beam_search took these loose before `Stopping`
+OLDER_STOPPING = ("max_new_tokens", "max_len", "eos_id", "fill_id")
+
+
+def stopping_of(function: str, stopping: Stopping | None, older: dict[str, Any]) -> Stopping:
+    """`stopping`, or the record the older keywords `max_new_tokens`/`max_len`, `eos_id` and
+    `fill_id` (found by `legacy_keywords`) describe."""
+    if older and stopping is not None:
+        raise TypeError(
+            f"{function}() got stopping= and {', '.join(f'{n}=' for n in older)}: pass "
+            "stopping=Stopping(max_len, eos_id, fill_id) alone"
+        )
+    if stopping is not None:
+        return stopping
+    length = older.get("max_len", older.get("max_new_tokens"))
+    if length is None:
+        raise TypeError(f"{function}() missing the keyword argument stopping=Stopping(...)")
+    return Stopping(length, older.get("eos_id"), older.get("fill_id", 0))
+
+
 def sample_loop(
     step: StepFn,
     state: Any,
     first_tokens: Int[Array, " batch"],
     *,
-    max_new_tokens: int,
-    values: dict[str, Array] | None,
-    key: PRNGKeyArray | None,
-    eos_id: EndIds,
-    fill_id: int,
+    stopping: Stopping | None = None,
+    values: dict[str, Array] | None = None,
+    key: PRNGKeyArray | None = None,
+    **legacy: Any,
 ) -> tuple[Int[Array, "batch new"], Int[Array, ""]]:
-    """Feed `first_tokens`, then each chosen token, `max_new_tokens` times (or until all end).
+    """Feed `first_tokens`, then each chosen token, `stopping.max_len` times (or until all end).
 
-    Returns the chosen tokens, with `fill_id` after each sequence's end (`eos_id`: one id or a
-    tuple of ids), and the number of
-    steps actually run. `values` selects greedy (None) or sampling (see `choose_token`); step i
-    draws with `fold_in(key, i)`, split over the batch, so a key fixes the whole sample.
+    Returns the chosen tokens, with `stopping.fill_id` after each sequence's end, and the number
+    of steps actually run. Step i draws with `fold_in(key, i)`, split over the batch, so a key
+    fixes the whole sample.
+
+    Args:
+        step: `step(tokens [batch], state) -> (logits [batch, vocab], state)`, one token a row.
+        state: what `step` carries from one token to the next (a KV cache).
+        first_tokens: the token each sequence feeds first.
+        stopping: how many tokens at most, the end ids, and what fills a row after its end.
+        values: None for greedy, else `SamplingSettings.values()` (see `choose_token`).
+        key: the random key of sampling; None when greedy.
+        **legacy: the older keywords `max_new_tokens`, `eos_id` and `fill_id`, which still work
+            (with a DeprecationWarning) and build `stopping`.
     """
+    older = legacy_keywords(
+        "sample_loop", legacy, OLDER_STOPPING, "stopping=Stopping(max_len, eos_id, fill_id)"
+    )
+    stopping = stopping_of("sample_loop", stopping, older)
+    max_new_tokens, eos_id, fill_id = stopping.max_len, stopping.eos_id, stopping.fill_id
     batch = first_tokens.shape[0]
     out = jnp.full((batch, max_new_tokens), fill_id, jnp.int32)
     finished = jnp.zeros((batch,), bool)

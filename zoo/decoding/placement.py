@@ -1,8 +1,9 @@
 """Decoding on a mesh: where the model, the prompts and the KV cache live.
 
-The decoding functions take `mesh=` (a `jax.sharding.Mesh` or a string like
-`"data=2,fsdp=2,tensor=2"`) and `rules=` as the Trainer does. The model goes onto the
-shardings of the partition rules (`zoo.distributed.Layout.place`; a model already there is
+The decoding functions take `mesh=`: a `jax.sharding.Mesh` or a string like
+`"data=2,fsdp=2,tensor=2"`, as the Trainer does, or a `zoo.distributed.Layout` (a mesh and its
+partition rules: `Layout.of(mesh, rules)` for rules other than `zoo.distributed.RULES`; the
+older `rules=` keyword still works). The model goes onto the shardings of the partition rules (`zoo.distributed.Layout.place`; a model already there is
 used as it is), the prompts or sources are split by rows over `data x fsdp` when their number
 divides it and copied whole to every device otherwise. The models never see the mesh: this is
 all at the `jit` boundary.
@@ -21,12 +22,24 @@ from typing import Any
 import equinox as eqx
 import jax
 import numpy as np
+from jax.sharding import Mesh
 
 from zoo.distributed.layout import Layout
+from zoo.distributed.rules import Rule
 
 
-def decoding_layout(mesh: Any, rules: Any = None) -> Layout | None:
-    """The `Layout` of `mesh` and `rules` (None without a mesh; rules alone are an error)."""
+def decoding_layout(
+    mesh: Mesh | str | Layout | None, rules: tuple[Rule, ...] | None = None
+) -> Layout | None:
+    """The `Layout` of `mesh` (with `rules`, the older spelling of `Layout.of(mesh, rules)`):
+    None without a mesh; rules alone, or beside a `Layout`, are an error."""
+    if isinstance(mesh, Layout):
+        if rules is not None:
+            raise ValueError(
+                "rules= beside a Layout: the Layout holds its rules; pass "
+                "mesh=Layout.of(mesh, rules) alone"
+            )
+        return mesh
     if mesh is None:
         if rules is not None:
             raise ValueError("rules= only applies on a mesh: pass mesh= too (e.g. mesh='fsdp=-1')")

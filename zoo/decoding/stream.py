@@ -21,12 +21,17 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh
 from jaxtyping import Array, Int, PRNGKeyArray
 
 from zoo.decoding.generate import gpt_step, last_tokens, start_gpt_decoding
-from zoo.decoding.placement import decoding_layout, place_model, place_rows
+from zoo.decoding.keywords import PLACEMENT, SAMPLING, instead, sampling_of
+from zoo.decoding.placement import decoding_layout
 from zoo.decoding.sampling import SamplingSettings, choose_token
+from zoo.decoding.search import placed
+from zoo.distributed.layout import Layout
 from zoo.models.gpt import GPT
+from zoo.records import legacy_keywords
 
 WIDTH_STEP = 64  # prompts are padded to a multiple of this many positions
 
@@ -58,24 +63,33 @@ def stream_tokens(
     prompts: Sequence[Sequence[int] | np.ndarray],
     *,
     max_new_tokens: int,
-    temperature: float = 0.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
+    sampling: SamplingSettings | None = None,
     key: PRNGKeyArray | None = None,
     stop_ids: Sequence[int] = (),
-    mesh: Any = None,
-    rules: Any = None,
+    mesh: Mesh | str | Layout | None = None,
+    **legacy: Any,
 ) -> Iterator[np.ndarray]:
     """Yield `int32[rows]`, the next token of every prompt, one step at a time.
 
     It stops once every row has produced one of `stop_ids` (the model's `end_ids` always count)
     or after `max_new_tokens`, cut to what fits in `max_positions` with the longest prompt. A
-    row that has ended keeps yielding its end token. Sampling, `key`, `mesh` and `rules` are as
-    in `zoo.generate`.
+    row that has ended keeps yielding its end token.
+
+    Args:
+        model: a `zoo.GPT`.
+        prompts: the token ids of each prompt (ragged: each row is its own length).
+        max_new_tokens: how many tokens to yield at most.
+        sampling: how each token is chosen, as in `zoo.generate` (None is greedy).
+        key: the random key of sampling, as in `zoo.generate`.
+        stop_ids: more ids that end a row (a chat template's end of turn).
+        mesh: where to decode, as in `zoo.generate`.
+        **legacy: the older keywords `temperature`, `top_k`, `top_p` (now `sampling`) and
+            `rules` (now a `Layout` as `mesh`), which still work with a DeprecationWarning.
     """
+    older = legacy_keywords("stream_tokens", legacy, (*SAMPLING, *PLACEMENT), instead(legacy))
     if not isinstance(model, GPT):
         raise TypeError(f"decoding a conversation needs a zoo.GPT, got {type(model).__name__}")
-    settings = SamplingSettings(temperature, top_k, top_p)
+    settings = sampling_of("stream_tokens", sampling, older)
     settings.check_key(key)
     values = settings.values()
     key = None if values is None else key
@@ -98,10 +112,9 @@ def stream_tokens(
     for index, row in enumerate(rows):
         batch[index, : len(row)] = row
     ends = np.array(sorted({*model.config.end_ids, *stop_ids}), np.int32)
-    layout = decoding_layout(mesh, rules)
-    model = place_model(layout, model)
-    placed, placed_lengths = place_rows(layout, batch, lengths)
-    chosen, caches = _start(model, placed, placed_lengths, key, values, capacity)
+    layout = decoding_layout(mesh, older.get("rules"))
+    model, placed_batch, placed_lengths = placed(layout, model, batch, lengths)
+    chosen, caches = _start(model, placed_batch, placed_lengths, key, values, capacity)
     finished = np.zeros(len(rows), bool)
     for index in range(steps):
         if index > 0:

@@ -11,14 +11,20 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from jax.sharding import Mesh
 from jaxtyping import PRNGKeyArray
 
 from zoo.data.tokenizers.base import Tokenizer, warn_unknown
 from zoo.data.tokenizers.pair import source_tokenizer, target_tokenizer
 from zoo.decoding.classify import classify
 from zoo.decoding.generate import generate
+from zoo.decoding.keywords import PLACEMENT, SAMPLING, instead, sampling_of
+from zoo.decoding.placement import decoding_layout
+from zoo.decoding.sampling import SamplingSettings
 from zoo.decoding.translate import translate
+from zoo.distributed.layout import Layout
 from zoo.models import GPT, Classifier, Translator
+from zoo.records import legacy_keywords
 
 
 def encode_texts(
@@ -54,31 +60,35 @@ def generate_texts(
     prompts: Sequence[str],
     *,
     max_new_tokens: int,
-    temperature: float = 0.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
+    sampling: SamplingSettings | None = None,
     key: PRNGKeyArray | None = None,
-    mesh: Any = None,
-    rules: Any = None,
+    mesh: Mesh | str | Layout | None = None,
+    **legacy: Any,
 ) -> list[str]:
-    """Each prompt's continuation, decoded (the prompt itself not repeated); `mesh` and
-    `rules` as in `zoo.generate`."""
+    """Each prompt's continuation, decoded (the prompt itself not repeated).
+
+    Args:
+        model: a `zoo.GPT`.
+        tokenizer: the model's tokenizer.
+        prompts: the texts to continue.
+        max_new_tokens: how many tokens to add to each prompt at most.
+        sampling: how each token is chosen, as in `zoo.generate` (None is greedy).
+        key: the random key of sampling, as in `zoo.generate`.
+        mesh: where to decode, as in `zoo.generate`.
+        **legacy: the older keywords `temperature`, `top_k`, `top_p` (now `sampling`) and
+            `rules` (now a `Layout` as `mesh`), which still work with a DeprecationWarning.
+    """
+    older = legacy_keywords("generate_texts", legacy, (*SAMPLING, *PLACEMENT), instead(legacy))
+    settings = sampling_of("generate_texts", sampling, older)
+    layout = decoding_layout(mesh, older.get("rules"))
     limit = model.config.max_positions - max_new_tokens
     batch = encode_texts(tokenizer, prompts, limit)
     warn_unknown(tokenizer, prompts, "the prompts")
     lengths = np.array([len(tokenizer.encode(p)) for p in prompts], np.int32)
     tokens = generate(
-        model,
-        batch,
-        lengths=lengths,
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        key=key,
-        mesh=mesh,
-        rules=rules,
-    )
+        model, batch, max_new_tokens=max_new_tokens, sampling=settings, key=key,
+        lengths=lengths, mesh=layout,
+    )  # fmt: skip
     return [tokenizer.decode(np.asarray(row).tolist()) for row in tokens]
 
 
@@ -90,24 +100,31 @@ def translate_texts(
     beam_size: int = 1,
     length_penalty: float = 0.6,
     max_len: int = 64,
-    mesh: Any = None,
-    rules: Any = None,
+    mesh: Mesh | str | Layout | None = None,
+    **legacy: Any,
 ) -> list[str]:
-    """Each source sentence translated and detokenized through the target tokenizer; `mesh`
-    and `rules` as in `zoo.translate`."""
+    """Each source sentence translated and detokenized through the target tokenizer.
+
+    Args:
+        model: a `zoo.Translator`.
+        tokenizer: the model's tokenizer (a pair of source and target tokenizers, or one).
+        sources: the sentences to translate.
+        beam_size: 1 for greedy decoding, more for beam search, as in `zoo.translate`.
+        length_penalty: beam search's GNMT length penalty exponent.
+        max_len: the longest translation in tokens (cut to the model's positions).
+        mesh: where to decode, as in `zoo.translate`.
+        **legacy: the older keyword `rules=`, which still works (with a DeprecationWarning).
+    """
+    older = legacy_keywords("translate_texts", legacy, PLACEMENT, instead(legacy))
+    layout = decoding_layout(mesh, older.get("rules"))
     source = source_tokenizer(tokenizer)
     batch = encode_texts(source, sources, model.config.max_positions, add_eos=True)
     warn_unknown(source, sources, "the source texts")
     max_len = min(max_len, model.config.max_positions - 1)
     tokens = translate(
-        model,
-        batch,
-        beam_size=beam_size,
-        length_penalty=length_penalty,
-        max_len=max_len,
-        mesh=mesh,
-        rules=rules,
-    )
+        model, batch, max_len=max_len, beam_size=beam_size, length_penalty=length_penalty,
+        mesh=layout,
+    )  # fmt: skip
     target = target_tokenizer(tokenizer)
     return [target.decode(np.asarray(row).tolist()) for row in tokens]
 
@@ -117,16 +134,18 @@ def classify_texts(
     tokenizer: Tokenizer,
     texts: Sequence[str],
     *,
-    mesh: Any = None,
-    rules: Any = None,
+    mesh: Mesh | str | Layout | None = None,
+    **legacy: Any,
 ) -> np.ndarray:
     """Class probabilities `[len(texts), classes]`, encoded as in training (bos first).
 
-    Texts longer than the model's `max_positions` are cut, as in training. `mesh` and `rules`
-    as in `zoo.classify`.
+    Texts longer than the model's `max_positions` are cut, as in training. `mesh` as in
+    `zoo.classify`; the older keyword `rules=` still works, with a DeprecationWarning.
     """
+    older = legacy_keywords("classify_texts", legacy, PLACEMENT, instead(legacy))
+    layout = decoding_layout(mesh, older.get("rules"))
     add_bos = tokenizer.bos_id is not None
     limit = model.config.max_positions
     batch = encode_texts(tokenizer, texts, limit, truncate=True, add_bos=add_bos)
     warn_unknown(tokenizer, texts, "the texts")
-    return np.asarray(classify(model, batch, mesh=mesh, rules=rules))
+    return np.asarray(classify(model, batch, mesh=layout))

@@ -13,14 +13,19 @@ from typing import Any, NamedTuple
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+from jax.sharding import Mesh
 from jaxtyping import Array, Float, Int
 
 from zoo.decoding.batching import TokenBatch, pad_batch, sequence_lengths
-from zoo.decoding.beam import beam_search, repeat_rows
-from zoo.decoding.loop import fill_token, sample_loop
-from zoo.decoding.placement import decoding_layout, place_model, place_rows
+from zoo.decoding.beam import repeat_rows
+from zoo.decoding.keywords import PLACEMENT, instead
+from zoo.decoding.loop import Stopping, fill_token
+from zoo.decoding.placement import decoding_layout
+from zoo.decoding.search import Beam, decode, placed, positive
+from zoo.distributed.layout import Layout
 from zoo.models.translator import Translator, TranslatorState
 from zoo.nn.attention import KVCache
+from zoo.records import legacy_keywords
 
 
 class SourceMemory(NamedTuple):
@@ -63,38 +68,14 @@ def translator_step(
 
 
 @eqx.filter_jit
-def _greedy(model, src, max_len):
+def _translate(model, src, max_len, beam):
     c = model.config
     memory, caches = start_translation(model, src, max_len)
-    tokens, _ = sample_loop(
-        lambda tokens, caches: translator_step(model, memory, tokens, caches),
-        caches,
-        jnp.full((src.shape[0],), c.bos_id, jnp.int32),
-        max_new_tokens=max_len,
-        values=None,
-        key=None,
-        eos_id=c.eos_id,
-        fill_id=fill_token(c.pad_id, c.eos_id),
-    )
-    return tokens
-
-
-@eqx.filter_jit
-def _beam(model, src, max_len, beam_size, alpha):
-    c = model.config
-    memory, caches = start_translation(model, src, max_len)
-    rows = repeat_rows(memory, beam_size)
-    tokens, scores, _ = beam_search(
-        lambda tokens, caches: translator_step(model, rows, tokens, caches),
-        caches,
-        jnp.full((src.shape[0],), c.bos_id, jnp.int32),
-        beam_size=beam_size,
-        max_len=max_len,
-        eos_id=c.eos_id,
-        fill_id=fill_token(c.pad_id, c.eos_id),
-        alpha=alpha,
-    )
-    return tokens, scores
+    rows = memory if beam is None else repeat_rows(memory, beam.size)  # each beam's own copy
+    stopping = Stopping(max_len, c.eos_id, fill_token(c.pad_id, c.eos_id))
+    step = lambda tokens, caches: translator_step(model, rows, tokens, caches)  # noqa: E731
+    bos = jnp.full((src.shape[0],), c.bos_id, jnp.int32)
+    return decode(step, caches, bos, stopping, beam=beam)
 
 
 def _prepare(model, src, max_len, beam_size, layout):
@@ -104,8 +85,7 @@ def _prepare(model, src, max_len, beam_size, layout):
             f"translate needs a zoo.Translator, got {type(model).__name__}; "
             "use zoo.generate for a GPT"
         )
-    if not isinstance(beam_size, int) or beam_size < 1:
-        raise ValueError(f"beam_size must be a positive integer, got {beam_size!r}")
+    positive("beam_size", beam_size)
     limit = model.config.max_positions
     if not isinstance(max_len, int) or not 1 <= max_len <= limit:
         raise ValueError(
@@ -118,7 +98,7 @@ def _prepare(model, src, max_len, beam_size, layout):
             f"sources have {batch.shape[1]} tokens but the model takes at most "
             f"max_positions={limit}; truncate them"
         )
-    return place_model(layout, model), place_rows(layout, batch)[0]
+    return placed(layout, model, batch)
 
 
 def beam_translate(
@@ -128,15 +108,24 @@ def beam_translate(
     max_len: int,
     beam_size: int,
     length_penalty: float = 0.6,
-    mesh: Any = None,
-    rules: Any = None,
+    mesh: Mesh | str | Layout | None = None,
+    **legacy: Any,
 ) -> tuple[Int[Array, "batch max_len"], Float[Array, " batch"]]:
     """Beam search translations and their scores (log-probability / GNMT length penalty).
 
-    `mesh` and `rules`: as in `translate`."""
-    layout = decoding_layout(mesh, rules)
+    Args:
+        model: a `zoo.Translator`.
+        src: the sources, as in `translate`.
+        max_len: the longest translation in tokens.
+        beam_size: how many hypotheses stay alive per source.
+        length_penalty: the exponent of the GNMT length penalty (0 ranks by log-probability).
+        mesh: where to decode, as in `translate`.
+        **legacy: the older keyword `rules=`, which still works (with a DeprecationWarning).
+    """
+    older = legacy_keywords("beam_translate", legacy, PLACEMENT, instead(legacy))
+    layout = decoding_layout(mesh, older.get("rules"))
     model, batch = _prepare(model, src, max_len, beam_size, layout)
-    return _beam(model, batch, max_len, beam_size, float(length_penalty))
+    return _translate(model, batch, max_len, Beam(beam_size, float(length_penalty)))
 
 
 def translate(
@@ -146,27 +135,35 @@ def translate(
     max_len: int,
     beam_size: int = 1,
     length_penalty: float = 0.6,
-    mesh: Any = None,
-    rules: Any = None,
+    mesh: Mesh | str | Layout | None = None,
+    **legacy: Any,
 ) -> Int[Array, "batch max_len"]:
     """Translate a batch of sources; returns the target tokens after `bos_id`.
 
-    `src` is `[batch, src]` right-padded with `pad_id` (or a list of token lists). Decoding
-    starts from `bos_id`; `beam_size=1` is greedy, larger sizes run beam search with the GNMT
-    length penalty `((5 + length) / 6) ** length_penalty`. After `eos_id` the output holds
-    `pad_id` (or `eos_id` when the model has no pad token). Compiles once per (batch, source
-    width, max_len, beam_size).
+    Decoding starts from `bos_id`; `beam_size=1` is greedy, larger sizes run beam search with
+    the GNMT length penalty `((5 + length) / 6) ** length_penalty`. After `eos_id` the output
+    holds `pad_id` (or `eos_id` when the model has no pad token). Compiles once per (batch,
+    source width, max_len, beam_size).
 
-    On many devices, pass `mesh` (a `jax.sharding.Mesh` or a string like
-    `"data=2,fsdp=2,tensor=2"`) and optionally `rules`, as for `zoo.Trainer`: the model goes
-    onto the rules' shardings (used as it is when already there), the sources are split by rows
-    over `data x fsdp` when their number is a multiple of it and copied whole to every device
-    otherwise, and the encoder memory and KV cache keep the sources' rows and their key/value
-    heads split over `tensor`. The tokens are those of one device.
+    On many devices the model goes onto the rules' shardings (used as it is when already
+    there), the sources are split by rows over `data x fsdp` when their number is a multiple
+    of it and copied whole to every device otherwise, and the encoder memory and KV cache keep
+    the sources' rows and their key/value heads split over `tensor`. The tokens are those of
+    one device.
+
+    Args:
+        model: a `zoo.Translator`.
+        src: `[batch, src]` token ids right-padded with `pad_id`, or a list of token lists.
+        max_len: the longest translation in tokens (at most `max_positions`).
+        beam_size: 1 for greedy decoding, more for beam search.
+        length_penalty: beam search's GNMT length penalty exponent.
+        mesh: where to decode on many devices: a `jax.sharding.Mesh`, a string like
+            `"data=2,fsdp=2,tensor=2"` (as for `zoo.Trainer`), or a `zoo.distributed.Layout`
+            for partition rules other than `zoo.distributed.RULES`; None is one device.
+        **legacy: the older keyword `rules=`, which still works (with a DeprecationWarning).
     """
-    layout = decoding_layout(mesh, rules)
+    older = legacy_keywords("translate", legacy, PLACEMENT, instead(legacy))
+    layout = decoding_layout(mesh, older.get("rules"))
     model, batch = _prepare(model, src, max_len, beam_size, layout)
-    if beam_size == 1:
-        return _greedy(model, batch, max_len)
-    tokens, _ = _beam(model, batch, max_len, beam_size, float(length_penalty))
-    return tokens
+    beam = None if beam_size == 1 else Beam(beam_size, float(length_penalty))
+    return _translate(model, batch, max_len, beam)[0]

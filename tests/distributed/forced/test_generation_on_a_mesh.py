@@ -94,7 +94,8 @@ def test_gpt_on_a_mesh_generates_the_tokens_of_one_device():
 
 def test_sampling_on_a_mesh_draws_the_tokens_of_one_device():
     gpt, batch, key = model("gpt-tiny"), prompts(4), jax.random.key(7)
-    options = dict(max_new_tokens=NEW, temperature=1.0, top_k=20, key=key)
+    sampling = zoo.SamplingSettings(temperature=1.0, top_k=20)
+    options = dict(max_new_tokens=NEW, sampling=sampling, key=key)
     one = np.asarray(zoo.generate(gpt, batch, **options))
     np.testing.assert_array_equal(zoo.generate(gpt, batch, mesh=CUBE, **options), one)
     assert len(np.unique(one)) > 4  # really sampled, not one repeated token
@@ -118,12 +119,15 @@ def test_the_kv_cache_stays_split_by_rows_and_heads_in_the_compiled_loop():
     layout = decoding_layout(CUBE)
     gpt = place_model(layout, model("llama-tiny"))
     batch, lengths = place_rows(layout, prompts(4), LENGTHS)
-    greedy = compiled_text(generate_module._sample, gpt, batch, lengths, None, None, NEW)
+    greedy = compiled_text(generate_module._generate, gpt, batch, lengths, NEW, None, None, None)
     loops = [line for line in greedy.splitlines() if " while(" in line]
     # keys/values [rows, layers, positions, kv_heads, head_dim]: positions = 5 + NEW - 1
     carried = set(re.findall(r"f32\[(\d+),2,10,(\d+),16\]", " ".join(loops)))
     assert carried == {("1", "1")}
-    beam = compiled_text(generate_module._beam, gpt, batch, lengths, NEW, 3, 0.6)
+    beam_search = generate_module.Beam(3, 0.6)
+    beam = compiled_text(
+        generate_module._generate, gpt, batch, lengths, NEW, beam_search, None, None
+    )
     gathered = re.findall(r"= f32\[(\d+),2,10,\d+,16\]\S* all-gather\(", beam)
     assert gathered == []  # reordering the beams over all rows gathered [12, 2, 10, 1, 16]
 

@@ -1,0 +1,62 @@
+"""What the inference commands share (`zoo generate`, `zoo translate`, `zoo classify`, `zoo
+chat`): the MODEL argument and `--adapter`, the sampling options, `--mesh` and `--json`, the
+model loaded once the options are checked, and one result printed a line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from zoo.cli._load import MODEL_HELP, Flavor, load_model
+from zoo.cli._mesh import add_mesh_option, layout_from_args
+from zoo.data.tokenizers.base import Tokenizer
+
+
+def add_model_arguments(parser: Any) -> None:
+    """MODEL and `--adapter`."""
+    parser.add_argument("model", help=MODEL_HELP)
+    parser.add_argument("--adapter", help="a PEFT LoRA adapter folder to put on the model")
+
+
+def add_sampling_options(parser: Any, *, max_new_tokens: int, per: str = "") -> None:
+    """`--max-new-tokens` (`per` says per what), `--temperature`, `--top-k`, `--top-p`, `--seed`."""
+    parser.add_argument("--max-new-tokens", type=int, default=max_new_tokens, help=per or None)
+    parser.add_argument("--temperature", type=float, default=0.0, help="0 is greedy")
+    parser.add_argument("--top-k", type=int, default=None)
+    parser.add_argument("--top-p", type=float, default=None)
+    parser.add_argument("--seed", type=int, default=0, help="draws the samples (temperature > 0)")
+
+
+def add_output_options(parser: Any, *, json_help: str) -> None:
+    """`--mesh` and `--json`."""
+    add_mesh_option(parser)
+    parser.add_argument("--json", action="store_true", help=json_help)
+
+
+def sampling_from_args(args: argparse.Namespace) -> tuple[Any, Any]:
+    """`(SamplingSettings, key or None)` of the sampling options; bad numbers raise here, before
+    anything is loaded."""
+    import jax
+
+    from zoo.decoding.sampling import SamplingSettings
+
+    settings = SamplingSettings(args.temperature, args.top_k, args.top_p)
+    return settings, None if settings.greedy else jax.random.key(args.seed)
+
+
+def load_for(args: argparse.Namespace, kind: type[Flavor]) -> tuple[Flavor, Tokenizer, Any]:
+    """`(model, tokenizer, layout or None)`: `--mesh` is checked first (a mesh that does not
+    fit stops before loading), then MODEL with `--adapter` is loaded as a `kind`."""
+    layout = layout_from_args(args)
+    model, tokenizer = load_model(args.model, kind, args.adapter)
+    return model, tokenizer, layout
+
+
+def print_results(
+    rows: Iterable[dict[str, Any]], as_json: bool, line: Callable[[dict[str, Any]], str]
+) -> None:
+    """Each row as a JSON object (`as_json`) or as the text `line(row)`, one a line."""
+    for row in rows:
+        print(json.dumps(row, ensure_ascii=False) if as_json else line(row))
