@@ -44,8 +44,9 @@ MESHES = ("data=8", "fsdp=8", "data=2,fsdp=2,tensor=2")
 
 def run(preset: str, mesh: str | None, batches: list[dict], seed: int) -> dict:
     """Train one step per batch; the seconds of each step, the losses and final weights."""
+    loop = zoo.train.LoopSettings(progress=False)
     trainer = zoo.Trainer(
-        zoo.tasks.LanguageModeling(), zoo.train.adamw(1e-3, warmup=1), progress=False, mesh=mesh
+        zoo.tasks.LanguageModeling(), zoo.train.adamw(1e-3, warmup=1), loop=loop, mesh=mesh
     )
     model = zoo.create(preset, key=jax.random.key(seed))
     if trainer.layout is not None:

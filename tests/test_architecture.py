@@ -5,6 +5,7 @@ or down, no two files import each other through any path, and no library module 
 from __future__ import annotations
 
 import ast
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -141,3 +142,99 @@ def test_the_floors_match_the_architecture_page():
     for name, floor in FLOORS.items():
         by_floor[floor].append(name)
     assert len(by_floor) == 9
+
+
+# Sizes (docs/architecture.md, "Sizes the code is held to").
+MAX_FILE_LINES = 500
+MAX_PARAMETERS = 8
+# Public calls whose keywords are a config's or an optimiser's fields, spelled out on purpose:
+# `zoo.create(name, **overrides)` and its kind (module:function, or module:Class.method).
+PARAMETER_EXCEPTIONS: dict[str, str] = {
+    "zoo.train.optim:adamw": "AdamW's hyperparameters, flat as in optax.adamw and torch's AdamW",
+}
+
+
+def parameter_count(function: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """Every parameter but self/cls; `*args` and `**kwargs` count one each."""
+    arguments = function.args
+    names = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]
+    count = len(names) + (arguments.vararg is not None) + (arguments.kwarg is not None)
+    if names and names[0].arg in ("self", "cls"):
+        count -= 1
+    return count
+
+
+def public_functions(path: Path):
+    """(qualified name, node, class or None) of each public function and method of a module:
+    names without a leading underscore (and `__init__` / `__call__`), in public classes, not
+    nested in another function."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    module = module_name(path)
+
+    def walk(body, prefix, owner):
+        for node in body:
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                yield from walk(node.body, f"{prefix}{node.name}.", node)
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                public = not node.name.startswith("_") or node.name in ("__init__", "__call__")
+                if public:
+                    yield f"{module}:{prefix}{node.name}", node, owner
+
+    if any(part.startswith("_") and part != "__init__" for part in module.split(".")):
+        return
+    yield from walk(tree.body, "", None)
+
+
+def test_no_file_is_over_the_line_limit():
+    long_files = {
+        str(path.relative_to(ROOT)): lines
+        for path in PACKAGE.rglob("*.py")
+        if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_FILE_LINES
+    }
+    assert long_files == {}, f"split these files (at most {MAX_FILE_LINES} lines each)"
+
+
+def test_no_public_function_takes_more_than_eight_parameters():
+    crowded = {
+        name: count
+        for path in PACKAGE.rglob("*.py")
+        for name, node, _ in public_functions(path)
+        if (count := parameter_count(node)) > MAX_PARAMETERS and name not in PARAMETER_EXCEPTIONS
+    }
+    assert crowded == {}, "group the options into a record (docs/architecture.md)"
+
+
+def test_public_functions_with_many_parameters_document_each_one():
+    """Equinox's style: a call with more than six parameters lists every one under `Args:`."""
+    undocumented = {}
+    for path in PACKAGE.rglob("*.py"):
+        for name, node, owner in public_functions(path):
+            if parameter_count(node) <= 6:
+                continue
+            docstring = ast.get_docstring(node) or ""
+            if node.name == "__init__" and owner is not None:  # the docs merge it into the class
+                docstring = f"{ast.get_docstring(owner) or ''}\n{docstring}"
+            arguments = node.args
+            names = [
+                a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs)
+            ]
+            names += [a.arg for a in (arguments.vararg, arguments.kwarg) if a is not None]
+            missing = [
+                n
+                for n in names
+                if n not in ("self", "cls") and not re.search(rf"^\s*\**{n}\b", docstring, re.M)
+            ]
+            if "Args:" not in docstring or missing:
+                undocumented[name] = missing
+    assert undocumented == {}
+
+
+def test_the_limit_checks_see_what_they_should():
+    source = (
+        "class Public:\n    def method(self, a, b, *, c, **d): ...\n    def _hidden(self, a): ...\n"
+    )
+    tree = ast.parse(source)
+    method = tree.body[0].body[0]
+    assert parameter_count(method) == 4
+    crowded = ast.parse("def f(a, b, c, d, e, f, g, h, i): ...").body[0]
+    assert parameter_count(crowded) == 9

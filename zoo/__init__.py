@@ -30,11 +30,14 @@ from zoo.version import __version__ as __version__
 # Public names that live in heavier modules, imported on first use so `import zoo` stays quick.
 _LAZY = {
     "Trainer": "zoo.train",
+    "LoopSettings": "zoo.train",
+    "Outputs": "zoo.train",
     "load": "zoo.serialize",
     "save": "zoo.serialize",
     "generate": "zoo.decoding",
     "translate": "zoo.decoding",
     "classify": "zoo.decoding",
+    "SamplingSettings": "zoo.decoding",
     "chat": "zoo.decoding.chat",
     "attention_maps": "zoo.inspection",
     "from_pretrained": "zoo.interop",

@@ -24,6 +24,7 @@ from zoo.data import synthetic
 from zoo.presets import count_params, create
 from zoo.tasks import for_flavor
 from zoo.train.optim import adamw
+from zoo.train.settings import LoopSettings, Outputs
 from zoo.train.trainer import Trainer
 
 FLAVOR_ORDER = ("translator", "gpt", "classifier")
@@ -126,7 +127,17 @@ def run_flavor(
     examples: int = 5,
     echo: Callable[[str], Any] = print,
 ) -> dict[str, Any]:
-    """Generate the flavor's task, train its tiny preset, measure held-out accuracy; one row."""
+    """Generate the flavor's task, train its tiny preset, measure held-out accuracy; one row.
+
+    Args:
+        flavor: "gpt", "classifier" or "translator".
+        steps: training steps; None takes the flavor's own default.
+        seed: seeds the generated data, the model and training.
+        out_dir: a folder the run writes its model and checkpoints to (None: nothing is written).
+        progress: show a progress bar while training.
+        examples: held-out examples printed with the model's answers.
+        echo: where lines are printed.
+    """
     if flavor not in SPECS:
         raise ValueError(f"unknown flavor {flavor!r}; choose one of {list(FLAVOR_ORDER)}")
     spec = SPECS[flavor]
@@ -146,11 +157,11 @@ def run_flavor(
     model = create(spec.preset, key=model_key, **overrides)
     train, _ = data.batches(spec.batch_size, seed=seed)
     optimizer = adamw(spec.lr, warmup=spec.warmup, schedule=spec.schedule, total_steps=steps)
-    trainer = Trainer(for_flavor(flavor), optimizer, log_every=50, progress=progress)
+    loop = LoopSettings(log_every=50, progress=progress)
+    trainer = Trainer(for_flavor(flavor), optimizer, loop=loop)
     echo(f"[{flavor}] {data.description}: {spec.preset}, {steps} steps of {spec.batch_size}")
-    model, history = trainer.fit(
-        model, train, steps=steps, key=train_key, out_dir=out_dir, tokenizer=tokenizer
-    )
+    outputs = Outputs(out_dir=out_dir, tokenizer=tokenizer)
+    model, history = trainer.fit(model, train, steps=steps, key=train_key, outputs=outputs)
     accuracy, predictions = held_out_accuracy(model, data)
     seconds = time.perf_counter() - started
     for (source, reference), predicted in list(zip(data.eval_text, predictions))[:examples]:

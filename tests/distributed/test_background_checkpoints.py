@@ -19,6 +19,7 @@ pytest.importorskip("orbax.checkpoint", reason="the `distributed` extra (orbax-c
 import zoo
 from zoo.data.batches import ArrayBatches
 from zoo.distributed import Layout
+from zoo.train import Outputs
 from zoo.train.checkpoint import list_checkpoints, load_checkpoint
 from zoo.train.pending import CheckpointWriteFailed, PendingWrite
 from zoo.train.sharded import ShardedWriter
@@ -30,7 +31,7 @@ pytestmark = pytest.mark.distributed
 def placed():
     layout = Layout.of("data=1")
     model = layout.place(zoo.create("gpt-tiny", key=jax.random.key(0)))
-    trainer = zoo.Trainer(zoo.tasks.LanguageModeling(), mesh=layout.mesh, progress=False)
+    trainer = zoo.Trainer(zoo.tasks.LanguageModeling(), mesh=layout.mesh)
     return layout, model, trainer.init_optimizer(model)
 
 
@@ -134,11 +135,11 @@ def test_training_reports_a_failed_background_save(tmp_path, monkeypatch):
 
     original = ShardedWriter._finish
     monkeypatch.setattr(ShardedWriter, "_finish", failing)
-    trainer = zoo.Trainer(zoo.tasks.LanguageModeling(), log_every=1, checkpoint_every=1,
-                          progress=False, mesh="data=1")  # fmt: skip
+    loop = zoo.train.LoopSettings(log_every=1, checkpoint_every=1, progress=False)
+    trainer = zoo.Trainer(zoo.tasks.LanguageModeling(), loop=loop, mesh="data=1")
     model = zoo.create("gpt-tiny", key=jax.random.key(0))
     with pytest.raises(CheckpointWriteFailed, match="step_00000002 could not be written"):
         tokens = np.random.default_rng(0).integers(3, 60, (32, 12)).astype(np.int32)
         batches = ArrayBatches({"tokens": tokens}, 8, seed=0)
-        trainer.fit(model, batches, steps=4, key=jax.random.key(1), checkpoint_dir=tmp_path)
+        trainer.fit(model, batches, steps=4, key=jax.random.key(1), outputs=Outputs(tmp_path))
     assert [step for step, _ in list_checkpoints(tmp_path)] == [1]  # reported at step 3's save

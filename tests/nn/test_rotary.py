@@ -200,7 +200,7 @@ def test_the_train_step_evaluates_no_sine_or_cosine_in_its_layer_loops():
     (remat="dots"): the table is made once, before the loops, not per layer, pass and head."""
     model = zoo.create("llama-tiny", key=jax.random.key(0))
     assert scans(model.config.scan_layers) and model.config.remat == "dots"
-    trainer = zoo.Trainer(zoo.tasks.LanguageModeling(), progress=False)
+    trainer = zoo.Trainer(zoo.tasks.LanguageModeling())
     state = trainer.init_optimizer(model)
     lowered = trainer.train_step.lower(model, state, {"tokens": TOKENS}, jax.random.key(1), 1)
     program = parse_program(lowered.compile().compiled.as_text())

@@ -6,7 +6,7 @@ import jax
 import pytest
 
 import zoo
-from zoo.train import Trainer, adamw
+from zoo.train import LoopSettings, Trainer, adamw
 
 
 @pytest.fixture(scope="module")
@@ -17,5 +17,5 @@ def tiny_gpt():
 @pytest.fixture(scope="module")
 def lm_trainer():
     """Logs every step, checkpoints every 2."""
-    return Trainer(zoo.tasks.LanguageModeling(), adamw(3e-3, warmup=3), log_every=1,
-                   checkpoint_every=2, progress=False)  # fmt: skip
+    loop = LoopSettings(log_every=1, checkpoint_every=2, progress=False)
+    return Trainer(zoo.tasks.LanguageModeling(), adamw(3e-3, warmup=3), loop=loop)

@@ -6,7 +6,7 @@ import numpy as np
 
 from zoo.data.batches import ArrayBatches
 from zoo.serialize import named_arrays
-from zoo.train import Trainer
+from zoo.train import LoopSettings, Trainer
 
 
 def lm_batches(num=64, length=12, seed=0, batch_size=8) -> ArrayBatches:
@@ -22,8 +22,8 @@ def params(model):
     return {name: np.asarray(a) for name, a in named_arrays(model).items()}
 
 
-def sharing(trainer, **options):
-    """A trainer with other loop options: it reuses `trainer`'s compiled step."""
-    other = Trainer(trainer.task, trainer.optimizer, progress=False, **options)
+def sharing(trainer, **loop):
+    """A trainer with other loop settings (`LoopSettings`): it reuses `trainer`'s compiled step."""
+    other = Trainer(trainer.task, trainer.optimizer, loop=LoopSettings(progress=False, **loop))
     assert other.train_step is trainer.train_step
     return other

@@ -11,6 +11,7 @@ from zoo.cli import main
 from zoo.data import synthetic
 from zoo.data.tokenizers.base import load_tokenizer
 from zoo.train import list_checkpoints
+from zoo.train.lock import LOCK_FILE
 
 
 def test_train_then_resume(tmp_path, capsys):
@@ -68,3 +69,23 @@ def test_a_fresh_run_refuses_a_folder_holding_a_saved_model(tmp_path, capsys):
     assert {path.name: path.read_bytes() for path in folder.iterdir() if path.name in before} == (
         before
     )
+
+
+def test_a_refused_fresh_run_writes_nothing_into_a_folder_holding_a_saved_model(tmp_path, capsys):
+    data = synthetic.make("addition")
+    model = zoo.create("gpt-tiny", key=jax.random.key(0), vocab_size=data.tokenizer.vocab_size)
+    finished = zoo.save(model, tmp_path / "finished", tokenizer=data.tokenizer)
+    record = b'{\n  "lr": 0.003,\n  "seed": 0\n}'  # the record of the run that saved it
+    (finished / "train_args.json").write_bytes(record)
+    bare = zoo.save(model, tmp_path / "bare", tokenizer=data.tokenizer)  # saved by zoo.save
+    command = ["train", "gpt", "--preset", "gpt-tiny", "--data", "synthetic:addition",
+               "--steps", "1", "--lr", "0.5", "--seed", "9", "--no-progress"]  # fmt: skip
+    for folder in (finished, bare):
+        before = {path.name: path.read_bytes() for path in folder.iterdir()}
+        assert main([*command, "--out", str(folder)]) == 2
+        assert "already holds a saved model" in capsys.readouterr().err
+        # no train_args.json written or rewritten, no checkpoints/ made
+        assert sorted(path.name for path in folder.iterdir() if path.name != LOCK_FILE) == sorted(
+            before
+        )
+        assert {name: (folder / name).read_bytes() for name in before} == before

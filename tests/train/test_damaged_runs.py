@@ -14,23 +14,23 @@ import safetensors.numpy
 import zoo
 from tests.train.helpers import lm_batches
 from zoo.cli import main
-from zoo.train import list_checkpoints
+from zoo.train import Outputs, list_checkpoints
 
 
 def test_resume_skips_a_truncated_checkpoint_and_a_half_written_metrics_line(
     tmp_path, tiny_gpt, lm_trainer
 ):
     data, key = lm_batches(), jax.random.key(1)
-    _, full = lm_trainer.fit(tiny_gpt, data, steps=6, key=key, checkpoint_dir=tmp_path / "full")
+    _, full = lm_trainer.fit(tiny_gpt, data, steps=6, key=key, outputs=Outputs(tmp_path / "full"))
     run = tmp_path / "run"
-    lm_trainer.fit(tiny_gpt, data, steps=4, key=key, checkpoint_dir=run)
+    lm_trainer.fit(tiny_gpt, data, steps=4, key=key, outputs=Outputs(run))
     weights = run / "step_00000004" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:1000])  # a copy or a sync cut short
     with (run / "metrics.jsonl").open("a") as handle:
         handle.write('{"step": 5, "spl')  # a crash in the middle of a row
     with pytest.warns(UserWarning) as warned:
         _, history = lm_trainer.fit(
-            tiny_gpt, data, steps=6, key=key, checkpoint_dir=run, resume=True
+            tiny_gpt, data, steps=6, key=key, outputs=Outputs(run), resume=True
         )
     messages = [str(w.message) for w in warned]
     assert any(
@@ -49,14 +49,16 @@ def test_resume_skips_a_truncated_checkpoint_and_a_half_written_metrics_line(
 
 
 def test_resume_refuses_when_no_checkpoint_is_intact(tmp_path, tiny_gpt, lm_trainer):
-    lm_trainer.fit(tiny_gpt, lm_batches(), steps=2, key=jax.random.key(1), checkpoint_dir=tmp_path)
+    lm_trainer.fit(
+        tiny_gpt, lm_batches(), steps=2, key=jax.random.key(1), outputs=Outputs(tmp_path)
+    )
     (tmp_path / "step_00000002" / "state.json").write_text('{"step": 2, "ke')
     with (
         pytest.warns(UserWarning, match="skipped checkpoint step_00000002: state.json is"),
         pytest.raises(ValueError, match=r"no intact checkpoint in .*; start a new run"),
     ):
         lm_trainer.fit(tiny_gpt, lm_batches(), steps=4, key=jax.random.key(1),
-                    checkpoint_dir=tmp_path, resume=True)  # fmt: skip
+                    outputs=Outputs(tmp_path), resume=True)  # fmt: skip
 
 
 def disk_full(monkeypatch):

@@ -14,8 +14,8 @@ import jax
 import pytest
 
 from tests.train.helpers import lm_batches
+from zoo.train import Outputs, checkpoint_folder, list_checkpoints
 from zoo.train import checkpoint as ckpt
-from zoo.train import checkpoint_folder, list_checkpoints
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,7 +32,7 @@ def test_ctrl_c_during_a_periodic_checkpoint_write_finishes_that_write(
     monkeypatch.setattr(checkpoint_folder, "_sync_files", sync_hit_by_ctrl_c)
     with pytest.raises(KeyboardInterrupt):
         lm_trainer.fit(
-            tiny_gpt, lm_batches(), steps=10, key=jax.random.key(0), checkpoint_dir=tmp_path
+            tiny_gpt, lm_batches(), steps=10, key=jax.random.key(0), outputs=Outputs(tmp_path)
         )
     assert [step for step, _ in list_checkpoints(tmp_path)] == [2]
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".step")) == []
@@ -53,7 +53,7 @@ def test_a_checkpoint_write_cut_short_is_written_again_on_interrupt(
     monkeypatch.setattr(ckpt, "save_checkpoint", save_cut_short_once)
     with pytest.raises(KeyboardInterrupt):
         lm_trainer.fit(
-            tiny_gpt, lm_batches(), steps=10, key=jax.random.key(0), checkpoint_dir=tmp_path
+            tiny_gpt, lm_batches(), steps=10, key=jax.random.key(0), outputs=Outputs(tmp_path)
         )
     assert calls == [2, 2]
     assert [step for step, _ in list_checkpoints(tmp_path)] == [2]

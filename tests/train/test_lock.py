@@ -42,3 +42,27 @@ def test_a_second_run_on_the_same_out_is_refused_until_the_first_process_dies(tm
         first.wait()
     with RunLock(out):  # the lock died with its process
         assert (out / LOCK_FILE).read_text() == f"{os.getpid()}\n"
+
+
+def test_a_run_refused_by_the_lock_leaves_the_live_runs_record_alone(tmp_path, capsys):
+    """The live run is before its first checkpoint; the second run differs in --lr and --seed,
+    which the record must keep for the live run's --resume."""
+    out = tmp_path / "run"
+    out.mkdir()
+    record = b'{\n  "data": "synthetic:addition",\n  "lr": 0.003,\n  "seed": 0\n}'
+    (out / "train_args.json").write_bytes(record)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    first = subprocess.Popen([sys.executable, "-c", HOLD, str(out)], cwd=ROOT, env=env,
+                             stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert first.stdout.readline().strip() == "locked"
+        second = ["train", "gpt", "--preset", "gpt-tiny", "--data", "synthetic:addition",
+                  "--steps", "2", "--lr", "0.5", "--seed", "9", "--out", str(out),
+                  "--no-progress"]  # fmt: skip
+        assert main(second) == 2
+        assert f"is in use by another training run (pid {first.pid}," in capsys.readouterr().err
+        assert (out / "train_args.json").read_bytes() == record
+        assert sorted(path.name for path in out.iterdir()) == [LOCK_FILE, "train_args.json"]
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()

@@ -16,7 +16,7 @@ import pytest
 import zoo
 from tests.train.helpers import lm_batches
 from zoo.cli import main
-from zoo.train import Trainer, adamw
+from zoo.train import LoopSettings, Outputs, Trainer, adamw
 
 
 def metrics(folder) -> list[dict]:
@@ -140,10 +140,10 @@ def test_zoo_train_log_wandb_offline_writes_every_row(tmp_path):
 def test_an_own_logger_gets_every_row_and_is_closed(tmp_path):
     recorder = Recorder()
     model = zoo.create("gpt-tiny", key=jax.random.key(0))
-    trainer = Trainer(zoo.tasks.LanguageModeling(), adamw(3e-3, warmup=3), log_every=1,
-                      eval_every=2, progress=False, loggers=[recorder])  # fmt: skip
+    loop = LoopSettings(log_every=1, eval_every=2, progress=False, loggers=[recorder])
+    trainer = Trainer(zoo.tasks.LanguageModeling(), adamw(3e-3, warmup=3), loop=loop)
     trainer.fit(model, lm_batches(), eval_batches=lm_batches(num=16, seed=1), steps=4,
-                key=jax.random.key(1), out_dir=tmp_path)  # fmt: skip
+                key=jax.random.key(1), outputs=Outputs(out_dir=tmp_path))  # fmt: skip
     assert recorder.rows == metrics(tmp_path) and recorder.closed
 
 
@@ -161,6 +161,6 @@ def test_a_missing_logger_package_is_one_line_naming_the_extra(tmp_path, monkeyp
     with pytest.raises(
         ImportError, match=r"needs the wandb package: pip install 'jax-transformer-zoo\[wandb\]'"
     ):
-        Trainer(zoo.tasks.LanguageModeling(), loggers=["wandb"])
+        LoopSettings(loggers=["wandb"])
     with pytest.raises(ValueError, match="unknown logger 'mlflow'; choose from"):
-        Trainer(zoo.tasks.LanguageModeling(), loggers=["mlflow"])
+        LoopSettings(loggers=["mlflow"])

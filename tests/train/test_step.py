@@ -17,7 +17,7 @@ from zoo.data import synthetic
 from zoo.nn.vocab import VocabHead
 from zoo.serialize import named_arrays
 from zoo.tasks import Classification, LanguageModeling, Translation
-from zoo.train import Trainer, adamw
+from zoo.train import LoopSettings, Trainer, adamw
 from zoo.train.step import make_train_step
 
 
@@ -80,7 +80,7 @@ def test_translator_learns_rot13():
         "translator-tiny", key=jax.random.key(0), vocab_size=data.tokenizer.vocab_size
     )
     optimizer = adamw(spec.lr, warmup=spec.warmup, schedule=spec.schedule, total_steps=spec.steps)
-    trainer = Trainer(Translation(), optimizer, log_every=1, progress=False)
+    trainer = Trainer(Translation(), optimizer, loop=LoopSettings(log_every=1, progress=False))
     _, history = trainer.fit(model, train, steps=30, key=jax.random.key(1))
     losses = history.losses()
     # An untrained model predicts nearly uniformly: the loss starts at log(vocab).
@@ -93,7 +93,7 @@ def test_classifier_learns_in_bf16_with_accumulation_and_fp32_master_weights():
     train, _ = data.batches(32)
     model = zoo.create("classifier-tiny", key=jax.random.key(0), vocab_size=30)
     trainer = Trainer(Classification(), adamw(3e-3, warmup=2), precision="bf16", accumulate=2,
-                      log_every=4, progress=False)  # fmt: skip
+                      loop=LoopSettings(log_every=4, progress=False))  # fmt: skip
     trained, history = trainer.fit(model, train, steps=16, key=jax.random.key(1))
     rows = history.split("train")
     assert rows[0]["loss"] == pytest.approx(np.log(2), abs=0.05)

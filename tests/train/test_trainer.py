@@ -18,6 +18,8 @@ from zoo.data.batches import ArrayBatches
 from zoo.data.tokenizers.char import CharTokenizer
 from zoo.tasks import LanguageModeling, Stats, Translation
 from zoo.train import (
+    LoopSettings,
+    Outputs,
     Terminated,
     Trainer,
     TrainingDiverged,
@@ -39,7 +41,8 @@ def model():
 
 @pytest.fixture(scope="module")
 def trainer():
-    return Trainer(TASK, adamw(3e-3, warmup=3), log_every=1, checkpoint_every=2, progress=False)
+    loop = LoopSettings(log_every=1, checkpoint_every=2, progress=False)
+    return Trainer(TASK, adamw(3e-3, warmup=3), loop=loop)
 
 
 class Interrupted:
@@ -70,16 +73,16 @@ def test_a_few_steps_reduce_the_loss_and_leave_the_input_model_alone(model, trai
 def test_resume_after_ctrl_c_equals_an_uninterrupted_run(tmp_path, model, trainer):
     data, key = lm_batches(), jax.random.key(1)
     full, full_history = trainer.fit(
-        model, data, steps=6, key=key, checkpoint_dir=tmp_path / "full"
+        model, data, steps=6, key=key, outputs=Outputs(tmp_path / "full")
     )
     with pytest.raises(KeyboardInterrupt):
         trainer.fit(
-            model, Interrupted(data, at=3), steps=6, key=key, checkpoint_dir=tmp_path / "run"
+            model, Interrupted(data, at=3), steps=6, key=key, outputs=Outputs(tmp_path / "run")
         )
     assert latest_checkpoint(tmp_path / "run").name == "step_00000003"  # saved on Ctrl-C
     # The key passed here is ignored: the checkpoint's RNG state wins.
     resumed, history = trainer.fit(
-        model, data, steps=6, key=jax.random.key(99), checkpoint_dir=tmp_path / "run", resume=True
+        model, data, steps=6, key=jax.random.key(99), outputs=Outputs(tmp_path / "run"), resume=True
     )
     assert history.summary["resumed_from"] == 3
     np.testing.assert_allclose(history.losses(), full_history.losses(), rtol=0, atol=1e-6)
@@ -103,7 +106,7 @@ def test_nan_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(tmp_pat
 
     checked.train_step = step_with_nan_at_5
     with pytest.raises(TrainingDiverged, match="stopped at step 5: the loss is nan") as error:
-        checked.fit(model, lm_batches(), steps=10, key=jax.random.key(0), checkpoint_dir=tmp_path)
+        checked.fit(model, lm_batches(), steps=10, key=jax.random.key(0), outputs=Outputs(tmp_path))
     assert error.value.step == 5
     assert "step_00000004" in str(error.value)  # detected at step 6 (a log step): 4 is kept
     assert [p.name for p in sorted(tmp_path.glob("step_*"))] == ["step_00000002", "step_00000004"]
@@ -131,7 +134,7 @@ def test_weights_made_infinite_by_an_update_are_never_checkpointed(tmp_path, mod
 
     checked.train_step = step_leaving_inf_weights_at_4
     with pytest.raises(TrainingDiverged) as error:
-        checked.fit(model, lm_batches(), steps=10, key=jax.random.key(0), checkpoint_dir=tmp_path)
+        checked.fit(model, lm_batches(), steps=10, key=jax.random.key(0), outputs=Outputs(tmp_path))
     assert str(error.value).startswith(
         "training stopped at step 4: the weights after this update are not finite (NaN or inf). "
         f"The last good checkpoint is kept: {tmp_path / 'step_00000002'}."
@@ -142,7 +145,7 @@ def test_weights_made_infinite_by_an_update_are_never_checkpointed(tmp_path, mod
                          opt_state=trainer.init_optimizer(model), key=jax.random.key(0))  # fmt: skip
     with pytest.warns(UserWarning, match="skipped checkpoint step_00000004: its weights are not"):
         _, history = trainer.fit(model, lm_batches(), steps=3, key=jax.random.key(0),
-                                 checkpoint_dir=tmp_path, resume=True)  # fmt: skip
+                                 outputs=Outputs(tmp_path), resume=True)  # fmt: skip
     assert history.summary["resumed_from"] == 2
 
 
@@ -170,7 +173,7 @@ def test_a_signal_inside_a_step_waits_for_the_step_and_saves_it(
     try:
         with pytest.raises(KeyboardInterrupt) as error:
             interrupted.fit(
-                model, lm_batches(), steps=10, key=jax.random.key(0), checkpoint_dir=tmp_path
+                model, lm_batches(), steps=10, key=jax.random.key(0), outputs=Outputs(tmp_path)
             )
         restored_handler = signal.getsignal(signum)
     finally:
@@ -186,8 +189,8 @@ def test_a_signal_inside_a_step_waits_for_the_step_and_saves_it(
 
 def test_final_model_loads_bit_for_bit_with_its_tokenizer(tmp_path, model, trainer):
     tokenizer = CharTokenizer("abcdefghijklmnop")
-    trained, _ = trainer.fit(model, lm_batches(), steps=2, key=jax.random.key(0),
-                             out_dir=tmp_path, tokenizer=tokenizer, plot=True)  # fmt: skip
+    outputs = Outputs(out_dir=tmp_path, tokenizer=tokenizer, plot=True)
+    trained, _ = trainer.fit(model, lm_batches(), steps=2, key=jax.random.key(0), outputs=outputs)
     loaded, loaded_tokenizer = zoo.serialize.load_with_tokenizer(tmp_path)
     for name, array in params(trained).items():
         np.testing.assert_array_equal(params(loaded)[name], array, err_msg=name)
@@ -204,7 +207,7 @@ def test_a_new_batch_shape_warns_about_recompiling(model):
         def batch(self, step):
             return lm_batches(length=12 if step == 0 else 10).batch(step)
 
-    loop_only = Trainer(TASK, adamw(1e-3), progress=False)
+    loop_only = Trainer(TASK, adamw(1e-3), loop=LoopSettings(progress=False))
     zero = StepOutput(Stats.zero(), jnp.zeros(()))
     loop_only.train_step = lambda model, opt_state, *_: (model, opt_state, zero)
     with pytest.warns(UserWarning, match=r"step 2: new batch shapes .* compile the step again"):
@@ -220,7 +223,7 @@ class Empty:
 
 
 def test_bad_inputs_fail_before_anything_compiles(tmp_path, model):
-    trainer = Trainer(TASK, adamw(1e-3), accumulate=3, progress=False)
+    trainer = Trainer(TASK, adamw(1e-3), accumulate=3, loop=LoopSettings(progress=False))
 
     def must_not_run(*args, **kwargs):
         raise AssertionError("the step was compiled and run")
@@ -228,7 +231,9 @@ def test_bad_inputs_fail_before_anything_compiles(tmp_path, model):
     trainer.train_step = must_not_run
     key = jax.random.key(0)
     with pytest.raises(TypeError, match=r"Translation trains a zoo\.Translator"):
-        Trainer(Translation(), progress=False).fit(model, lm_batches(), steps=1, key=key)
+        Trainer(Translation(), loop=LoopSettings(progress=False)).fit(
+            model, lm_batches(), steps=1, key=key
+        )
     with pytest.raises(ValueError, match="train_batches is empty"):
         trainer.fit(model, Empty(), steps=1, key=key)
     with pytest.raises(ValueError, match="eval_batches is empty"):
@@ -243,7 +248,7 @@ def test_bad_inputs_fail_before_anything_compiles(tmp_path, model):
     ckpt.save_checkpoint(tmp_path, step=4, model=model, opt_state=trainer.init_optimizer(model),
                          key=key)  # fmt: skip
     with pytest.raises(ValueError, match=r"already holds checkpoints .* resume=True"):
-        trainer.fit(model, lm_batches(batch_size=6), steps=1, key=key, checkpoint_dir=tmp_path)
+        trainer.fit(model, lm_batches(batch_size=6), steps=1, key=key, outputs=Outputs(tmp_path))
     with pytest.raises(ValueError, match="steps must be a positive integer"):
         trainer.fit(model, lm_batches(batch_size=6), steps=0, key=key)
     with pytest.raises(ValueError, match="precision must be one of"):

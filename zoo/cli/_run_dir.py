@@ -49,22 +49,25 @@ def check_out_dir(text: str) -> Path:
     return path
 
 
-def check_resume(
-    args: argparse.Namespace, out: Path, has_checkpoint: bool, *, record: bool = True
-) -> None:
-    """On `--resume` of a run with a checkpoint, refuse options that differ from its start;
-    on a fresh start, record them in `out/train_args.json` (unless `record` is False: the
-    processes other than 0 of a run on many)."""
+def check_resume(args: argparse.Namespace, out: Path, has_checkpoint: bool) -> None:
+    """On `--resume` of a run with a checkpoint, refuse options that differ from those it was
+    started with (`out/train_args.json`; an older run without the file is not checked)."""
     path = out / RUN_ARGS_FILE
-    current: dict[str, Any] = {name: getattr(args, name, None) for name in RECORDED}
-    if has_checkpoint:
-        if args.resume and path.is_file():
-            _compare(args, current, path, out)
-        return  # an older run without a record, or one the trainer refuses to overwrite
-    if not record:
-        return
+    if has_checkpoint and args.resume and path.is_file():
+        _compare(args, _recorded(args), path, out)
+
+
+def record_run(args: argparse.Namespace, out: Path) -> None:
+    """Record the options a run starts with in `out/train_args.json`, for `check_resume`.
+
+    Written by the run that holds `out` (`zoo.train.lock.RunLock`), once it has passed every
+    check that could refuse it, and only when it starts without a checkpoint."""
     out.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(path, json.dumps(current, indent=2, sort_keys=True))
+    write_text_atomic(out / RUN_ARGS_FILE, json.dumps(_recorded(args), indent=2, sort_keys=True))
+
+
+def _recorded(args: argparse.Namespace) -> dict[str, Any]:
+    return {name: getattr(args, name, None) for name in RECORDED}
 
 
 def _compare(args: argparse.Namespace, current: dict[str, Any], path: Path, out: Path) -> None:

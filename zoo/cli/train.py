@@ -5,41 +5,53 @@ tokenizer) in `DIR/`, loadable with `zoo.load(DIR)`. `--resume` continues from t
 checkpoint exactly where it stopped. Data comes from `--data SCHEME:REST` (`resolve_data`, a
 new scheme registers with `data_scheme`; see `zoo.cli._datasets`). Options left out come from
 the preset's row in `zoo.train.defaults`; `--init` and `--freeze` fine-tune, `--lora` adapts.
+
+Read in this order: `register` (the flags), `run` = `execute(plan(args))`, `plan` (what the
+flags decide, a `TrainPlan`; nothing is read or written yet), `execute` (the run folder held,
+checked and recorded, the model built, trained and reported).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import equinox as eqx
+import jax
+from jax.sharding import Mesh
 
+from zoo.cli._build import Built, build_model, check_preset, make_task
 from zoo.cli._chat_data import add_chat_options
 from zoo.cli._datasets import add_data_options, data_scheme, resolve_data
+from zoo.cli._load import HUB
+from zoo.cli._lora import LoRASpec, finish_run, parse_lora, trained_prefixes, with_lora
 from zoo.cli._mesh import add_mesh_option
+from zoo.cli._run_dir import check_out_dir, check_resume, record_run
+from zoo.data.tokenizers.base import Tokenizer
+from zoo.distributed.hosts import is_writer
+from zoo.distributed.mesh import as_mesh
+from zoo.presets import count_params
+from zoo.train.checkpoint import latest_checkpoint
 from zoo.train.defaults import Default, training_defaults
+from zoo.train.freeze import check_freeze, freeze, parse_freeze
 from zoo.train.history import History
+from zoo.train.interrupts import Terminated
+from zoo.train.lock import RunLock
+from zoo.train.loop import TrainingDiverged
+from zoo.train.optim import Optimizer, OptimizerLike, adamw
+from zoo.train.plot import check_matplotlib
+from zoo.train.run_setup import check_folders
+from zoo.train.settings import LoopSettings, Outputs
+from zoo.train.trainer import Trainer
 
 FLAVORS = ("classifier", "gpt", "translator")
-__all__ = ["data_scheme", "fill_defaults", "register", "resolve_data", "run"]
-
-
-def fill_defaults(args: argparse.Namespace, preset: str, flavor: str) -> dict[str, Default]:
-    """Set every option of `args` still None to the preset's default (`zoo.train.defaults`);
-    returns the values it filled."""
-    filled: dict[str, Default] = {}
-    for name, value in training_defaults(preset, flavor).items():
-        if getattr(args, name, None) is None and value is not None:
-            setattr(args, name, value)
-            filled[name] = value
-        elif not hasattr(args, name):
-            setattr(args, name, value)
-    if "warmup" in filled and "steps" not in filled and args.warmup >= args.steps:
-        # a short run asked for by --steps: keep the warmup a tenth of it
-        args.warmup = filled["warmup"] = max(1, args.steps // 10)
-    return filled
+CHECKPOINTS = "checkpoints"  # the run folder's checkpoint folder
+__all__ = ["TrainPlan", "data_scheme", "execute", "fill_defaults", "plan", "register",
+           "resolve_data", "run"]  # fmt: skip
 
 
 def register(commands) -> None:
@@ -129,136 +141,237 @@ def register(commands) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import jax
+    """`zoo train`: decide the run from the flags, then run it."""
+    return execute(plan(args))
 
-    from zoo.cli._build import build_model, check_preset, make_task
-    from zoo.cli._load import HUB
-    from zoo.cli._mesh import layout_from_args
-    from zoo.cli._run_dir import check_out_dir, check_resume
-    from zoo.distributed.hosts import is_writer
-    from zoo.train.checkpoint import latest_checkpoint
-    from zoo.train.freeze import check_freeze, freeze, parse_freeze
-    from zoo.train.interrupts import Terminated
-    from zoo.train.loggers import check_loggers
-    from zoo.train.loop import TrainingDiverged
-    from zoo.train.optim import OptimizerLike, adamw
-    from zoo.train.trainer import Trainer
 
+# -- plan: the flags checked and decided ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TrainPlan:
+    """Everything `zoo train` decides from its flags, before it reads data or writes a file.
+
+    `args` keeps the flags (the preset's defaults filled in) for what reads them whole: the
+    data and the model (`zoo.cli._build`), the run's record (`train_args.json`) and the summary.
+    """
+
+    args: argparse.Namespace  # the flags, with the preset's defaults filled in
+    out: Path  # --out, the run folder
+    filled: dict[str, Default]  # the options the preset's defaults filled (reported)
+    tokenizer_given: bool  # --tokenizer was on the command line, not a preset's default
+    steps: int
+    seed: int
+    resume: bool
+    optimizer: Optimizer  # adamw of --lr, --warmup, --schedule, ...; before --freeze or --lora
+    freeze_spec: str | None  # --freeze, checked
+    lora: LoRASpec | None  # --lora, parsed
+    quantize: str | None  # --quantize (with --lora)
+    merge: bool  # --merge (with --lora)
+    loop: LoopSettings  # --log-every, --eval-every, --eval-limit, --checkpoint-every, --keep, ...
+    precision: str
+    accumulate: int
+    mesh: Mesh | None  # --mesh
+    plot: bool
+    print_json: bool  # --json: the summary as JSON on stdout
+
+
+def plan(args: argparse.Namespace) -> TrainPlan:
+    """Check the flags of `args` and decide the run; raises ValueError (or ImportError for a
+    missing extra) for a flag, or a mix of flags, that cannot work. `args` is left as it is."""
+    args = argparse.Namespace(**vars(args))
     check_preset(args)
-    layout = layout_from_args(args)  # a mesh that does not fit the devices: before any work
-    writes = is_writer()  # with many processes, process 0 alone prints and writes
+    mesh = as_mesh(args.mesh) if args.mesh else None  # one that does not fit: before any work
     if args.plot:
-        from zoo.train.plot import check_matplotlib
-
         check_matplotlib()  # before training, not after it
     out = check_out_dir(args.out)
     tokenizer_given = args.tokenizer is not None  # before the preset's default fills it
-    try:
-        loggers = check_loggers(args.log)  # before any data is loaded
-    except ImportError as error:
-        print(f"zoo train: error: {error}", file=sys.stderr)
-        return 2
     filled = fill_defaults(args, args.preset or "", args.flavor)
-    if filled and not args.json and writes:
-        shown = ", ".join(f"{name}={value}" for name, value in filled.items())
-        print(f"zoo train: defaults: {shown}", file=sys.stderr)
-    has_checkpoint = latest_checkpoint(out / "checkpoints") is not None
-    check_resume(args, out, has_checkpoint, record=writes)
-    model_key, train_key = jax.random.split(jax.random.key(args.seed))
-    built = build_model(args, model_key, tokenizer_given=tokenizer_given)
-    model, data = built.model, built.data
-    optimizer: OptimizerLike = adamw(
-        args.lr,
-        warmup=args.warmup,
-        schedule=args.schedule,
-        total_steps=args.steps,
-        weight_decay=args.weight_decay,
-        clip_norm=args.clip_norm or None,
-    )
-    if args.freeze:
-        counts = check_freeze(model, parse_freeze(args.freeze))
-        if writes:
-            print(f"zoo train: frozen parameters: {counts}", file=sys.stderr)
-        optimizer = freeze(optimizer, args.freeze)
-    lora_train: tuple[str, ...] = ()
-    if args.lora:
-        from zoo.cli._lora import parse_lora, trained_prefixes, with_lora
-
-        if jax.process_count() > 1:
-            raise ValueError(
-                "--lora trains on one process for now; run it without --num-processes / "
-                "--distributed (a mesh over one process's devices works)"
-            )
-        if args.freeze:
-            raise ValueError("--lora trains only the adapters already; leave out --freeze")
-        spec = parse_lora(args.lora)
-        lora_train = trained_prefixes(spec, args.flavor, built.fresh_parts)
-        model, optimizer = with_lora(model, optimizer, spec, train=lora_train,
-                                     quantize=args.quantize, key=jax.random.fold_in(model_key, 1))  # fmt: skip
-    elif args.merge:
-        raise ValueError("--merge folds LoRA adapters into the weights: use it with --lora")
-    elif args.quantize:
-        raise ValueError("--quantize stores the frozen base of LoRA adapters: use it with --lora")
-    trainer = Trainer(
-        make_task(args, model, data.tokenizer),
-        optimizer,
+    return TrainPlan(
+        args=args,
+        out=out,
+        filled=filled,
+        tokenizer_given=tokenizer_given,
+        steps=args.steps,
+        seed=args.seed,
+        resume=args.resume,
+        optimizer=adamw(
+            args.lr,
+            warmup=args.warmup,
+            schedule=args.schedule,
+            total_steps=args.steps,
+            weight_decay=args.weight_decay,
+            clip_norm=args.clip_norm or None,
+        ),
+        freeze_spec=_freeze_spec(args),
+        lora=_lora_spec(args),
+        quantize=args.quantize,
+        merge=args.merge,
+        loop=LoopSettings(
+            log_every=args.log_every,
+            eval_every=args.eval_every,
+            eval_limit=args.eval_limit,
+            checkpoint_every=args.checkpoint_every,
+            keep=args.keep,
+            progress=not args.no_progress,
+            loggers=args.log,  # a logger's missing package is named here
+        ),
         precision=args.precision,
         accumulate=args.accumulate,
-        log_every=args.log_every,
-        eval_every=args.eval_every,
-        eval_limit=args.eval_limit,
-        checkpoint_every=args.checkpoint_every,
-        keep=args.keep,
-        progress=not args.no_progress,
-        loggers=loggers,
-        mesh=None if layout is None else layout.mesh,
+        mesh=mesh,
+        plot=args.plot,
+        print_json=args.json,
     )
-    try:
-        model, history = trainer.fit(
-            model,
-            data.train,
-            eval_batches=data.evaluation,
-            steps=args.steps,
-            key=train_key,
-            checkpoint_dir=out / "checkpoints",
-            out_dir=out,
-            resume=args.resume,
-            tokenizer=data.tokenizer,
-            plot=args.plot,
-        )
-    except FileNotFoundError:
-        raise  # a path given on the command line: the usual one-line error
-    except (TrainingDiverged, OSError) as error:  # OSError: e.g. a full disk, file named
-        print(f"zoo train: {error}", file=sys.stderr)
-        return 1
-    except Terminated as stop:
-        print("zoo train: terminated (SIGTERM); continue with --resume", file=sys.stderr)
-        return stop.exit_status
-    except KeyboardInterrupt:
-        print("zoo train: interrupted; continue with --resume", file=sys.stderr)
-        return 130
-    if not writes:
-        return 0  # process 0 reports the run
-    summary = _summary(args, model, history)
-    if args.lora:
-        from zoo.cli._lora import finish_run
 
-        base = (
-            args.init.removeprefix(HUB) if args.init else args.preset
-        )  # PEFT names hub models bare
-        summary |= finish_run(model, out, train=lora_train, merge=args.merge, base_model=base,
-                              tokenizer=data.tokenizer)  # fmt: skip
-    if args.json:
+
+def fill_defaults(args: argparse.Namespace, preset: str, flavor: str) -> dict[str, Default]:
+    """Set every option of `args` still None to the preset's default (`zoo.train.defaults`);
+    returns the values it filled."""
+    filled: dict[str, Default] = {}
+    for name, value in training_defaults(preset, flavor).items():
+        if getattr(args, name, None) is None and value is not None:
+            setattr(args, name, value)
+            filled[name] = value
+        elif not hasattr(args, name):
+            setattr(args, name, value)
+    if "warmup" in filled and "steps" not in filled and args.warmup >= args.steps:
+        # a short run asked for by --steps: keep the warmup a tenth of it
+        args.warmup = filled["warmup"] = max(1, args.steps // 10)
+    return filled
+
+
+def _freeze_spec(args: argparse.Namespace) -> str | None:
+    """`--freeze`, parsed once to refuse a bad spec now (it is applied to the built model)."""
+    if not args.freeze:
+        return None
+    if args.lora:
+        raise ValueError("--lora trains only the adapters already; leave out --freeze")
+    parse_freeze(args.freeze)
+    return args.freeze
+
+
+def _lora_spec(args: argparse.Namespace) -> LoRASpec | None:
+    """`--lora`, parsed; `--merge` and `--quantize` only go with it."""
+    if not args.lora:
+        if args.merge:
+            raise ValueError("--merge folds LoRA adapters into the weights: use it with --lora")
+        if args.quantize:
+            raise ValueError(
+                "--quantize stores the frozen base of LoRA adapters: use it with --lora"
+            )
+        return None
+    if jax.process_count() > 1:
+        raise ValueError(
+            "--lora trains on one process for now; run it without --num-processes / "
+            "--distributed (a mesh over one process's devices works)"
+        )
+    return parse_lora(args.lora)
+
+
+# -- execute: the run folder held, checked and recorded; the model built, trained, reported -------
+
+
+def execute(plan: TrainPlan) -> int:
+    """Run `plan`; returns the exit status.
+
+    The run folder is locked first (`RunLock`: one run per folder; its lock file is the only
+    thing written before the checks), then every check that could refuse the run reads it
+    (`--resume` against the recorded options, checkpoints a fresh run would mix with, a saved
+    model it would overwrite), the model is built, and only then is the run's record
+    (`train_args.json`) written and training started.
+    """
+    writes = is_writer()  # with many processes, process 0 alone prints and writes
+    if plan.filled and not plan.print_json and writes:
+        shown = ", ".join(f"{name}={value}" for name, value in plan.filled.items())
+        print(f"zoo train: defaults: {shown}", file=sys.stderr)
+    with RunLock(plan.out) if writes else contextlib.nullcontext():
+        fresh = _check_run_folder(plan)
+        model_key, train_key = jax.random.split(jax.random.key(plan.seed))
+        built = build_model(plan.args, model_key, tokenizer_given=plan.tokenizer_given)
+        model, optimizer, lora_train = _trainable(plan, built, model_key, writes=writes)
+        trainer = Trainer(
+            make_task(plan.args, model, built.data.tokenizer),
+            optimizer,
+            loop=plan.loop,
+            precision=plan.precision,
+            accumulate=plan.accumulate,
+            mesh=plan.mesh,
+        )
+        if fresh and writes:
+            record_run(plan.args, plan.out)
+        outputs = Outputs(plan.out / CHECKPOINTS, plan.out, tokenizer=built.data.tokenizer,
+                          plot=plan.plot)  # fmt: skip
+        try:
+            model, history = trainer.fit(model, built.data.train, steps=plan.steps,
+                                         key=train_key, eval_batches=built.data.evaluation,
+                                         outputs=outputs, resume=plan.resume)  # fmt: skip
+        except FileNotFoundError:
+            raise  # a path given on the command line: the usual one-line error
+        except (TrainingDiverged, OSError) as error:  # OSError: e.g. a full disk, file named
+            print(f"zoo train: {error}", file=sys.stderr)
+            return 1
+        except Terminated as stop:
+            print("zoo train: terminated (SIGTERM); continue with --resume", file=sys.stderr)
+            return stop.exit_status
+        except KeyboardInterrupt:
+            print("zoo train: interrupted; continue with --resume", file=sys.stderr)
+            return 130
+        if writes:  # process 0 reports the run
+            _report(plan, model, history, lora_train=lora_train, tokenizer=built.data.tokenizer)
+    return 0
+
+
+def _check_run_folder(plan: TrainPlan) -> bool:
+    """Refuse a run that would harm what `plan.out` holds (its lock held); whether the run
+    starts without a checkpoint."""
+    has_checkpoint = latest_checkpoint(plan.out / CHECKPOINTS) is not None
+    check_resume(plan.args, plan.out, has_checkpoint)
+    check_folders(Outputs(plan.out / CHECKPOINTS, plan.out), resume=plan.resume)
+    return not has_checkpoint
+
+
+def _trainable(
+    plan: TrainPlan, built: Built, model_key: jax.Array, *, writes: bool
+) -> tuple[eqx.Module, OptimizerLike, tuple[str, ...]]:
+    """The model and optimizer that `--freeze` or `--lora` make of the built model, and what
+    LoRA trains whole beside its adapters."""
+    model, optimizer = built.model, plan.optimizer
+    if plan.freeze_spec is not None:
+        counts = check_freeze(model, parse_freeze(plan.freeze_spec))
+        if writes:
+            print(f"zoo train: frozen parameters: {counts}", file=sys.stderr)
+        return model, freeze(optimizer, plan.freeze_spec), ()
+    if plan.lora is None:
+        return model, optimizer, ()
+    train = trained_prefixes(plan.lora, plan.args.flavor, built.fresh_parts)
+    model, adapted = with_lora(model, optimizer, plan.lora, train=train, quantize=plan.quantize,
+                               key=jax.random.fold_in(model_key, 1))  # fmt: skip
+    return model, adapted, train
+
+
+def _report(
+    plan: TrainPlan,
+    model: eqx.Module,
+    history: History,
+    *,
+    lora_train: tuple[str, ...],
+    tokenizer: Tokenizer | None,
+) -> None:
+    """Print the run's summary, after writing a LoRA run's adapter (and merged model)."""
+    args = plan.args
+    summary = _summary(args, model, history)
+    if plan.lora is not None:
+        base = args.init.removeprefix(HUB) if args.init else args.preset  # PEFT: hub names bare
+        summary |= finish_run(model, plan.out, train=lora_train, merge=plan.merge,
+                              base_model=base, tokenizer=tokenizer)  # fmt: skip
+    if plan.print_json:
         print(json.dumps(summary))
     else:
         for name, value in summary.items():
             print(f"{name:>14}: {value}")
-    return 0
 
 
 def _summary(args: argparse.Namespace, model: eqx.Module, history: History) -> dict[str, object]:
-    from zoo.presets import count_params
-
     info = history.summary
     train_row, eval_row = info["final_train"], info["final_eval"]
     shown = eval_row or train_row

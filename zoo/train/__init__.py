@@ -1,9 +1,10 @@
 """Training: the shared `Trainer`, optimisers and schedules, checkpoints.
 
 ```python
-trainer = zoo.Trainer(zoo.tasks.LanguageModeling(), optimizer=zoo.train.adamw(lr=3e-4, warmup=200))
+trainer = zoo.Trainer(zoo.tasks.LanguageModeling(), zoo.train.adamw(lr=3e-4, warmup=200),
+                      loop=zoo.train.LoopSettings(eval_every=500))
 model, history = trainer.fit(model, train_batches, eval_batches=val_batches, steps=2000,
-                             checkpoint_dir="runs/gpt", key=jax.random.key(0))
+                             key=jax.random.key(0), outputs=zoo.train.Outputs("runs/gpt"))
 ```
 """
 
@@ -30,6 +31,7 @@ from zoo.train.optim import (
     make_schedule,
     paper_peak_lr,
 )
+from zoo.train.settings import LoopSettings, Outputs
 from zoo.train.step import PRECISIONS, cast_floating
 from zoo.train.trainer import Trainer
 
@@ -38,7 +40,9 @@ __all__ = [
     "SCHEDULES",
     "Checkpoint",
     "History",
+    "LoopSettings",
     "Optimizer",
+    "Outputs",
     "Terminated",
     "Trainer",
     "TrainingDiverged",

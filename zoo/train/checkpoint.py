@@ -111,7 +111,18 @@ def save_checkpoint(
 
     With a `layout` (training on a mesh) the arrays go to an orbax `arrays/` folder (every
     process calls this; see `zoo.train.sharded.ShardedWriter`, which can also write in the
-    background)."""
+    background).
+
+    Args:
+        directory: the checkpoint folder; the checkpoint is its `step_NNNNNNNN/`.
+        step: optimizer updates done.
+        model: the model, its arrays saved by their path.
+        opt_state: the optimizer state, its arrays saved by their path in the state.
+        key: the run's base dropout key.
+        extra: more JSON-able settings for `state.json` (the trainer's: task, precision, ...).
+        keep: how many checkpoints to keep, the newest (None: all).
+        layout: the mesh the arrays are sharded on (None: one device).
+    """
     if layout is not None:
         with ShardedWriter(directory, keep=keep, background=False) as writer:
             return writer.save(step=step, model=model, opt_state=opt_state, key=key, extra=extra)

@@ -1,7 +1,7 @@
 """Experiment loggers: every row of `metrics.jsonl` also goes to TensorBoard or W&B.
 
-`zoo.Trainer(task, loggers=["tensorboard", "wandb"])` (`zoo train --log tensorboard --log
-wandb`) opens them for each `fit` that has an `out_dir`:
+`zoo.Trainer(task, loop=LoopSettings(loggers=["tensorboard", "wandb"]))` (`zoo train --log
+tensorboard --log wandb`) opens them for each `fit` that has an `out_dir`:
 
 - `"tensorboard"`: event files in `out_dir/tensorboard/`, written by tensorboardX (no
   TensorFlow); view them with `tensorboard --logdir out_dir`. On resume, the steps after the

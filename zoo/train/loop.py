@@ -8,11 +8,11 @@ the weights go bad.
 from __future__ import annotations
 
 import math
-import os
 import sys
 import time
 import warnings
 from pathlib import Path
+from typing import cast
 
 import equinox as eqx
 import jax
@@ -20,7 +20,6 @@ import jax.numpy as jnp
 from jaxtyping import PRNGKeyArray, PyTree
 
 from zoo.data.batches import Batch, BatchSource
-from zoo.data.tokenizers.base import Tokenizer
 from zoo.distributed.hosts import gather, is_writer
 from zoo.distributed.mesh import mesh_string
 from zoo.serialize import model_config_dict
@@ -29,9 +28,10 @@ from zoo.train import checkpoint as ckpt
 from zoo.train.evaluation import Summary, evaluate, summarise
 from zoo.train.history import History, MetricsLog, Progress, Row, clean
 from zoo.train.interrupts import HeldInterrupts, Terminated
-from zoo.train.loggers import Logger, open_loggers
+from zoo.train.loggers import Logger, LoggerSpec, open_loggers
 from zoo.train.optim import init_optimizer, learning_rate
 from zoo.train.run_setup import RunSetup, check_batch, check_inputs
+from zoo.train.settings import Outputs
 from zoo.train.sharded import ShardedWriter
 from zoo.train.step import StepOutput
 
@@ -81,7 +81,18 @@ def _shape_signature(batch: Batch) -> tuple:
 
 
 class TrainingRun:
-    """The state of one `fit` call. `train()` runs it and returns (model, history)."""
+    """The state of one `fit` call. `train()` runs it and returns (model, history).
+
+    Args:
+        trainer: the trainer's task, compiled steps and options (`RunSetup`).
+        model: the model to train (a copy is trained, or placed on the mesh).
+        train_batches: step `s` trains on `train_batches.batch(s)`.
+        steps: optimizer updates in all.
+        key: the run's base dropout key.
+        eval_batches: evaluated every `eval_every` steps and at the end (or None).
+        outputs: where the run writes (`Outputs`).
+        resume: continue from the newest checkpoint of `outputs.checkpoint_dir`.
+    """
 
     def __init__(
         self,
@@ -92,23 +103,21 @@ class TrainingRun:
         steps: int,
         key: PRNGKeyArray,
         eval_batches: BatchSource | None,
-        checkpoint_dir: str | os.PathLike | None,
-        out_dir: str | os.PathLike | None,
+        outputs: Outputs,
         resume: bool,
-        tokenizer: Tokenizer | None,
-        plot: bool,
     ):
         self.trainer = trainer
+        self.loop = trainer.loop
         self.task = trainer.task
         self.train_batches = train_batches
         self.eval_batches = eval_batches
         self.steps = steps
-        self.checkpoint_dir = None if checkpoint_dir is None else Path(checkpoint_dir)
-        self.out_dir = None if out_dir is None else Path(out_dir)
-        self.tokenizer = tokenizer
-        self.plot = plot
-        check_inputs(trainer, model, train_batches, eval_batches, steps=steps, resume=resume,
-                     checkpoint_dir=self.checkpoint_dir, out_dir=self.out_dir, plot=plot)  # fmt: skip
+        self.checkpoint_dir = outputs.checkpoints
+        self.out_dir = outputs.folder
+        self.tokenizer = outputs.tokenizer
+        self.plot = outputs.plot
+        check_inputs(trainer, model, train_batches, eval_batches, steps=steps, outputs=outputs,
+                     resume=resume)  # fmt: skip
         layout = trainer.layout  # None: one device, else the mesh and its partition rules
         self.model = _fresh_copy(model) if layout is None else layout.place(model)
         self.opt_state: PyTree = init_optimizer(trainer.optimizer, self.model, layout)
@@ -167,11 +176,11 @@ class TrainingRun:
     # -- the loop -------------------------------------------------------------------------------
 
     def train(self) -> tuple[eqx.Module, History]:
-        trainer = self.trainer
+        loop = self.loop
         progress = Progress(
             total=self.steps,
             initial=self.start,
-            enabled=trainer.progress and self.writes,
+            enabled=loop.progress and self.writes,
             description="train",
         )
         self.progress = progress
@@ -181,7 +190,7 @@ class TrainingRun:
             try:
                 if self.writes:
                     self.loggers = open_loggers(
-                        trainer.loggers,
+                        cast(tuple[LoggerSpec, ...], loop.loggers),  # a tuple once checked
                         self.out_dir,
                         resumed_from=self.start,
                         config=self._logged_config(),
@@ -191,11 +200,11 @@ class TrainingRun:
                     self._one_step(step)
                     interrupts.check()
                     progress.advance()
-                    if self.done % trainer.log_every == 0:
+                    if self.done % loop.log_every == 0:
                         self.flush()
-                    if trainer.eval_every and self.done % trainer.eval_every == 0:
+                    if loop.eval_every and self.done % loop.eval_every == 0:
                         self.evaluate()
-                    if trainer.checkpoint_every and self.done % trainer.checkpoint_every == 0:
+                    if loop.checkpoint_every and self.done % loop.checkpoint_every == 0:
                         self.save()
                 self.flush()
                 if self.last_eval != self.done:
@@ -306,7 +315,7 @@ class TrainingRun:
         trainer = self.trainer
         with self.interrupts.immediate():  # evaluation donates nothing: stop at once
             summary = evaluate(trainer.task, trainer.eval_step, self.model, self.eval_batches,
-                               limit=trainer.eval_limit)  # fmt: skip
+                               limit=self.loop.eval_limit)  # fmt: skip
         elapsed = time.perf_counter() - started
         rate = summary["tokens"] / elapsed if elapsed > 0 else None
         self._record("eval", self.done, summary, rate, None, tokens=summary["tokens"])
@@ -329,11 +338,11 @@ class TrainingRun:
                 opt_state=self.opt_state,
                 key=self.key,
                 extra=self._settings(),
-                keep=self.trainer.keep,
+                keep=self.loop.keep,
             )
         else:  # the arrays are in host memory now; they reach the disk while training goes on
             if self.arrays_writer is None:
-                self.arrays_writer = ShardedWriter(self.checkpoint_dir, keep=self.trainer.keep)
+                self.arrays_writer = ShardedWriter(self.checkpoint_dir, keep=self.loop.keep)
             self.last_checkpoint = self.arrays_writer.save(
                 step=self.done,
                 model=self.model,

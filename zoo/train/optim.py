@@ -156,9 +156,21 @@ def adamw(
 ) -> Optimizer:
     """Global-norm clipping, then AdamW with `decay_mask` and a learning-rate schedule.
 
-    `schedule`: "inverse_sqrt" (the default when `warmup > 0`), "cosine" (needs `total_steps`)
-    or "constant" (the default without warmup). `clip_norm=None` turns clipping off. The paper
-    used `b2=0.98, eps=1e-9`.
+    The hyperparameters are flat keywords, as in `optax.adamw` and `torch.optim.AdamW` (one of
+    the exceptions to the eight-parameter limit named in `tests/test_architecture.py`). The
+    paper used `b2=0.98, eps=1e-9`.
+
+    Args:
+        lr: the peak learning rate (finite, > 0).
+        warmup: updates of linear warmup to `lr`.
+        schedule: "inverse_sqrt" (the default when `warmup > 0`), "cosine" (needs
+            `total_steps`) or "constant" (the default without warmup).
+        total_steps: where the cosine schedule ends.
+        weight_decay: decoupled weight decay of the `Linear` weight matrices (finite, >= 0).
+        b1: Adam's first-moment decay.
+        b2: Adam's second-moment decay.
+        eps: added to the root of the second moment.
+        clip_norm: the global gradient norm clipped to (None: no clipping).
     """
     _check_number("lr", lr, minimum=0.0, inclusive=False)
     _check_number("weight_decay", weight_decay, minimum=0.0)

@@ -3,13 +3,15 @@
 `RunSetup` is what a run (`zoo.train.loop.TrainingRun`) takes from its `zoo.Trainer`: the task,
 the compiled steps and the options. `check_inputs` refuses what would fail or do harm later:
 no steps or batches, a batch the task or the mesh cannot take, checkpoints that a fresh run
-would mix with, a saved model a run would overwrite, loggers or a plot with nowhere to write.
+would mix with, a saved model a run would overwrite, loggers with nowhere to write.
+`check_folders` is the part about the folders alone, which `zoo train` also runs before it
+records a run.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Protocol, cast, runtime_checkable
 
 import equinox as eqx
 
@@ -20,6 +22,7 @@ from zoo.tasks.base import Task
 from zoo.train.checkpoint_folder import latest_checkpoint
 from zoo.train.loggers import LoggerSpec
 from zoo.train.optim import OptimizerLike
+from zoo.train.settings import LoopSettings, Outputs
 from zoo.train.step import EvalStep, TrainStep
 
 
@@ -34,13 +37,7 @@ class RunSetup(Protocol):
     eval_step: EvalStep
     precision: str
     accumulate: int
-    log_every: int
-    eval_every: int | None
-    eval_limit: int | None
-    checkpoint_every: int | None
-    keep: int
-    progress: bool
-    loggers: tuple[LoggerSpec, ...]
+    loop: LoopSettings
 
 
 def check_inputs(
@@ -50,12 +47,20 @@ def check_inputs(
     eval_batches: BatchSource | None,
     *,
     steps: int,
-    checkpoint_dir: Path | None,
-    out_dir: Path | None,
+    outputs: Outputs,
     resume: bool,
-    plot: bool,
 ) -> None:
-    """Raise a ValueError that says what to change when `fit` could not do what is asked."""
+    """Raise a ValueError that says what to change when `fit` could not do what is asked.
+
+    Args:
+        setup: the trainer's task, steps and options.
+        model: the model to train.
+        train_batches: the training batches (the first is checked).
+        eval_batches: the evaluation batches, or None (the first is checked).
+        steps: optimizer updates in all.
+        outputs: where the run writes.
+        resume: whether the run continues from a checkpoint.
+    """
     setup.task.check_model(model)
     if not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be a positive integer, got {steps!r}")
@@ -66,6 +71,18 @@ def check_inputs(
         if len(eval_batches) == 0:
             raise ValueError("eval_batches is empty: it yields no batches (len 0)")
         setup.task.check_batch(eval_batches.batch(0), model)
+    check_folders(outputs, resume=resume)
+    loggers = cast(tuple[LoggerSpec, ...], setup.loop.loggers)  # a tuple once checked
+    if outputs.folder is None and any(isinstance(logger, str) for logger in loggers):
+        raise ValueError(
+            f"loggers {list(loggers)} write into out_dir: pass out_dir (or checkpoint_dir)"
+        )
+
+
+def check_folders(outputs: Outputs, *, resume: bool) -> None:
+    """Refuse a fresh run into checkpoints (it would mix with them), a run that would overwrite
+    a saved model, and `resume` with no checkpoint folder."""
+    checkpoint_dir, out_dir = outputs.checkpoints, outputs.folder
     if resume and checkpoint_dir is None:
         raise ValueError("resume=True needs checkpoint_dir (where the checkpoints are)")
     existing = None if checkpoint_dir is None else latest_checkpoint(checkpoint_dir)
@@ -83,12 +100,6 @@ def check_inputs(
             "directory; to start from that model, load it (zoo train --init DIR) and "
             "write the run elsewhere"
         )
-    if out_dir is None and any(isinstance(logger, str) for logger in setup.loggers):
-        raise ValueError(
-            f"loggers {list(setup.loggers)} write into out_dir: pass out_dir (or checkpoint_dir)"
-        )
-    if plot and out_dir is None:
-        raise ValueError("plot=True needs out_dir (or checkpoint_dir) to write curves.png")
 
 
 def saved_model_files(out_dir: Path | None) -> list[str]:

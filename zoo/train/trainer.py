@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-import os
-from collections.abc import Iterable
+from dataclasses import replace
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -13,54 +13,63 @@ from jax.sharding import Mesh
 from jaxtyping import PRNGKeyArray
 
 from zoo.data.batches import BatchSource
-from zoo.data.tokenizers.base import Tokenizer
 from zoo.distributed.hosts import is_writer
 from zoo.distributed.layout import Layout
 from zoo.distributed.rules import Rule
 from zoo.host import tune_host_allocator
+from zoo.records import legacy_keywords
 from zoo.tasks.base import Stats, Task
 from zoo.train import evaluation, optim
 from zoo.train.history import History
 from zoo.train.lock import RunLock
-from zoo.train.loggers import LoggerSpec, check_loggers
 from zoo.train.loop import TrainingDiverged, TrainingRun
+from zoo.train.settings import LOOP_FIELDS, OUTPUT_FIELDS, LoopSettings, Outputs
 from zoo.train.sharded import require_orbax
 from zoo.train.step import resolve_precision, shared_eval_step, shared_train_step
 
 __all__ = ["Trainer", "TrainingDiverged"]
 
 
+def _loop_field(name: str) -> property:
+    """`trainer.NAME`: the loop setting of that name, read-only (before `LoopSettings` these
+    were the trainer's own attributes)."""
+    return property(lambda self: getattr(self.loop, name), doc=f"`loop.{name}` (read-only)")
+
+
 class Trainer:
     """Train any zoo model with its task.
 
     ```python
-    trainer = zoo.Trainer(zoo.tasks.LanguageModeling(), optimizer=zoo.train.adamw(lr=3e-4, warmup=200))
+    trainer = zoo.Trainer(zoo.tasks.LanguageModeling(), zoo.train.adamw(lr=3e-4, warmup=200),
+                          loop=zoo.train.LoopSettings(eval_every=500))
     model, history = trainer.fit(model, train_batches, eval_batches=val_batches, steps=2000,
-                                 checkpoint_dir="runs/gpt", key=jax.random.key(0))
+                                 key=jax.random.key(0), outputs=zoo.train.Outputs("runs/gpt"))
     ```
 
-    Options:
-    - `precision`: "auto" (the default: "bf16" on a GPU or TPU, "fp32" on a CPU), "fp32", or
-      "bf16" (bf16 forward/backward, fp32 master weights, loss and softmax in fp32).
-    - `accumulate`: split each batch into this many micro-batches (gradient accumulation inside
-      the jitted step); the batch size must be a multiple of it.
-    - `log_every`: steps per train row in the history and `metrics.jsonl`; also how often the
-      loss is checked for NaN/inf (a host sync).
-    - `eval_every`: steps between evaluations (None: only at the end); `eval_limit`: at most
-      this many eval batches per evaluation (None: all of `len(eval_batches)`).
-    - `checkpoint_every`: steps between checkpoints (None: only at the end and on Ctrl-C or
-      SIGTERM); `keep`: how many checkpoints to keep.
-    - `progress`: show a tqdm bar (only on a terminal, and only in process 0 of many).
-    - `loggers`: also send the metrics rows to "tensorboard" and/or "wandb" (in `out_dir`; the
-      `tensorboard` / `wandb` extras), or to objects with `log(row)` and `close()`; see
-      `zoo.train.loggers`.
-    - `mesh`: train on many devices, a `jax.sharding.Mesh` or a string like
-      `"data=2,fsdp=2,tensor=2"` (see `zoo.distributed`); `rules` replaces the partition rules
-      (`zoo.distributed.RULES`). The model, optimizer state and batches are sharded at the
-      `jit` boundary; checkpoints are written with orbax (the `distributed` extra), in the
-      background while training goes on. On many processes (`zoo.distributed.initialize`) the
-      mesh spans every process's devices and is required; every process runs `fit` and process
-      0 alone writes metrics, logs, `state.json` and the final model.
+    The task, the optimizer, `precision`, `accumulate` and the mesh make the compiled step:
+    trainers equal in these share one. `loop` (`LoopSettings`: how often to log, evaluate and
+    checkpoint, how many checkpoints to keep, the progress bar and the loggers) runs around it.
+
+    On many devices (`mesh`) the model, optimizer state and batches are sharded at the `jit`
+    boundary; checkpoints are written with orbax (the `distributed` extra), in the background
+    while training goes on. On many processes (`zoo.distributed.initialize`) the mesh spans
+    every process's devices and is required; every process runs `fit` and process 0 alone
+    writes metrics, logs, `state.json` and the final model.
+
+    Args:
+        task: what the model learns (a `zoo.tasks.Task`, e.g. `zoo.tasks.LanguageModeling()`).
+        optimizer: an optax transformation, best a `zoo.train.adamw(...)` (the default).
+        loop: how the loop runs around the step (`LoopSettings`; default `LoopSettings()`).
+        precision: "auto" (the default: "bf16" on a GPU or TPU, "fp32" on a CPU), "fp32", or
+            "bf16" (bf16 forward/backward, fp32 master weights, loss and softmax in fp32).
+        accumulate: split each batch into this many micro-batches (gradient accumulation
+            inside the jitted step); the batch size must be a multiple of it.
+        mesh: train on many devices: a `jax.sharding.Mesh` or a string like
+            `"data=2,fsdp=2,tensor=2"` (see `zoo.distributed`); None: one device.
+        rules: partition rules in place of `zoo.distributed.RULES` (with `mesh`).
+        **legacy: `log_every=`, `eval_every=`, `eval_limit=`, `checkpoint_every=`, `keep=`,
+            `progress=`, `loggers=`: the older spelling of `loop`, still accepted with a
+            `DeprecationWarning` (they replace those fields of `loop`).
     """
 
     def __init__(
@@ -68,45 +77,27 @@ class Trainer:
         task: Task,
         optimizer: optim.OptimizerLike | None = None,
         *,
+        loop: LoopSettings | None = None,
         precision: str = "auto",
         accumulate: int = 1,
-        log_every: int = 10,
-        eval_every: int | None = None,
-        eval_limit: int | None = None,
-        checkpoint_every: int | None = None,
-        keep: int = 3,
-        progress: bool = True,
-        loggers: LoggerSpec | Iterable[LoggerSpec] = (),
         mesh: Mesh | str | None = None,
         rules: tuple[Rule, ...] | None = None,
+        **legacy: Any,
     ):
+        old = legacy_keywords("Trainer", legacy, LOOP_FIELDS, "loop=zoo.train.LoopSettings(...)")
         if not isinstance(task, Task):
             raise TypeError(
                 f"task must be a zoo.tasks.Task (e.g. zoo.tasks.LanguageModeling()), "
                 f"got {type(task).__name__}"
             )
         precision = resolve_precision(precision)
-        for name, value in (("accumulate", accumulate), ("log_every", log_every), ("keep", keep)):
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        for name, optional in (
-            ("eval_every", eval_every),
-            ("eval_limit", eval_limit),
-            ("checkpoint_every", checkpoint_every),
-        ):
-            if optional is not None and (not isinstance(optional, int) or optional < 1):
-                raise ValueError(f"{name} must be a positive integer or None, got {optional!r}")
+        if not isinstance(accumulate, int) or accumulate < 1:
+            raise ValueError(f"accumulate must be a positive integer, got {accumulate!r}")
         self.task = task
         self.optimizer = optim.adamw() if optimizer is None else optimizer
+        self.loop = replace(loop or LoopSettings(), **old)
         self.precision = precision
         self.accumulate = accumulate
-        self.log_every = log_every
-        self.eval_every = eval_every
-        self.eval_limit = eval_limit
-        self.checkpoint_every = checkpoint_every
-        self.keep = keep
-        self.progress = progress
-        self.loggers = check_loggers(loggers)
         self.layout: Layout | None = None
         if mesh is None and jax.process_count() > 1:
             raise ValueError(
@@ -121,6 +112,14 @@ class Trainer:
             task, self.optimizer, accumulate=accumulate, precision=precision, layout=self.layout
         )
         self.eval_step = shared_eval_step(task, precision=precision, layout=self.layout)
+
+    log_every = _loop_field("log_every")
+    eval_every = _loop_field("eval_every")
+    eval_limit = _loop_field("eval_limit")
+    checkpoint_every = _loop_field("checkpoint_every")
+    keep = _loop_field("keep")
+    progress = _loop_field("progress")
+    loggers = _loop_field("loggers")
 
     def init_optimizer(self, model: eqx.Module) -> optax.OptState:
         """The optimizer state for `model`'s floating-point arrays (sharded on the mesh)."""
@@ -148,27 +147,40 @@ class Trainer:
         steps: int,
         key: PRNGKeyArray,
         eval_batches: BatchSource | None = None,
-        checkpoint_dir: str | os.PathLike | None = None,
-        out_dir: str | os.PathLike | None = None,
+        outputs: Outputs | None = None,
         resume: bool = False,
-        tokenizer: Tokenizer | None = None,
-        plot: bool = False,
+        **legacy: Any,
     ) -> tuple[eqx.Module, History]:
         """Train for `steps` optimizer updates in total; returns the trained model and history.
 
-        Step `s` trains on `train_batches.batch(s)`. With `checkpoint_dir`, checkpoints go there
-        (every `checkpoint_every` steps, at the end, and on Ctrl-C or SIGTERM); `resume=True`
-        continues from the newest one exactly where it stopped (model, optimizer, RNG, data position).
-        `out_dir` (default: `checkpoint_dir`) receives `metrics.jsonl`, the final model saved
-        with `zoo.save` (plus `tokenizer`) and, with `plot=True`, `curves.png`. The model
-        passed in is not modified.
+        The model passed in is not modified. One run at a time writes into a folder: a second
+        `fit` into folders another run holds is refused.
+
+        Args:
+            model: the model to train (a copy is trained).
+            train_batches: step `s` trains on `train_batches.batch(s)`.
+            steps: optimizer updates in all, those done before a resume included.
+            key: the run's base dropout key (step `s` folds in `s`).
+            eval_batches: evaluated every `loop.eval_every` steps and at the end.
+            outputs: where the run writes: checkpoints, `metrics.jsonl`, the final model (with
+                its tokenizer) and `curves.png` (`Outputs`; None: nothing is written).
+            resume: continue from the newest checkpoint in `outputs.checkpoint_dir` exactly
+                where it stopped (model, optimizer, RNG, data position).
+            **legacy: `checkpoint_dir=`, `out_dir=`, `tokenizer=`, `plot=`: the older spelling
+                of `outputs`, still accepted with a `DeprecationWarning`.
         """
+        old = legacy_keywords(
+            "Trainer.fit", legacy, OUTPUT_FIELDS, "outputs=zoo.train.Outputs(...)"
+        )
+        outputs = replace(outputs or Outputs(), **old)
         if jax.default_backend() == "cpu":
             # reuse freed step memory (see zoo.host); ZOO_MALLOC_TOP_PAD_MB=0 opts out
             tune_host_allocator()
-        out_dir = checkpoint_dir if out_dir is None else out_dir
         # one run at a time per directory; with many processes process 0 holds the lock for all
-        lock = RunLock(checkpoint_dir, out_dir) if is_writer() else contextlib.nullcontext()
+        if is_writer():
+            lock: contextlib.AbstractContextManager = RunLock(outputs.checkpoints, outputs.folder)
+        else:
+            lock = contextlib.nullcontext()
         with lock:
             run = TrainingRun(
                 self,
@@ -177,10 +189,7 @@ class Trainer:
                 steps=steps,
                 key=key,
                 eval_batches=eval_batches,
-                checkpoint_dir=checkpoint_dir,
-                out_dir=out_dir,
+                outputs=outputs,
                 resume=resume,
-                tokenizer=tokenizer,
-                plot=plot,
             )
             return run.train()

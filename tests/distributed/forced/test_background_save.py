@@ -17,7 +17,7 @@ from zoo.train.sharded import ShardedWriter
 
 def test_saved_shards_survive_the_buffers_being_donated(tmp_path, monkeypatch):
     layout = Layout.of("fsdp=8")
-    trainer = zoo.Trainer(zoo.tasks.LanguageModeling(), mesh=layout.mesh, progress=False)
+    trainer = zoo.Trainer(zoo.tasks.LanguageModeling(), mesh=layout.mesh)
     model = layout.place(zoo.create("gpt-tiny", key=jax.random.key(0)))
     opt_state = trainer.init_optimizer(model)
     expected = {name: np.asarray(value) for name, value in named_arrays(model).items()}

@@ -14,9 +14,8 @@ def adapted_run(mesh: str | None) -> tuple[list[float], dict[str, np.ndarray]]:
     base = zoo.create("llama-tiny", key=jax.random.key(0))
     model = zoo.lora.apply(base, rank=4, alpha=8, targets="all-linear", key=jax.random.key(2))
     optimizer = zoo.lora.only_adapters(zoo.train.adamw(1e-2, warmup=1, eps=1e-5))
-    trainer = zoo.Trainer(
-        zoo.tasks.LanguageModeling(), optimizer, log_every=1, progress=False, mesh=mesh
-    )
+    loop = zoo.train.LoopSettings(log_every=1, progress=False)
+    trainer = zoo.Trainer(zoo.tasks.LanguageModeling(), optimizer, loop=loop, mesh=mesh)
     out, history = trainer.fit(model, batches("gpt"), steps=STEPS, key=jax.random.key(1))
     losses = [row["loss"] for row in history.rows if row["split"] == "train"]
     return losses, {k: np.asarray(v) for k, v in named_arrays(out).items()}

@@ -59,10 +59,11 @@ def initial(preset: str) -> Any:
     return zoo.create(preset, key=jax.random.key(0))
 
 
-def trainer_for(flavor: str, mesh: str | None, **options) -> zoo.Trainer:
+def trainer_for(flavor: str, mesh: str | None, **loop) -> zoo.Trainer:
     optimizer = zoo.train.adamw(1e-2, warmup=1, eps=1e-5)
     task = zoo.tasks.for_flavor(flavor)
-    return zoo.Trainer(task, optimizer, log_every=1, progress=False, mesh=mesh, **options)
+    settings = zoo.train.LoopSettings(log_every=1, progress=False, **loop)
+    return zoo.Trainer(task, optimizer, loop=settings, mesh=mesh)
 
 
 @dataclass
@@ -72,13 +73,18 @@ class Run:
     model: Any
 
 
-def train(preset: str, mesh: str | None, **fit_options) -> Run:
+def train(preset: str, mesh: str | None, checkpoint_dir=None, resume: bool = False) -> Run:
     model = initial(preset)
     flavor = zoo.models.flavor_of(model)
-    checkpoint_every = 3 if "checkpoint_dir" in fit_options else None
+    checkpoint_every = None if checkpoint_dir is None else 3
     trainer = trainer_for(flavor, mesh, checkpoint_every=checkpoint_every)
     out, history = trainer.fit(
-        model, batches(flavor), steps=STEPS, key=jax.random.key(1), **fit_options
+        model,
+        batches(flavor),
+        steps=STEPS,
+        key=jax.random.key(1),
+        outputs=zoo.train.Outputs(checkpoint_dir),
+        resume=resume,
     )
     losses = {row["step"]: row["loss"] for row in history.rows if row["split"] == "train"}
     return Run(losses, {k: np.asarray(v) for k, v in named_arrays(out).items()}, out)
