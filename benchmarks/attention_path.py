@@ -32,6 +32,7 @@ from zoo.bench.report import now_utc
 from zoo.bench.suite import write_script_results
 from zoo.bench.timing import Timed, interleave
 from zoo.bench.workload import BenchSpec, make_batch
+from zoo.nn.kernel import KernelOptions
 from zoo.train import adamw
 from zoo.train.step import make_train_step
 
@@ -39,16 +40,17 @@ RESULTS = Path(__file__).resolve().parent / "results"
 FUSED = attention.dot_product_attention
 
 
-def explicit_path(query, key, value, mask=None, *, return_weights=False, **options):
+def explicit_path(query, key, value, mask=None, *, return_weights=False, **call):
     """zoo's attention forced onto its explicit softmax path (same outputs)."""
-    output, weights = FUSED(query, key, value, mask, return_weights=True, **options)
+    output, weights = FUSED(query, key, value, mask, return_weights=True, **call)
     return output, (weights if return_weights else None)
 
 
-def fused_path(query, key, value, mask=None, **options):
+def fused_path(query, key, value, mask=None, *, options=None, **call):
     """zoo's attention forced onto `jax.nn.dot_product_attention` (XLA) on every device."""
-    options["implementation"] = options.get("implementation") or "xla"
-    return FUSED(query, key, value, mask, **options)
+    options = KernelOptions() if options is None else options
+    options = options._replace(implementation=options.implementation or "xla")
+    return FUSED(query, key, value, mask, options=options, **call)
 
 
 @contextlib.contextmanager

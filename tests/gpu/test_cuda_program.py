@@ -36,6 +36,7 @@ from cuda_program import (
 import zoo
 from zoo.decoding.beam import beam_search, repeat_rows
 from zoo.decoding.generate import gpt_step, start_gpt_decoding
+from zoo.decoding.loop import Stopping
 from zoo.decoding.translate import start_translation, translator_step
 from zoo.nn import kernel
 from zoo.train import cast_floating
@@ -130,7 +131,7 @@ def fresh_log():
 def train_text(family: str, mesh: str | None = None) -> str:
     model = model_of(family)
     task = zoo.tasks.for_flavor(flavor_of(model))
-    trainer = zoo.Trainer(task, precision="bf16", progress=False, mesh=mesh)
+    trainer = zoo.Trainer(task, precision="bf16", mesh=mesh)
     state = trainer.init_optimizer(model)
 
     def step(model, state, batch, key):
@@ -182,10 +183,8 @@ def gpt_decoding(model, prompts, lengths, *, beams: int):
         lambda tokens, caches: gpt_step(model, tokens, caches),
         caches,
         last,
+        stopping=Stopping(2, model.config.end_ids, fill_id=0),
         beam_size=beams,
-        max_len=2,
-        eos_id=model.config.end_ids,
-        fill_id=0,
         alpha=0.6,
     )
     return tokens, scores
@@ -201,10 +200,8 @@ def translator_decoding(model, src, *, beams: int):
         lambda tokens, caches: translator_step(model, rows, tokens, caches),
         caches,
         bos,
+        stopping=Stopping(2, model.config.eos_id, fill_id=0),
         beam_size=beams,
-        max_len=2,
-        eos_id=model.config.eos_id,
-        fill_id=0,
         alpha=0.6,
     )
     return tokens, scores
@@ -326,7 +323,7 @@ def test_the_published_shapes_train_with_the_gpu_defaults(preset):
     model = eqx.filter_eval_shape(
         lambda key: zoo.create(preset, key=key, **NO_DROPOUT), jax.random.key(0)
     )
-    trainer = zoo.Trainer(zoo.tasks.LanguageModeling(), precision="bf16", progress=False)
+    trainer = zoo.Trainer(zoo.tasks.LanguageModeling(), precision="bf16")
     state = eqx.filter_eval_shape(trainer.init_optimizer, model)
     batch = {"tokens": jax.ShapeDtypeStruct((16, 1025), jnp.int32)}
 

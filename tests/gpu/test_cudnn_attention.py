@@ -21,7 +21,7 @@ import pytest
 from gpu_checks import requires_cudnn
 
 from zoo import presets
-from zoo.nn import Mask
+from zoo.nn import KernelOptions, Mask
 from zoo.nn.attention import dot_product_attention
 from zoo.train import cast_floating
 
@@ -68,7 +68,9 @@ def attend(implementation: str | None):
     """Batched attention: the per-example function under `jax.vmap`, as the models run it."""
 
     def one(query, key, value, mask):
-        output, _ = dot_product_attention(query, key, value, mask, implementation=implementation)
+        output, _ = dot_product_attention(
+            query, key, value, mask, options=KernelOptions(implementation)
+        )
         return output
 
     return jax.vmap(one)

@@ -1,8 +1,11 @@
+import dataclasses
+
 import jax
 import pytest
 
 import zoo
 from zoo import ClassifierConfig, GPTConfig, TranslatorConfig
+from zoo.nn import AttentionSettings, BlockSettings, EmbedderSettings, FeedForwardSettings
 
 
 @pytest.mark.parametrize(
@@ -28,11 +31,54 @@ from zoo import ClassifierConfig, GPTConfig, TranslatorConfig
         (ClassifierConfig, dict(num_classes=True), "num_classes=True is a bool"),
         (TranslatorConfig, dict(num_decoder_layers=False), "num_decoder_layers=False is a bool"),
         (GPTConfig, dict(eos_id=True), "eos_id=True is a bool"),
+        # the parts' own checks, run as the config resolves their settings, name its fields
+        (GPTConfig, dict(layer_norm_eps=0.0), "layer_norm_eps must be positive, got 0.0"),
+        (GPTConfig, dict(feed_forward="moe"), r"feed_forward kind must be one of \('dense'"),
+        (GPTConfig, dict(norm="batchnorm"), "norm must be one of"),
+        (GPTConfig, dict(num_heads=0), "num_heads must be a positive integer, got 0"),
+        (GPTConfig, dict(d_ff=0), "d_ff must be a positive integer, got 0"),
+        (GPTConfig, dict(vocab_size=0), "vocab_size must be a positive integer, got 0"),
+        (GPTConfig, dict(num_kv_heads=5), "num_kv_heads=5 must divide num_heads=12"),
+        (GPTConfig, dict(attention_head_dim=0), "attention_head_dim must be a positive integer"),
+        (GPTConfig, dict(attention_implementation="flash"), "attention_implementation must be"),
+        (GPTConfig, dict(sinusoid_layout="split"), "sinusoid_layout must be one of"),
+        (ClassifierConfig, dict(type_vocab_size=-1), "type_vocab_size must be >= 0"),
     ],
 )
 def test_invalid_configs_say_what_to_fix(cls, fields, message):
     with pytest.raises(ValueError, match=message):
         cls(**fields)
+
+
+def test_a_head_width_that_does_not_divide_says_how_to_fix_it():
+    with pytest.raises(
+        ValueError, match=r"divisors of d_model, e.g. \[1, 2, 4, 5, 10.*attention_head_dim"
+    ):
+        GPTConfig(d_model=100, num_heads=12)
+    assert GPTConfig(d_model=100, num_heads=12, attention_head_dim=8).head_dim == 8
+
+
+def test_settings_fields_are_named_as_the_config_fields_they_come_from():
+    """One name for one thing: every field of a part's settings that a config field sets has
+    that field's name (the feed-forward's `kind` is the config's `feed_forward`; the nested
+    records and the translator's `own_tokens` are not config fields)."""
+    config_fields = {f.name for f in dataclasses.fields(ClassifierConfig)}
+    nested = {"attention", "feed_forward", "cross_attention", "kind", "own_tokens"}
+    for record in (AttentionSettings, FeedForwardSettings, BlockSettings, EmbedderSettings):
+        names = {f.name for f in dataclasses.fields(record)} - nested
+        assert names <= config_fields, (record.__name__, names - config_fields)
+    config = ClassifierConfig(
+        feed_forward="gated", use_bias=False, qkv_bias=True, activation_dropout=0.2
+    )
+    settings = config.block_settings()
+    assert settings.feed_forward.kind == config.feed_forward == "gated"
+    assert settings.feed_forward.feed_forward_bias is False
+    assert settings.feed_forward.activation_dropout == 0.2
+    assert settings.attention.qkv_bias and not settings.attention.attention_output_bias
+    assert settings.layer_norm_eps == settings.attention.layer_norm_eps == config.layer_norm_eps
+    embedder = config.embedder_settings()
+    assert (embedder.positions, embedder.type_vocab_size) == (config.positions, 2)
+    assert embedder.embedding_norm and embedder.layer_norm_eps == 1e-12
 
 
 def test_replace_rejects_unknown_fields_and_lists_valid_ones():

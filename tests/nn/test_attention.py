@@ -7,12 +7,15 @@ import pytest
 from zoo.nn import (
     AttentionSettings,
     Init,
+    KernelOptions,
     KVCache,
     Mask,
     MultiHeadAttention,
     attention_weights,
 )
 from zoo.nn.attention import dot_product_attention
+
+XLA = KernelOptions("xla")
 
 
 def numpy_attention(mha, x, context, mask):
@@ -94,12 +97,24 @@ def test_fully_masked_rows_are_finite_in_value_and_gradient(key, return_weights)
     assert all(bool(jnp.all(jnp.isfinite(g))) for g in leaves)
 
 
+def test_the_older_loose_keywords_still_work_with_a_warning():
+    q = jax.random.normal(jax.random.key(0), (3, 2, 4))
+    k, v = (jax.random.normal(jax.random.key(seed), (5, 2, 4)) for seed in (1, 2))
+    options = KernelOptions("xla", scale=False)
+    expected, _ = dot_product_attention(q, k, v, options=options)
+    with pytest.warns(DeprecationWarning, match=r"options=KernelOptions\(\.\.\.\)"):
+        found, _ = dot_product_attention(q, k, v, implementation="xla", scale=False)
+    np.testing.assert_array_equal(found, expected)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'scales'"):
+        dot_product_attention(q, k, v, scales=False)
+
+
 def test_fused_and_explicit_paths_agree(key):
     q = jax.random.normal(key, (5, 2, 4))
     k = jax.random.normal(jax.random.key(1), (7, 2, 4))
     v = jax.random.normal(jax.random.key(2), (7, 2, 4))
     mask = Mask(key_length=jnp.array(5))
-    fused, none = dot_product_attention(q, k, v, mask, implementation="xla")
+    fused, none = dot_product_attention(q, k, v, mask, options=XLA)
     explicit, weights = dot_product_attention(q, k, v, mask, return_weights=True)
     assert none is None and weights.shape == (2, 5, 7)
     np.testing.assert_allclose(fused, explicit, atol=1e-5)
@@ -132,7 +147,7 @@ def test_every_mask_equals_its_array_in_value_and_gradient(key, implementation, 
     mask = MASKS[name]()
 
     def total(q, k, v, mask, implementation):
-        out, _ = dot_product_attention(q, k, v, mask, implementation=implementation)
+        out, _ = dot_product_attention(q, k, v, mask, options=KernelOptions(implementation))
         return jnp.sum(out * jnp.arange(8.0)[None, None, :]), out
 
     grad = jax.value_and_grad(total, (0, 1, 2), has_aux=True)
@@ -149,7 +164,9 @@ def test_every_mask_equals_its_array_in_value_and_gradient(key, implementation, 
 def test_causal_mask_lets_the_first_query_see_only_the_first_key(key, implementation):
     q = jax.random.normal(key, (6, 4, 8))
     k, v = (jax.random.normal(jax.random.key(seed), (6, 2, 8)) for seed in (1, 2))
-    first, _ = dot_product_attention(q, k, v, Mask(causal=True), implementation=implementation)
+    first, _ = dot_product_attention(
+        q, k, v, Mask(causal=True), options=KernelOptions(implementation)
+    )
     np.testing.assert_allclose(first[0], jnp.repeat(v[0], 2, axis=0), atol=1e-6)
 
 
@@ -159,13 +176,13 @@ def test_one_query_after_a_cache_sees_the_filled_prefix(key, implementation):
     q = jax.random.normal(key, (1, 2, 8))
     k, v = (jax.random.normal(jax.random.key(seed), (8, 2, 8)) for seed in (1, 2))
     mask = Mask(causal=True, offset=jnp.array(3))
-    found, _ = dot_product_attention(q, k, v, mask, implementation=implementation)
-    expected, _ = dot_product_attention(q, k[:4], v[:4], implementation="explicit")
+    found, _ = dot_product_attention(q, k, v, mask, options=KernelOptions(implementation))
+    expected, _ = dot_product_attention(q, k[:4], v[:4], options=KernelOptions("explicit"))
     np.testing.assert_allclose(found, expected, atol=1e-6)
 
 
 def test_attention_dropout_needs_key_and_respects_inference_mode(key):
-    mha = MultiHeadAttention(8, AttentionSettings(num_heads=2, dropout=0.5), key=key)
+    mha = MultiHeadAttention(8, AttentionSettings(num_heads=2, attention_dropout=0.5), key=key)
     x = jax.random.normal(key, (4, 8))
     plain = mha(x)
     assert np.allclose(plain, mha(x))  # no key: deterministic

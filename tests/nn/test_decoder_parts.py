@@ -18,6 +18,7 @@ from zoo.nn import (
     FeedForward,
     FeedForwardSettings,
     Init,
+    KernelOptions,
     Mask,
     MultiHeadAttention,
     RMSNorm,
@@ -141,7 +142,7 @@ def test_grouped_query_attention_equals_repeated_keys(key):
         query, jnp.asarray(repeated_k), jnp.asarray(repeated_v), mask
     )
     np.testing.assert_allclose(out, reference, atol=1e-6)
-    fused, _ = dot_product_attention(query, keys, values, mask, implementation="xla")
+    fused, _ = dot_product_attention(query, keys, values, mask, options=KernelOptions("xla"))
     np.testing.assert_allclose(fused, reference, atol=1e-5)
     weights = attention_weights(query, keys, mask.array(5, 7))
     assert weights.shape == (6, 5, 7)
@@ -157,7 +158,12 @@ def test_a_kv_head_count_that_does_not_divide_the_heads_is_refused(key):
 
 def test_attention_parts_shapes_and_biases(key):
     settings = AttentionSettings(
-        num_heads=4, num_kv_heads=1, head_dim=6, qkv_bias=True, output_bias=False, qk_norm=True
+        num_heads=4,
+        num_kv_heads=1,
+        attention_head_dim=6,
+        qkv_bias=True,
+        attention_output_bias=False,
+        qk_norm=True,
     )
     mha = MultiHeadAttention(16, settings, key=key)
     assert mha.query_proj.weight.shape == (24, 16)
@@ -180,7 +186,7 @@ def test_qk_norm_normalises_each_head_before_rotary(key):
 
 
 def test_gated_feed_forward_is_silu_gate_times_up(key):
-    settings = FeedForwardSettings(d_ff=6, activation="silu", gated=True, use_bias=False)
+    settings = FeedForwardSettings(d_ff=6, activation="silu", kind="gated", feed_forward_bias=False)
     ff = FeedForward(4, settings, init=Init(std=0.5), key=key)
     x = jax.random.normal(jax.random.key(1), (3, 4))
     gate = np.asarray(x @ ff.gate.weight.T)

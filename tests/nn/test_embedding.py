@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from zoo.nn import Embedder, check_token_ids, sinusoidal_positions
+from zoo.nn import Embedder, EmbedderSettings, Init, check_token_ids, sinusoidal_positions
 
 
 def test_sinusoidal_values_at_known_positions():
@@ -30,8 +30,12 @@ def test_sinusoidal_matches_paper_formula_for_wide_dim():
     np.testing.assert_allclose(pe[1::2], np.cos(p / 10000 ** (2 * i / d)), atol=1e-4)
 
 
+def settings(**fields) -> EmbedderSettings:
+    return EmbedderSettings(**{"vocab_size": 10, "max_positions": 8, **fields})
+
+
 def test_scaled_tokens_plus_learned_positions_plus_types(key):
-    emb = Embedder(10, 4, 8, scale_tokens=True, type_vocab_size=2, key=key)
+    emb = Embedder(4, settings(scale_embeddings=True, type_vocab_size=2), key=key)
     tokens, types = jnp.array([3, 5]), jnp.array([0, 1])
     out = emb(tokens, jnp.arange(2), types)
     expected = (
@@ -43,7 +47,7 @@ def test_scaled_tokens_plus_learned_positions_plus_types(key):
 
 
 def test_sinusoidal_embedder_has_no_position_table(key):
-    emb = Embedder(10, 4, 8, position_kind="sinusoidal", key=key)
+    emb = Embedder(4, settings(positions="sinusoidal"), key=key)
     assert emb.position_weight is None
     out = emb(jnp.array([1]), jnp.array([2]))
     expected = (
@@ -53,10 +57,48 @@ def test_sinusoidal_embedder_has_no_position_table(key):
 
 
 def test_embedding_norm_normalises(key):
-    emb = Embedder(10, 16, 8, use_norm=True, norm_eps=1e-12, key=key)
+    emb = Embedder(16, settings(embedding_norm=True, layer_norm_eps=1e-12), key=key)
     out = np.asarray(emb(jnp.array([1, 2, 3]), jnp.arange(3)))
     np.testing.assert_allclose(out.mean(-1), 0.0, atol=1e-5)
     np.testing.assert_allclose(out.std(-1), 1.0, atol=1e-3)
+
+
+def test_tables_are_drawn_as_init_says(key):
+    emb = Embedder(16, settings(type_vocab_size=2), init=Init(0.5, jnp.bfloat16), key=key)
+    tables = (emb.token_weight, emb.position_weight, emb.token_type_weight)
+    assert all(table.dtype == jnp.bfloat16 for table in tables)
+    assert 0.4 < float(jnp.std(emb.token_weight.astype(jnp.float32))) < 0.6
+    shared = Embedder(16, settings(own_tokens=False), key=key)
+    assert shared.token_weight is None
+    with pytest.raises(ValueError, match="pass token_weight"):
+        shared(jnp.array([1]), jnp.array([0]))
+
+
+def test_the_older_loose_call_builds_the_same_embedder(key):
+    new = Embedder(
+        16,
+        settings(positions="sinusoidal", scale_embeddings=True, embedding_norm=True),
+        init=Init(0.1, jnp.bfloat16),
+        key=key,
+    )
+    with pytest.warns(DeprecationWarning, match=r"EmbedderSettings\(\.\.\.\)"):
+        old = Embedder(
+            10,
+            16,
+            8,
+            position_kind="sinusoidal",
+            scale_tokens=True,
+            use_norm=True,
+            init_std=0.1,
+            dtype=jnp.bfloat16,
+            key=key,
+        )
+    assert eqx.tree_equal(old, new)
+    with pytest.warns(DeprecationWarning):
+        by_name = Embedder(vocab_size=10, d_model=16, max_positions=8, key=key)
+    assert eqx.tree_equal(by_name, Embedder(16, settings(), key=key))
+    with pytest.raises(TypeError, match="unexpected keyword argument 'position'"):
+        Embedder(10, 16, 8, position="learned", key=key)
 
 
 @pytest.mark.parametrize("bad", [[0, 10], [-1, 2]])
@@ -67,6 +109,16 @@ def test_token_ids_outside_vocab_raise_eagerly_and_under_jit(bad):
         jax.block_until_ready(eqx.filter_jit(check_token_ids)(jnp.array(bad), 10))
 
 
-def test_unknown_position_kind(key):
-    with pytest.raises(ValueError, match="unknown position kind"):
-        Embedder(10, 4, 8, position_kind="alibi", key=key)
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        (dict(positions="alibi"), "positions must be one of"),
+        (dict(sinusoid_layout="split"), "sinusoid_layout must be one of"),
+        (dict(vocab_size=0), "vocab_size must be a positive integer, got 0"),
+        (dict(max_positions=-1), "max_positions must be a positive integer, got -1"),
+        (dict(type_vocab_size=-1), "type_vocab_size must be >= 0, got -1"),
+    ],
+)
+def test_bad_embedder_settings_name_the_field(fields, message):
+    with pytest.raises(ValueError, match=message):
+        settings(**fields)

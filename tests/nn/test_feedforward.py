@@ -30,3 +30,19 @@ def test_feedforward_matches_numpy(key):
 def test_unknown_activation(key):
     with pytest.raises(ValueError, match="unknown activation 'tanhh'"):
         FeedForwardSettings(d_ff=6, activation="tanhh")
+
+
+def test_bad_kind_and_width_are_refused():
+    with pytest.raises(ValueError, match="feed_forward kind must be one of"):
+        FeedForwardSettings(d_ff=6, kind="moe")
+    with pytest.raises(ValueError, match="d_ff must be a positive integer, got 0"):
+        FeedForwardSettings(d_ff=0)
+
+
+def test_dense_has_no_gate_and_gated_has_one(key):
+    dense = FeedForward(4, FeedForwardSettings(d_ff=6), key=key)
+    gated = FeedForward(4, FeedForwardSettings(d_ff=6, kind="gated"), key=key)
+    assert dense.gate is None and gated.gate is not None
+    assert gated.hidden.bias is not None
+    unbiased = FeedForward(4, FeedForwardSettings(d_ff=6, feed_forward_bias=False), key=key)
+    assert unbiased.hidden.bias is None and unbiased.output.bias is None

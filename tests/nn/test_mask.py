@@ -68,6 +68,22 @@ def test_bad_masks_are_refused():
         Mask(explicit=jnp.ones((2, 2), bool)).array(3, 3)
 
 
+def test_replace_changes_the_parts_named_and_keeps_the_rest():
+    segments = jnp.array([0, 0, 1])
+    mask = Mask(causal=True, window=2, offset=jnp.array(1), key_length=jnp.array(3))
+    changed = mask.replace(query_segments=segments, key_segments=segments, window=None)
+    assert changed.causal and changed.window is None
+    assert changed.offset is mask.offset and changed.key_length is mask.key_length
+    assert changed.query_segments is segments and changed.key_segments is segments
+    assert changed.query_length is None and changed.explicit is None
+    assert mask.window == 2 and mask.query_segments is None  # the original is untouched
+    assert Mask().replace() == Mask()
+    with pytest.raises(ValueError, match="sliding window needs causal=True"):
+        mask.replace(causal=False)  # checked as a new mask is
+    with pytest.raises(TypeError, match="unexpected keyword argument 'lenght'"):
+        mask.replace(lenght=jnp.array(2))
+
+
 @pytest.mark.parametrize(
     "valid",
     [

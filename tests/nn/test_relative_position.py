@@ -7,6 +7,7 @@ import pytest
 
 from zoo.nn import (
     AttentionSettings,
+    KernelOptions,
     MultiHeadAttention,
     RelativePositionBias,
     relative_position_buckets,
@@ -107,9 +108,13 @@ def test_fused_path_adds_the_bias_too():
     value = jax.random.normal(keys[2], (6, 2, 8))
     bias = jax.random.normal(keys[3], (4, 4, 6))
     mask = jnp.array([True] * 5 + [False])[None, :].repeat(4, axis=0)
-    common = dict(score_bias=bias, scale=False)
-    explicit, _ = dot_product_attention(query, key, value, mask, return_weights=True, **common)
-    fused, _ = dot_product_attention(query, key, value, mask, implementation="xla", **common)
+    unscaled = KernelOptions(scale=False)
+    explicit, _ = dot_product_attention(
+        query, key, value, mask, score_bias=bias, return_weights=True, options=unscaled
+    )
+    fused, _ = dot_product_attention(
+        query, key, value, mask, score_bias=bias, options=unscaled._replace(implementation="xla")
+    )
     np.testing.assert_allclose(fused, explicit, atol=1e-5)
 
 

@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
-from zoo.models.common import check_tokens, layer_stack, uncompact_weights, valid_positions
+from zoo.models.common import (
+    check_tokens,
+    compact_padding,
+    layer_stack,
+    restore_order,
+    valid_positions,
+)
 from zoo.models.config import TransformerConfig
 from zoo.nn.block import BlockExtras, BlockInputs
 from zoo.nn.dropout import Dropout, split_optional
-from zoo.nn.embedding import Embedder, check_token_ids
+from zoo.nn.embedding import Embedder, EmbedderSettings, check_token_ids
 from zoo.nn.heads import MaskedLMHead
 from zoo.nn.linear import Linear
-from zoo.nn.mask import Compaction, Mask
+from zoo.nn.mask import Mask
 from zoo.nn.norm import Norm
 from zoo.nn.stack import LayerStack
 
@@ -68,11 +74,13 @@ class ClassifierConfig(TransformerConfig):
                 "input + pad_id + 1"
             )
         self._check_token_id("mask_id", self.mask_id)
-        if self.type_vocab_size < 0:
-            raise ValueError(f"type_vocab_size must be >= 0, got {self.type_vocab_size}")
         rate = self.classifier_dropout
         if rate is not None and not 0.0 <= rate < 1.0:
             raise ValueError(f"classifier_dropout must be in [0, 1), got {rate}")
+
+    def embedder_settings(self) -> EmbedderSettings:
+        """The embedder's settings, with the token types (segments) of `type_vocab_size`."""
+        return replace(super().embedder_settings(), type_vocab_size=self.type_vocab_size)
 
     @property
     def max_tokens(self) -> int:
@@ -99,23 +107,13 @@ class Classifier(eqx.Module):
         embed_key, layers_key, pooler_key, head_key, mlm_key = jax.random.split(key, 5)
         c = config
         self.config = c
-        self.embedder = Embedder(
-            c.vocab_size,
-            c.d_model,
-            c.max_positions,
-            type_vocab_size=c.type_vocab_size,
-            key=embed_key,
-            **c.embedder_kwargs(),
-        )
+        self.embedder = Embedder(c.d_model, c.embedder_settings(), init=c.init, key=embed_key)
         self.encoder = layer_stack(c, c.num_layers, key=layers_key)
         self.final_norm = c.make_norm() if c.norm_first else None
-        linear_kwargs = dict(init_std=c.init_std, dtype=c.param_dtype)
-        self.pooler = (
-            Linear(c.d_model, c.d_model, key=pooler_key, **linear_kwargs) if c.pooler else None
-        )
+        self.pooler = c.init.linear(c.d_model, c.d_model, key=pooler_key) if c.pooler else None
         rate = c.dropout if c.classifier_dropout is None else c.classifier_dropout
         self.head_dropout = Dropout(rate)
-        self.head = Linear(c.d_model, c.num_classes, key=head_key, **linear_kwargs)
+        self.head = c.init.linear(c.d_model, c.num_classes, key=head_key)
         self.mlm_head = None
         if c.masked_lm:
             self.mlm_head = MaskedLMHead(
@@ -123,8 +121,7 @@ class Classifier(eqx.Module):
                 c.vocab_size,
                 activation=c.activation,
                 eps=c.layer_norm_eps,
-                init_std=c.init_std,
-                dtype=c.param_dtype,
+                init=c.init,
                 key=mlm_key,
             )
 
@@ -158,25 +155,16 @@ class Classifier(eqx.Module):
             positions = jnp.where(valid, counts, 0) + (c.position_offset - 1)
         elif c.position_offset > 0:
             positions = positions + c.position_offset
-        attention = Mask()
-        compaction = None
-        if valid is not None:
-            # real tokens first, so that the padding is a length (zoo.nn.Compaction)
-            compaction = Compaction.of(valid)
-            tokens, positions = compaction.gather(tokens), compaction.gather(positions)
-            if token_types is not None:
-                token_types = compaction.gather(token_types)
-            attention = Mask(key_length=compaction.length)
+        # real tokens first, so that the padding is a length (zoo.nn.Compaction)
+        compaction, attention, tokens, positions, token_types = compact_padding(
+            valid, Mask(), tokens, positions, token_types
+        )
         x = self.embedder(tokens, positions, token_types, key=embed_key)
         inputs = BlockInputs(mask=attention)
         x, extras = self.encoder(x, inputs, key=layers_key, return_weights=return_weights)
         if self.final_norm is not None:
             x = self.final_norm(x)
-        if compaction is not None:
-            x = compaction.scatter(x)
-            extras = extras._replace(
-                self_weights=uncompact_weights(extras.self_weights, compaction)
-            )
+        x, extras = restore_order(compaction, x, extras)
         return x, valid, extras
 
     def encode(

@@ -8,10 +8,10 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 from zoo.models.config import TransformerConfig
-from zoo.nn.attention import KVCache
-from zoo.nn.block import TransformerBlock
+from zoo.nn.block import BlockExtras, TransformerBlock
+from zoo.nn.cache import KVCache
 from zoo.nn.embedding import check_token_ids
-from zoo.nn.mask import Compaction
+from zoo.nn.mask import Compaction, Mask
 from zoo.nn.stack import LayerStack
 
 
@@ -112,6 +112,44 @@ def check_cache_room(cache: KVCache, new: int, max_positions: int) -> KVCache:
         f"{max_positions}; shorten the prompt or generate fewer tokens",
     )
     return KVCache(cache.keys, cache.values, index)
+
+
+def compact_padding(
+    valid: Bool[Array, " seq"] | None,
+    mask: Mask,
+    tokens: Int[Array, " seq"],
+    positions: Int[Array, " seq"],
+    per_token: Int[Array, " seq"] | None = None,
+) -> tuple[
+    Compaction | None, Mask, Int[Array, " seq"], Int[Array, " seq"], Int[Array, " seq"] | None
+]:
+    """One example's real tokens first, in order, so that the layers see its padding as a length.
+
+    `valid` (`[seq]`, True at real tokens) gives the order (`zoo.nn.Compaction`): `tokens`,
+    their `positions` and `per_token` (`[seq]` each; `per_token` is token types or document
+    ids, None stays None) are gathered into it, and `mask` sees only the first
+    `compaction.length` keys. Without `valid` (no padding) nothing moves.
+
+    Returns `(compaction or None, mask, tokens, positions, per_token)`; `restore_order` puts
+    the layers' outputs back with the compaction.
+    """
+    if valid is None:
+        return None, mask, tokens, positions, per_token
+    compaction = Compaction.of(valid)
+    tokens, positions = compaction.gather(tokens), compaction.gather(positions)
+    per_token = None if per_token is None else compaction.gather(per_token)
+    return compaction, mask.limit_keys(compaction.length), tokens, positions, per_token
+
+
+def restore_order(
+    compaction: Compaction | None, x: Float[Array, "seq d_model"], extras: BlockExtras
+) -> tuple[Float[Array, "seq d_model"], BlockExtras]:
+    """The layers' output `[seq, d_model]` and self-attention weights of a pass compacted by
+    `compact_padding`, back in the tokens' own order (unchanged without a compaction)."""
+    if compaction is None:
+        return x, extras
+    weights = uncompact_weights(extras.self_weights, compaction)
+    return compaction.scatter(x), extras._replace(self_weights=weights)
 
 
 def uncompact_weights(

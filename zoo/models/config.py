@@ -11,11 +11,10 @@ import jax.numpy as jnp
 
 from zoo.nn.attention import AttentionSettings
 from zoo.nn.block import BlockSettings
-from zoo.nn.embedding import POSITION_KINDS, SINUSOID_LAYOUTS
-from zoo.nn.feedforward import ACTIVATIONS, FEED_FORWARD_KINDS, FeedForwardSettings
-from zoo.nn.kernel import IMPLEMENTATIONS
+from zoo.nn.embedding import EmbedderSettings
+from zoo.nn.feedforward import FeedForwardSettings
 from zoo.nn.linear import Init
-from zoo.nn.norm import NORM_KINDS, Norm, make_norm
+from zoo.nn.norm import Norm, make_norm
 from zoo.nn.rotary import Rope
 from zoo.nn.stack import LAYER_LOOPS, REMAT_CHOICES
 
@@ -24,14 +23,19 @@ DTYPES = ("float32", "bfloat16", "float16")
 
 @dataclass(frozen=True, kw_only=True)
 class TransformerConfig:
-    """Hyperparameters shared by the classifier, the GPT and the translator."""
+    """Hyperparameters shared by the classifier, the GPT and the translator.
+
+    A model is built from the settings its parts take, resolved once from these fields
+    (`embedder_settings`, `attention_settings`, `feed_forward_settings`, `block_settings`,
+    `init`); a settings field has the name of the config field it comes from.
+    """
 
     # flavors whose model computes positions="relative" (T5's bias) set this
     relative_positions_supported: ClassVar[bool] = False
 
     vocab_size: int = 32000  # token ids are in [0, vocab_size)
     d_model: int = 512  # model width
-    num_heads: int = 8  # attention (query) heads; must divide d_model unless head_dim is set
+    num_heads: int = 8  # attention (query) heads; divide d_model unless attention_head_dim is set
     num_kv_heads: int | None = None  # key/value heads (GQA, must divide num_heads); None: num_heads
     attention_head_dim: int | None = None  # per-head width; None: d_model // num_heads (Qwen3: 128)
     num_layers: int = 6  # transformer blocks (the encoder's, for a translator)
@@ -67,33 +71,26 @@ class TransformerConfig:
     dtype: str = "float32"  # parameter dtype
 
     def __post_init__(self) -> None:
+        """Check the fields, each in one place: the parts' settings check their own fields
+        (under these names), and resolving them here makes a bad value fail as the config is
+        made; the config checks the rest."""
         self._check_no_bools()
-        positive = ("vocab_size", "d_model", "num_heads", "num_layers", "d_ff", "max_positions")
-        for name in positive:
+        for name in ("d_model", "num_layers"):
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if self.attention_head_dim is None and self.d_model % self.num_heads != 0:
-            raise ValueError(
-                f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}; pick "
-                f"num_heads from the divisors of d_model, e.g. {_divisors(self.d_model)}, or "
-                "set attention_head_dim"
-            )
-        self._check_attention_parts()
+        window = self.sliding_window
+        if window is not None and (not isinstance(window, int) or window <= 0):
+            raise ValueError(f"sliding_window must be a positive integer or None, got {window!r}")
+        if not isinstance(self.rope, Rope):
+            raise ValueError(f"rope must be a zoo.nn.Rope, got {type(self.rope).__name__}")
+        self.embedder_settings()
+        self.block_settings()
+        head_dim = self.head_dim  # d_model divisible by num_heads, unless attention_head_dim
         for name in ("dropout", "attention_dropout", "activation_dropout"):
             value = getattr(self, name)
             if value is not None and not 0.0 <= value < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {value}")
-        if self.activation not in ACTIVATIONS:
-            raise ValueError(
-                f"unknown activation {self.activation!r}; choose one of {sorted(ACTIVATIONS)}"
-            )
-        if self.positions not in POSITION_KINDS:
-            raise ValueError(f"positions must be one of {POSITION_KINDS}, got {self.positions!r}")
-        if self.sinusoid_layout not in SINUSOID_LAYOUTS:
-            raise ValueError(
-                f"sinusoid_layout must be one of {SINUSOID_LAYOUTS}, got {self.sinusoid_layout!r}"
-            )
         if self.positions == "relative" and not self.relative_positions_supported:
             raise ValueError(
                 f"positions='relative' (T5's relative position bias) is implemented for "
@@ -102,15 +99,12 @@ class TransformerConfig:
             )
         if self.positions == "sinusoidal" and self.d_model % 2 != 0:
             raise ValueError(f"sinusoidal positions need an even d_model, got {self.d_model}")
-        if self.layer_norm_eps <= 0:
+        if self.positions == "rotary" and head_dim % 2 != 0:
+            raise ValueError(f"rotary positions need an even head_dim, got {head_dim}")
+        if not self.layer_norm_eps > 0:
             raise ValueError(f"layer_norm_eps must be positive, got {self.layer_norm_eps}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
-        if self.attention_implementation not in IMPLEMENTATIONS:
-            raise ValueError(
-                f"attention_implementation must be one of {IMPLEMENTATIONS} (None picks by "
-                f"platform), got {self.attention_implementation!r}"
-            )
         if self.layer_loop not in LAYER_LOOPS:
             raise ValueError(
                 f"layer_loop must be one of {LAYER_LOOPS} (auto: unrolled on a GPU, scanned "
@@ -119,28 +113,6 @@ class TransformerConfig:
         if self.remat not in REMAT_CHOICES:
             raise ValueError(f"remat must be one of {REMAT_CHOICES}, got {self.remat!r}")
         self._check_token_id("pad_id", self.pad_id)
-
-    def _check_attention_parts(self) -> None:
-        """Validate the fields that choose the modern parts (GQA, rotary, norms, gating)."""
-        for name in ("num_kv_heads", "attention_head_dim", "sliding_window"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or value <= 0):
-                raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
-        if self.num_heads % self.kv_heads != 0:
-            raise ValueError(
-                f"num_kv_heads={self.num_kv_heads} must divide num_heads={self.num_heads}: each "
-                "key/value head serves the same number of query heads; 1 is multi-query attention"
-            )
-        if self.norm not in NORM_KINDS:
-            raise ValueError(f"norm must be one of {NORM_KINDS}, got {self.norm!r}")
-        if self.feed_forward not in FEED_FORWARD_KINDS:
-            raise ValueError(
-                f"feed_forward must be one of {FEED_FORWARD_KINDS}, got {self.feed_forward!r}"
-            )
-        if self.positions == "rotary" and self.head_dim % 2 != 0:
-            raise ValueError(f"rotary positions need an even head_dim, got {self.head_dim}")
-        if not isinstance(self.rope, Rope):
-            raise ValueError(f"rope must be a zoo.nn.Rope, got {type(self.rope).__name__}")
 
     def _check_no_bools(self) -> None:
         """A bool is an int to Python (`num_layers=True` is 1 layer): refuse it for number fields."""
@@ -164,9 +136,7 @@ class TransformerConfig:
     @property
     def head_dim(self) -> int:
         """Width of one attention head: `attention_head_dim`, else d_model // num_heads."""
-        if self.attention_head_dim is not None:
-            return self.attention_head_dim
-        return self.d_model // self.num_heads
+        return self.attention_settings().width(self.d_model)
 
     @property
     def kv_heads(self) -> int:
@@ -194,25 +164,26 @@ class TransformerConfig:
         return AttentionSettings(
             num_heads=self.num_heads,
             num_kv_heads=self.num_kv_heads,
-            head_dim=self.attention_head_dim,
+            attention_head_dim=self.attention_head_dim,
             qkv_bias=self.use_bias if self.qkv_bias is None else self.qkv_bias,
-            output_bias=self.use_bias if output_bias is None else output_bias,
+            attention_output_bias=self.use_bias if output_bias is None else output_bias,
             qk_norm=self.qk_norm,
-            norm_eps=self.layer_norm_eps,
-            dropout=self.attention_dropout,
-            implementation=self.attention_implementation,
+            layer_norm_eps=self.layer_norm_eps,
+            attention_dropout=self.attention_dropout,
+            attention_implementation=self.attention_implementation,
             scale_scores=self.scale_scores,
             rope=self.rope if self.positions == "rotary" and not cross else None,
         )
 
     def feed_forward_settings(self) -> FeedForwardSettings:
         """The feed-forward's settings."""
+        bias, dropout = self.feed_forward_bias, self.activation_dropout
         return FeedForwardSettings(
             d_ff=self.d_ff,
             activation=self.activation,
-            gated=self.feed_forward == "gated",
-            use_bias=self.use_bias if self.feed_forward_bias is None else self.feed_forward_bias,
-            dropout=self.dropout if self.activation_dropout is None else self.activation_dropout,
+            kind=self.feed_forward,
+            feed_forward_bias=self.use_bias if bias is None else bias,
+            activation_dropout=self.dropout if dropout is None else dropout,
         )
 
     def block_settings(self, *, cross_attention: bool = False) -> BlockSettings:
@@ -222,27 +193,27 @@ class TransformerConfig:
             feed_forward=self.feed_forward_settings(),
             cross_attention=self.attention_settings(cross=True) if cross_attention else None,
             norm=self.norm,
-            norm_eps=self.layer_norm_eps,
+            layer_norm_eps=self.layer_norm_eps,
             norm_first=self.norm_first,
+            dropout=self.dropout,
+        )
+
+    def embedder_settings(self) -> EmbedderSettings:
+        """The settings of the embedder (a translator's source embedder)."""
+        return EmbedderSettings(
+            vocab_size=self.vocab_size,
+            max_positions=self.max_positions,
+            positions=self.positions,
+            sinusoid_layout=self.sinusoid_layout,
+            scale_embeddings=self.scale_embeddings,
+            embedding_norm=self.embedding_norm,
+            layer_norm_eps=self.layer_norm_eps,
             dropout=self.dropout,
         )
 
     def make_norm(self) -> Norm:
         """A norm of this config's kind and width (a model's final norm)."""
         return make_norm(self.norm, self.d_model, eps=self.layer_norm_eps, dtype=self.param_dtype)
-
-    def embedder_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of `zoo.nn.Embedder` taken from this config."""
-        return dict(
-            position_kind=self.positions,
-            sinusoid_layout=self.sinusoid_layout,
-            scale_tokens=self.scale_embeddings,
-            use_norm=self.embedding_norm,
-            norm_eps=self.layer_norm_eps,
-            dropout_rate=self.dropout,
-            init_std=self.init_std,
-            dtype=self.param_dtype,
-        )
 
     def replace(self, **changes: Any):
         """A copy with some fields changed; unknown field names raise with the valid ones.
@@ -303,7 +274,3 @@ def _upgraded(data: dict[str, Any], rope: Rope | None = None) -> dict[str, Any]:
         base = given if given is not None else (Rope() if rope is None else rope)
         data["rope"] = dataclasses.replace(base, **flat)
     return data
-
-
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, min(n, 64) + 1) if n % d == 0]

@@ -3,6 +3,21 @@
 One class for GPT-2 and for today's decoders (Llama, Mistral, Qwen2, Qwen3, SmolLM): they differ
 only in config fields that pick parts (`norm`, `positions`, `feed_forward`, `num_kv_heads`,
 `qkv_bias`, `qk_norm`, `sliding_window`, ...). See `zoo.presets` for each family's settings.
+
+Read in this order, from token ids to logits (`GPT._run` below is the whole forward pass):
+
+1. `zoo/models/common.py`: the checks on the ids; padding moved to the end (`compact_padding`).
+2. `zoo/nn/embedding.py`: token ids (plus learned or sinusoidal positions) -> `[seq, d_model]`.
+3. `zoo/nn/block.py`: one layer: norm, self-attention, feed-forward, each with its residual.
+4. `zoo/nn/attention.py`: `MultiHeadAttention`: projections, scores, softmax, heads merged.
+5. `zoo/nn/mask.py`: `Mask`, which keys each query sees (causal order, padding, window).
+6. `zoo/nn/rotary.py`: rotary positions (Llama and after), applied to queries and keys.
+7. `zoo/nn/feedforward.py`: the MLP (GELU, or gated SiLU for Llama).
+8. `zoo/nn/stack.py`: the `num_layers` blocks, stacked once and run scanned or unrolled.
+9. `zoo/nn/vocab.py`: the final norm's output -> logits (the tied token table or a head).
+
+Then, for speed and decoding: `zoo/nn/kernel.py` (the fused attention kernels, cuDNN or XLA)
+and `zoo/nn/cache.py` (the KV cache that `prefill` and `extend` fill).
 """
 
 from __future__ import annotations
@@ -17,19 +32,20 @@ from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 from zoo.models.common import (
     check_cache_room,
     check_tokens,
+    compact_padding,
     layer_stack,
+    restore_order,
     segment_positions,
     token_positions,
-    uncompact_weights,
     valid_positions,
 )
 from zoo.models.config import TransformerConfig
-from zoo.nn.attention import KVCache
 from zoo.nn.block import BlockExtras, BlockInputs
+from zoo.nn.cache import KVCache
 from zoo.nn.dropout import split_optional
 from zoo.nn.embedding import Embedder
 from zoo.nn.linear import Linear
-from zoo.nn.mask import Compaction, Mask
+from zoo.nn.mask import Mask
 from zoo.nn.norm import Norm
 from zoo.nn.stack import LayerStack
 from zoo.nn.vocab import VocabHead
@@ -84,9 +100,7 @@ class GPT(eqx.Module):
         embed_key, layers_key, head_key = jax.random.split(key, 3)
         c = config
         self.config = c
-        self.embedder = Embedder(
-            c.vocab_size, c.d_model, c.max_positions, key=embed_key, **c.embedder_kwargs()
-        )
+        self.embedder = Embedder(c.d_model, c.embedder_settings(), init=c.init, key=embed_key)
         self.layers = layer_stack(c, c.num_layers, key=layers_key)
         self.final_norm = c.make_norm() if c.norm_first else None
         self.head = (
@@ -139,11 +153,9 @@ class GPT(eqx.Module):
                 if cache is not None:
                     raise ValueError("segments (packed documents) are for training and scoring")
                 documents, positions = segment_positions(segments, num_tokens)
-            if valid is not None:
-                compaction = Compaction.of(valid)
-                tokens, positions = compaction.gather(tokens), compaction.gather(positions)
-                documents = None if documents is None else compaction.gather(documents)
-                attention = attention.limit_keys(compaction.length)
+            compaction, attention, tokens, positions, documents = compact_padding(
+                valid, attention, tokens, positions, documents
+            )
             if documents is not None:
                 attention = attention.replace(query_segments=documents, key_segments=documents)
         else:
@@ -152,12 +164,7 @@ class GPT(eqx.Module):
         x = self.embedder(tokens, positions, key=embed_key)
         inputs = BlockInputs(mask=attention, positions=positions, cache=cache)
         x, extras = self.layers(x, inputs, key=layers_key, return_weights=return_weights)
-        if compaction is not None:
-            x = compaction.scatter(x)
-            extras = extras._replace(
-                self_weights=uncompact_weights(extras.self_weights, compaction)
-            )
-        return x, extras
+        return restore_order(compaction, x, extras)
 
     def __call__(
         self,

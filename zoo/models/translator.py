@@ -10,7 +10,7 @@ one (v1.1 and FLAN-T5).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import equinox as eqx
@@ -21,15 +21,16 @@ from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 from zoo.models.common import (
     check_cache_room,
     check_tokens,
+    compact_padding,
     layer_stack,
     uncompact_weights,
     valid_positions,
 )
 from zoo.models.config import TransformerConfig
-from zoo.nn.attention import KVCache
 from zoo.nn.block import BlockExtras, BlockInputs, CrossInputs
+from zoo.nn.cache import KVCache
 from zoo.nn.dropout import Dropout, split_optional
-from zoo.nn.embedding import Embedder
+from zoo.nn.embedding import Embedder, EmbedderSettings
 from zoo.nn.linear import Linear
 from zoo.nn.mask import Compaction, Mask
 from zoo.nn.norm import Norm
@@ -98,9 +99,17 @@ class TranslatorConfig(TransformerConfig):
             bidirectional=bidirectional,
             num_buckets=self.relative_buckets,
             max_distance=self.relative_max_distance,
-            init_std=self.init_std,
-            dtype=self.param_dtype,
+            init=self.init,
             key=key,
+        )
+
+    def target_embedder_settings(self) -> EmbedderSettings:
+        """The target embedder's settings: the source's, with the target vocabulary and, with
+        `share_embeddings`, no token table of its own (it reads the source's)."""
+        return replace(
+            self.embedder_settings(),
+            vocab_size=self.tgt_vocab,
+            own_tokens=not self.share_embeddings,
         )
 
     @property
@@ -167,16 +176,9 @@ class Translator(eqx.Module):
         keys = jax.random.split(key, 5)
         c = config
         self.config = c
-        self.source_embedder = Embedder(
-            c.vocab_size, c.d_model, c.max_positions, key=keys[0], **c.embedder_kwargs()
-        )
+        self.source_embedder = Embedder(c.d_model, c.embedder_settings(), init=c.init, key=keys[0])
         self.target_embedder = Embedder(
-            c.tgt_vocab,
-            c.d_model,
-            c.max_positions,
-            own_tokens=not c.share_embeddings,
-            key=keys[1],
-            **c.embedder_kwargs(),
+            c.d_model, c.target_embedder_settings(), init=c.init, key=keys[1]
         )
         self.encoder = layer_stack(c, c.num_layers, key=keys[2])
         self.decoder = layer_stack(c, c.decoder_layers, cross_attention=True, key=keys[3])
@@ -214,12 +216,9 @@ class Translator(eqx.Module):
         embed_key, layers_key = split_optional(key, 2)
         positions = jnp.arange(src.shape[0])
         valid = valid_positions(src, c.pad_id, src_mask)
-        compaction, attention = None, Mask()
-        if valid is not None:
-            # real tokens first, so that the padding is a length (zoo.nn.Compaction)
-            compaction = Compaction.of(valid)
-            src, positions = compaction.gather(src), compaction.gather(positions)
-            attention = Mask(key_length=compaction.length)
+        # real tokens first, so that the padding is a length (zoo.nn.Compaction); the memory
+        # stays in that order (`EncodedSource`)
+        compaction, attention, src, positions, _ = compact_padding(valid, Mask(), src, positions)
         x = self.source_embedder(src, positions, key=embed_key)
         score_bias = None
         if self.encoder_position_bias is not None:

@@ -3,17 +3,17 @@ stacks."""
 
 from zoo.nn.attention import (
     AttentionSettings,
-    KVCache,
     MultiHeadAttention,
     attention_weights,
     dot_product_attention,
 )
 from zoo.nn.block import BlockExtras, BlockInputs, BlockSettings, CrossInputs, TransformerBlock
+from zoo.nn.cache import KVCache
 from zoo.nn.dropout import Dropout
-from zoo.nn.embedding import Embedder, check_token_ids, sinusoidal_positions
+from zoo.nn.embedding import Embedder, EmbedderSettings, check_token_ids, sinusoidal_positions
 from zoo.nn.feedforward import ACTIVATIONS, FeedForward, FeedForwardSettings
 from zoo.nn.heads import MaskedLMHead
-from zoo.nn.kernel import kernel_platform
+from zoo.nn.kernel import KernelOptions, kernel_platform
 from zoo.nn.linear import Init, Linear
 from zoo.nn.lora import LoRALinear
 from zoo.nn.mask import Compaction, Mask
@@ -34,10 +34,12 @@ __all__ = [
     "CrossInputs",
     "Dropout",
     "Embedder",
+    "EmbedderSettings",
     "FeedForward",
     "FeedForwardSettings",
     "Init",
     "KVCache",
+    "KernelOptions",
     "LayerNorm",
     "LayerStack",
     "Linear",

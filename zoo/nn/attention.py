@@ -1,13 +1,19 @@
-"""The one attention of zoo: scaled dot-product attention, multi-head attention, KV cache.
+"""The one attention of zoo: the scores and their softmax, `dot_product_attention`, and
+`MultiHeadAttention`, the module every model (classifier, GPT, translator) attends through.
 
-Every model (classifier, GPT, translator) attends through this file. Everything works on one
-example: sequences are `Float[Array, "seq d_model"]`; batch with `jax.vmap`.
+Everything works on one example: sequences are `Float[Array, "seq d_model"]`; batch with
+`jax.vmap`. Read top to bottom: `attention_weights` (the one score einsum and softmax of zoo),
+`dot_product_attention` (which kernel runs a call), then `AttentionSettings` and
+`MultiHeadAttention` (projections, QK-norm, rotary, heads). What a query may see is a
+`zoo.nn.Mask` (`mask.py`); the fused kernels and the choice among them are in `kernel.py`; the
+KV cache of decoding is in `cache.py` (`KVCache`, also importable from here).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -15,12 +21,24 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
+from zoo.nn.cache import KVCache
 from zoo.nn.dropout import Dropout
-from zoo.nn.kernel import IMPLEMENTATIONS, choose_kernel
+from zoo.nn.kernel import IMPLEMENTATIONS, KernelOptions, choose_kernel, fused_attention
 from zoo.nn.linear import Init, Linear
-from zoo.nn.mask import KernelArguments, Mask
+from zoo.nn.mask import Mask, as_mask
 from zoo.nn.norm import RMSNorm
 from zoo.nn.rotary import Rope, RotaryEmbedding, RotaryTable
+from zoo.records import legacy_keywords
+
+__all__ = [
+    "AttentionSettings",
+    "KVCache",
+    "KernelOptions",
+    "MultiHeadAttention",
+    "as_mask",
+    "attention_weights",
+    "dot_product_attention",
+]
 
 # --------------------------------------------------------------------------------------------
 # scaled dot-product attention
@@ -88,15 +106,6 @@ def _weighted_values(
     return output.reshape(seq, heads, value.shape[2])
 
 
-def as_mask(mask: Mask | Bool[Array, "seq kv_seq"] | None) -> Mask:
-    """A `Mask` from a mask value, a boolean `[seq, kv_seq]` array (True = may attend) or None."""
-    if mask is None:
-        return Mask()
-    if isinstance(mask, Mask):
-        return mask
-    return Mask(explicit=mask)
-
-
 def dot_product_attention(
     query: Float[Array, "seq heads head_dim"],
     key: Float[Array, "kv_seq kv_heads head_dim"],
@@ -104,183 +113,77 @@ def dot_product_attention(
     mask: Mask | Bool[Array, "seq kv_seq"] | None = None,
     *,
     score_bias: Float[Array, "heads seq kv_seq"] | None = None,
-    scale: bool = True,
-    dropout: Dropout | None = None,
-    dropout_key: PRNGKeyArray | None = None,
     return_weights: bool = False,
-    implementation: str | None = None,
+    options: KernelOptions | None = None,
+    **legacy: Any,
 ) -> tuple[Float[Array, "seq heads head_dim"], Float[Array, "heads seq kv_seq"] | None]:
     """Scaled dot-product attention for one example; returns (output, weights or None).
 
-    `mask` is a `zoo.nn.Mask` (causal order, lengths, window, cache offset, segments) or a
-    boolean `[seq, kv_seq]` array. `zoo.nn.kernel.choose_kernel` picks the kernel from
-    `implementation` (None: by platform; "explicit", "xla", "cudnn"): zoo's explicit float32
-    softmax (attention dropout, `return_weights`, the CPU by default) or
-    `jax.nn.dot_product_attention`, which gets the mask as its own arguments (`is_causal`,
-    sequence lengths, `local_window_size`) where the mask can be said that way, so cuDNN runs
-    its causal and padding kernels without reading a `[seq, kv_seq]` array. Every kernel
-    gives the same result: zero output for queries that see no key, grouped-query attention
-    (fewer key/value heads), `score_bias` added to the scaled scores and `scale` honoured
-    (see `attention_weights`).
+    `zoo.nn.kernel.choose_kernel` picks the kernel from `options.implementation` (None: by
+    platform; "explicit", "xla", "cudnn"): zoo's explicit float32 softmax (attention dropout,
+    `return_weights`, the CPU by default) or `jax.nn.dot_product_attention`, which gets the
+    mask as its own arguments (`is_causal`, sequence lengths, `local_window_size`) where the
+    mask can be said that way, so cuDNN runs its causal and padding kernels without reading a
+    `[seq, kv_seq]` array (`zoo.nn.kernel.fused_attention`). Every kernel gives the same
+    result: zero output for queries that see no key, grouped-query attention (fewer key/value
+    heads), `score_bias` added to the scaled scores and `options.scale` honoured (see
+    `attention_weights`).
+
+    Args:
+        query: one example's queries, `[seq, heads, head_dim]`.
+        key: its keys, `[kv_seq, kv_heads, head_dim]` (`kv_heads` divides `heads`).
+        value: its values, shaped as the keys.
+        mask: a `zoo.nn.Mask` (causal order, lengths, window, cache offset, segments), a
+            boolean `[seq, kv_seq]` array (True = may attend), or None (every key).
+        score_bias: `[heads, seq, kv_seq]` added to the scaled scores (T5's relative
+            positions), or None.
+        return_weights: also return the attention weights (runs the explicit kernel).
+        options: the kernel asked for, score scaling, attention dropout and its key
+            (`zoo.nn.kernel.KernelOptions`); None: the defaults.
+        **legacy: the older loose keywords `scale`, `dropout`, `dropout_key` and
+            `implementation`, still accepted with a DeprecationWarning.
     """
+    options = KernelOptions() if options is None else options
+    if legacy:
+        old = legacy_keywords(
+            "dot_product_attention", legacy, KernelOptions._fields, "options=KernelOptions(...)"
+        )
+        options = options._replace(**old)
     mask = as_mask(mask)
     num_queries, num_keys = query.shape[0], key.shape[0]
-    dropout_active = (
-        dropout is not None
-        and dropout_key is not None
-        and not dropout.inference
-        and dropout.rate > 0.0
-    )
     arguments = mask.kernel_arguments(num_queries, num_keys)
     kernel = choose_kernel(
-        implementation,
+        options.implementation,
         query=query,
         key=key,
         mask_arguments=arguments,
         has_score_bias=score_bias is not None,
         return_weights=return_weights,
-        dropout_active=dropout_active,
+        dropout_active=options.dropout_active,
     )
     if kernel == "explicit":
         weights = attention_weights(
-            query, key, mask.array(num_queries, num_keys), score_bias=score_bias, scale=scale
-        )
-        if dropout is not None:
-            weights = dropout(weights, key=dropout_key)
-        output = _weighted_values(weights.astype(value.dtype), value)
-        return output, (weights if return_weights else None)
-    return _fused_attention(query, key, value, mask, arguments, score_bias, scale, kernel), None
-
-
-def _fused_attention(query, key, value, mask, arguments, score_bias, scale, kernel):
-    """`jax.nn.dot_product_attention` with the mask as its own arguments, or as an array."""
-    num_queries, num_keys = query.shape[0], key.shape[0]
-    mask_array = None
-    if arguments is None:
-        mask_array = mask.array(num_queries, num_keys)
-        arguments = KernelArguments(False, None, None, None)
-        answered = jnp.any(mask_array, axis=-1)
-    else:
-        answered = _answered_queries(arguments, num_queries)
-    # the fused kernels take one dtype (a float32 cache read by bf16 queries)
-    key, value = key.astype(query.dtype), value.astype(query.dtype)
-    query_lengths, key_lengths = arguments.query_seq_lengths, arguments.key_value_seq_lengths
-    if key_lengths is not None:
-        # a query with no key is zeroed below; the kernel always gets one key to read
-        key_lengths = jnp.maximum(key_lengths, 1)
-    if kernel == "cudnn":
-        if key_lengths is not None and query_lengths is None:
-            query_lengths = jnp.full((1,), num_queries, jnp.int32)
-        if query_lengths is not None and key_lengths is None:
-            key_lengths = jnp.full((1,), num_keys, jnp.int32)
-        key, value, query_lengths, key_lengths = _batched_like(
-            query, key, value, query_lengths, key_lengths
-        )
-    # jax's own kernel mixes bf16 and f32 internally, which strict promotion would reject.
-    with jax.numpy_dtype_promotion("standard"):
-        output = jax.nn.dot_product_attention(
             query,
             key,
-            value,
-            bias=None if score_bias is None else score_bias.astype(query.dtype)[None],
-            mask=None if mask_array is None else mask_array[None, :, :],
-            scale=None if scale else 1.0,
-            is_causal=arguments.is_causal,
-            query_seq_lengths=query_lengths,
-            key_value_seq_lengths=key_lengths,
-            local_window_size=arguments.local_window_size,
-            implementation=kernel,
+            mask.array(num_queries, num_keys),
+            score_bias=score_bias,
+            scale=options.scale,
         )
-    if answered is None:
-        return output
-    return jnp.where(answered[:, None, None], output, jnp.zeros_like(output))
-
-
-def _batched_like(query: Array, *operands: Array | None) -> list[Array | None]:
-    """`operands` plus a zero computed from `query`, so that under `jax.vmap` they carry the
-    queries' batch axis.
-
-    cuDNN's batching rule reshapes every operand to the queries' batch; one that does not vary
-    over the batch (a length known when tracing, a cross-attention memory shared by every
-    beam) has no batch axis and cannot be reshaped. The zero is the same select on both sides,
-    which XLA removes.
-    """
-    zero = jnp.where(jnp.isnan(query[0, 0, 0]), 0, 0).astype(jnp.int32)
-    return [
-        None if operand is None else operand + zero.astype(operand.dtype) for operand in operands
-    ]
-
-
-def _answered_queries(arguments: KernelArguments, num_queries: int) -> Bool[Array, " seq"] | None:
-    """Which queries see at least one key under a mask said in lengths (None: all of them)."""
-    answered = None
-    if arguments.query_seq_lengths is not None:
-        answered = jnp.arange(num_queries) < arguments.query_seq_lengths[0]
-    if arguments.key_value_seq_lengths is not None:
-        any_key = jnp.broadcast_to(arguments.key_value_seq_lengths[0] > 0, (num_queries,))
-        answered = any_key if answered is None else answered & any_key
-    return answered
-
-
-# --------------------------------------------------------------------------------------------
-# KV cache for incremental decoding
-# --------------------------------------------------------------------------------------------
-
-
-class KVCache(eqx.Module):
-    """Keys and values preallocated to `max_len` positions, and how many are filled (`index`).
-
-    One type for one layer (`[max_len, kv_heads, head_dim]`) and for a stack of layers (a
-    leading `layers` axis, one index for all). It holds the key/value heads only: with
-    grouped-query attention that is `kv_heads`, fewer than the query heads, and nothing is
-    repeated per query head.
-    """
-
-    keys: Float[Array, "*layers max_len kv_heads head_dim"]
-    values: Float[Array, "*layers max_len kv_heads head_dim"]
-    index: Int[Array, ""]
-
-    @staticmethod
-    def empty(
-        max_len: int,
-        num_kv_heads: int,
-        head_dim: int,
-        dtype=jnp.float32,
-        *,
-        layers: int | None = None,
-    ) -> KVCache:
-        """A cache with nothing filled (index 0), for one layer or `layers` stacked."""
-        shape: tuple[int, ...] = (max_len, num_kv_heads, head_dim)
-        if layers is not None:
-            shape = (layers, *shape)
-        zero = jnp.zeros((), jnp.int32)
-        return KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype), zero)
-
-    @property
-    def capacity(self) -> int:
-        """Positions the cache holds (`max_len`)."""
-        return self.keys.shape[-3]
-
-    def write(
-        self,
-        new_keys: Float[Array, "seq kv_heads head_dim"],
-        new_values: Float[Array, "seq kv_heads head_dim"],
-    ) -> KVCache:
-        """Store `seq` new positions from `index` on (the index moves with `advance`)."""
-        start = (self.index, 0, 0)
-        keys = jax.lax.dynamic_update_slice(self.keys, new_keys.astype(self.keys.dtype), start)
-        values = jax.lax.dynamic_update_slice(
-            self.values, new_values.astype(self.values.dtype), start
-        )
-        return KVCache(keys, values, self.index)
-
-    def advance(self, count: int) -> KVCache:
-        """The same cache with `count` more positions counted as filled."""
-        return KVCache(self.keys, self.values, self.index + count)
-
-    def layer(self, index: int | Int[Array, ""]) -> KVCache:
-        """Layer `index` of a stacked cache."""
-        return KVCache(self.keys[index], self.values[index], self.index)
+        if options.dropout is not None:
+            weights = options.dropout(weights, key=options.dropout_key)
+        output = _weighted_values(weights.astype(value.dtype), value)
+        return output, (weights if return_weights else None)
+    output = fused_attention(
+        query,
+        key,
+        value,
+        mask,
+        arguments=arguments,
+        score_bias=score_bias,
+        scale=options.scale,
+        kernel=kernel,
+    )
+    return output, None
 
 
 # --------------------------------------------------------------------------------------------
@@ -292,51 +195,62 @@ class KVCache(eqx.Module):
 class AttentionSettings:
     """What a `MultiHeadAttention` is, besides its width and initialisation.
 
-    `num_kv_heads < num_heads` is grouped-query attention (1: multi-query); `head_dim` None is
-    `d_model // num_heads`; biases per projection (`qkv_bias`, `output_bias`); `qk_norm` is an
-    RMSNorm over each head of the queries and keys (Qwen3); `rope` rotates queries and keys by
-    their positions (Llama); `scale_scores=False` leaves out the 1/sqrt(head_dim) (T5, whose
-    relative positions come in as a score bias); `implementation` picks the kernel
-    (`zoo.nn.kernel`: None by platform, "explicit", "xla", "cudnn").
+    A model's config resolves it (`config.attention_settings()`); the fields carry the config's
+    names and meanings. `num_kv_heads < num_heads` is grouped-query attention (1: multi-query);
+    `attention_head_dim` None is `d_model // num_heads` (`width`); biases per projection
+    (`qkv_bias`, `attention_output_bias`); `qk_norm` is an RMSNorm over each head of the
+    queries and keys (Qwen3); `rope` rotates queries and keys by their positions (Llama);
+    `scale_scores=False` leaves out the 1/sqrt(head_dim) (T5, whose relative positions come in
+    as a score bias); `attention_implementation` picks the kernel (`zoo.nn.kernel`: None by
+    platform, "explicit", "xla", "cudnn").
     """
 
     num_heads: int  # query heads
     num_kv_heads: int | None = None  # key/value heads (must divide num_heads); None: num_heads
-    head_dim: int | None = None  # per-head width; None: d_model // num_heads
+    attention_head_dim: int | None = None  # per-head width; None: d_model // num_heads
     qkv_bias: bool = True  # biases on the query, key and value projections
-    output_bias: bool = True  # bias on the output projection
+    attention_output_bias: bool = True  # bias on the output projection
     qk_norm: bool = False  # RMSNorm on each head's queries and keys (before rotary)
-    norm_eps: float = 1e-6  # epsilon of the QK-norm
-    dropout: float = 0.0  # dropout on the attention weights
-    implementation: str | None = None  # None (by platform) | explicit | xla | cudnn
+    layer_norm_eps: float = 1e-6  # epsilon of the QK-norm
+    attention_dropout: float = 0.0  # dropout on the attention weights
+    attention_implementation: str | None = None  # None (by platform) | explicit | xla | cudnn
     scale_scores: bool = True  # divide scores by sqrt(head_dim)
     rope: Rope | None = None  # rotary positions; None: positions come in elsewhere
 
     def __post_init__(self) -> None:
-        kv_heads = self.kv_heads
-        if self.num_heads < 1 or kv_heads < 1 or self.num_heads % kv_heads != 0:
+        if not isinstance(self.num_heads, int) or self.num_heads <= 0:
+            raise ValueError(f"num_heads must be a positive integer, got {self.num_heads!r}")
+        for name in ("num_kv_heads", "attention_head_dim"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value <= 0):
+                raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
+        if self.num_heads % self.kv_heads != 0:
             raise ValueError(
-                f"num_kv_heads={self.num_kv_heads} must divide num_heads={self.num_heads} "
-                "(num_kv_heads=1 is multi-query attention)"
+                f"num_kv_heads={self.num_kv_heads} must divide num_heads={self.num_heads}: each "
+                "key/value head serves the same number of query heads; 1 is multi-query attention"
             )
-        if self.implementation not in IMPLEMENTATIONS:
+        if self.attention_implementation not in IMPLEMENTATIONS:
             raise ValueError(
-                f"attention implementation must be one of {IMPLEMENTATIONS}, got "
-                f"{self.implementation!r}"
+                f"attention_implementation must be one of {IMPLEMENTATIONS} (None picks by "
+                f"platform), got {self.attention_implementation!r}"
             )
 
     @property
     def kv_heads(self) -> int:
+        """Key/value heads: `num_kv_heads`, else one per query head."""
         return self.num_heads if self.num_kv_heads is None else self.num_kv_heads
 
     def width(self, d_model: int) -> int:
-        """The per-head width for a model of width `d_model`."""
-        if self.head_dim is not None:
-            return self.head_dim
+        """The per-head width (`head_dim`) for a model of width `d_model`:
+        `attention_head_dim`, else d_model // num_heads."""
+        if self.attention_head_dim is not None:
+            return self.attention_head_dim
         if d_model % self.num_heads != 0:
+            divisors = [d for d in range(1, min(d_model, 64) + 1) if d_model % d == 0]
             raise ValueError(
-                f"d_model={d_model} is not divisible by num_heads={self.num_heads}; "
-                "choose num_heads dividing d_model or set head_dim"
+                f"d_model={d_model} is not divisible by num_heads={self.num_heads}; pick "
+                f"num_heads from the divisors of d_model, e.g. {divisors}, or set "
+                "attention_head_dim"
             )
         return d_model // self.num_heads
 
@@ -380,15 +294,16 @@ class MultiHeadAttention(eqx.Module):
         self.query_proj = init.linear(d_model, s.num_heads * head_dim, s.qkv_bias, key=q_key)
         self.key_proj = init.linear(kv_dim, s.kv_heads * head_dim, s.qkv_bias, key=k_key)
         self.value_proj = init.linear(kv_dim, s.kv_heads * head_dim, s.qkv_bias, key=v_key)
-        self.output_proj = init.linear(s.num_heads * head_dim, d_model, s.output_bias, key=o_key)
-        self.query_norm = RMSNorm(head_dim, eps=s.norm_eps, dtype=init.dtype) if s.qk_norm else None
-        self.key_norm = RMSNorm(head_dim, eps=s.norm_eps, dtype=init.dtype) if s.qk_norm else None
+        output_bias, eps = s.attention_output_bias, s.layer_norm_eps
+        self.output_proj = init.linear(s.num_heads * head_dim, d_model, output_bias, key=o_key)
+        self.query_norm = RMSNorm(head_dim, eps=eps, dtype=init.dtype) if s.qk_norm else None
+        self.key_norm = RMSNorm(head_dim, eps=eps, dtype=init.dtype) if s.qk_norm else None
         self.rotary = None if s.rope is None else RotaryEmbedding(head_dim, s.rope)
-        self.dropout = Dropout(s.dropout)
+        self.dropout = Dropout(s.attention_dropout)
         self.num_heads = s.num_heads
         self.num_kv_heads = s.kv_heads
         self.head_dim = head_dim
-        self.implementation = s.implementation
+        self.implementation = s.attention_implementation
         self.scale_scores = s.scale_scores
 
     def _split_heads(self, x: Float[Array, "seq inner"], heads: int) -> Array:
@@ -454,21 +369,31 @@ class MultiHeadAttention(eqx.Module):
     ) -> tuple[Float[Array, "seq d_model"], Float[Array, "heads seq kv_seq"] | None]:
         """Attend projected queries to projected keys/values and apply the output projection.
 
-        `mask` is a `zoo.nn.Mask` or a boolean `[seq, kv_seq]` array (see
-        `dot_product_attention`). `score_bias` is added to every head's scores (relative
-        positions, `zoo.nn.relative_position`).
+        Args:
+            query: `project_query`'s queries, `[seq, heads, head_dim]`.
+            keys: `project_key_value`'s keys (or a cache's), `[kv_seq, kv_heads, head_dim]`.
+            values: the values beside them.
+            mask: a `zoo.nn.Mask` or a boolean `[seq, kv_seq]` array (see
+                `dot_product_attention`); None: every key.
+            score_bias: added to every head's scores (relative positions,
+                `zoo.nn.relative_position`), or None.
+            key: the attention dropout's key; None: no dropout.
+            return_weights: also return the attention weights `[heads, seq, kv_seq]`.
         """
+        options = KernelOptions(
+            implementation=self.implementation,
+            scale=self.scale_scores,
+            dropout=self.dropout,
+            dropout_key=key,
+        )
         heads, weights = dot_product_attention(
             query,
             keys,
             values,
             mask,
             score_bias=score_bias,
-            scale=self.scale_scores,
-            dropout=self.dropout,
-            dropout_key=key,
             return_weights=return_weights,
-            implementation=self.implementation,
+            options=options,
         )
         merged = heads.reshape(heads.shape[0], self.num_heads * self.head_dim)
         return self.output_proj(merged), weights

@@ -28,13 +28,14 @@ from zoo.nn.rotary import RotaryTable
 @dataclass(frozen=True, kw_only=True)
 class BlockSettings:
     """What a `TransformerBlock` is, besides its width and initialisation: its parts' own
-    settings, the norm, and where the norm sits."""
+    settings, the norm, and where the norm sits. A model's config resolves it
+    (`config.block_settings()`); the fields carry the config's names."""
 
     attention: AttentionSettings  # the self-attention
     feed_forward: FeedForwardSettings
     cross_attention: AttentionSettings | None = None  # a decoder's, attending to the encoder
     norm: str = "layernorm"  # layernorm | rmsnorm
-    norm_eps: float = 1e-5
+    layer_norm_eps: float = 1e-5  # epsilon of the block's norms
     norm_first: bool = True  # pre-norm (GPT-2, Llama) or post-norm (the paper, BERT)
     dropout: float = 0.0  # on each sub-layer's output, before the residual sum
 
@@ -53,7 +54,7 @@ class BlockSettings:
         attention = AttentionSettings(num_heads=num_heads)
         return BlockSettings(
             attention=attention,
-            feed_forward=FeedForwardSettings(d_ff=d_ff, dropout=dropout),
+            feed_forward=FeedForwardSettings(d_ff=d_ff, activation_dropout=dropout),
             cross_attention=attention if cross_attention else None,
             dropout=dropout,
             **fields,
@@ -139,7 +140,7 @@ class TransformerBlock(eqx.Module):
         self_key, cross_key, ff_key = jax.random.split(key, 3)
 
         def norm() -> Norm:
-            return make_norm(s.norm, d_model, eps=s.norm_eps, dtype=init.dtype)
+            return make_norm(s.norm, d_model, eps=s.layer_norm_eps, dtype=init.dtype)
 
         self.self_attention = MultiHeadAttention(d_model, s.attention, init=init, key=self_key)
         self.self_attention_norm = norm()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -10,7 +12,9 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from zoo.nn.dropout import Dropout
+from zoo.nn.linear import Init, legacy_init
 from zoo.nn.norm import LayerNorm
+from zoo.records import legacy_keywords
 
 # learned and sinusoidal positions are added to the token embeddings; rotary positions are
 # applied inside attention (zoo.nn.rotary) and relative ones are a bias on the attention scores
@@ -54,11 +58,87 @@ def sinusoidal_positions(
     return jnp.stack([jnp.sin(angles), jnp.cos(angles)], axis=-1).reshape(positions.shape[0], dim)
 
 
+@dataclass(frozen=True, kw_only=True)
+class EmbedderSettings:
+    """What an `Embedder` is, besides its width and initialisation.
+
+    A model's config resolves it (`config.embedder_settings()`); the fields carry the config's
+    names and meanings.
+    """
+
+    vocab_size: int  # token ids are in [0, vocab_size)
+    max_positions: int  # rows of the learned position table
+    positions: str = "learned"  # learned | sinusoidal (added here) | rotary | relative (not here)
+    sinusoid_layout: str = "interleaved"  # interleaved (the paper) | concatenated (Marian)
+    scale_embeddings: bool = False  # token embeddings times sqrt(d_model)
+    type_vocab_size: int = 0  # token types (segments); 0: none
+    embedding_norm: bool = False  # LayerNorm after the sum (BERT)
+    layer_norm_eps: float = 1e-5  # its epsilon
+    dropout: float = 0.0  # on the embeddings
+    own_tokens: bool = True  # False: the token table is another embedder's, passed in a call
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "max_positions"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if not isinstance(self.type_vocab_size, int) or self.type_vocab_size < 0:
+            raise ValueError(f"type_vocab_size must be >= 0, got {self.type_vocab_size!r}")
+        if self.positions not in POSITION_KINDS:
+            raise ValueError(f"positions must be one of {POSITION_KINDS}, got {self.positions!r}")
+        if self.sinusoid_layout not in SINUSOID_LAYOUTS:
+            raise ValueError(
+                f"sinusoid_layout must be one of {SINUSOID_LAYOUTS}, got {self.sinusoid_layout!r}"
+            )
+
+
+# the loose keywords of `Embedder` before `EmbedderSettings` -> the settings' fields
+_OLDER_KEYWORDS = {
+    "vocab_size": "vocab_size",
+    "max_positions": "max_positions",
+    "position_kind": "positions",
+    "sinusoid_layout": "sinusoid_layout",
+    "scale_tokens": "scale_embeddings",
+    "type_vocab_size": "type_vocab_size",
+    "use_norm": "embedding_norm",
+    "norm_eps": "layer_norm_eps",
+    "dropout_rate": "dropout",
+    "own_tokens": "own_tokens",
+}
+
+
+def _older_call(
+    first: int, second: int | None, more: tuple[int, ...], legacy: dict[str, Any]
+) -> tuple[int, EmbedderSettings, Init]:
+    """(d_model, settings, init) of a call in the older form
+    `Embedder(vocab_size, d_model, max_positions, *, position_kind=..., ..., key=...)`."""
+    if second is None:  # everything by keyword: `first` is d_model
+        given, d_model = dict(legacy), first
+    elif len(more) > 1:
+        raise TypeError(f"Embedder() takes at most 3 positional sizes, got {2 + len(more)}")
+    else:  # positional vocab_size, d_model[, max_positions]
+        sizes = dict(zip(("max_positions",), more, strict=False))
+        given, d_model = {"vocab_size": first, **sizes, **legacy}, second
+    older = legacy_keywords(
+        "Embedder",
+        given,
+        (*_OLDER_KEYWORDS, "init_std", "dtype"),
+        "Embedder(d_model, EmbedderSettings(...), init=Init(...))",
+    )
+    fields = {new: older[name] for name, new in _OLDER_KEYWORDS.items() if name in older}
+    init = Init(older.get("init_std", Init.std), older.get("dtype", Init.dtype))
+    return d_model, EmbedderSettings(**fields), init
+
+
 class Embedder(eqx.Module):
     """Token embedding (optionally scaled by sqrt(d_model)) + positions + token types.
 
-    Optionally followed by LayerNorm (BERT) and dropout. `token_weight` may be passed in to share
-    one token table between two embedders (a translator with shared embeddings).
+    Optionally followed by LayerNorm (BERT) and dropout, as its `EmbedderSettings` say; tables
+    drawn as `init` says. With `own_tokens=False` the token table is passed in each call
+    (`token_weight`), shared with another embedder (a translator with shared embeddings).
+
+    The older call `Embedder(vocab_size, d_model, max_positions, position_kind=..., ...,
+    init_std=..., dtype=..., key=...)` still works, with a DeprecationWarning.
     """
 
     token_weight: Float[Array, "vocab d_model"] | None
@@ -69,46 +149,43 @@ class Embedder(eqx.Module):
     vocab_size: int = eqx.field(static=True)
     d_model: int = eqx.field(static=True)
     max_positions: int = eqx.field(static=True)
-    position_kind: str = eqx.field(static=True)
+    positions: str = eqx.field(static=True)
     sinusoid_layout: str = eqx.field(static=True)
     scale: float = eqx.field(static=True)
 
     def __init__(
         self,
-        vocab_size: int,
         d_model: int,
-        max_positions: int,
-        *,
-        position_kind: str = "learned",
-        sinusoid_layout: str = "interleaved",
-        scale_tokens: bool = False,
-        type_vocab_size: int = 0,
-        use_norm: bool = False,
-        norm_eps: float = 1e-5,
-        dropout_rate: float = 0.0,
-        own_tokens: bool = True,
-        init_std: float = 0.02,
-        dtype=jnp.float32,
+        settings: EmbedderSettings | int | None = None,
+        *older: int,
+        init: Init | None = None,
         key: PRNGKeyArray,
+        **legacy: Any,
     ):
-        if position_kind not in POSITION_KINDS:
-            raise ValueError(f"unknown position kind {position_kind!r}; choose {POSITION_KINDS}")
+        if isinstance(settings, EmbedderSettings) and not older:
+            init = legacy_init("Embedder", init, legacy)
+        elif init is None and (isinstance(settings, int) or (settings is None and legacy)):
+            d_model, settings, init = _older_call(d_model, settings, older, legacy)
+        else:
+            raise TypeError("Embedder takes (d_model, EmbedderSettings(...), *, init=None, key)")
+        s = settings
         tok_key, pos_key, type_key = jax.random.split(key, 3)
-
-        def table(k, rows):
-            return (init_std * jax.random.normal(k, (rows, d_model))).astype(dtype)
-
-        self.token_weight = table(tok_key, vocab_size) if own_tokens else None
-        self.position_weight = table(pos_key, max_positions) if position_kind == "learned" else None
-        self.token_type_weight = table(type_key, type_vocab_size) if type_vocab_size > 0 else None
-        self.norm = LayerNorm(d_model, eps=norm_eps, dtype=dtype) if use_norm else None
-        self.dropout = Dropout(dropout_rate)
-        self.vocab_size = vocab_size
+        learned = s.positions == "learned"
+        self.token_weight = init.normal(tok_key, (s.vocab_size, d_model)) if s.own_tokens else None
+        self.position_weight = init.normal(pos_key, (s.max_positions, d_model)) if learned else None
+        self.token_type_weight = (
+            init.normal(type_key, (s.type_vocab_size, d_model)) if s.type_vocab_size > 0 else None
+        )
+        self.norm = (
+            LayerNorm(d_model, eps=s.layer_norm_eps, dtype=init.dtype) if s.embedding_norm else None
+        )
+        self.dropout = Dropout(s.dropout)
+        self.vocab_size = s.vocab_size
         self.d_model = d_model
-        self.max_positions = max_positions
-        self.position_kind = position_kind
-        self.sinusoid_layout = sinusoid_layout
-        self.scale = math.sqrt(d_model) if scale_tokens else 1.0
+        self.max_positions = s.max_positions
+        self.positions = s.positions
+        self.sinusoid_layout = s.sinusoid_layout
+        self.scale = math.sqrt(d_model) if s.scale_embeddings else 1.0
 
     def __call__(
         self,
@@ -125,7 +202,7 @@ class Embedder(eqx.Module):
         x = table[tokens] * self.scale if self.scale != 1.0 else table[tokens]
         if self.position_weight is not None:
             x = x + self.position_weight[positions]
-        elif self.position_kind == "sinusoidal":
+        elif self.positions == "sinusoidal":
             x = x + sinusoidal_positions(
                 positions, self.d_model, layout=self.sinusoid_layout
             ).astype(x.dtype)

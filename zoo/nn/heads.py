@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from zoo.nn.feedforward import ACTIVATIONS, check_activation
-from zoo.nn.linear import Linear
+from zoo.nn.linear import Init, Linear, legacy_init
 from zoo.nn.norm import LayerNorm
 
 
@@ -16,6 +18,17 @@ class MaskedLMHead(eqx.Module):
 
     The decoder is tied: its weight is the token embedding table, passed in by the model
     (`BertForMaskedLM`'s `cls.predictions`, RoBERTa's `lm_head`, DistilBERT's `vocab_*`).
+
+    Args:
+        d_model: the width of the hidden states (and of the token table).
+        vocab_size: the vocabulary, the length of the output bias.
+        activation: after the transform (a name of `zoo.nn.ACTIVATIONS`; BERT: "gelu").
+        eps: the epsilon of the LayerNorm (a config's `layer_norm_eps`).
+        init: how the transform's weight is drawn, and the dtype of every weight (a config's
+            `init`); None: `Init()`.
+        key: the transform's random key.
+        **legacy: the older loose `init_std=` and `dtype=`, still accepted with a
+            DeprecationWarning.
     """
 
     transform: Linear
@@ -30,14 +43,15 @@ class MaskedLMHead(eqx.Module):
         *,
         activation: str = "gelu",
         eps: float = 1e-12,
-        init_std: float = 0.02,
-        dtype=jnp.float32,
+        init: Init | None = None,
         key: PRNGKeyArray,
+        **legacy: Any,
     ):
+        init = legacy_init("MaskedLMHead", init, legacy)
         check_activation(activation)
-        self.transform = Linear(d_model, d_model, init_std=init_std, dtype=dtype, key=key)
-        self.norm = LayerNorm(d_model, eps=eps, dtype=dtype)
-        self.bias = jnp.zeros((vocab_size,), dtype)
+        self.transform = Linear(d_model, d_model, init=init, key=key)
+        self.norm = LayerNorm(d_model, eps=eps, dtype=init.dtype)
+        self.bias = jnp.zeros((vocab_size,), init.dtype)
         self.activation = activation
 
     def __call__(

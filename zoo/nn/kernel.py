@@ -1,4 +1,5 @@
-"""Which attention kernel a call runs: zoo's explicit softmax, XLA's fused attention or cuDNN's.
+"""Which attention kernel a call runs (zoo's explicit softmax, XLA's fused attention or cuDNN's),
+and the call of a fused one.
 
 `zoo.nn.attention.dot_product_attention` asks `choose_kernel` once per traced call. The choice
 is made while tracing, from what is known then: the platform the program is for, dtypes, head
@@ -15,6 +16,11 @@ size, whether the mask can be said in lengths and flags, attention dropout, a sc
 `kernel_platform("gpu")` makes the choice as if on a GPU while tracing on another machine
 (lowering a program for CUDA on a CPU host: `jax.jit(f).trace(...).lower(lowering_platforms=
 ("cuda",))`).
+
+A fused kernel gets the mask as `jax.nn.dot_product_attention`'s own arguments (`is_causal`,
+sequence lengths, `local_window_size`: `zoo.nn.Mask.kernel_arguments`) where the mask can be
+said that way, else as the boolean array (`fused_attention`). The explicit kernel, the one
+softmax of zoo, lives in `zoo.nn.attention`.
 """
 
 from __future__ import annotations
@@ -22,12 +28,14 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator
-from typing import Literal
+from typing import Any, Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float, PRNGKeyArray
 
-from zoo.nn.mask import KernelArguments
+from zoo.nn.dropout import Dropout
+from zoo.nn.mask import KernelArguments, Mask
 
 Kernel = Literal["explicit", "xla", "cudnn"]
 IMPLEMENTATIONS = (None, "explicit", "xla", "cudnn")
@@ -65,6 +73,31 @@ def say_once(message: str) -> None:
         logger.warning(message)
 
 
+class KernelOptions(NamedTuple):
+    """How one attention call runs, besides its arrays, mask and score bias: the kernel asked
+    for, whether scores are scaled, and attention dropout with its key.
+
+    `MultiHeadAttention.attend` makes one per call from its `AttentionSettings`
+    (`attention_implementation`, `scale_scores`, `attention_dropout`) and the call's key.
+    """
+
+    implementation: str | None = None  # None (by platform) | explicit | xla | cudnn
+    scale: bool = True  # divide scores by sqrt(head_dim); False: T5, which folds it in its init
+    dropout: Dropout | None = None  # on the attention weights (needs the explicit kernel)
+    dropout_key: PRNGKeyArray | None = None  # without a key, no dropout
+
+    @property
+    def dropout_active(self) -> bool:
+        """Whether this call drops attention weights (a key, a rate, not in inference mode)."""
+        dropout = self.dropout
+        return (
+            dropout is not None
+            and self.dropout_key is not None
+            and not dropout.inference
+            and dropout.rate > 0.0
+        )
+
+
 def choose_kernel(
     implementation: str | None,
     *,
@@ -77,9 +110,19 @@ def choose_kernel(
 ) -> Kernel:
     """The kernel for one attention call (see the module docstring).
 
-    `implementation` is the model's setting: None picks by platform (explicit on a CPU; cuDNN
-    for bf16/fp16 on a GPU where it can serve the call, else XLA), "explicit", "xla" or
-    "cudnn" ask for one. Returning the weights and attention dropout need the explicit path.
+    Returning the weights and attention dropout need the explicit path.
+
+    Args:
+        implementation: the model's setting: None picks by platform (explicit on a CPU; cuDNN
+            for bf16/fp16 on a GPU where it can serve the call, else XLA), "explicit", "xla" or
+            "cudnn" ask for one.
+        query: the call's queries (their dtype and head size decide for cuDNN).
+        key: the call's keys (their length, with a score bias).
+        mask_arguments: the mask in the kernels' terms, or None where it needs an array
+            (`zoo.nn.Mask.kernel_arguments`).
+        has_score_bias: whether a score bias is added (T5's relative positions).
+        return_weights: whether the call returns the attention weights.
+        dropout_active: whether the call drops attention weights.
     """
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(
@@ -155,3 +198,97 @@ def _cudnn_available() -> bool:
         return fused.check_cudnn_version() > 0
     except Exception:  # a moved private name, no CUDA plugin, no cuDNN
         return False
+
+
+def fused_attention(
+    query: Float[Array, "seq heads head_dim"],
+    key: Float[Array, "kv_seq kv_heads head_dim"],
+    value: Float[Array, "kv_seq kv_heads head_dim"],
+    mask: Mask,
+    *,
+    arguments: KernelArguments | None,
+    score_bias: Float[Array, "heads seq kv_seq"] | None,
+    scale: bool,
+    kernel: Literal["xla", "cudnn"],
+) -> Float[Array, "seq heads head_dim"]:
+    """`jax.nn.dot_product_attention` with the mask as its own arguments, or as an array.
+
+    Queries that see no key get a zero output, as on the explicit path.
+
+    Args:
+        query: one example's queries.
+        key: its keys (fewer heads than the queries under grouped-query attention).
+        value: its values.
+        mask: which keys each query may attend to.
+        arguments: `mask.kernel_arguments(seq, kv_seq)`; None: the mask goes as an array.
+        score_bias: added to the scaled scores (T5's relative positions), or None.
+        scale: divide the scores by sqrt(head_dim).
+        kernel: "xla" or "cudnn" (`choose_kernel`'s answer).
+    """
+    num_queries, num_keys = query.shape[0], key.shape[0]
+    mask_array = None
+    answered: Bool[Array, " seq"] | None
+    if arguments is None:
+        mask_array = mask.array(num_queries, num_keys)
+        arguments = KernelArguments(False, None, None, None)
+        answered = None if mask_array is None else jnp.any(mask_array, axis=-1)
+    else:
+        answered = _answered_queries(arguments, num_queries)
+    # the fused kernels take one dtype (a float32 cache read by bf16 queries)
+    key, value = key.astype(query.dtype), value.astype(query.dtype)
+    query_lengths, key_lengths = arguments.query_seq_lengths, arguments.key_value_seq_lengths
+    if key_lengths is not None:
+        # a query with no key is zeroed below; the kernel always gets one key to read
+        key_lengths = jnp.maximum(key_lengths, 1)
+    if kernel == "cudnn":
+        if key_lengths is not None and query_lengths is None:
+            query_lengths = jnp.full((1,), num_queries, jnp.int32)
+        if query_lengths is not None and key_lengths is None:
+            key_lengths = jnp.full((1,), num_keys, jnp.int32)
+        key, value, query_lengths, key_lengths = _batched_like(
+            query, key, value, query_lengths, key_lengths
+        )
+    # jax's own kernel mixes bf16 and f32 internally, which strict promotion would reject.
+    with jax.numpy_dtype_promotion("standard"):
+        output = jax.nn.dot_product_attention(
+            query,
+            key,
+            value,
+            bias=None if score_bias is None else score_bias.astype(query.dtype)[None],
+            mask=None if mask_array is None else mask_array[None, :, :],
+            scale=None if scale else 1.0,
+            is_causal=arguments.is_causal,
+            query_seq_lengths=query_lengths,
+            key_value_seq_lengths=key_lengths,
+            local_window_size=arguments.local_window_size,
+            implementation=kernel,
+        )
+    if answered is None:
+        return output
+    return jnp.where(answered[:, None, None], output, jnp.zeros_like(output))
+
+
+def _batched_like(query: Array, *operands: Any) -> list[Any]:
+    """`operands` plus a zero computed from `query`, so that under `jax.vmap` they carry the
+    queries' batch axis.
+
+    cuDNN's batching rule reshapes every operand to the queries' batch; one that does not vary
+    over the batch (a length known when tracing, a cross-attention memory shared by every
+    beam) has no batch axis and cannot be reshaped. The zero is the same select on both sides,
+    which XLA removes.
+    """
+    zero = jnp.where(jnp.isnan(query[0, 0, 0]), 0, 0).astype(jnp.int32)
+    return [
+        None if operand is None else operand + zero.astype(operand.dtype) for operand in operands
+    ]
+
+
+def _answered_queries(arguments: KernelArguments, num_queries: int) -> Bool[Array, " seq"] | None:
+    """Which queries see at least one key under a mask said in lengths (None: all of them)."""
+    answered = None
+    if arguments.query_seq_lengths is not None:
+        answered = jnp.arange(num_queries) < arguments.query_seq_lengths[0]
+    if arguments.key_value_seq_lengths is not None:
+        any_key = jnp.broadcast_to(arguments.key_value_seq_lengths[0] > 0, (num_queries,))
+        answered = any_key if answered is None else answered & any_key
+    return answered

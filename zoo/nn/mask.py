@@ -12,9 +12,10 @@ is built where a length or a flag says the same thing:
 - `query_segments` / `key_segments`: packed sequences, a query sees keys of its own segment;
 - `explicit`: any boolean `[seq, kv_seq]` array, ANDed with the rest (the general case).
 
-`zoo.nn.attention` maps a mask onto `jax.nn.dot_product_attention`'s own arguments
-(`is_causal`, `query_seq_lengths`, `key_value_seq_lengths`, `local_window_size`) where it can
-(`Mask.kernel_arguments`) and builds the array (`Mask.array`) where it cannot.
+A mask says itself in `jax.nn.dot_product_attention`'s own arguments (`is_causal`,
+`query_seq_lengths`, `key_value_seq_lengths`, `local_window_size`) where it can
+(`Mask.kernel_arguments`, which `zoo.nn.kernel` hands to the fused kernels) and as an array
+(`Mask.array`) where it cannot.
 
 Padding described per token (`tokens != pad_id`, or a user's mask) is not a length unless it
 sits at the end. `Compaction` moves a sequence's real tokens to the front, in order, so that
@@ -24,6 +25,7 @@ back (what FlashAttention's "unpad" does for variable-length batches).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import NamedTuple
 
 import equinox as eqx
@@ -86,22 +88,8 @@ class Mask(eqx.Module):
         return not self.causal and all(part is None for part in parts)
 
     def replace(self, **changes) -> Mask:
-        """A copy with some parts changed (`Mask` is immutable)."""
-        fields = {
-            name: getattr(self, name)
-            for name in (
-                "causal",
-                "window",
-                "offset",
-                "key_length",
-                "query_length",
-                "query_segments",
-                "key_segments",
-                "explicit",
-            )
-        }
-        fields.update(changes)
-        return Mask(**fields)
+        """A copy with some parts changed (`Mask` is immutable), checked as a new mask is."""
+        return dataclasses.replace(self, **changes)
 
     def limit_keys(self, length: Int[Array, ""] | int) -> Mask:
         """The same mask with keys at index `>= length` masked too."""
@@ -164,6 +152,15 @@ class Mask(eqx.Module):
             key_value_seq_lengths=_as_lengths(key_length),
             local_window_size=window,
         )
+
+
+def as_mask(mask: Mask | Bool[Array, "seq kv_seq"] | None) -> Mask:
+    """A `Mask` from a mask value, a boolean `[seq, kv_seq]` array (True = may attend) or None."""
+    if mask is None:
+        return Mask()
+    if isinstance(mask, Mask):
+        return mask
+    return Mask(explicit=mask)
 
 
 def _as_lengths(length: Int[Array, ""] | None) -> Int[Array, " 1"] | None:

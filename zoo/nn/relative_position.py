@@ -12,11 +12,13 @@ bias once per forward pass and every layer adds the same bias to its attention s
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int, PRNGKeyArray
+
+from zoo.nn.linear import Init, legacy_init
 
 
 def relative_position_buckets(
@@ -66,7 +68,19 @@ def check_relative_buckets(num_buckets: int, max_distance: int, *, bidirectional
 
 
 class RelativePositionBias(eqx.Module):
-    """A `[num_buckets, heads]` table giving each head a score bias per distance bucket."""
+    """A `[num_buckets, heads]` table giving each head a score bias per distance bucket.
+
+    Args:
+        num_heads: the attention heads, one bias per head and bucket.
+        bidirectional: True for an encoder (keys on both sides), False for a causal decoder.
+        num_buckets: distance buckets (a config's `relative_buckets`; T5: 32).
+        max_distance: distances beyond it share the last bucket (a config's
+            `relative_max_distance`; T5: 128).
+        init: how the table is drawn, and its dtype (a config's `init`); None: `Init()`.
+        key: the table's random key.
+        **legacy: the older loose `init_std=` and `dtype=`, still accepted with a
+            DeprecationWarning.
+    """
 
     weight: Float[Array, "buckets heads"]
     bidirectional: bool = eqx.field(static=True)
@@ -80,12 +94,13 @@ class RelativePositionBias(eqx.Module):
         bidirectional: bool,
         num_buckets: int = 32,
         max_distance: int = 128,
-        init_std: float = 0.02,
-        dtype=jnp.float32,
+        init: Init | None = None,
         key: PRNGKeyArray,
+        **legacy: Any,
     ):
+        init = legacy_init("RelativePositionBias", init, legacy)
         check_relative_buckets(num_buckets, max_distance, bidirectional=bidirectional)
-        self.weight = (init_std * jax.random.normal(key, (num_buckets, num_heads))).astype(dtype)
+        self.weight = init.normal(key, (num_buckets, num_heads))
         self.bidirectional = bidirectional
         self.num_buckets = num_buckets
         self.max_distance = max_distance

@@ -17,8 +17,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from zoo.nn.attention import KVCache
 from zoo.nn.block import BlockExtras, BlockInputs, CrossInputs, TransformerBlock
+from zoo.nn.cache import KVCache
 from zoo.nn.kernel import current_platform
 from zoo.nn.mask import Mask
 
