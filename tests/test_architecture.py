@@ -147,8 +147,8 @@ def test_the_floors_match_the_architecture_page():
 # Sizes (docs/architecture.md, "Sizes the code is held to").
 MAX_FILE_LINES = 500
 MAX_PARAMETERS = 8
-# Public calls whose keywords are a config's or an optimiser's fields, spelled out on purpose:
-# `zoo.create(name, **overrides)` and its kind (module:function, or module:Class.method).
+# Public calls whose keywords are spelled out flat on purpose (module:function, or
+# module:Class.method), each with the reason.
 PARAMETER_EXCEPTIONS: dict[str, str] = {
     "zoo.train.optim:adamw": "AdamW's hyperparameters, flat as in optax.adamw and torch's AdamW",
 }
