@@ -141,3 +141,118 @@ def test_at_a_terminal_it_prompts_streams_and_quits_on_ctrl_d(chat_dir, monkeypa
     assert captured.out == reply(model, TOKENIZER, "hello", max_new_tokens=6).text + "\n"
     assert "/reset clears the history, /exit quits" in captured.err
     assert captured.err.count("> ") == 3 and "(history cleared)" in captured.err
+
+
+def at_a_terminal(monkeypatch, typed: list[str]) -> None:
+    """stdin a terminal whose lines are `typed`; a KeyboardInterrupt in it is a Ctrl-C."""
+    lines = iter(typed)
+
+    def fake_input(prompt: str) -> str:
+        line = next(lines, None)
+        if line is None:
+            raise EOFError
+        if isinstance(line, BaseException):
+            raise line
+        return line
+
+    terminal = io.StringIO()
+    terminal.isatty = lambda: True  # type: ignore[method-assign]
+    monkeypatch.setattr("sys.stdin", terminal)
+    monkeypatch.setattr("builtins.input", fake_input)
+
+
+def test_closed_and_empty_stdin(chat_dir, monkeypatch, capsys):
+    _, directory = chat_dir
+    # before: AttributeError: 'NoneType' object has no attribute 'isatty'
+    monkeypatch.setattr("sys.stdin", None)
+    assert main(["chat", directory, *OPTIONS]) == 2
+    assert capsys.readouterr().err == (
+        "zoo chat: error: standard input is closed, so there is nothing to answer: pass "
+        "--message TEXT, pipe the messages in, or run zoo chat in a terminal\n"
+    )
+    closed = io.StringIO()
+    closed.close()
+    monkeypatch.setattr("sys.stdin", closed)
+    assert main(["chat", directory, *OPTIONS]) == 2
+    assert "standard input is closed" in capsys.readouterr().err
+    # `< /dev/null`: nothing to answer, a quiet exit (as for a file of blank lines)
+    assert run_with_stdin(monkeypatch, capsys, "", directory, *OPTIONS) == (0, "", "")
+    # --message needs no standard input
+    monkeypatch.setattr("sys.stdin", None)
+    assert main(["chat", directory, "--message", "hi", *OPTIONS, "--json"]) == 0
+
+
+def test_ctrl_c_while_streaming_stops_the_reply_and_returns_to_the_prompt(
+    chat_dir, monkeypatch, capsys
+):
+    model, directory = chat_dir
+    at_a_terminal(monkeypatch, ["hello", "again"])
+    shown: list[str] = []
+
+    def print_then_interrupt(piece: str) -> None:
+        shown.append(piece)
+        sys.stdout.write(piece)
+        if len(shown) == 2:  # Ctrl-C after the first reply's second piece
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr("zoo.cli.chat._print_piece", print_then_interrupt)
+    assert main(["chat", directory, *OPTIONS]) == 0
+    captured = capsys.readouterr()
+    cut = "".join(shown[:2])
+    assert reply(model, TOKENIZER, "hello", max_new_tokens=6).text.startswith(cut)
+    # the history keeps what was shown of the cut reply
+    history = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": cut},
+               {"role": "user", "content": "again"}]  # fmt: skip
+    second = reply(model, TOKENIZER, history, max_new_tokens=6).text
+    assert captured.out == f"{cut}\n{second}\n"
+    assert "(reply stopped)\n" in captured.err and "Traceback" not in captured.err
+
+
+def test_ctrl_c_at_the_prompt_quits_with_status_130(chat_dir, monkeypatch, capsys):
+    _, directory = chat_dir
+    at_a_terminal(monkeypatch, [KeyboardInterrupt()])  # type: ignore[list-item]
+    # before: a KeyboardInterrupt traceback
+    assert main(["chat", directory, *OPTIONS]) == 130
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == f"zoo chat: {directory}; /reset clears the history, /exit quits\n\n"
+
+
+def test_ctrl_c_with_message_stops_the_command(chat_dir, monkeypatch, capsys):
+    _, directory = chat_dir
+
+    def interrupt(piece: str) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("zoo.cli.chat._print_piece", interrupt)
+    assert main(["chat", directory, "--message", "hello", *OPTIONS]) == 130
+    assert capsys.readouterr().err == "zoo chat: interrupted\n"
+
+
+@pytest.mark.parametrize(
+    ("flag", "message"),
+    [
+        ("--message", "--message is empty: give the text to send"),
+        ("--system", "--system is empty: give the system prompt, or leave --system out"),
+    ],
+)
+def test_empty_message_or_system_is_refused_naming_the_flag(chat_dir, capsys, flag, message):
+    _, directory = chat_dir
+    args = ["chat", directory, "--message", "hi", flag, " ", *OPTIONS]
+    # before: "row 0, message 0 (user) has empty content; fill it or drop the row"
+    assert main(args) == 2
+    assert capsys.readouterr().err == f"zoo chat: error: {message}\n"
+
+
+def test_a_prompt_the_tokenizer_cannot_spell_is_warned_about_once(chat_dir, monkeypatch, capsys):
+    _, directory = chat_dir
+    # the default template spells "user:\n" and "assistant:\n"; HELLO is 5 unknown characters
+    status, out, err = run_with_stdin(monkeypatch, capsys, "HELLO\nHELLO\n", directory,
+                                      *OPTIONS, "--json")  # fmt: skip
+    assert status == 0 and len(out.splitlines()) == 2
+    assert err == (
+        "zoo chat: warning: 5 of 25 prompt tokens are unknown to this model's char tokenizer "
+        "(<unk>): it was trained on other text, so the reply means little\n"
+    )
+    status, _, err = run_with_stdin(monkeypatch, capsys, "hello\n", directory, *OPTIONS, "--json")
+    assert (status, err) == (0, "")

@@ -156,3 +156,15 @@ def test_an_unreachable_hub_is_one_line_not_a_traceback(monkeypatch, capsys):
         err
         == "zoo generate: error: could not get 'org/model' from the HuggingFace hub (offline?)\n"
     )
+
+
+@pytest.mark.parametrize("flag", ["--top-k", "--top-p"])
+def test_filters_without_sampling_are_refused_naming_the_flag(gpt_dir, flag, capsys):
+    _, directory = gpt_dir
+    value = "5" if flag == "--top-k" else "0.9"
+    # before: greedy decoding, the flag silently ignored
+    assert main(["generate", directory, "--prompt", "hi", flag, value]) == 2
+    assert capsys.readouterr().err == (
+        f"zoo generate: error: {flag} only acts when sampling: pass --temperature above 0 "
+        f"(0 is greedy), or drop {flag}\n"
+    )

@@ -130,3 +130,37 @@ def test_max_len_sizes_a_model_for_synthetic_data_and_resume_keeps_seed_and_sche
     assert "started with --schedule constant" in _error(capsys, changed)
     short = [*SYNTHETIC, "--out", str(tmp_path / "short"), *FAST, "--max-len", "4"]
     assert "max_positions=4" in _error(capsys, short)  # 11 tokens do not fit in 4
+
+
+def test_a_missing_column_names_the_flag(run_dir, tmp_path, capsys):
+    _, data = run_dir
+    argv = ["train", "classifier", "--preset", "classifier-tiny", "--data", f"json:{data}",
+            "--out", str(tmp_path / "r"), "--text-column", "review", *FAST]  # fmt: skip
+    # before: "...; choose one with text_column=..." (the Python keyword, at the command line)
+    assert (
+        _error(capsys, argv)
+        .splitlines()[-1]
+        .endswith(
+            "column 'review' is not in the 'train' split; its columns are ['text', 'label']; "
+            "choose one with --text-column (text_column= in Python)"
+        )
+    )
+
+
+def test_a_conversation_without_a_reply_is_refused_in_cli_terms(tmp_path, capsys):
+    pytest.importorskip("jinja2", reason="chat data needs jinja2 (zoo[chat])")
+    hello = [{"role": "user", "content": "hello there"}]
+    rows = [{"messages": [*hello, {"role": "assistant", "content": "hi"}]}] * 8
+    write_jsonl(tmp_path / "chats", "train", [{"messages": hello}, *rows])
+    argv = ["train", "gpt", "--preset", "gpt-tiny", "--tokenizer", "word", "--data",
+            f"json:{tmp_path / 'chats'}", "--out", str(tmp_path / "r"), *FAST]  # fmt: skip
+    # before: "...; drop the row, or read it as a prompt (require_assistant=False)", a keyword
+    # the command line has no flag for
+    assert (
+        _error(capsys, argv)
+        .splitlines()[-1]
+        .endswith(
+            "row 0 has no assistant turn (its roles: ['user']): there is nothing to learn from it; "
+            "drop the row (in Python, read it as a prompt with require_assistant=False)"
+        )
+    )

@@ -157,3 +157,18 @@ def test_the_older_chat_keywords_give_the_same_reply_with_a_warning(chat_gpt):
         assert (found if call is zoo.chat else found.text) == expected.text
     with pytest.raises(TypeError, match="system= beside a ChatFormat"), pytest.deprecated_call():
         zoo.chat(chat_gpt, brief, "hello", system="again", max_new_tokens=2)
+
+
+@needs_jinja
+def test_a_prompt_the_tokenizer_cannot_spell_is_warned_about(chat_gpt, recwarn):
+    from zoo.decoding.chat import UnknownTokensWarning
+
+    reply(chat_gpt, TOKENIZER, "hello", max_new_tokens=1)
+    assert not [w for w in recwarn if w.category is UnknownTokensWarning]
+    # before: silent; "user:\n" and "assistant:\n" are spelt, the 5 capitals are <unk>
+    with pytest.warns(UnknownTokensWarning) as caught:
+        reply(chat_gpt, TOKENIZER, "HELLO", max_new_tokens=1)
+    assert [str(w.message) for w in caught] == [
+        "5 of 25 prompt tokens are unknown to this model's char tokenizer (<unk>): it was "
+        "trained on other text, so the reply means little"
+    ]

@@ -105,6 +105,19 @@ def test_bad_settings_raise(kwargs, message):
         SamplingSettings(**kwargs)
 
 
+@pytest.mark.parametrize("filters", [dict(top_k=5), dict(top_p=0.9), dict(top_k=5, top_p=0.9)])
+def test_filters_with_greedy_decoding_are_refused(filters):
+    # before: accepted, and argmax ignored them without a word
+    name, value = next(iter(filters.items()))
+    message = (
+        f"{name}={value} only acts when sampling: pass a temperature above 0 (temperature=0 is "
+        f"greedy), or drop {name}"
+    )
+    with pytest.raises(ValueError) as error:
+        SamplingSettings(temperature=0.0, **filters)
+    assert str(error.value) == message
+
+
 def test_sampling_without_a_key_raises():
     with pytest.raises(ValueError, match="key"):
         SamplingSettings(temperature=1.0).check_key(None)

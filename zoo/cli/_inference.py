@@ -36,12 +36,19 @@ def add_output_options(parser: Any, *, json_help: str) -> None:
 
 
 def sampling_from_args(args: argparse.Namespace) -> tuple[Any, Any]:
-    """`(SamplingSettings, key or None)` of the sampling options; bad numbers raise here, before
-    anything is loaded."""
+    """`(SamplingSettings, key or None)` of the sampling options; bad numbers, and `--top-k` or
+    `--top-p` with greedy decoding, raise here, before anything is loaded."""
     import jax
 
     from zoo.decoding.sampling import SamplingSettings
 
+    if args.temperature == 0:  # greedy: the filters would be dropped without a word
+        for flag, value in (("--top-k", args.top_k), ("--top-p", args.top_p)):
+            if value is not None:
+                raise ValueError(
+                    f"{flag} only acts when sampling: pass --temperature above 0 (0 is greedy), "
+                    f"or drop {flag}"
+                )
     settings = SamplingSettings(args.temperature, args.top_k, args.top_p)
     return settings, None if settings.greedy else jax.random.key(args.seed)
 

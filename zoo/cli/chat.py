@@ -6,7 +6,14 @@ Three ways in, one conversation each:
   `/reset` starts the conversation again (the system prompt stays), `/exit` (or Ctrl-D) quits;
 - `--message TEXT` (repeatable: each is the next user turn): answered, then the command exits;
 - lines on standard input (not a terminal): each line is a user turn, `/reset` and `/exit` work
-  as typed; blank lines are skipped.
+  as typed; blank lines are skipped; an empty input answers nothing and exits 0; a closed one
+  (no standard input at all) is an error that says to pass `--message`.
+
+Ctrl-C at a terminal stops the reply being streamed and returns to the prompt (the history
+keeps the message and the part of the reply that was shown); at the prompt it quits with
+status 130, the status `zoo train` gives an interrupted run. Elsewhere (`--message`, piped
+lines) Ctrl-C stops the command, also with status 130. An empty `--message` or `--system` is
+refused before the model loads.
 
 `--json` prints one JSON object per reply instead of the text: `turn`, `user`, `reply`,
 `finish_reason` (`stop` at the end of the turn, `length` when `--max-new-tokens` or the model's
@@ -18,7 +25,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterable, Iterator
+import warnings
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
     from zoo.models.gpt import GPT
 
     sampling, key = inference.sampling_from_args(args)  # bad values: before loading
+    _check_texts(args)
     template_text = None
     if args.template is not None:
         template_text = Path(args.template).read_text(encoding="utf-8")
@@ -64,36 +73,74 @@ def run(args: argparse.Namespace) -> int:
         key=key,
         json_output=args.json,
     )
-    if args.message:
-        for message in args.message:
-            session.answer(message)  # an error here ends the command with it
-        return 0
-    interactive = sys.stdin.isatty()
-    if interactive:
-        print(
-            f"zoo chat: {args.model}; /reset clears the history, /exit quits",
-            file=sys.stderr,
+    try:
+        if args.message:
+            for message in args.message:
+                session.answer(message)  # an error here ends the command with it
+            return 0
+        return _converse(session, sys.stdin, args.model)
+    except KeyboardInterrupt:  # Ctrl-C outside a terminal's prompt: the command stops
+        print("zoo chat: interrupted", file=sys.stderr)
+        return 130
+
+
+def _check_texts(args: argparse.Namespace) -> None:
+    """Refuse an empty --message or --system, and a missing standard input, before loading."""
+    for message in args.message or ():
+        if not message.strip():
+            raise ValueError("--message is empty: give the text to send")
+    if args.system is not None and not args.system.strip():
+        raise ValueError("--system is empty: give the system prompt, or leave --system out")
+    if not args.message and (sys.stdin is None or sys.stdin.closed):
+        raise ValueError(
+            "standard input is closed, so there is nothing to answer: pass --message TEXT, "
+            "pipe the messages in, or run zoo chat in a terminal"
         )
-    for line in _lines(sys.stdin, interactive):
-        text = line.strip()
-        if not text:
-            continue
-        if text.startswith("/"):
-            if text == "/exit":
-                break
-            if text == "/reset":
-                session.reset()
-                if interactive:
-                    print("(history cleared)", file=sys.stderr)
+
+
+def _converse(session: Session, stdin: Any, model: str) -> int:
+    """Answer the lines of `stdin` (typed at a prompt when it is a terminal); the exit status.
+
+    At a terminal Ctrl-C stops the reply being streamed and returns to the prompt (the history
+    keeps what was shown), and at the prompt it quits with status 130.
+    """
+    interactive = stdin.isatty()
+    if interactive:
+        print(f"zoo chat: {model}; /reset clears the history, /exit quits", file=sys.stderr)
+    try:
+        for line in _lines(stdin, interactive):
+            text = line.strip()
+            if not text:
                 continue
-            known = ", ".join(f"{name} ({what})" for name, what in COMMANDS.items())
-            print(f"zoo chat: unknown command {text!r}; commands: {known}", file=sys.stderr)
-            continue
-        try:
-            session.answer(text)
-        except ValueError as error:  # e.g. the history outgrew the model: say so, go on
-            print(f"zoo chat: error: {error}", file=sys.stderr)
+            if text.startswith("/"):
+                if text == "/exit":
+                    break
+                _command(session, text, interactive)
+                continue
+            try:
+                session.answer(text)
+            except ValueError as error:  # e.g. the history outgrew the model: say so, go on
+                print(f"zoo chat: error: {error}", file=sys.stderr)
+            except KeyboardInterrupt:
+                if not interactive:
+                    raise
+                print("(reply stopped)", file=sys.stderr)
+    except KeyboardInterrupt:
+        if not interactive:
+            raise
+        print(file=sys.stderr)  # the shell's prompt on a line of its own
+        return 130
     return 0
+
+
+def _command(session: Session, text: str, interactive: bool) -> None:
+    if text == "/reset":
+        session.reset()
+        if interactive:
+            print("(history cleared)", file=sys.stderr)
+        return
+    known = ", ".join(f"{name} ({what})" for name, what in COMMANDS.items())
+    print(f"zoo chat: unknown command {text!r}; commands: {known}", file=sys.stderr)
 
 
 class Session:
@@ -123,17 +170,34 @@ class Session:
         self.history = []
 
     def answer(self, text: str) -> None:
-        """Reply to the user message `text` and keep both in the history."""
+        """Reply to the user message `text` and keep both in the history.
+
+        Ctrl-C (KeyboardInterrupt) while the reply streams ends its line and is raised again;
+        the history then keeps the message and the part of the reply that was shown (nothing of
+        it with `--json`, where nothing was shown).
+        """
         import jax
 
-        from zoo.decoding.chat import reply
+        from zoo.decoding.chat import UnknownTokensWarning, reply
 
         messages = [*self.history, {"role": "user", "content": text}]
         key = None if self.key is None else jax.random.fold_in(self.key, self.turn)
-        stream = None if self.json_output else _print_piece
-        answer = reply(
-            self.model, self.chat_format, messages, key=key, on_text=stream, **self.options
-        )
+        shown: list[str] = []
+        stream = None if self.json_output else _printer(shown)
+        try:
+            with warnings.catch_warnings():
+                if self.turn > 0:  # said once, on the first turn: each turn would repeat it
+                    warnings.simplefilter("ignore", UnknownTokensWarning)
+                answer = reply(
+                    self.model, self.chat_format, messages, key=key, on_text=stream,
+                    **self.options,
+                )  # fmt: skip
+        except KeyboardInterrupt:
+            if not self.json_output:
+                print(flush=True)
+                self.turn += 1
+                self.history = [*messages, {"role": "assistant", "content": "".join(shown)}]
+            raise
         self.turn += 1
         self.history = [*messages, {"role": "assistant", "content": answer.text}]
         if not self.json_output:
@@ -148,6 +212,16 @@ class Session:
             "prompt_tokens": answer.prompt_tokens,
         }
         print(json.dumps(record, ensure_ascii=False), flush=True)
+
+
+def _printer(shown: list[str]) -> Callable[[str], None]:
+    """Writes each piece of a reply to stdout as it comes, and keeps it in `shown`."""
+
+    def show(piece: str) -> None:
+        shown.append(piece)
+        _print_piece(piece)
+
+    return show
 
 
 def _print_piece(piece: str) -> None:

@@ -9,6 +9,14 @@ import numpy as np
 
 from zoo.data.errors import DataError
 
+# the `zoo train` / `zoo eval` flag of each column option, for messages read at either door
+_FLAGS = {
+    "text_column": "--text-column",
+    "label_column": "--label-column",
+    "source_column": "--source",
+    "target_column": "--target",
+}
+
 
 def column_names(split: datasets.Dataset | datasets.IterableDataset) -> list[str]:
     """The columns of a split; a stream with unknown features is peeked at (one example)."""
@@ -28,7 +36,7 @@ def check_columns(
         if column not in available:
             raise DataError(
                 f"column {column!r} is not in the {split_name!r} split; its columns are "
-                f"{available}; choose one with {option}=..."
+                f"{available}; choose one with {_FLAGS.get(option, option)} ({option}= in Python)"
             )
 
 

@@ -16,18 +16,20 @@ for the next).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from jax.sharding import Mesh
-from jaxtyping import PRNGKeyArray
+from jaxtyping import Int, PRNGKeyArray
 
 from zoo.data.chat.conversations import Message, check_messages
 from zoo.data.chat.files import chat_template_for
 from zoo.data.chat.template import ChatTemplate
 from zoo.data.chat.tokens import encode_prompt, end_of_turn_ids
-from zoo.data.tokenizers.base import Tokenizer
+from zoo.data.tokenizers.base import UNKNOWN_WARNING_RATE, Tokenizer
 from zoo.decoding.keywords import PLACEMENT, SAMPLING, instead, sampling_of
 from zoo.decoding.placement import decoding_layout
 from zoo.decoding.sampling import SamplingSettings
@@ -83,6 +85,28 @@ def as_messages(conversation: Conversation, *, system: str | None = None) -> lis
             "the conversation ends with an assistant turn: add the user message to answer"
         )
     return messages
+
+
+class UnknownTokensWarning(UserWarning):
+    """Many of a prompt's ids are the tokenizer's `<unk>`: the model reads other text than it
+    was trained on, so its reply means little."""
+
+
+def warn_unknown_prompts(tokenizer: Tokenizer, prompts: Sequence[Int[np.ndarray, " seq"]]) -> None:
+    """An `UnknownTokensWarning` with the numbers when more than `UNKNOWN_WARNING_RATE` of the
+    prompts' ids are `<unk>` (a tokenizer without one, e.g. byte-level BPE, spells any text)."""
+    unk = tokenizer.unk_id
+    total = sum(len(prompt) for prompt in prompts)
+    if unk is None or not total:
+        return
+    unknown = sum(int(np.count_nonzero(np.asarray(prompt) == unk)) for prompt in prompts)
+    if unknown / total > UNKNOWN_WARNING_RATE:
+        warnings.warn(
+            f"{unknown} of {total} prompt tokens are unknown to this model's {tokenizer.kind} "
+            "tokenizer (<unk>): it was trained on other text, so the reply means little",
+            UnknownTokensWarning,
+            stacklevel=2,
+        )
 
 
 class TextStream:
@@ -173,6 +197,7 @@ def _answer(
                       template=template, **request.variables)
         for conversation in conversations
     ]  # fmt: skip
+    warn_unknown_prompts(tokenizer, prompts)
     ends = end_of_turn_ids(tokenizer, template)
     streams = [TextStream(tokenizer) for _ in prompts]
     ended = [False] * len(prompts)

@@ -17,7 +17,8 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray, Scalar
 
 @dataclass(frozen=True)
 class SamplingSettings:
-    """How to pick each token; `temperature=0` is greedy (argmax, no key needed)."""
+    """How to pick each token; `temperature=0` is greedy (argmax, no key needed), where `top_k`
+    and `top_p` are refused: they act only on a draw."""
 
     temperature: float = 0.0  # divides the logits; 0 means greedy
     top_k: int | None = None  # keep only the k most likely tokens
@@ -32,6 +33,13 @@ class SamplingSettings:
             raise ValueError(f"top_k must be a positive integer or None, got {self.top_k!r}")
         if self.top_p is not None and not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"top_p must be in (0, 1] or None, got {self.top_p}")
+        if self.greedy:  # argmax ignores the filters: refuse rather than drop them silently
+            for name in ("top_k", "top_p"):
+                if getattr(self, name) is not None:
+                    raise ValueError(
+                        f"{name}={getattr(self, name)} only acts when sampling: pass a "
+                        f"temperature above 0 (temperature=0 is greedy), or drop {name}"
+                    )
 
     @property
     def greedy(self) -> bool:

@@ -151,7 +151,8 @@ def check_messages(
         roles = [message["role"] for message in checked]
         raise DataError(
             f"row {index} has no assistant turn (its roles: {roles}): there is nothing to "
-            "learn from it; drop the row, or read it as a prompt (require_assistant=False)"
+            "learn from it; drop the row (in Python, read it as a prompt with "
+            "require_assistant=False)"
         )
     if require_assistant and all(
         message["role"] != "assistant" or message.get("weight") == 0 for message in checked
