@@ -78,7 +78,7 @@ def test_crash_while_writing_arrays_keeps_the_previous_checkpoint(tmp_path, stat
     save_checkpoint(tmp_path, step=1, model=model, opt_state=opt_state, key=key)
     import safetensors.numpy
 
-    def half_write(tensors, filename):
+    def half_write(tensors, filename, metadata=None):
         with open(filename, "wb") as handle:
             handle.write(b"\x00\x01 half a file")
         raise KeyboardInterrupt

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -95,3 +96,31 @@ def test_zoo_train_stops_on_sigterm_with_a_checkpoint_and_exit_status_143(tmp_pa
     assert len(saved) == 1
     # The checkpoint holds every step trained: the newest logged row is its step.
     assert saved[0][0] == train_rows(out)[-1]["step"] >= 2
+
+
+@pytest.mark.slow
+def test_ctrl_c_pressed_again_after_the_save_exits_quietly(tmp_path):
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "zoo", "train", "gpt", "--preset", "gpt-tiny",
+               "--data", "synthetic:addition", "--steps", "100000", "--batch-size", "4",
+               "--log-every", "1", "--out", str(out), "--no-progress"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(process.stderr), daemon=True)
+    reader.start()
+    try:
+        wait_for(lambda: len(train_rows(out)) >= 2, 120, "two logged steps")
+        process.send_signal(signal.SIGINT)
+        wait_for(lambda: any("interrupted: saved" in line for line in lines), 60, "the save")
+        while process.poll() is None:  # Ctrl-C pressed again and again while it exits
+            process.send_signal(signal.SIGINT)
+            time.sleep(0.005)
+        reader.join(timeout=10)
+    finally:
+        process.kill()
+    stderr = "".join(lines)
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr and "Exception ignored" not in stderr, stderr
+    assert stderr.rstrip().endswith("zoo train: interrupted; continue with --resume"), stderr
+    assert len(list_checkpoints(out / "checkpoints")) == 1

@@ -58,15 +58,21 @@ def check_preset(args: argparse.Namespace) -> str:
 
 
 def build_model(
-    args: argparse.Namespace, model_key: PRNGKeyArray, *, tokenizer_given: bool
+    args: argparse.Namespace,
+    model_key: PRNGKeyArray,
+    *,
+    tokenizer_given: bool,
+    resumed_tokenizer: Tokenizer | None = None,
 ) -> Built:
     """The model and data of the command line in `args` (its defaults filled).
 
     `tokenizer_given`: whether `--tokenizer` was on the command line (not a preset's default).
+    `resumed_tokenizer`: the tokenizer a resumed run saved, used instead of one learnt again
+    from the data (a warning counts the words of the data it does not know).
     """
     from zoo.presets import create
 
-    initial, init_tokenizer, max_len = None, None, args.max_len
+    initial, init_tokenizer, max_len = None, resumed_tokenizer, args.max_len
     if args.init is not None:
         initial, init_tokenizer = read_model(args.init, option="--init")
         _check_init_tokenizer(args, init_tokenizer, tokenizer_given)
@@ -80,6 +86,8 @@ def build_model(
         args, max_len=max_len, tokenizer=init_tokenizer or args.tokenizer
     )
     data = resolve_data(args.data, args.flavor, options)
+    if resumed_tokenizer is not None:
+        warn_unknown_words(data)
     overrides = model_overrides(args.flavor, data.tokenizer, data.train, [])
     if options.masked_lm:
         overrides |= masked_lm_fields(data.tokenizer, initial)
@@ -91,6 +99,24 @@ def build_model(
         overrides["max_positions"] = max_len
     overrides |= model_overrides(args.flavor, None, data.train, args.set)
     return Built(create(args.preset, key=model_key, **overrides), data)
+
+
+def warn_unknown_words(data: RunData) -> None:
+    """Warn when tokens of the training data are `<unk>` to the run's saved tokenizer (the data
+    changed since the run learnt it); a source without its arrays in memory is not counted."""
+    tokenizer = data.tokenizer
+    tokens = getattr(data.train, "arrays", {}).get("tokens")
+    unk = None if tokenizer is None else tokenizer.unk_id
+    if tokens is None or unk is None or getattr(tokenizer, "source", None) is not None:
+        return
+    unknown = int((tokens == unk).sum())
+    if unknown:
+        print(
+            f"zoo train: {unknown} tokens of the training data are unknown to the run's saved "
+            f"{type(tokenizer).__name__} (they read as <unk>): the data changed since the run "
+            "learnt its vocabulary; to learn a new one, train into a new --out",
+            file=sys.stderr,
+        )
 
 
 def _from_init(

@@ -1,5 +1,6 @@
-"""The run directory of `zoo train`: `--out` checked before any work, and the options a run was
-started with (`train_args.json`), which `--resume` must repeat where they change the run."""
+"""The run directory of `zoo train`: `--out` checked before any work, the options a run was
+started with (`train_args.json`), which `--resume` must repeat where they change the run, and
+the tokenizer it was started with (`zoo_tokenizer.json`), which `--resume` reuses."""
 
 from __future__ import annotations
 
@@ -9,17 +10,24 @@ import os
 from pathlib import Path
 from typing import Any
 
+from zoo.data.tokenizers.base import TOKENIZER_FILE, Tokenizer, load_tokenizer
 from zoo.files import read_json_object, write_text_atomic
+from zoo.serialize import CONFIG_FILE, WEIGHTS_FILE
 
 RUN_ARGS_FILE = "train_args.json"
 # Options recorded at the start of a run (for the record and for --resume).
 RECORDED = ("flavor", "preset", "init", "data", "seed", "schedule", "lr", "warmup",
-            "weight_decay", "batch_size", "max_len", "tokenizer")  # fmt: skip
-# Options --resume must not change, and why.
+            "weight_decay", "clip_norm", "batch_size", "max_len", "tokenizer")  # fmt: skip
+# Options --resume must not change, and why (a record without one, from an older run, is not
+# checked for it).
 FIXED_ON_RESUME = {
     "seed": "the seed draws the data splits and the shuffling, so evaluation could overlap "
     "the examples the run already trained on",
     "schedule": "the learning rate would jump to another curve part way through the run",
+    "lr": "the learning rate would jump part way through the run",
+    "warmup": "the learning rate would jump to another curve part way through the run",
+    "weight_decay": "the optimizer would change part way through the run",
+    "clip_norm": "the optimizer would change part way through the run",
 }
 
 
@@ -49,21 +57,53 @@ def check_out_dir(text: str) -> Path:
     return path
 
 
-def check_resume(args: argparse.Namespace, out: Path, has_checkpoint: bool) -> None:
-    """On `--resume` of a run with a checkpoint, refuse options that differ from those it was
-    started with (`out/train_args.json`; an older run without the file is not checked)."""
+def check_resume(args: argparse.Namespace, out: Path, step: int | None) -> None:
+    """On `--resume` of a run whose newest checkpoint is at `step` (None: it has none), refuse
+    `--steps` that would train nothing and options that differ from those it was started with
+    (`out/train_args.json`; an older run without the file is not checked)."""
+    if step is None or not args.resume:
+        return
+    finished = all((out / name).is_file() for name in (CONFIG_FILE, WEIGHTS_FILE))
+    # --steps equal to the step finishes a run stopped before its final model was saved
+    if args.steps < step or (args.steps == step and finished):
+        raise ValueError(
+            f"the run in {out} is at step {step}; --steps {args.steps} would train nothing: "
+            f"pass --steps above {step} to train further"
+        )
     path = out / RUN_ARGS_FILE
-    if has_checkpoint and args.resume and path.is_file():
+    if path.is_file():
         _compare(args, _recorded(args), path, out)
 
 
-def record_run(args: argparse.Namespace, out: Path) -> None:
-    """Record the options a run starts with in `out/train_args.json`, for `check_resume`.
+def record_run(args: argparse.Namespace, out: Path, tokenizer: Tokenizer | None = None) -> None:
+    """Record the options a run starts with in `out/train_args.json`, for `check_resume`, and
+    its tokenizer in `out/zoo_tokenizer.json`, for `resumed_tokenizer`.
 
     Written by the run that holds `out` (`zoo.train.lock.RunLock`), once it has passed every
     check that could refuse it, and only when it starts without a checkpoint."""
     out.mkdir(parents=True, exist_ok=True)
     write_text_atomic(out / RUN_ARGS_FILE, json.dumps(_recorded(args), indent=2, sort_keys=True))
+    if tokenizer is not None:
+        tokenizer.save(out)
+
+
+def resumed_tokenizer(args: argparse.Namespace, out: Path) -> Tokenizer | None:
+    """On `--resume`, the tokenizer the run in `out` saved (`zoo_tokenizer.json`), which its
+    embeddings were trained with; None where the tokenizer is not learnt from the data (an
+    `--init` model's own, a synthetic task's, tiktoken). A learnt one (word, char) that the run
+    did not save is refused: learnt again from data that may have changed, its ids could name
+    other words."""
+    if args.init is not None or args.data.startswith("synthetic:"):
+        return None
+    if (out / TOKENIZER_FILE).is_file():
+        return load_tokenizer(out)
+    if str(args.tokenizer or "").startswith("tiktoken"):
+        return None
+    raise ValueError(
+        f"--resume: the run in {out} saved no tokenizer ({TOKENIZER_FILE}), and a --tokenizer "
+        f"{args.tokenizer or 'word'} vocabulary learnt again from --data {args.data} could give "
+        "its ids other words; copy the run's zoo_tokenizer.json into it, or train into a new --out"
+    )
 
 
 def _recorded(args: argparse.Namespace) -> dict[str, Any]:

@@ -30,16 +30,16 @@ from zoo.cli._datasets import add_data_options, data_scheme, resolve_data
 from zoo.cli._load import HUB
 from zoo.cli._lora import LoRASpec, finish_run, parse_lora, trained_prefixes, with_lora
 from zoo.cli._mesh import add_mesh_option
-from zoo.cli._run_dir import check_out_dir, check_resume, record_run
+from zoo.cli._run_dir import check_out_dir, check_resume, record_run, resumed_tokenizer
 from zoo.data.tokenizers.base import Tokenizer
 from zoo.distributed.hosts import is_writer
 from zoo.distributed.mesh import as_mesh
 from zoo.presets import count_params
-from zoo.train.checkpoint import latest_checkpoint
+from zoo.train.checkpoint import list_checkpoints
 from zoo.train.defaults import Default, training_defaults
 from zoo.train.freeze import check_freeze, freeze, parse_freeze
 from zoo.train.history import History
-from zoo.train.interrupts import Terminated
+from zoo.train.interrupts import Terminated, ignore_further_interrupts
 from zoo.train.lock import RunLock
 from zoo.train.loop import TrainingDiverged
 from zoo.train.optim import Optimizer, OptimizerLike, adamw
@@ -286,8 +286,10 @@ def execute(plan: TrainPlan) -> int:
         print(f"zoo train: defaults: {shown}", file=sys.stderr)
     with RunLock(plan.out) if writes else contextlib.nullcontext():
         fresh = _check_run_folder(plan)
+        saved_tokenizer = None if fresh else resumed_tokenizer(plan.args, plan.out)
         model_key, train_key = jax.random.split(jax.random.key(plan.seed))
-        built = build_model(plan.args, model_key, tokenizer_given=plan.tokenizer_given)
+        built = build_model(plan.args, model_key, tokenizer_given=plan.tokenizer_given,
+                            resumed_tokenizer=saved_tokenizer)  # fmt: skip
         model, optimizer, lora_train = _trainable(plan, built, model_key, writes=writes)
         trainer = Trainer(
             make_task(plan.args, model, built.data.tokenizer),
@@ -298,7 +300,7 @@ def execute(plan: TrainPlan) -> int:
             mesh=plan.mesh,
         )
         if fresh and writes:
-            record_run(plan.args, plan.out)
+            record_run(plan.args, plan.out, built.data.tokenizer)
         outputs = Outputs(plan.out / CHECKPOINTS, plan.out, tokenizer=built.data.tokenizer,
                           plot=plan.plot)  # fmt: skip
         try:
@@ -311,9 +313,11 @@ def execute(plan: TrainPlan) -> int:
             print(f"zoo train: {error}", file=sys.stderr)
             return 1
         except Terminated as stop:
+            ignore_further_interrupts()
             print("zoo train: terminated (SIGTERM); continue with --resume", file=sys.stderr)
             return stop.exit_status
         except KeyboardInterrupt:
+            ignore_further_interrupts()
             print("zoo train: interrupted; continue with --resume", file=sys.stderr)
             return 130
         if writes:  # process 0 reports the run
@@ -324,10 +328,10 @@ def execute(plan: TrainPlan) -> int:
 def _check_run_folder(plan: TrainPlan) -> bool:
     """Refuse a run that would harm what `plan.out` holds (its lock held); whether the run
     starts without a checkpoint."""
-    has_checkpoint = latest_checkpoint(plan.out / CHECKPOINTS) is not None
-    check_resume(plan.args, plan.out, has_checkpoint)
+    found = list_checkpoints(plan.out / CHECKPOINTS)
+    check_resume(plan.args, plan.out, found[-1][0] if found else None)
     check_folders(Outputs(plan.out / CHECKPOINTS, plan.out), resume=plan.resume)
-    return not has_checkpoint
+    return not found
 
 
 def _trainable(

@@ -5,7 +5,8 @@ A checkpoint is a directory `step_00000400/` inside the checkpoint directory
 
 - `model.safetensors`: the model's arrays, named by their path (as `zoo.save` names them)
 - `optimizer.safetensors`: the optimizer state's arrays, named by their path in the state
-- `state.json`: step, data position, RNG key, model flavor and config, anything extra
+- `state.json`: step, data position, RNG key, model flavor and config, anything extra, and the
+  sha256 of each arrays file (`checksums`: a file changed after it was written is damaged)
 
 A run on a mesh (`zoo.Trainer(mesh=...)`) writes both arrays files as one orbax folder
 `arrays/` instead, each process its own shards (`zoo.train.sharded`); either kind loads onto a
@@ -34,13 +35,16 @@ from jaxtyping import PRNGKeyArray, PyTree
 
 from zoo.distributed.hosts import all_processes_agree, is_writer
 from zoo.distributed.layout import Layout
+from zoo.files import save_safetensors
 from zoo.models.config import TransformerConfig
 from zoo.serialize import model_config_dict
 from zoo.train.checkpoint_folder import (
+    CHECKSUMS,
     CorruptCheckpoint,
     State,
     checkpoint_name,
     checkpoint_state,
+    checksums,
     disk_error,
     latest_checkpoint,
     list_checkpoints,
@@ -50,6 +54,7 @@ from zoo.train.checkpoint_folder import (
     set_aside,
     staging_folder,
     state_arrays,
+    verify_checksums,
     write_state,
 )
 from zoo.train.sharded import (
@@ -126,8 +131,6 @@ def save_checkpoint(
     if layout is not None:
         with ShardedWriter(directory, keep=keep, background=False) as writer:
             return writer.save(step=step, model=model, opt_state=opt_state, key=key, extra=extra)
-    from safetensors.numpy import save_file
-
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     final = directory / checkpoint_name(step)
@@ -135,9 +138,10 @@ def save_checkpoint(
     shutil.rmtree(staging, ignore_errors=True)  # left by a crash
     try:
         staging.mkdir()
-        save_file(_host_arrays(named_arrays(model)), str(staging / MODEL_FILE))
-        save_file(_host_arrays(state_arrays(opt_state)), str(staging / OPTIMIZER_FILE))
-        write_state(staging, checkpoint_state(step, model, key, extra))
+        save_safetensors(_host_arrays(named_arrays(model)), staging / MODEL_FILE)
+        save_safetensors(_host_arrays(state_arrays(opt_state)), staging / OPTIMIZER_FILE)
+        sums = {CHECKSUMS: checksums(staging, (MODEL_FILE, OPTIMIZER_FILE))}
+        write_state(staging, checkpoint_state(step, model, key, extra) | sums)
         publish(staging, final)
     except BaseException as error:
         shutil.rmtree(staging, ignore_errors=True)
@@ -187,6 +191,7 @@ def load_checkpoint(
         model_arrays, optimizer_arrays = arrays["model"], arrays["optimizer"]
     else:
         model_arrays, optimizer_arrays = _read_arrays(model_file), _read_arrays(optimizer_file)
+        verify_checksums(path, meta)  # files that parse, yet changed after they were written
     filled_model = fill(model, model_arrays, str(model_file))
     try:
         filled_state = fill(opt_state, optimizer_arrays, str(optimizer_file))

@@ -12,13 +12,16 @@ writes its shards into).
   so a crash mid-write never leaves a broken newest checkpoint.
 - After each publish only the newest `keep` are kept, and hidden leftovers of a crash are
   removed (`prune`).
-- A checkpoint that turns out damaged (a truncated copy, a full disk during a sync) raises
+- `state.json` records the sha256 of each arrays file (`checksums`), checked when it is read.
+- A checkpoint that turns out damaged (a truncated copy, a full disk during a sync, a file whose
+  sha256 differs from the recorded one) raises
   `CorruptCheckpoint` when read; resuming renames it `step_*.corrupt` (`set_aside`), which no
   longer counts, and falls back to the newest intact one.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -38,6 +41,7 @@ from zoo.tree import path_name
 STATE_FILE = "state.json"
 PREFIX = "step_"
 STAGING_SUFFIX = ".partial"
+CHECKSUMS = "checksums"  # state.json's `file name -> sha256` of the checkpoint's arrays files
 
 # what `state.json` holds, as JSON values
 State = dict[str, Any]
@@ -109,6 +113,35 @@ def read_state(path: Path) -> tuple[State, int, PRNGKeyArray]:
         raise CorruptCheckpoint(f"{STATE_FILE} is unreadable ({error!r})") from None
 
 
+def checksums(folder: Path, names: tuple[str, ...]) -> dict[str, str]:
+    """`name -> sha256` (hex) of the files `names` in `folder`, for `state.json`."""
+    return {name: _sha256(folder / name) for name in names}
+
+
+def verify_checksums(path: Path, state: State) -> None:
+    """Raise `CorruptCheckpoint` when a file of checkpoint `path` differs from the sha256 its
+    `state.json` recorded (a checkpoint written before checksums has none: not checked)."""
+    recorded = state.get(CHECKSUMS) or {}
+    if not isinstance(recorded, dict):
+        raise CorruptCheckpoint(f"{STATE_FILE} holds no valid {CHECKSUMS}")
+    for name, expected in recorded.items():
+        file = path / Path(str(name)).name  # a name, never a path out of the checkpoint
+        if not file.is_file():
+            raise CorruptCheckpoint(f"{name} is missing")
+        if _sha256(file) != expected:
+            raise CorruptCheckpoint(
+                f"{name} does not match the sha256 recorded when it was written"
+            )
+
+
+def _sha256(file: Path) -> str:
+    digest = hashlib.sha256()
+    with open(file, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def _key_to_json(key: PRNGKeyArray) -> dict[str, Any]:
     if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
         data = jax.random.key_data(key)
@@ -143,9 +176,10 @@ def publish(staging: Path, final: Path) -> None:
 def disk_error(error: OSError, final: Path) -> OSError:
     """A failed write (e.g. a full disk): what was lost, what is kept, what to do."""
     kept = latest_checkpoint(final.parent)
+    reason = os.strerror(error.errno) if error.errno else str(error)  # not the staging path
     return OSError(
         error.errno,
-        f"could not write checkpoint {final} ({error.strerror or error}); the newest "
+        f"could not write checkpoint {final} ({reason}); the newest "
         f"intact checkpoint is {kept or 'none'}. Free some disk space (or keep fewer "
         "checkpoints) and continue with resume=True (zoo train --resume)",
     )

@@ -27,6 +27,16 @@ class Terminated(KeyboardInterrupt):
     exit_status = 128 + signal.SIGTERM
 
 
+def ignore_further_interrupts() -> None:
+    """Ignore SIGINT and SIGTERM from now on: the run is saved and the process is on its way out.
+
+    A Ctrl-C pressed twice lands its second signal while the process exits, in the lock's
+    release or in JAX's exit handlers, which print its traceback; ignored, the exit is quiet."""
+    if threading.current_thread() is threading.main_thread():
+        for signum in HELD_SIGNALS:
+            signal.signal(signum, signal.SIG_IGN)
+
+
 def interrupt_for(signum: int) -> KeyboardInterrupt:
     """The exception a held signal becomes: `Terminated` for SIGTERM, else KeyboardInterrupt."""
     return Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
