@@ -92,7 +92,7 @@ class UnknownTokensWarning(UserWarning):
     was trained on, so its reply means little."""
 
 
-def warn_unknown_prompts(tokenizer: Tokenizer, prompts: Sequence[Int[np.ndarray, " seq"]]) -> None:
+def warn_unknown_prompts(tokenizer: Tokenizer, prompts: Sequence[Int[np.ndarray, " _"]]) -> None:
     """An `UnknownTokensWarning` with the numbers when more than `UNKNOWN_WARNING_RATE` of the
     prompts' ids are `<unk>` (a tokenizer without one, e.g. byte-level BPE, spells any text)."""
     unk = tokenizer.unk_id
