@@ -9,9 +9,15 @@ older signature keeps running, and says how to move on.
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Collection, Mapping
+from pathlib import Path
 from typing import Any
+
+# frames that stand between the user's call and this module: zoo itself, and the runtime type
+# checkers that wrap zoo's functions under test (jaxtyping, beartype)
+_PASSED_OVER = (str(Path(__file__).resolve().parent), "jaxtyping", "beartype")
 
 
 def legacy_keywords(
@@ -36,9 +42,18 @@ def legacy_keywords(
             f"{function}({', '.join(f'{name}=' for name in legacy)}) is the older spelling; "
             f"pass {instead}",
             DeprecationWarning,
-            stacklevel=3,
+            stacklevel=_caller_level(),
         )
     return dict(legacy)
+
+
+def _caller_level() -> int:
+    """The `stacklevel` of the first frame outside zoo (and the type checkers' wrappers) above
+    the call of `legacy_keywords`: the warning names the user's line."""
+    level, frame = 1, sys._getframe(1)  # level 1: the frame that calls warnings.warn
+    while frame is not None and any(part in frame.f_code.co_filename for part in _PASSED_OVER):
+        level, frame = level + 1, frame.f_back
+    return level
 
 
 __all__ = ["legacy_keywords"]

@@ -18,6 +18,7 @@ import zoo
 from tests.data.chat_folders import qwen25_folder
 from zoo.cli import main
 from zoo.data.chat.datasets import chat_data
+from zoo.data.chat.options import ChatDataConfig
 from zoo.data.chat.tokens import end_of_turn_ids
 from zoo.decoding.chat import reply
 from zoo.interop import pretrained_tokenizer, save_hf
@@ -73,7 +74,7 @@ def tuned(tmp_path_factory):
     root = tmp_path_factory.mktemp("qwen-chat")
     tokenizer = pretrained_tokenizer(qwen25_folder(root / "tokenizer"))
     data = chat_data(datasets.Dataset.from_dict({"messages": CHATS * 4}), tokenizer=tokenizer,
-                     max_len=127, batch_size=2, seed=0)  # fmt: skip
+                     config=ChatDataConfig(max_len=127, batch_size=2, seed=0))  # fmt: skip
     model = zoo.create(
         "llama-tiny", key=jax.random.key(0), vocab_size=tokenizer.vocab_size,
         pad_id=tokenizer.pad_id, bos_id=None, eos_id=tokenizer.eos_id,
