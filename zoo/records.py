@@ -13,6 +13,7 @@ import sys
 import warnings
 from collections.abc import Collection, Mapping
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 # frames that stand between the user's call and this module: zoo itself, and the runtime type
@@ -50,7 +51,8 @@ def legacy_keywords(
 def _caller_level() -> int:
     """The `stacklevel` of the first frame outside zoo (and the type checkers' wrappers) above
     the call of `legacy_keywords`: the warning names the user's line."""
-    level, frame = 1, sys._getframe(1)  # level 1: the frame that calls warnings.warn
+    level = 1  # the frame that calls warnings.warn
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None and any(part in frame.f_code.co_filename for part in _PASSED_OVER):
         level, frame = level + 1, frame.f_back
     return level
