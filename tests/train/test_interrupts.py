@@ -76,14 +76,19 @@ def train_rows(out: Path) -> list[dict]:
     return [json.loads(line) for line in lines if line.endswith("}")]
 
 
-@pytest.mark.slow
-def test_zoo_train_stops_on_sigterm_with_a_checkpoint_and_exit_status_143(tmp_path):
-    out = tmp_path / "run"
+def start_endless_run(out: Path) -> subprocess.Popen:
+    """`zoo train` in a child process, logging every step, with more steps than a test waits."""
     command = [sys.executable, "-m", "zoo", "train", "gpt", "--preset", "gpt-tiny",
                "--data", "synthetic:addition", "--steps", "100000", "--batch-size", "4",
                "--log-every", "1", "--out", str(out), "--no-progress"]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    process = subprocess.Popen(command, cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(command, cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.slow
+def test_zoo_train_stops_on_sigterm_with_a_checkpoint_and_exit_status_143(tmp_path):
+    out = tmp_path / "run"
+    process = start_endless_run(out)
     try:
         wait_for(lambda: len(train_rows(out)) >= 2, 120, "two logged steps")
         process.send_signal(signal.SIGTERM)
@@ -101,11 +106,7 @@ def test_zoo_train_stops_on_sigterm_with_a_checkpoint_and_exit_status_143(tmp_pa
 @pytest.mark.slow
 def test_ctrl_c_pressed_again_after_the_save_exits_quietly(tmp_path):
     out = tmp_path / "run"
-    command = [sys.executable, "-m", "zoo", "train", "gpt", "--preset", "gpt-tiny",
-               "--data", "synthetic:addition", "--steps", "100000", "--batch-size", "4",
-               "--log-every", "1", "--out", str(out), "--no-progress"]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    process = subprocess.Popen(command, cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+    process = start_endless_run(out)
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(process.stderr), daemon=True)
     reader.start()
