@@ -147,6 +147,27 @@ for _scheme in FILE_SCHEMES:
     data_scheme(_scheme)(_files(_scheme))
 
 
+class OneDataset(argparse.Action):
+    """`--data` given once: a second one is refused, where argparse would keep the last alone
+    and the run would read half the data it was given without a word."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        earlier = getattr(namespace, self.dest, None)
+        if earlier is not None:
+            raise argparse.ArgumentError(
+                self,
+                f"given twice ({earlier}, then {values}): a run reads one dataset; put the "
+                "files in one folder (train.jsonl, validation.jsonl) or combine them first",
+            )
+        setattr(namespace, self.dest, values)
+
+
 def add_data_options(parser: argparse.ArgumentParser) -> None:
     """The options that say how a dataset becomes batches (shared by train and eval)."""
     group = parser.add_argument_group("data (hf:, json:, csv:, parquet:, text:)")

@@ -33,6 +33,7 @@ from zoo.cli._datasets import (
     FILE_SCHEMES,
     TASK_OF_FLAVOR,
     DataOptions,
+    OneDataset,
     add_data_options,
     from_hf_options,
     load_dataset,
@@ -44,7 +45,9 @@ from zoo.cli._mesh import add_mesh_option, layout_from_args
 def register(commands) -> None:
     parser = commands.add_parser("eval", help="evaluate a trained model on a dataset split")
     parser.add_argument("model", help=MODEL_HELP)
-    parser.add_argument("--data", required=True, help="json:DIR, hf:NAME, csv:, parquet:, text:")
+    parser.add_argument(
+        "--data", required=True, action=OneDataset, help="json:DIR, hf:NAME, csv:, parquet:, text:"
+    )
     parser.add_argument(
         "--split",
         default="validation",

@@ -26,7 +26,7 @@ from jax.sharding import Mesh
 
 from zoo.cli._build import Built, build_model, check_preset, make_task
 from zoo.cli._chat_data import add_chat_options
-from zoo.cli._datasets import add_data_options, data_scheme, resolve_data
+from zoo.cli._datasets import OneDataset, add_data_options, data_scheme, resolve_data
 from zoo.cli._load import HUB
 from zoo.cli._lora import LoRASpec, finish_run, parse_lora, trained_prefixes, with_lora
 from zoo.cli._mesh import add_mesh_option
@@ -83,6 +83,7 @@ def register(commands) -> None:
     parser.add_argument(
         "--data",
         required=True,
+        action=OneDataset,
         help="SCHEME:NAME: synthetic:addition, hf:rotten_tomatoes, json:DIR, text:FILE, ...",
     )
     parser.add_argument("--steps", type=int, help="total optimizer updates (default: preset's)")
