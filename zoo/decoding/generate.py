@@ -32,7 +32,7 @@ from zoo.decoding.sampling import SamplingSettings
 from zoo.decoding.search import Beam, decode, placed, positive
 from zoo.distributed.layout import Layout
 from zoo.models.gpt import GPT
-from zoo.nn.attention import KVCache
+from zoo.nn.cache import KVCache
 from zoo.records import legacy_keywords
 
 Lengths = Int[Array, " batch"] | np.ndarray | Sequence[int]

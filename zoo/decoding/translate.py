@@ -24,7 +24,7 @@ from zoo.decoding.placement import decoding_layout
 from zoo.decoding.search import Beam, decode, placed, positive
 from zoo.distributed.layout import Layout
 from zoo.models.translator import Translator, TranslatorState
-from zoo.nn.attention import KVCache
+from zoo.nn.cache import KVCache
 from zoo.records import legacy_keywords
 
 

@@ -16,7 +16,8 @@ import equinox as eqx
 import jax
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from zoo.nn.attention import AttentionSettings, KVCache, MultiHeadAttention
+from zoo.nn.attention import AttentionSettings, MultiHeadAttention
+from zoo.nn.cache import KVCache
 from zoo.nn.dropout import Dropout, split_optional
 from zoo.nn.feedforward import FeedForward, FeedForwardSettings
 from zoo.nn.linear import Init
