@@ -88,7 +88,8 @@ def test_lora_options_are_checked(tmp_path, capsys):
 @pytest.mark.slow
 def test_classifier_lora_run_trains_adapters_and_head(tmp_path, capsys):
     base, run = tmp_path / "base", tmp_path / "lora"
-    common = [*COMMON, "--data", "synthetic:majority", "--steps", "2"]  # the later --data wins
+    majority = [*COMMON[2:], "--data", "synthetic:majority"]  # COMMON opens with --data
+    common = [*majority, "--steps", "2"]
     assert main(["train", "classifier", "--preset", "classifier-tiny", *common,
                  "--out", str(base)]) == 0  # fmt: skip
     assert main(["train", "classifier", "--init", str(base), *common, "--out", str(run),
