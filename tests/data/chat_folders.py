@@ -1,11 +1,23 @@
-"""Tiny tokenizer folders laid out like the hub snapshots of three instruct models, with their
-real chat templates.
+"""Tiny tokenizer folders laid out like the hub snapshots of instruct models, with their real
+chat templates (chat_templates/README.md says where each template text comes from).
 
 | family | hub snapshot | template file (chat_templates/) |
 | --- | --- | --- |
 | `qwen2.5` | Qwen/Qwen2.5-0.5B-Instruct | `qwen2.5-instruct.jinja` |
 | `llama-3.2` | meta-llama/Llama-3.2-1B-Instruct | `llama-3.2-instruct.jinja` |
 | `smollm2` | HuggingFaceTB/SmolLM2-135M-Instruct | `smollm2-instruct.jinja` |
+| `llama-3.1` | meta-llama/Llama-3.1-8B-Instruct | `llama-3.1-8b-instruct.jinja` |
+| `qwen1.5` | Qwen/Qwen1.5-0.5B-Chat | `qwen1.5-chat.jinja` |
+| `phi-3` | microsoft/Phi-3-mini-4k-instruct | `phi-3-mini-4k-instruct.jinja` |
+| `phi-3.5` | microsoft/Phi-3.5-mini-instruct | `phi-3.5-mini-instruct.jinja` |
+| `gemma-2` | google/gemma-2-2b-it | `gemma-2-2b-it.jinja` |
+| `gemma-3` | google/gemma-3-1b-it | `gemma-3-it.jinja` |
+| `zephyr` | HuggingFaceH4/zephyr-7b-beta | `zephyr-7b-beta.jinja` |
+| `mistral-v0.3` | mistralai/Mistral-7B-Instruct-v0.3 | `mistral-7b-instruct-v0.3.jinja` |
+
+The first three carry their families' tokenizer layouts in full (below); the others
+(`SPECS`) are byte-level BPE folders read as `PreTrainedTokenizerFast` with the family's
+special tokens, bos/eos/pad and stop ids: what a template and its assistant mask depend on.
 
 The templates are the checkpoints' `chat_template` text, byte for byte (Qwen2.5 and Llama 3.2
 as llama.cpp's models/templates/ fetched them from the hub with scripts/get_chat_template.py;
@@ -221,9 +233,75 @@ def smollm2_folder(folder: Path) -> Path:
     )
 
 
+# family -> (template, special tokens in id order, bos, eos, pad, stop tokens of generation)
+SPECS: dict[str, tuple[str, list[str], str | None, str, str | None, list[str]]] = {
+    "llama-3.1": ("llama-3.1-8b-instruct", LLAMA3, "<|begin_of_text|>", "<|eot_id|>", None,
+                  ["<|end_of_text|>", "<|eom_id|>", "<|eot_id|>"]),
+    "qwen1.5": ("qwen1.5-chat", CHATML, None, "<|im_end|>", "<|endoftext|>",
+                ["<|im_end|>", "<|endoftext|>"]),
+    "phi-3": ("phi-3-mini-4k-instruct",
+              ["<unk>", "<s>", "</s>", "<|endoftext|>", "<|assistant|>", "<|system|>", "<|end|>",
+               "<|user|>"],
+              "<s>", "<|endoftext|>", "<|endoftext|>", ["<|endoftext|>", "<|assistant|>", "<|end|>"]),
+    "phi-3.5": ("phi-3.5-mini-instruct",
+                ["<unk>", "<s>", "</s>", "<|endoftext|>", "<|assistant|>", "<|system|>",
+                 "<|end|>", "<|user|>"],
+                "<s>", "<|endoftext|>", "<|endoftext|>", ["<|end|>", "<|assistant|>", "<|endoftext|>"]),
+    "gemma-2": ("gemma-2-2b-it", ["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>",
+                                  "<end_of_turn>"],
+                "<bos>", "<eos>", "<pad>", ["<eos>", "<end_of_turn>"]),
+    "gemma-3": ("gemma-3-it", ["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>",
+                               "<end_of_turn>"],
+                "<bos>", "<eos>", "<pad>", ["<eos>", "<end_of_turn>"]),
+    "zephyr": ("zephyr-7b-beta", ["<unk>", "<s>", "</s>"], "<s>", "</s>", "</s>", ["</s>"]),
+    "mistral-v0.3": ("mistral-7b-instruct-v0.3",
+                     ["<unk>", "<s>", "</s>", "[INST]", "[/INST]", "[TOOL_CALLS]",
+                      "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]", "[TOOL_RESULTS]",
+                      "[/TOOL_RESULTS]"],
+                     "<s>", "</s>", None, ["</s>"]),
+}  # fmt: skip
+
+
+def spec_folder(family: str, folder: Path) -> Path:
+    """The `SPECS` folder of `family`: its special tokens first (ids 0, 1, ...), read as
+    `PreTrainedTokenizerFast`."""
+    name, specials, bos, eos, pad, stops = SPECS[family]
+    tokenizer = _trained(_split_then_bytes(LLAMA3_SPLIT), specials=specials)
+    tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
+    ids = {text: tokenizer.token_to_id(text) for text in specials}
+    config = {
+        "bos_token": bos,
+        "eos_token": eos,
+        "pad_token": pad,
+        "unk_token": "<unk>" if "<unk>" in specials else None,
+        "chat_template": template(name),
+        "clean_up_tokenization_spaces": False,
+        "model_max_length": 4096,
+        "tokenizer_class": "PreTrainedTokenizerFast",
+    }
+    stop_ids = [ids[text] for text in stops]
+    generation = {"eos_token_id": stop_ids if len(stop_ids) > 1 else stop_ids[0]}
+    if bos is not None:
+        generation["bos_token_id"] = ids[bos]
+    return _write(
+        folder,
+        tokenizer,
+        {
+            "tokenizer_config.json": config,
+            "generation_config.json": generation,
+            "config.json": {"model_type": "llama", "eos_token_id": generation["eos_token_id"]},
+        },
+    )
+
+
 FOLDERS = {"qwen2.5": qwen25_folder, "llama-3.2": llama32_folder, "smollm2": smollm2_folder}
+# Every family, the SPECS ones built by `spec_folder`.
+ALL_FOLDERS = {
+    **FOLDERS,
+    **{family: (lambda folder, family=family: spec_folder(family, folder)) for family in SPECS},
+}
 # SmolLM2's tokenizer_class is GPT2Tokenizer, which transformers 5 rebuilds with GPT-2's own
 # pre-tokenizer, dropping the Digits step of tokenizer.json (see tests/interop's
 # fast_tokenizer_folders.py): PreTrainedTokenizerFast, which reads the file as it is, is the
 # reference for it.
-READ_AS_IS = {"smollm2"}
+READ_AS_IS = {"smollm2", *SPECS}

@@ -131,9 +131,21 @@ def test_a_template_that_rewrites_earlier_turns_is_refused():
     )
     with pytest.raises(ValueError, match=r"\{% generation %\}"):
         encode_chat(HI, CharTokenizer("HiYo|>"), template=template)
+
+
+@needs_jinja
+def test_a_conversation_may_open_with_an_assistant_turn():
     plain = ChatTemplate("{% for m in messages %}{{ m.content }}|{% endfor %}")
-    with pytest.raises(DataError, match="opens with an assistant turn"):
-        encode_chat(HI[::-1], CharTokenizer("HiYo|>"), template=plain)
+    chat = encode_chat(HI[::-1], CharTokenizer("HiYo|>"), template=plain)
+    assert chat.text == "Yo|Hi|"
+    assert chat.assistant_mask.tolist() == [1, 1, 1, 0, 0, 0]
+    # a template that cannot write the empty conversation before the greeting is named
+    strict = ChatTemplate(
+        "{% if not messages %}{{ raise_exception('no messages') }}{% endif %}" + plain.source,
+        origin="strict.jinja",
+    )
+    with pytest.raises(DataError, match="opens with an assistant turn, and strict.jinja"):
+        encode_chat(HI[::-1], CharTokenizer("HiYo|>"), template=strict)
 
 
 def test_pieces_cut_at_special_strings_and_boundaries():

@@ -2,9 +2,12 @@
 
 Each conversation is rendered through the model's chat template and tokenized
 (`zoo.data.chat.tokens.encode_chat`); its `loss_mask` is 1 on the tokens trained as targets:
-the assistant's (`train_on="assistant"`, the default: each assistant turn's content and its
-end-of-turn token, but for the turns of weight 0) or every token (`train_on="all"`, weights
-aside, as axolotl's `train_on_inputs`). The batches are those of
+the assistant's (`train_on="assistant"`: each assistant turn's content and its end-of-turn
+token, but for the turns of weight 0), the completion's (`"completion"`: the assistant turns
+of a prompt/completion row's completion, not those its prompt holds), the final reply's
+(`"last"`), or every token (`"all"`, weights aside, as axolotl's `train_on_inputs`). `"auto"`,
+the default, is `completion` for prompt/completion rows and `assistant` otherwise. A row's
+`tools` (`Conversation.tools`) reach the template. The batches are those of
 `zoo.tasks.LanguageModeling`:
 
 | batch key | shape | holds |
@@ -78,7 +81,7 @@ def encode_conversations(
     tokenizer: Tokenizer,
     *,
     template: ChatTemplate | None = None,
-    train_on: str = "assistant",
+    train_on: str = "auto",
     max_len: int | None = None,
     truncate: bool = True,
     split: str = "train",
@@ -90,7 +93,9 @@ def encode_conversations(
         conversations: each a sequence of messages (`{"role", "content"}` mappings).
         tokenizer: the model's tokenizer.
         template: the chat template; None: `chat_template_for(tokenizer)` (`encode_chat`).
-        train_on: `assistant` (the loss on the assistant's tokens) or `all`.
+        train_on: the tokens the loss counts (`trained_turns`): `assistant`, `completion`,
+            `last`, `all`, or `auto` (the completion where a conversation has one, else
+            the assistant's).
         max_len: the longest sequence the model reads: a conversation keeps at most
             `max_len + 1` tokens (the last one is only a target); None: no limit.
         truncate: cut a longer conversation (and log it); False raises a `DataError`.
@@ -99,27 +104,31 @@ def encode_conversations(
     """
     if train_on not in TRAIN_ON:
         raise ValueError(f"train_on must be one of {TRAIN_ON}, got {train_on!r}")
+    tools = variables.pop("tools", None)
     limit = None if max_len is None else max_len + 1
     rows: list[np.ndarray] = []
     masks: list[np.ndarray] = []
     cut = dropped = 0
     for index, messages in enumerate(conversations):
-        chat = encode_chat(messages, tokenizer, template=template, **variables)
+        own_tools = getattr(messages, "tools", None) or tools
+        extra = {**variables, "tools": own_tools} if own_tools else variables
+        chat = encode_chat(
+            trained_turns(messages, train_on, index=index, split=split), tokenizer,
+            template=template, read_turns=train_on != "all", **extra,
+        )  # fmt: skip
         ids, mask = chat.input_ids, chat.assistant_mask
-        if train_on == "all":
-            mask = np.ones_like(ids)
-        elif not mask[1:].any():
+        if train_on != "all" and not mask[1:].any():
             raise DataError(
                 f"{split} conversation {index} has no assistant token to train on (roles "
                 f"{[message.get('role') for message in messages]}); the template wrote no "
-                "assistant turn for it, or each assistant turn has weight 0"
+                "assistant turn for it, or each assistant turn it trains has weight 0"
             )
         if limit is not None and len(ids) > limit:
             if not truncate:
                 raise DataError(
                     f"{split} conversation {index} has {len(ids)} tokens; the model reads at "
-                    f"most max_len={max_len} (+1 target): raise max_len, shorten the "
-                    "conversation, or allow truncation (truncate=True)"
+                    f"most max_len={max_len} (+1 target): raise it (--max-len, max_len), "
+                    "shorten the conversation, or let long ones be cut (truncate=True)"
                 )
             ids, mask, cut = ids[:limit], mask[:limit], cut + 1
             if not mask[1:].any():
@@ -136,6 +145,37 @@ def encode_conversations(
     if not rows:
         raise DataError(f"the {split} split holds no conversation to train on")
     return ChatExamples(Ragged.from_rows(rows), Ragged.from_rows(masks))
+
+
+def trained_turns(
+    messages: Sequence[Mapping[str, Any]], train_on: str, *, index: int = 0, split: str = "train"
+) -> list[Mapping[str, Any]]:
+    """`messages` with weight 0 on the assistant turns `train_on` leaves out of the loss:
+    `completion` those before the completion (`Conversation.completion_start`), `last` all but
+    the final one; `assistant` and `all` leave the messages as they are (`auto` is
+    `completion` for a conversation with a completion, else `assistant`)."""
+    start: int | None = getattr(messages, "completion_start", None)
+    if train_on == "auto":
+        train_on = "completion" if start is not None else "assistant"
+    if train_on == "completion" and start is None:
+        raise DataError(
+            f"{split} conversation {index} has no completion: training on the completion "
+            "(--train-on completion, train_on='completion') reads prompt/completion rows; "
+            "train on assistant, last or all"
+        )
+    if train_on == "completion" and start is not None:
+        keep = set(range(start, len(messages)))
+    elif train_on == "last":
+        turns = [i for i, message in enumerate(messages) if message.get("role") == "assistant"]
+        keep = set(turns[-1:])
+    else:
+        return list(messages)
+    return [
+        {**message, "weight": 0}
+        if message.get("role") == "assistant" and number not in keep
+        else message
+        for number, message in enumerate(messages)
+    ]
 
 
 def pack_conversations(
@@ -214,14 +254,16 @@ def chat_batches(
         if drop_last and rows < batch_size:
             raise DataError(
                 f"the {split} conversations pack into {rows} rows of {max_len + 1} tokens, "
-                f"fewer than batch_size={batch_size}; lower batch_size or max_len, or give "
+                f"fewer than batch_size={batch_size}; lower the batch size (--batch-size, "
+                "batch_size) or max_len, or give "
                 "more conversations"
             )
         return ArrayBatches(arrays, batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last)
     if drop_last and len(examples) < batch_size:
         raise DataError(
             f"the {split} split has {len(examples)} conversations, fewer than "
-            f"batch_size={batch_size}; lower batch_size or give more conversations"
+            f"batch_size={batch_size}; lower the batch size (--batch-size, batch_size) or give "
+            "more conversations"
         )
     widths = [length + 1 for length in bucket_lengths(max_len, config.buckets)]
     return BucketedBatches(

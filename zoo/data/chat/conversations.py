@@ -7,9 +7,18 @@
 | `prompt_completion` | `prompt`, `completion` (a text each, or TRL's conversational lists of messages) | user turn(s), then assistant turn(s) |
 
 `detect_format(columns)` picks the format from the column names (in the order of the table);
-an explicit `format=` overrides it. Roles are `system`, `user` and `assistant`; every content is
-non-empty text; a training conversation has at least one assistant turn. A row that breaks
-these gets a `DataError` (a `ValueError`) naming the row and what was expected.
+an explicit `format=` overrides it; `messages_column=` names another column of messages, and
+`roles=` maps other speaker names onto the roles (`{"human": "user", "bot": "assistant"}`).
+Roles are `system`, `user`, `assistant` and `tool`; every content is non-empty text, but for an
+assistant turn that calls tools (`tool_calls`, its content may be empty or null); a training
+conversation has at least one assistant turn. A row that breaks these, or that is written in
+another format than the rows before it, gets a `DataError` (a `ValueError`) naming the row and
+what was expected.
+
+Each row becomes a `Conversation`: a list of messages that also carries the row's `tools` (a
+`tools` column: a list of JSON function schemas, or that list as a JSON string; the template
+renders them, as transformers' `apply_chat_template(tools=...)` does) and, for
+prompt/completion rows, where the completion starts (`completion_start`).
 
 - The instruction format's columns are read as text, as TRL and axolotl read them: a number is
   written as its text (`str(4)` is `"4"`), a list or a mapping is refused, and an empty (NaN)
@@ -27,13 +36,16 @@ import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeAlias
 
+from zoo.data.chat.tools import row_tools, without_nulls
 from zoo.data.errors import DataError
 
 # {"role": "system" | "user" | "assistant", "content": text}, and "weight": 0 on an assistant
 # turn that is not trained
 Message: TypeAlias = dict[str, Any]
 
-ROLES = ("system", "user", "assistant")
+ROLES = ("system", "user", "assistant", "tool")
+# Keys of an assistant or tool message that reach the template besides role and content.
+TOOL_KEYS = ("tool_calls", "tool_call_id", "name")
 FORMATS = ("messages", "instruction", "prompt_completion")
 # ShareGPT speaker names (`from`) -> roles; `human`/`gpt` are ShareGPT's own, the rest pass through.
 SHAREGPT_ROLES = {
@@ -53,9 +65,38 @@ EXPECTED = {
 }
 
 
-def detect_format(columns: Iterable[str]) -> str | None:
-    """The format the column names fit (see the module table), or None when none fits."""
+class Conversation(list):  # type: ignore[type-arg]
+    """A conversation's messages (a list), with the row's `tools` (None: none) and, for a
+    prompt/completion row, the index of its first completion message (`completion_start`)."""
+
+    tools: list[dict[str, Any]] | None = None
+    completion_start: int | None = None
+
+
+def check_roles(roles: Mapping[str, str]) -> dict[str, str]:
+    """`roles` (speaker name -> role) checked: every target one of `ROLES`."""
+    if not isinstance(roles, Mapping):
+        raise ValueError(
+            f"roles should map speaker names to roles (e.g. {{'human': 'user'}}), found "
+            f"{type(roles).__name__}"
+        )
+    checked = {}
+    for name, role in roles.items():
+        if not isinstance(name, str) or not name or role not in ROLES:
+            raise ValueError(
+                f"roles maps {name!r} to {role!r}; each speaker name maps to one of {ROLES} "
+                "(e.g. human=user, gpt=assistant)"
+            )
+        checked[name] = role
+    return checked
+
+
+def detect_format(columns: Iterable[str], *, messages_column: str | None = None) -> str | None:
+    """The format the column names fit (see the module table), or None when none fits;
+    `messages_column` is a column of messages under another name."""
     names = set(columns)
+    if messages_column is not None and messages_column in names:
+        return "messages"
     if names & set(MESSAGE_COLUMNS):
         return "messages"
     if {"instruction", "output"} <= names:
@@ -71,13 +112,23 @@ def conversation_messages(
     format: str | None = None,
     index: int = 0,
     require_assistant: bool = True,
-) -> list[Message]:
-    """The normalised messages of one row (`index` is its number, for error messages).
+    roles: Mapping[str, str] | None = None,
+    messages_column: str | None = None,
+    detected: bool = False,
+) -> Conversation:
+    """The normalised messages of one row, as a `Conversation` (with the row's tools).
 
-    `format` is one of `FORMATS`, or None to detect it from the row's columns.
-    `require_assistant=False` accepts a conversation without an assistant turn (a prompt).
+    Args:
+        row: the row, a mapping of column names to values.
+        format: one of `FORMATS`, or None to detect it from the row's columns.
+        index: the row's number, for error messages.
+        require_assistant: False accepts a conversation without an assistant turn (a prompt).
+        roles: speaker names -> roles (`{"human": "user"}`), for `role` and ShareGPT `from`.
+        messages_column: the column of messages; None: `messages` or `conversations`.
+        detected: `format` was read from the data (its first row or its columns), so a row of
+            another format is named as one of rows that mix formats.
     """
-    chosen = format if format is not None else detect_format(row)
+    chosen = format if format is not None else detect_format(row, messages_column=messages_column)
     if chosen is None:
         raise DataError(
             f"row {index} fits no conversation format: expected the column(s) "
@@ -85,13 +136,23 @@ def conversation_messages(
         )
     if chosen not in FORMATS:
         raise ValueError(f"unknown conversation format {chosen!r}; use one of {FORMATS}")
+    if detected:
+        _check_not_mixed(row, chosen, index, messages_column)
+    completion_start = None
     if chosen == "messages":
-        messages = _from_messages(row, index)
+        messages = _from_messages(row, index, messages_column, roles)
     elif chosen == "instruction":
         messages = _from_instruction(row, index)
     else:
-        messages = _from_prompt_completion(row, index)
-    return check_messages(messages, index=index, require_assistant=require_assistant)
+        messages, completion_start = _from_prompt_completion(row, index)
+    if roles and chosen != "messages":
+        messages = [_renamed(turn, roles) for turn in messages]
+    conversation = Conversation(
+        check_messages(messages, index=index, require_assistant=require_assistant)
+    )
+    conversation.tools = row_tools(row, index)
+    conversation.completion_start = completion_start
+    return conversation
 
 
 def conversations(
@@ -99,15 +160,60 @@ def conversations(
     *,
     format: str | None = None,
     require_assistant: bool = True,
-) -> Iterator[list[Message]]:
+    roles: Mapping[str, str] | None = None,
+    messages_column: str | None = None,
+) -> Iterator[Conversation]:
     """`conversation_messages` of every row, numbered from 0; the format is detected from the
     first row when not given, so every row is read the same way."""
+    detected = format is None
     for index, row in enumerate(rows):
         if format is None:
-            format = detect_format(row)
+            format = detect_format(row, messages_column=messages_column)
         yield conversation_messages(
-            row, format=format, index=index, require_assistant=require_assistant
+            row, format=format, index=index, require_assistant=require_assistant, roles=roles,
+            messages_column=messages_column, detected=detected,
+        )  # fmt: skip
+
+
+def _check_not_mixed(
+    row: Mapping[str, Any], chosen: str, index: int, messages_column: str | None
+) -> None:
+    """A `DataError` when the row is written in another format than `chosen` (the format of
+    the data, read from its first row or its columns): its own columns fit that other format
+    and those of `chosen` are absent or null."""
+    filled = [name for name, value in row.items() if not _is_null(value)]
+    own = detect_format(filled, messages_column=messages_column)
+    needed = {
+        "messages": [messages_column] if messages_column else list(MESSAGE_COLUMNS),
+        "instruction": ["instruction", "output"],
+        "prompt_completion": ["prompt", "completion"],
+    }[chosen]
+    lacking = (
+        all(name not in filled for name in needed)
+        if chosen == "messages"
+        else any(name not in filled for name in needed)
+    )
+    if own is not None and own != chosen and lacking:
+        raise DataError(
+            f"row {index} is a {own!r} row (columns {sorted(filled)}) where the data is read "
+            f"as {chosen!r} rows: the rows mix the formats {chosen!r} and {own!r}; write every "
+            "row in one format, or split the data by format"
         )
+
+
+def _renamed(turn: Any, roles: Mapping[str, str]) -> Any:
+    """A message whose role (or ShareGPT speaker) `roles` names, with the role it maps to."""
+    if not isinstance(turn, Mapping):
+        return turn
+    for key in ("role", "from"):
+        speaker = turn.get(key)
+        if isinstance(speaker, str) and speaker in roles:
+            renamed = {name: value for name, value in turn.items() if name != "from"}
+            if key == "from":
+                renamed["content"] = turn.get("value")
+                renamed.pop("value", None)
+            return {**renamed, "role": roles[speaker]}
+    return turn
 
 
 def check_messages(
@@ -132,19 +238,36 @@ def check_messages(
             )
         role, content = message["role"], message["content"]
         if role not in ROLES:
-            raise DataError(f"{where} has the role {role!r}; roles are {ROLES}")
-        if not isinstance(content, str):
+            raise DataError(
+                f"{where} has the role {role!r}; roles are {ROLES} (name others with --role "
+                "FROM=TO, roles={FROM: TO})"
+            )
+        calls = message.get("tool_calls")
+        if role == "assistant" and calls is not None:
+            if not isinstance(calls, Sequence) or isinstance(calls, str) or not calls:
+                raise DataError(
+                    f"{where} (assistant) has tool_calls {_short(calls)}; expected a non-empty "
+                    "list of calls ({'type': 'function', 'function': {'name', 'arguments'}})"
+                )
+        elif calls is not None:
+            raise DataError(f"{where} ({role}) has tool_calls; only an assistant turn calls tools")
+        only_calls = content is None and calls is not None  # a turn that only calls tools
+        if not only_calls and not isinstance(content, str):
             raise DataError(f"{where} ({role}) has {type(content).__name__} content, expected text")
-        if not content.strip() and not (allow_empty_replies and role == "assistant"):
+        may_be_empty = calls is not None or (allow_empty_replies and role == "assistant")
+        if not only_calls and not content.strip() and not may_be_empty:
             raise DataError(f"{where} ({role}) has empty content; fill it or drop the row")
         weight = message_weight(message, where=where)
         if weight == 1 and role != "assistant":
             raise DataError(
                 f"{where} ({role}) is marked trained (weight 1); only assistant turns are "
                 "trained turn by turn: drop the mark from this turn, or train on every token "
-                "(train_on='all')"
+                "(--train-on all, train_on='all')"
             )
         checked.append({"role": role, "content": content})
+        for key in TOOL_KEYS if role in ("assistant", "tool") else ():
+            if message.get(key) is not None:
+                checked[-1][key] = without_nulls(message[key])
         if weight == 0 and role == "assistant":
             checked[-1]["weight"] = 0
     if require_assistant and all(message["role"] != "assistant" for message in checked):
@@ -240,30 +363,46 @@ def _short(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else f"{text[: limit - 3]}..."
 
 
-def _from_messages(row: Mapping[str, Any], index: int) -> list[Any]:
-    present = [column for column in MESSAGE_COLUMNS if row.get(column) is not None]
-    named = [column for column in MESSAGE_COLUMNS if column in row]
-    name = present[0] if present else (named[0] if named else "messages")
+def _from_messages(
+    row: Mapping[str, Any],
+    index: int,
+    column: str | None = None,
+    roles: Mapping[str, str] | None = None,
+) -> list[Any]:
+    if column is not None:
+        if column not in row:
+            raise DataError(
+                f"row {index} has no column {column!r} (the messages column asked for); its "
+                f"columns are {sorted(row)}"
+            )
+        name = column
+    else:
+        present = [column for column in MESSAGE_COLUMNS if row.get(column) is not None]
+        named = [column for column in MESSAGE_COLUMNS if column in row]
+        name = present[0] if present else (named[0] if named else "messages")
     turns = _column(row, name, index, "messages")
     if isinstance(turns, str) or not isinstance(turns, Sequence):
         raise DataError(
             f"row {index}: column {name!r} should hold a list of messages, found "
             f"{type(turns).__name__}"
         )
+    if roles:
+        turns = [_renamed(turn, roles) for turn in turns]
     return [_sharegpt(turn, index, number) for number, turn in enumerate(turns)]
 
 
 def _sharegpt(turn: Any, index: int, number: int) -> Any:
     """A ShareGPT `{from, value}` turn as `{role, content}`; any other turn as it is."""
-    if not isinstance(turn, Mapping) or "role" in turn or "from" not in turn:
+    if not isinstance(turn, Mapping) or turn.get("role") is not None or "from" not in turn:
         return turn
     speaker = turn["from"]
     if speaker not in SHAREGPT_ROLES:
         raise DataError(
             f"row {index}, message {number} is from {speaker!r}; ShareGPT speakers are "
-            f"{sorted(SHAREGPT_ROLES)}"
+            f"{sorted(SHAREGPT_ROLES)}: map other names onto roles (--role {speaker}=user, "
+            f"roles={{{speaker!r}: 'user'}})"
         )
-    marks = {key: turn[key] for key in WEIGHT_KEYS if key in turn}
+    marks = {key: turn[key] for key in (*WEIGHT_KEYS, *TOOL_KEYS) if key in turn}
     return {"role": SHAREGPT_ROLES[speaker], "content": turn.get("value"), **marks}
 
 
@@ -282,14 +421,13 @@ def _from_instruction(row: Mapping[str, Any], index: int) -> list[Any]:
     return messages
 
 
-def _from_prompt_completion(row: Mapping[str, Any], index: int) -> list[Any]:
+def _from_prompt_completion(row: Mapping[str, Any], index: int) -> tuple[list[Any], int]:
+    """The prompt's and the completion's messages, and the index of the completion's first."""
     prompt = _column(row, "prompt", index, "prompt_completion")
     completion = _column(row, "completion", index, "prompt_completion")
-    turns = [
-        _as_turns(prompt, "user", "prompt", index),
-        _as_turns(completion, "assistant", "completion", index),
-    ]
-    return [*turns[0], *turns[1]]
+    asked = _as_turns(prompt, "user", "prompt", index)
+    answered = _as_turns(completion, "assistant", "completion", index)
+    return [*asked, *answered], len(asked)
 
 
 def _as_turns(value: Any, role: str, column: str, index: int) -> list[Any]:

@@ -31,9 +31,16 @@ from datasets import Dataset  # noqa: F401
 
 from zoo.data.batches import BatchSource
 from zoo.data.chat.batches import ChatExamples, chat_batches, encode_conversations
-from zoo.data.chat.conversations import EXPECTED, FORMATS, Message, conversations, detect_format
+from zoo.data.chat.conversations import (
+    EXPECTED,
+    FORMATS,
+    Conversation,
+    conversation_messages,
+    detect_format,
+)
 from zoo.data.chat.files import chat_template_for
-from zoo.data.chat.options import CHAT_FORMATS, ChatDataConfig
+from zoo.data.chat.markers import check_markers
+from zoo.data.chat.options import CHAT_FORMATS, ChatDataConfig, resolve_train_on
 from zoo.data.chat.template import ChatTemplate
 from zoo.data.checks import check_not_empty, column_names
 from zoo.data.errors import DataError
@@ -68,14 +75,22 @@ class ChatData:
         return iter((self.train, self.validation, self.tokenizer))
 
 
-def chat_format_of(split: AnySplit, format: str | None = None) -> str:
-    """The conversation format of `split`: `format` checked, else detected from its columns."""
+def chat_format_of(
+    split: AnySplit, format: str | None = None, *, messages_column: str | None = None
+) -> str:
+    """The conversation format of `split`: `format` checked, else detected from its columns
+    (`messages_column`: the column of messages, which must be there)."""
     if format not in (None, "auto") and format not in FORMATS:
         raise ValueError(f"unknown chat format {format!r}; choose one of {CHAT_FORMATS}")
+    columns = column_names(split)
+    if messages_column is not None and messages_column not in columns:
+        raise DataError(
+            f"no column {messages_column!r} (the messages column asked for) in the data; its "
+            f"columns are {columns}"
+        )
     if format not in (None, "auto"):
         return format
-    columns = column_names(split)
-    found = detect_format(columns)
+    found = detect_format(columns, messages_column=messages_column)
     if found is None:
         raise DataError(
             f"the columns {columns} fit no conversation format: expected "
@@ -85,16 +100,35 @@ def chat_format_of(split: AnySplit, format: str | None = None) -> str:
 
 
 def split_conversations(
-    split: AnySplit, *, format: str | None = None, require_assistant: bool = True
-) -> list[list[Message]]:
-    """Every row of `split` as normalised messages (`zoo.data.chat.conversations`)."""
+    split: AnySplit,
+    *,
+    format: str | None = None,
+    require_assistant: bool = True,
+    config: ChatDataConfig | None = None,
+) -> list[Conversation]:
+    """Every row of `split` as normalised messages (`zoo.data.chat.conversations`); `config`
+    gives the `roles` and the `messages_column`."""
     if isinstance(split, datasets.IterableDataset):
         raise DataError(
             "chat data is read into memory (conversations are packed across the whole split); "
             "load it without streaming"
         )
-    chosen = chat_format_of(split, format)
-    return list(conversations(split, format=chosen, require_assistant=require_assistant))
+    config = config or ChatDataConfig()
+    column = config.messages_column
+    chosen = chat_format_of(split, format, messages_column=column)
+    detected = format in (None, "auto")
+    return [
+        conversation_messages(
+            row,
+            format=chosen,
+            index=index,
+            require_assistant=require_assistant,
+            roles=config.roles,
+            messages_column=column,
+            detected=detected,
+        )
+        for index, row in enumerate(split)
+    ]
 
 
 def chat_data(
@@ -110,8 +144,9 @@ def chat_data(
     kind (char | word | tiktoken:NAME; default word) learnt from the train conversations.
     `config` holds every other option (`ChatDataConfig`): its `template` (a `ChatTemplate` or
     Jinja text) overrides the tokenizer's own template, and a tokenizer without one gets zoo's
-    default (logged); `train_on` is `assistant` (the loss on the assistant's tokens only) or
-    `all`; `pack` packs conversations into rows of `max_len + 1` tokens
+    default (logged); `train_on` says which tokens the loss counts (`ChatDataConfig`: the
+    replies, the completion, the last reply, or all); `pack` packs conversations into rows of
+    `max_len + 1` tokens
     (`zoo.data.chat.batches`). The older keywords (`max_len=`, `batch_size=`, ... each a field
     of `ChatDataConfig`) still work, with a `DeprecationWarning`, over `config` when both are
     given.
@@ -124,21 +159,28 @@ def chat_data(
     train_split = config.train_split
     if not isinstance(train, datasets.IterableDataset):
         check_not_empty(train, train_split)
-    chosen_format = chat_format_of(train, config.format)
-    train_rows = split_conversations(train, format=chosen_format)
+    chosen_format = chat_format_of(train, config.format, messages_column=config.messages_column)
+    detected = chosen_format if config.format != "auto" else None
+    train_rows = split_conversations(train, format=detected, config=config)
+    train_on = resolve_train_on(config.train_on, chosen_format)
     if validation is None:
         train_rows, validation_rows = _hold_out(train_rows, config.holdout, config.seed,
                                                 train_split)  # fmt: skip
     else:
         if not isinstance(validation, datasets.IterableDataset):
             check_not_empty(validation, validation_name)
-        validation_rows = split_conversations(validation, format=chosen_format)
+        validation_rows = split_conversations(validation, format=chosen_format, config=config)
     chosen = _tokenizer(tokenizer, train_rows, config.tokenizer_options)
     template = _template(chosen, config.template)
+    # the tokenizer's own template spells its markers as its vocabulary does
+    own = isinstance(tokenizer, Tokenizer) and config.template is None
+    first = train_rows[0]
+    sample = template.render(first, tools=getattr(first, "tools", None))
+    check_markers(template, chosen, own=own, rendered=sample)
     encoded = {}
     for name, rows in ((train_split, train_rows), (validation_name, validation_rows)):
         encoded[name] = encode_conversations(
-            rows, chosen, template=template, train_on=config.train_on, max_len=config.max_len,
+            rows, chosen, template=template, train_on=train_on, max_len=config.max_len,
             truncate=config.truncate, split=name,
         )  # fmt: skip
     train_source = chat_batches(encoded[train_split], pad_id=chosen.pad_id, config=config,
@@ -147,7 +189,7 @@ def chat_data(
                                      config=config, shuffle=False, drop_last=False,
                                      split=validation_name)  # fmt: skip
     counts = {name: _counts(examples) for name, examples in encoded.items()}
-    logger.info("chat data (%s format, train on %s tokens): %s", chosen_format, config.train_on,
+    logger.info("chat data (%s format, train on %s tokens): %s", chosen_format, train_on,
                 counts)  # fmt: skip
     return ChatData(train_source, validation_source, chosen, template, chosen_format, counts)
 
@@ -183,9 +225,10 @@ def chat_evaluation(
     config = replace(config or ChatDataConfig(), **old)
     splits = dataset if isinstance(dataset, Mapping) else {split: dataset}
     if split in splits:
-        rows, name = split_conversations(splits[split], format=config.format), split
+        rows, name = split_conversations(splits[split], format=config.format, config=config), split
     elif split == "validation" and config.train_split in splits:
-        train_rows = split_conversations(splits[config.train_split], format=config.format)
+        train_rows = split_conversations(splits[config.train_split], format=config.format,
+                                         config=config)  # fmt: skip
         rows, name = (
             _hold_out(train_rows, config.holdout, config.seed, config.train_split)[1],
             "validation (held out of train)",
@@ -194,9 +237,12 @@ def chat_evaluation(
         raise DataError(f"no {split!r} split of conversations; the splits are {sorted(splits)}")
     if not rows:
         raise DataError(f"the {name!r} split has no conversations to evaluate")
+    chosen_format = chat_format_of(splits.get(split, splits.get(config.train_split)),
+                                   config.format, messages_column=config.messages_column)  # fmt: skip
     examples = encode_conversations(
-        rows, tokenizer, template=_template(tokenizer, config.template), train_on=config.train_on,
-        max_len=config.max_len, truncate=config.truncate, split=name,
+        rows, tokenizer, template=_template(tokenizer, config.template),
+        train_on=resolve_train_on(config.train_on, chosen_format), max_len=config.max_len,
+        truncate=config.truncate, split=name,
     )  # fmt: skip
     batches = chat_batches(examples, pad_id=tokenizer.pad_id, config=replace(config, pack=False),
                            shuffle=False, drop_last=False, split=name)  # fmt: skip
@@ -217,8 +263,8 @@ def is_chat_data(dataset: AnyData, *, train_split: str = "train") -> bool:
 
 
 def _hold_out(
-    rows: list[list[Message]], fraction: float, seed: int, split: str
-) -> tuple[list[list[Message]], list[list[Message]]]:
+    rows: list[Conversation], fraction: float, seed: int, split: str
+) -> tuple[list[Conversation], list[Conversation]]:
     """A seeded random `fraction` of the conversations for validation, the rest to train."""
     if len(rows) < 2:
         raise DataError(
@@ -238,7 +284,7 @@ def _hold_out(
 
 def _tokenizer(
     tokenizer: Tokenizer | str | None,
-    rows: list[list[Message]],
+    rows: list[Conversation],
     options: Mapping[str, Any] | None,
 ) -> Tokenizer:
     """`tokenizer` itself, or one of that kind learnt from the conversations' text."""

@@ -142,7 +142,8 @@ def chat_template_for(
         if "eos_token" not in special:
             raise ValueError(
                 "zoo's default chat template ends every turn with the eos token, and this "
-                "tokenizer has none; pass a template (template=...) that ends turns otherwise"
+                "tokenizer has none; pass a template (--template FILE, template=...) that ends "
+                "turns otherwise"
             )
         return ChatTemplate(DEFAULT_TEMPLATE, special, origin="zoo's default chat template")
     return ChatTemplate(pick_template(found, name=name, tools=tools), special, origin=origin)

@@ -14,12 +14,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from zoo.data.chat.conversations import FORMATS
+from zoo.data.chat.conversations import FORMATS, check_roles
 from zoo.data.chat.template import ChatTemplate
 from zoo.data.options import bucket_lengths
 
 CHAT_FORMATS = ("auto", *FORMATS)
-TRAIN_ON = ("assistant", "all")
+# auto: completion for prompt/completion rows, assistant otherwise; assistant: every assistant
+# turn; completion: the completion of prompt/completion rows; last: the final assistant turn;
+# all: every token.
+TRAIN_ON = ("auto", "assistant", "completion", "last", "all")
 # The old loose keywords of `chat_batches` that `ChatDataConfig` now carries.
 BATCHING_OPTIONS = ("batch_size", "max_len", "pack", "buckets", "seed")
 
@@ -33,7 +36,7 @@ class ChatDataConfig:
     """
 
     format: str | None = "auto"  # messages | instruction | prompt_completion; auto/None: detected
-    train_on: str = "assistant"  # the tokens the loss counts: the assistant's, or all
+    train_on: str = "auto"  # the tokens the loss counts: one of TRAIN_ON (see resolve_train_on)
     pack: bool = True  # whole conversations packed into rows of max_len + 1 tokens
     template: ChatTemplate | str | None = None  # Jinja text or a ChatTemplate; None: the model's
     max_len: int = 128  # longest sequence the model reads (its max_positions)
@@ -45,6 +48,10 @@ class ChatDataConfig:
     buckets: Sequence[int] | None = None  # unpacked: padded lengths; None: 16, 32, ... to max_len
     truncate: bool = True  # cut over-long conversations (and log how many); False raises instead
     tokenizer_options: Mapping[str, Any] | None = None  # for build_tokenizer, e.g. {"min_freq": 2}
+    roles: Mapping[str, str] | None = None  # speaker names -> roles, e.g. {"human": "user"}
+    messages_column: str | None = (
+        None  # the column holding the messages; None: messages/conversations
+    )
 
     def __post_init__(self) -> None:
         if self.format is None:
@@ -57,7 +64,23 @@ class ChatDataConfig:
         if self.train_on not in TRAIN_ON:
             raise ValueError(
                 f"train_on must be one of {TRAIN_ON}, got {self.train_on!r}: assistant trains "
-                "on the replies only, all on every token"
+                "on the replies, completion on the completion of prompt/completion rows, last "
+                "on the final reply, all on every token, auto on the completion of "
+                "prompt/completion rows and the replies otherwise"
+            )
+        if self.format not in ("auto", "prompt_completion") and self.train_on == "completion":
+            raise ValueError(
+                f"train_on 'completion' trains the completion of prompt/completion rows, and "
+                f"the format is {self.format!r}: choose assistant, last or all for it"
+            )
+        if self.roles is not None:
+            object.__setattr__(self, "roles", check_roles(self.roles))
+        if self.messages_column is not None and (
+            not isinstance(self.messages_column, str) or not self.messages_column.strip()
+        ):
+            raise ValueError(
+                f"messages_column must name a column, got {self.messages_column!r}; leave it "
+                "unset to read 'messages' (or ShareGPT 'conversations')"
             )
         for name in ("batch_size", "max_len"):
             value = getattr(self, name)
@@ -84,4 +107,20 @@ class ChatDataConfig:
             )
 
 
-__all__ = ["BATCHING_OPTIONS", "CHAT_FORMATS", "TRAIN_ON", "ChatDataConfig"]
+def resolve_train_on(train_on: str, format: str) -> str:
+    """`train_on` with `auto` made concrete for rows of `format`: completion for
+    prompt/completion rows, assistant otherwise. A `ValueError` for completion on other rows."""
+    if train_on not in TRAIN_ON:
+        raise ValueError(f"train_on must be one of {TRAIN_ON}, got {train_on!r}")
+    if train_on == "auto":
+        return "completion" if format == "prompt_completion" else "assistant"
+    if train_on == "completion" and format != "prompt_completion":
+        raise ValueError(
+            f"training on the completion (--train-on completion, train_on='completion') needs "
+            f"prompt/completion rows, and these rows are in the {format!r} format: train on "
+            "assistant (every reply), last (the final reply) or all (every token)"
+        )
+    return train_on
+
+
+__all__ = ["BATCHING_OPTIONS", "CHAT_FORMATS", "TRAIN_ON", "ChatDataConfig", "resolve_train_on"]

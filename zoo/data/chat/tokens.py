@@ -11,13 +11,20 @@ for role names:
 
 - a template with `{% generation %}` blocks marks them itself; as transformers'
   `return_assistant_tokens_mask` does, every token that overlaps a block counts;
-- any other template is rendered again for each assistant turn i, once up to it with the
-  generation prompt (`messages[:i]`, `add_generation_prompt=True`) and once through it
-  (`messages[:i + 1]`): the turn is the text the second adds to the first. Its tokens count up
-  to and including the first of the tokenizer's stop tokens (`eos_ids`), the end of the turn;
-  what a template writes after that (the newline after Qwen's `<|im_end|>`) the model never
-  generates. A template that rewrites earlier text when a turn is added cannot be read this way
-  and is refused: give it generation blocks.
+- any other template is read from the whole rendering (`zoo.data.chat.turns`): each assistant
+  turn starts where the conversation before it, with the generation prompt, ends, and runs to
+  the end of what the template writes for it. Its tokens count up to and including the first
+  of the tokenizer's stop tokens (`eos_ids`), the end of the turn; what a template writes after
+  that (the newline after Qwen's `<|im_end|>`) the model never generates. A template whose
+  turns cannot be read this way is refused: give it generation blocks, or train on every token.
+
+`read_turns=False` (training on every token) renders the conversation without reading its
+turns: the mask is 1 everywhere.
+
+The conversation's `tools` (a variable, `tools=[...]`) reach the template as transformers'
+`apply_chat_template(tools=...)` passes them; assistant turns with `tool_calls` and `tool` turns
+are rendered by the template. A template that never mentions tools, tool calls or the tool
+role while the conversation has them is refused (`check_tool_support`): it would drop them.
 
 An assistant turn of weight 0 (`"weight": 0`, OpenAI's fine-tuning format, or `train: false`;
 see `zoo.data.chat.conversations`) is written in the text like any other but left out of the
@@ -57,7 +64,8 @@ from jaxtyping import Int
 from zoo.data.chat.conversations import message_weight
 from zoo.data.chat.files import chat_template_for, token_id_or_none
 from zoo.data.chat.template import ChatTemplate
-from zoo.data.errors import DataError
+from zoo.data.chat.tools import check_tool_support
+from zoo.data.chat.turns import PROBE, TurnSpan, check_generation_prompt, closing_text, turn_spans
 from zoo.data.tokenizers.base import Tokenizer
 
 Span = tuple[int, int]  # [start, end) character offsets in the rendered text
@@ -79,85 +87,68 @@ def encode_chat(
     tokenizer: Tokenizer,
     *,
     template: ChatTemplate | None = None,
+    read_turns: bool = True,
     **variables: Any,
 ) -> ChatTokens:
     """The conversation's ids and assistant mask (see the module doc).
 
     `template` defaults to the tokenizer's own (`chat_template_for(tokenizer)`); `variables`
-    reach the template (e.g. Llama 3's `date_string`).
+    reach the template (`tools=[...]`, Llama 3's `date_string`). `read_turns=False` marks every
+    token (training on all of them) without reading the turns.
     """
     template = template or chat_template_for(tokenizer)
+    check_tool_support(template, messages, variables.get("tools"))
     check_generation_prompt(template, messages, **variables)
+    stops = stop_texts(tokenizer)
+    stop_ids: set[int] | None = None
+    spans: list[TurnSpan] = []
     if template.has_generation_blocks:
-        text, spans = template.spans(messages, **variables)
-        stop_ids: set[int] | None = None
+        text, blocks = template.spans(messages, **variables)
+        spans = [TurnSpan(start, end, end) for start, end in blocks]
     else:
-        text, spans = turn_spans(template, messages, **variables)
-        stop_ids = set(tokenizer.eos_ids)
+        text = template.render(messages, **variables)
+    # special token texts in the content are found before the turns are read
     markers = content_defused(template, messages, text, special_texts(tokenizer), variables)
-    cuts = [end for span in spans for end in span]
+    if read_turns and not template.has_generation_blocks:
+        text, spans = turn_spans(template, messages, stop_texts=stops, full=text, **variables)
+        stop_ids = set(tokenizer.eos_ids)
+    closing = ""
+    last_stopped = bool(spans) and any(
+        stop in text[spans[-1].start : spans[-1].soft_end] for stop in stops
+    )
+    if not template.has_generation_blocks and not last_stopped:
+        closing = closing_text(template, messages, text, stops, variables)
+    if closing:
+        markers = None if markers is None else markers + closing
+        text += closing
+        if spans:
+            last = spans[-1]
+            spans[-1] = TurnSpan(last.start, last.end, len(text))
+    # the turn boundaries, not a turn's first character (`TurnSpan.end` when only whole
+    # tokens count): a word cut there would be spelled differently
+    cuts = [
+        point
+        for span in spans
+        for point in (span.start, span.soft_end, span.end if span.end > span.start + 1 else 0)
+    ]
     ids, offsets = tokenize_text(tokenizer, text, cuts=cuts, markers=markers)
-    mask = span_mask(ids, offsets, trained_spans(template, messages, spans), stop_ids=stop_ids)
+    if read_turns:
+        chosen = trained_spans(template, messages, spans)
+        mask = span_mask(ids, offsets, chosen, stop_ids=stop_ids)
+    else:
+        mask = [1] * len(ids)
     return ChatTokens(np.asarray(ids, np.int32), np.asarray(mask, np.int32), text)
 
 
-PROBE = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yes"}]
-# Templates whose generation prompt was seen to open the assistant's turn (or that need none).
-_OPENING_CHECKED: set[tuple[str, str]] = set()
-
-
-def check_generation_prompt(
-    template: ChatTemplate, messages: Sequence[Mapping[str, Any]], **variables: Any
-) -> None:
-    """A `ValueError` when `template` ignores `add_generation_prompt`: the conversation up to
-    its first assistant reply (or up to its last user turn, with a probe reply) renders the same
-    with and without it, while the template writes an opening (`<|im_start|>assistant\\n`)
-    before the reply. A template that needs no opening (Mistral's `[/INST]` ends the prompt)
-    passes. Checked once per template, at the first conversation that can tell."""
-    key = (template.source, repr(sorted(template.special_tokens.items())))
-    if key in _OPENING_CHECKED:
-        return
-    turn = next(
-        (i for i, message in enumerate(messages) if i > 0 and message.get("role") == "assistant"),
-        None,
-    )
-    if turn is None and messages and messages[-1].get("role") == "user":
-        messages, turn = [*messages, PROBE[1]], len(messages)
-    if turn is None or messages[turn - 1].get("role") != "user":
-        return
-    prompt = messages[:turn]
-    plain = template.render(prompt, **variables)
-    if template.render(prompt, add_generation_prompt=True, **variables) != plain:
-        _remember(key)
-        return
-    through = template.render(messages[: turn + 1], **variables)
-    reply = str(messages[turn].get("content") or "").strip()
-    written = through[len(plain) :] if through.startswith(plain) else ""
-    at = written.find(reply) if reply else -1
-    if at < 0:
-        return  # the template rewrites the reply: this conversation cannot tell
-    opening = written[:at]
-    if opening.strip():
-        raise ValueError(
-            f"{template.origin} ignores add_generation_prompt: it writes {opening!r} before "
-            "each assistant reply but not as the generation prompt (the conversation before "
-            f"the first reply renders to the same {len(plain)} characters with and without "
-            "it), so generation would start without the opening and training would score it as "
-            f"the reply's; make the template write {opening!r} at its end when "
-            "add_generation_prompt is true"
-        )
-    _remember(key)
-
-
-def _remember(key: tuple[str, str]) -> None:
-    if len(_OPENING_CHECKED) >= 64:  # a long session trying templates: forget, check again
-        _OPENING_CHECKED.clear()
-    _OPENING_CHECKED.add(key)
+def stop_texts(tokenizer: Tokenizer) -> list[str]:
+    """The texts of the tokenizer's stop tokens (`eos_ids`)."""
+    texts = (tokenizer.decode([token_id], skip_special=False) for token_id in tokenizer.eos_ids)
+    return list(dict.fromkeys(text for text in texts if text))
 
 
 def trained_spans(
-    template: ChatTemplate, messages: Sequence[Mapping[str, Any]], spans: Sequence[Span]
-) -> list[Span]:
+    template: ChatTemplate, messages: Sequence[Mapping[str, Any]], spans: Sequence[TurnSpan]
+) -> list[TurnSpan]:
     """`spans` (one per assistant turn, in order) without those of the turns of weight 0."""
     weights = [
         message_weight(message, where=f"message {number} (assistant)")
@@ -200,40 +191,13 @@ def encode_prompt(
     """`int32[seq]`: the ids of the conversation and the opening of the assistant's reply,
     which generation continues from."""
     template = template or chat_template_for(tokenizer)
+    check_tool_support(template, messages, variables.get("tools"))
     check_generation_prompt(template, messages, **variables)
     text = template.render(messages, add_generation_prompt=True, **variables)
     specials = special_texts(tokenizer)
     markers = content_defused(template, messages, text, specials, variables, prompt=True)
     ids, _ = tokenize_text(tokenizer, text, markers=markers)
     return np.asarray(ids, np.int32)
-
-
-def turn_spans(
-    template: ChatTemplate, messages: Sequence[Mapping[str, Any]], **variables: Any
-) -> tuple[str, list[Span]]:
-    """The rendered conversation and, for each assistant turn, the span the template writes
-    for it after the generation prompt (content, end of turn and anything up to the next turn)."""
-    full = template.render(messages, **variables)
-    spans = []
-    for turn, message in enumerate(messages):
-        if message.get("role") != "assistant":
-            continue
-        if turn == 0:
-            raise DataError(
-                "the conversation opens with an assistant turn: a chat template writes an "
-                "assistant turn after a prompt; start it with a user (or system) turn"
-            )
-        before = template.render(messages[:turn], add_generation_prompt=True, **variables)
-        through = template.render(messages[: turn + 1], **variables)
-        if not through.startswith(before) or not full.startswith(through):
-            raise ValueError(
-                f"{template.origin} writes the conversation before assistant turn {turn} "
-                "differently once that turn (or a later one) is added, so where the turn lies "
-                "cannot be read from it; pass a template (template=...) that marks what the "
-                "assistant writes with {% generation %} ... {% endgeneration %}"
-            )
-        spans.append((len(before), len(through)))
-    return full, spans
 
 
 def tokenize_text(
@@ -351,15 +315,22 @@ def _encode_around_markers(backend: Any, text: str, markers: str) -> tuple[list[
 def span_mask(
     ids: Sequence[int],
     offsets: Sequence[Span],
-    spans: Sequence[Span],
+    spans: Sequence[TurnSpan | Span],
     *,
     stop_ids: set[int] | None = None,
 ) -> list[int]:
-    """1 on every token that overlaps one of `spans`; with `stop_ids`, a span's tokens end at
-    (and include) its first stop token."""
+    """1 on every token that overlaps a span's `[start, end)` or lies wholly inside its
+    `[start, soft_end)`; with `stop_ids`, a span's tokens end at (and include) its first stop
+    token. A `(start, end)` pair is a span whose `soft_end` is its end."""
     mask = [0] * len(ids)
-    for start, end in spans:
-        inside = [t for t, (first, last) in enumerate(offsets) if last > start and first < end]
+    for given in spans:
+        span = given if isinstance(given, TurnSpan) else TurnSpan(given[0], given[1], given[1])
+        inside = [
+            t
+            for t, (first, last) in enumerate(offsets)
+            if (last > span.start and first < span.end)
+            or (first >= span.start and last <= span.soft_end and last > first)
+        ]
         if stop_ids is not None:
             stop = next((k for k, t in enumerate(inside) if ids[t] in stop_ids), None)
             inside = inside if stop is None else inside[: stop + 1]
