@@ -88,7 +88,7 @@ def test_position_offset_counts_real_tokens_from_the_offset(key):
     ("field", "value", "message"),
     [
         ("position_offset", 128, "position_offset must be in"),
-        ("pooler_activation", "gelu", "pooler_activation must be one of"),
+        ("pooler_activation", "sigmoid", "pooler_activation must be one of"),
     ],
 )
 def test_bad_encoder_fields_are_refused(field, value, message):

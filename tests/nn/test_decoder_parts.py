@@ -212,8 +212,9 @@ def test_sliding_window_mask_by_hand():
     # in cached decoding, the query at absolute position 4 sees positions 3 and 4 of the cache
     cached = Mask(causal=True, offset=jnp.array(4), window=2).array(1, 8)
     np.testing.assert_array_equal(cached[0], [0, 0, 0, 1, 1, 0, 0, 0])
-    with pytest.raises(ValueError, match="sliding window needs causal"):
-        Mask(window=2)
+    # without the causal order the window is two-sided: less than 2 positions either way
+    two_sided = Mask(window=2).array(4, 4)
+    np.testing.assert_array_equal(two_sided, np.abs(np.subtract.outer(range(4), range(4))) < 2)
 
 
 def test_sliding_window_cached_decoding_equals_full_forward():

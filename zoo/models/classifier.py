@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import equinox as eqx
@@ -27,8 +29,13 @@ from zoo.nn.norm import Norm
 from zoo.nn.stack import LayerStack
 
 POOLINGS = ("first", "mean")
-# the pooler's nonlinearity: BERT's pooler and RoBERTa's head use tanh, DistilBERT's head relu
-POOLER_ACTIVATIONS = {"tanh": jnp.tanh, "relu": jax.nn.relu}
+# the pooler's nonlinearity: BERT's pooler and RoBERTa's head use tanh, DistilBERT's head relu,
+# ModernBERT's head exact GELU
+POOLER_ACTIVATIONS: dict[str, Callable[[Array], Array]] = {
+    "tanh": jnp.tanh,
+    "relu": jax.nn.relu,
+    "gelu": functools.partial(jax.nn.gelu, approximate=False),
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,7 +52,9 @@ class ClassifierConfig(TransformerConfig):
     num_classes: int = 2  # labels in [0, num_classes)
     pooling: str = "first"  # first: the first token ([CLS]); mean: mean over non-pad tokens
     pooler: bool = True  # dense + tanh on the pooled vector (BERT's pooler)
-    pooler_activation: str = "tanh"  # tanh (BERT, RoBERTa) | relu (DistilBERT's pre_classifier)
+    pooler_activation: str = "tanh"  # tanh (BERT, RoBERTa) | relu (DistilBERT) | gelu (ModernBERT)
+    pooler_bias: bool = True  # the pooler's dense bias (ModernBERT's head: classifier_bias)
+    pooler_norm: bool = False  # a norm after the pooler's activation (ModernBERT's head.norm)
     position_offset: int = 0  # RoBERTa: pad_id + 1; > 0: positions count real tokens from here
     masked_lm: bool = False  # add the masked-LM head (tied decoder) for MLM pretraining
     mask_id: int | None = None  # the mask token of masked-LM pretraining ([MASK], <mask>)
@@ -77,6 +86,8 @@ class ClassifierConfig(TransformerConfig):
         rate = self.classifier_dropout
         if rate is not None and not 0.0 <= rate < 1.0:
             raise ValueError(f"classifier_dropout must be in [0, 1), got {rate}")
+        if self.pooler_norm and not self.pooler:
+            raise ValueError("pooler_norm normalises the pooler's output: set pooler=True")
 
     def embedder_settings(self) -> EmbedderSettings:
         """The embedder's settings, with the token types (segments) of `type_vocab_size`."""
@@ -99,6 +110,7 @@ class Classifier(eqx.Module):
     encoder: LayerStack
     final_norm: Norm | None
     pooler: Linear | None
+    pooler_norm: Norm | None
     head_dropout: Dropout
     head: Linear
     mlm_head: MaskedLMHead | None
@@ -110,7 +122,10 @@ class Classifier(eqx.Module):
         self.embedder = Embedder(c.d_model, c.embedder_settings(), init=c.init, key=embed_key)
         self.encoder = layer_stack(c, c.num_layers, key=layers_key)
         self.final_norm = c.make_norm() if c.norm_first else None
-        self.pooler = c.init.linear(c.d_model, c.d_model, key=pooler_key) if c.pooler else None
+        self.pooler = None
+        if c.pooler:
+            self.pooler = c.init.linear(c.d_model, c.d_model, c.pooler_bias, key=pooler_key)
+        self.pooler_norm = c.make_norm() if c.pooler_norm else None
         rate = c.dropout if c.classifier_dropout is None else c.classifier_dropout
         self.head_dropout = Dropout(rate)
         self.head = c.init.linear(c.d_model, c.num_classes, key=head_key)
@@ -156,11 +171,13 @@ class Classifier(eqx.Module):
         elif c.position_offset > 0:
             positions = positions + c.position_offset
         # real tokens first, so that the padding is a length (zoo.nn.Compaction)
+        # a window in an encoder is two-sided (ModernBERT's local layers); it counts compacted
+        # positions, which are the tokens' own wherever the padding is at the end
         compaction, attention, tokens, positions, token_types = compact_padding(
-            valid, Mask(), tokens, positions, token_types
+            valid, Mask(window=c.sliding_window), tokens, positions, token_types
         )
         x = self.embedder(tokens, positions, token_types, key=embed_key)
-        inputs = BlockInputs(mask=attention)
+        inputs = BlockInputs(mask=attention, positions=positions)
         x, extras = self.encoder(x, inputs, key=layers_key, return_weights=return_weights)
         if self.final_norm is not None:
             x = self.final_norm(x)
@@ -195,6 +212,8 @@ class Classifier(eqx.Module):
             pooled = total / jnp.maximum(jnp.sum(weights), 1.0)
         if self.pooler is not None:
             pooled = POOLER_ACTIVATIONS[self.config.pooler_activation](self.pooler(pooled))
+        if self.pooler_norm is not None:
+            pooled = self.pooler_norm(pooled)
         return pooled
 
     def __call__(

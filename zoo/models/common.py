@@ -26,6 +26,8 @@ def layer_stack(
         num_layers,
         scan=config.scan_layers,
         remat=config.remat,
+        pattern=config.layer_pattern(),
+        first_attention_norm=config.first_attention_norm,
         key=key,
     )
 

@@ -14,9 +14,10 @@ from zoo.nn.block import BlockSettings
 from zoo.nn.embedding import EmbedderSettings
 from zoo.nn.feedforward import FeedForwardSettings
 from zoo.nn.linear import Init
+from zoo.nn.moe import MoESettings
 from zoo.nn.norm import Norm, make_norm
 from zoo.nn.rotary import Rope
-from zoo.nn.stack import LAYER_LOOPS, REMAT_CHOICES
+from zoo.nn.stack import LAYER_LOOPS, REMAT_CHOICES, LayerPattern
 
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -59,6 +60,17 @@ class TransformerConfig:
     qk_norm: bool = False  # RMSNorm on each head's queries and keys before rotary (Qwen3)
     scale_scores: bool = True  # divide attention scores by sqrt(head_dim); T5: False
     sliding_window: int | None = None  # decoder self-attention sees the last N positions (Mistral)
+    global_layers: tuple[int, ...] | None = None  # layers without the window (Gemma); None: none
+    local_rope_theta: float | None = (
+        None  # rope base of the windowed layers (Gemma 3); None: rope's
+    )
+    output_norm: bool = False  # norm each sub-layer's output before the sum (Gemma 2/3, OLMo 2)
+    norm_weight_offset: float = 0.0  # RMSNorms scale by offset + weight (Gemma: 1.0)
+    norm_bias: bool = True  # biases on the LayerNorms (ModernBERT: False)
+    first_attention_norm: bool = True  # False: layer 0's attention skips its norm (ModernBERT)
+    qk_norm_scope: str = "head"  # head (Qwen3, Gemma 3) | projection: all heads at once (OLMo 2)
+    query_pre_attn_scalar: float | None = None  # scores times this ** -0.5 (Gemma); None: head_dim
+    attention_softcap: float | None = None  # scores -> cap * tanh(scores / cap) (Gemma 2)
     positions: str = "learned"  # learned | sinusoidal (added) | rotary | relative (T5, translator)
     rope: Rope = field(default_factory=Rope)  # rotary base and scaling (positions="rotary")
     sinusoid_layout: str = "interleaved"  # interleaved (the paper) | concatenated (Marian)
@@ -69,6 +81,17 @@ class TransformerConfig:
     attention_implementation: str | None = None  # None (by platform) | explicit | xla | cudnn
     remat: str | None = None  # rematerialise in the backward: None | "dots" | "full" (zoo.nn.stack)
     dtype: str = "float32"  # parameter dtype
+    # mixture of experts (zoo.nn.moe): each block's feed-forward routes every token to
+    # num_experts_per_tok of num_experts gated experts; 0 experts: the dense feed-forward above
+    num_experts: int = 0  # routed experts per layer (Mixtral's num_local_experts); 0: dense
+    num_experts_per_tok: int = 2  # experts each token is sent to (top-k)
+    moe_intermediate_size: int | None = None  # each expert's hidden width; None: d_ff
+    shared_expert_intermediate_size: int = 0  # the shared expert's width (Qwen2-MoE); 0: none
+    norm_topk_prob: bool = True  # renormalise the top-k router weights (Mixtral; not OLMoE)
+    router: str = "softmax"  # softmax | sigmoid (DeepSeek-V3 style, with a selection bias)
+    router_aux_loss_coef: float = 0.0  # load-balancing loss weight in the training objective
+    router_z_loss_coef: float = 0.0  # router z-loss weight in the training objective
+    moe_implementation: str = "ragged"  # ragged (grouped matmul) | dense (reference, slow)
 
     def __post_init__(self) -> None:
         """Check the fields, each in one place: the parts' settings check their own fields
@@ -84,6 +107,9 @@ class TransformerConfig:
             raise ValueError(f"sliding_window must be a positive integer or None, got {window!r}")
         if not isinstance(self.rope, Rope):
             raise ValueError(f"rope must be a zoo.nn.Rope, got {type(self.rope).__name__}")
+        if self.global_layers is not None and not isinstance(self.global_layers, tuple):
+            object.__setattr__(self, "global_layers", tuple(self.global_layers))  # JSON lists
+        self.layer_pattern()
         self.embedder_settings()
         self.block_settings()
         head_dim = self.head_dim  # d_model divisible by num_heads, unless attention_head_dim
@@ -112,6 +138,8 @@ class TransformerConfig:
             )
         if self.remat not in REMAT_CHOICES:
             raise ValueError(f"remat must be one of {REMAT_CHOICES}, got {self.remat!r}")
+        if not self.first_attention_norm and not self.norm_first:
+            raise ValueError("first_attention_norm=False is for pre-norm models: set norm_first")
         self._check_token_id("pad_id", self.pad_id)
 
     def _check_no_bools(self) -> None:
@@ -173,6 +201,10 @@ class TransformerConfig:
             attention_implementation=self.attention_implementation,
             scale_scores=self.scale_scores,
             rope=self.rope if self.positions == "rotary" and not cross else None,
+            qk_norm_scope=self.qk_norm_scope,
+            norm_weight_offset=self.norm_weight_offset,
+            query_pre_attn_scalar=self.query_pre_attn_scalar,
+            attention_softcap=self.attention_softcap,
         )
 
     def feed_forward_settings(self) -> FeedForwardSettings:
@@ -186,16 +218,37 @@ class TransformerConfig:
             activation_dropout=self.dropout if dropout is None else dropout,
         )
 
+    def moe_settings(self) -> MoESettings | None:
+        """The mixture-of-experts feed-forward's settings; None for a dense model."""
+        if not self.num_experts:
+            return None
+        width = self.moe_intermediate_size
+        return MoESettings(
+            num_experts=self.num_experts,
+            num_experts_per_tok=self.num_experts_per_tok,
+            moe_intermediate_size=self.d_ff if width is None else width,
+            shared_expert_intermediate_size=self.shared_expert_intermediate_size,
+            norm_topk_prob=self.norm_topk_prob,
+            router=self.router,
+            activation=self.activation,
+            router_aux_loss_coef=self.router_aux_loss_coef,
+            router_z_loss_coef=self.router_z_loss_coef,
+            implementation=self.moe_implementation,
+        )
+
     def block_settings(self, *, cross_attention: bool = False) -> BlockSettings:
         """The settings of every block: its parts' own, resolved once from these fields."""
         return BlockSettings(
             attention=self.attention_settings(),
-            feed_forward=self.feed_forward_settings(),
+            feed_forward=self.moe_settings() or self.feed_forward_settings(),
             cross_attention=self.attention_settings(cross=True) if cross_attention else None,
             norm=self.norm,
             layer_norm_eps=self.layer_norm_eps,
             norm_first=self.norm_first,
             dropout=self.dropout,
+            output_norm=self.output_norm,
+            norm_weight_offset=self.norm_weight_offset,
+            norm_bias=self.norm_bias,
         )
 
     def embedder_settings(self) -> EmbedderSettings:
@@ -208,12 +261,37 @@ class TransformerConfig:
             scale_embeddings=self.scale_embeddings,
             embedding_norm=self.embedding_norm,
             layer_norm_eps=self.layer_norm_eps,
+            norm_bias=self.norm_bias,
             dropout=self.dropout,
         )
 
     def make_norm(self) -> Norm:
         """A norm of this config's kind and width (a model's final norm)."""
-        return make_norm(self.norm, self.d_model, eps=self.layer_norm_eps, dtype=self.param_dtype)
+        return make_norm(
+            self.norm,
+            self.d_model,
+            eps=self.layer_norm_eps,
+            dtype=self.param_dtype,
+            offset=self.norm_weight_offset,
+            bias=self.norm_bias,
+        )
+
+    def layer_pattern(self) -> LayerPattern | None:
+        """Which layers attend globally and how the windowed ones rotate (`global_layers`,
+        `local_rope_theta`); None where every layer is alike."""
+        if self.global_layers is None:
+            if self.local_rope_theta is not None:
+                raise ValueError("local_rope_theta is for the windowed layers: set global_layers")
+            return None
+        if self.sliding_window is None:
+            raise ValueError(
+                "global_layers drop the window on some layers: set sliding_window for the others"
+            )
+        local = self.local_rope_theta
+        rope = None if local is None else Rope(theta=local)
+        pattern = LayerPattern(global_layers=self.global_layers, local_rope=rope)
+        pattern.is_global(self.num_layers)
+        return pattern
 
     def replace(self, **changes: Any):
         """A copy with some fields changed; unknown field names raise with the valid ones.

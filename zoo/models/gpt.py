@@ -12,7 +12,8 @@ Read in this order, from token ids to logits (`GPT._run` below is the whole forw
 4. `zoo/nn/attention.py`: `MultiHeadAttention`: projections, scores, softmax, heads merged.
 5. `zoo/nn/mask.py`: `Mask`, which keys each query sees (causal order, padding, window).
 6. `zoo/nn/rotary.py`: rotary positions (Llama and after), applied to queries and keys.
-7. `zoo/nn/feedforward.py`: the MLP (GELU, or gated SiLU for Llama).
+7. `zoo/nn/feedforward.py`: the MLP (GELU, or gated SiLU for Llama); `zoo/nn/moe.py` its
+   mixture-of-experts form (Mixtral, Qwen-MoE, OLMoE): a router over grouped experts.
 8. `zoo/nn/stack.py`: the `num_layers` blocks, stacked once and run scanned or unrolled.
 9. `zoo/nn/vocab.py`: the final norm's output -> logits (the tied token table or a head).
 
@@ -46,6 +47,7 @@ from zoo.nn.dropout import split_optional
 from zoo.nn.embedding import Embedder
 from zoo.nn.linear import Linear
 from zoo.nn.mask import Mask
+from zoo.nn.moe import RouterStats
 from zoo.nn.norm import Norm
 from zoo.nn.stack import LayerStack
 from zoo.nn.vocab import VocabHead
@@ -67,6 +69,7 @@ class GPTConfig(TransformerConfig):
     stop_ids: tuple[int, ...] = ()  # more ids that end generation (Llama 3: <|eot_id|>, ...)
     activation: str = "gelu_tanh"  # GPT-2's "gelu_new"
     tie_embeddings: bool = True  # output projection = token embedding transposed
+    final_logit_softcap: float | None = None  # logits -> cap * tanh(logits / cap) (Gemma 2)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -76,6 +79,9 @@ class GPTConfig(TransformerConfig):
             object.__setattr__(self, "stop_ids", tuple(self.stop_ids))
         for stop_id in self.stop_ids:
             self._check_token_id("stop_ids", stop_id)
+        cap = self.final_logit_softcap
+        if cap is not None and not cap > 0:
+            raise ValueError(f"final_logit_softcap must be a positive number or None, got {cap!r}")
 
     @property
     def end_ids(self) -> tuple[int, ...]:
@@ -102,7 +108,7 @@ class GPT(eqx.Module):
         self.config = c
         self.embedder = Embedder(c.d_model, c.embedder_settings(), init=c.init, key=embed_key)
         self.layers = layer_stack(c, c.num_layers, key=layers_key)
-        self.final_norm = c.make_norm() if c.norm_first else None
+        self.final_norm = c.make_norm() if c.norm_first or c.output_norm else None
         self.head = (
             None
             if c.tie_embeddings
@@ -112,10 +118,11 @@ class GPT(eqx.Module):
     @property
     def output_head(self) -> VocabHead:
         """The projection to the vocabulary: the token table (tied) or the own head."""
+        softcap = self.config.final_logit_softcap
         if self.head is not None:
-            return VocabHead(self.head)
+            return VocabHead(self.head, softcap=softcap)
         assert self.embedder.token_weight is not None
-        return VocabHead(self.embedder.token_weight)
+        return VocabHead(self.embedder.token_weight, softcap=softcap)
 
     def _normed(self, x: Float[Array, "seq d_model"]) -> Float[Array, "seq d_model"]:
         return x if self.final_norm is None else self.final_norm(x)
@@ -197,8 +204,22 @@ class GPT(eqx.Module):
         """What `output_head` turns into the logits: `model(tokens) == model.output_head(
         model.features(tokens))`. Losses over the vocabulary start here (`zoo.tasks.vocab_loss`).
         """
-        x, _ = self._run(tokens, mask, key=key, segments=segments)
-        return self._normed(x)
+        return self.features_and_router(tokens, mask, segments=segments, key=key)[0]
+
+    def features_and_router(
+        self,
+        tokens: Int[Array, " seq"],
+        mask: Bool[Array, " seq"] | None = None,
+        *,
+        segments: Int[Array, " seq"] | None = None,
+        key: PRNGKeyArray | None = None,
+    ) -> tuple[Float[Array, "seq d_model"], RouterStats | None]:
+        """`features` and, for a mixture-of-experts model (`num_experts > 0`), its routers'
+        statistics summed over the layers and real tokens (`zoo.nn.moe.RouterStats`; None for a
+        dense model): what `zoo.tasks.LanguageModeling` forms the router losses from."""
+        x, extras = self._run(tokens, mask, key=key, segments=segments)
+        router = None if extras.router is None else extras.router.total()
+        return self._normed(x), router
 
     def attention_maps(
         self, tokens: Int[Array, " seq"], mask: Bool[Array, " seq"] | None = None

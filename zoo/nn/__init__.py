@@ -17,11 +17,12 @@ from zoo.nn.kernel import KernelOptions, kernel_platform
 from zoo.nn.linear import Init, Linear
 from zoo.nn.lora import LoRALinear
 from zoo.nn.mask import Compaction, Mask
+from zoo.nn.moe import MoEFeedForward, MoESettings, RouterStats
 from zoo.nn.norm import LayerNorm, RMSNorm, make_norm
 from zoo.nn.quantized import QuantizedLinear
 from zoo.nn.relative_position import RelativePositionBias, relative_position_buckets
 from zoo.nn.rotary import Rope, RotaryEmbedding, RotaryTable, apply_rotary
-from zoo.nn.stack import LayerStack
+from zoo.nn.stack import LayerPattern, LayerStack
 from zoo.nn.vocab import VocabHead, vocab_multiple
 
 __all__ = [
@@ -41,11 +42,14 @@ __all__ = [
     "KVCache",
     "KernelOptions",
     "LayerNorm",
+    "LayerPattern",
     "LayerStack",
     "Linear",
     "LoRALinear",
     "Mask",
     "MaskedLMHead",
+    "MoEFeedForward",
+    "MoESettings",
     "MultiHeadAttention",
     "QuantizedLinear",
     "RMSNorm",
@@ -53,6 +57,7 @@ __all__ = [
     "Rope",
     "RotaryEmbedding",
     "RotaryTable",
+    "RouterStats",
     "TransformerBlock",
     "VocabHead",
     "apply_rotary",

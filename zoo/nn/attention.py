@@ -30,6 +30,8 @@ from zoo.nn.norm import RMSNorm
 from zoo.nn.rotary import Rope, RotaryEmbedding, RotaryTable
 from zoo.records import legacy_keywords
 
+QK_NORM_SCOPES = ("head", "projection")
+
 __all__ = [
     "AttentionSettings",
     "KVCache",
@@ -62,12 +64,15 @@ def attention_weights(
     mask: Bool[Array, "seq kv_seq"] | None = None,
     *,
     score_bias: Float[Array, "heads seq kv_seq"] | None = None,
-    scale: bool = True,
+    scale: bool | float = True,
+    softcap: float | None = None,
 ) -> Float[Array, "heads seq kv_seq"]:
     """softmax(q k^T / sqrt(head_dim) + score_bias) per head, in float32.
 
     `score_bias` is added to the scaled scores (T5's relative positions); `scale=False` leaves
-    out the 1/sqrt(head_dim) (T5 folds it into its initialisation). With grouped-query
+    out the 1/sqrt(head_dim) (T5 folds it into its initialisation), a number is the factor
+    itself (Gemma's `query_pre_attn_scalar ** -0.5`). `softcap` squashes the scaled scores
+    into `(-softcap, softcap)` by `softcap * tanh(scores / softcap)` (Gemma 2). With grouped-query
     attention (`kv_heads < heads`), query head `h` reads key head `h // (heads // kv_heads)`;
     the shared keys are never copied. Masked keys get weight exactly
     0. A query whose keys are all masked gets an all-zero row (finite values and gradients,
@@ -81,8 +86,12 @@ def attention_weights(
         grouped = query.reshape(seq, key.shape[1], group, head_dim)
         scores = jnp.einsum("qkgd,skd->kgqs", grouped, key).reshape(heads, seq, key.shape[0])
     scores = scores.astype(jnp.float32)
-    if scale:
+    if scale is True:
         scores = scores * (1.0 / math.sqrt(query.shape[-1]))
+    elif scale is not False:
+        scores = scores * np.float32(scale)
+    if softcap is not None:
+        scores = jnp.tanh(scores / np.float32(softcap)) * np.float32(softcap)
     if score_bias is not None:
         scores = scores + score_bias.astype(jnp.float32)
     if mask is None:
@@ -160,6 +169,7 @@ def dot_product_attention(
         has_score_bias=score_bias is not None,
         return_weights=return_weights,
         dropout_active=options.dropout_active,
+        softcap=options.softcap is not None,
     )
     if kernel == "explicit":
         weights = attention_weights(
@@ -168,6 +178,7 @@ def dot_product_attention(
             mask.array(num_queries, num_keys),
             score_bias=score_bias,
             scale=options.scale,
+            softcap=options.softcap,
         )
         if options.dropout is not None:
             weights = options.dropout(weights, key=options.dropout_key)
@@ -202,7 +213,11 @@ class AttentionSettings:
     queries and keys (Qwen3); `rope` rotates queries and keys by their positions (Llama);
     `scale_scores=False` leaves out the 1/sqrt(head_dim) (T5, whose relative positions come in
     as a score bias); `attention_implementation` picks the kernel (`zoo.nn.kernel`: None by
-    platform, "explicit", "xla", "cudnn").
+    platform, "explicit", "xla", "cudnn"). Gemma's parts: `query_pre_attn_scalar` scales the
+    scores by its inverse square root instead of head_dim's, `attention_softcap` soft-caps them
+    (Gemma 2), and `norm_weight_offset=1` makes the QK-norms multiply by `1 + weight`
+    (Gemma 3). `qk_norm_scope="projection"` normalises the whole query and key projections
+    (all heads together, OLMo 2) instead of each head.
     """
 
     num_heads: int  # query heads
@@ -216,6 +231,10 @@ class AttentionSettings:
     attention_implementation: str | None = None  # None (by platform) | explicit | xla | cudnn
     scale_scores: bool = True  # divide scores by sqrt(head_dim)
     rope: Rope | None = None  # rotary positions; None: positions come in elsewhere
+    qk_norm_scope: str = "head"  # head: each head (Qwen3, Gemma 3) | projection: all (OLMo 2)
+    norm_weight_offset: float = 0.0  # QK-norms scale by offset + weight (Gemma 3: 1)
+    query_pre_attn_scalar: float | None = None  # scores times this ** -0.5 (Gemma); None: head_dim
+    attention_softcap: float | None = None  # scores -> cap * tanh(scores / cap) (Gemma 2)
 
     def __post_init__(self) -> None:
         if not isinstance(self.num_heads, int) or self.num_heads <= 0:
@@ -229,6 +248,19 @@ class AttentionSettings:
                 f"num_kv_heads={self.num_kv_heads} must divide num_heads={self.num_heads}: each "
                 "key/value head serves the same number of query heads; 1 is multi-query attention"
             )
+        if self.qk_norm_scope not in QK_NORM_SCOPES:
+            raise ValueError(
+                f"qk_norm_scope must be one of {QK_NORM_SCOPES}, got {self.qk_norm_scope!r}"
+            )
+        for name in ("query_pre_attn_scalar", "attention_softcap"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"{name} must be a positive number or None, got {value!r}")
+        if self.query_pre_attn_scalar is not None and not self.scale_scores:
+            raise ValueError(
+                "query_pre_attn_scalar sets how scores are scaled, but scale_scores=False "
+                "leaves them unscaled: set one of the two"
+            )
         if self.attention_implementation not in IMPLEMENTATIONS:
             raise ValueError(
                 f"attention_implementation must be one of {IMPLEMENTATIONS} (None picks by "
@@ -239,6 +271,13 @@ class AttentionSettings:
     def kv_heads(self) -> int:
         """Key/value heads: `num_kv_heads`, else one per query head."""
         return self.num_heads if self.num_kv_heads is None else self.num_kv_heads
+
+    @property
+    def score_scale(self) -> bool | float:
+        """`KernelOptions.scale`: True (1/sqrt(head_dim)), False (none) or the factor."""
+        if self.query_pre_attn_scalar is not None:
+            return float(self.query_pre_attn_scalar) ** -0.5
+        return self.scale_scores
 
     def width(self, d_model: int) -> int:
         """The per-head width (`head_dim`) for a model of width `d_model`:
@@ -275,7 +314,9 @@ class MultiHeadAttention(eqx.Module):
     num_kv_heads: int = eqx.field(static=True)
     head_dim: int = eqx.field(static=True)
     implementation: str | None = eqx.field(static=True)
-    scale_scores: bool = eqx.field(static=True)
+    scale_scores: bool | float = eqx.field(static=True)
+    softcap: float | None = eqx.field(static=True)
+    qk_norm_scope: str = eqx.field(static=True)
 
     def __init__(
         self,
@@ -296,22 +337,36 @@ class MultiHeadAttention(eqx.Module):
         self.value_proj = init.linear(kv_dim, s.kv_heads * head_dim, s.qkv_bias, key=v_key)
         output_bias, eps = s.attention_output_bias, s.layer_norm_eps
         self.output_proj = init.linear(s.num_heads * head_dim, d_model, output_bias, key=o_key)
-        self.query_norm = RMSNorm(head_dim, eps=eps, dtype=init.dtype) if s.qk_norm else None
-        self.key_norm = RMSNorm(head_dim, eps=eps, dtype=init.dtype) if s.qk_norm else None
+        whole = s.qk_norm_scope == "projection"
+        query_width = s.num_heads * head_dim if whole else head_dim
+        key_width = s.kv_heads * head_dim if whole else head_dim
+        offset = s.norm_weight_offset
+        self.query_norm, self.key_norm = None, None
+        if s.qk_norm:
+            self.query_norm = RMSNorm(query_width, eps=eps, dtype=init.dtype, offset=offset)
+            self.key_norm = RMSNorm(key_width, eps=eps, dtype=init.dtype, offset=offset)
         self.rotary = None if s.rope is None else RotaryEmbedding(head_dim, s.rope)
         self.dropout = Dropout(s.attention_dropout)
         self.num_heads = s.num_heads
         self.num_kv_heads = s.kv_heads
         self.head_dim = head_dim
         self.implementation = s.attention_implementation
-        self.scale_scores = s.scale_scores
+        self.scale_scores = s.score_scale
+        self.softcap = s.attention_softcap
+        self.qk_norm_scope = s.qk_norm_scope
+
+    def _whole(self, projected: Array, norm: RMSNorm | None) -> Array:
+        """The QK-norm over the whole projection (OLMo 2), before the heads are split."""
+        if norm is not None and self.qk_norm_scope == "projection":
+            return norm(projected)
+        return projected
 
     def _split_heads(self, x: Float[Array, "seq inner"], heads: int) -> Array:
         return x.reshape(x.shape[0], heads, self.head_dim)
 
     def _position(self, x: Array, norm: RMSNorm | None, rotary_table: RotaryTable | None) -> Array:
-        """QK-norm, then the rotary rotation by the table of the positions."""
-        if norm is not None:
+        """QK-norm (per head), then the rotary rotation by the table of the positions."""
+        if norm is not None and self.qk_norm_scope == "head":
             x = norm(x)
         if self.rotary is not None:
             if rotary_table is None:
@@ -344,7 +399,8 @@ class MultiHeadAttention(eqx.Module):
         self, x: Float[Array, "seq d_model"], rotary_table: RotaryTable | None = None
     ) -> Float[Array, "seq heads head_dim"]:
         """Queries of `x`; with rotary, rotated by the `rotary_table` of their positions."""
-        query = self._split_heads(self.query_proj(x), self.num_heads)
+        query = self._whole(self.query_proj(x), self.query_norm)
+        query = self._split_heads(query, self.num_heads)
         return self._position(query, self.query_norm, rotary_table)
 
     def project_key_value(
@@ -352,7 +408,9 @@ class MultiHeadAttention(eqx.Module):
     ) -> tuple[Float[Array, "kv_seq kv_heads head_dim"], Float[Array, "kv_seq kv_heads head_dim"]]:
         """Keys and values of `context`: computed once per source for cross-attention. With
         rotary the keys are rotated like the queries."""
-        keys = self._split_heads(self.key_proj(context), self.num_kv_heads)
+        keys = self._split_heads(
+            self._whole(self.key_proj(context), self.key_norm), self.num_kv_heads
+        )
         values = self._split_heads(self.value_proj(context), self.num_kv_heads)
         return self._position(keys, self.key_norm, rotary_table), values
 
@@ -383,6 +441,7 @@ class MultiHeadAttention(eqx.Module):
         options = KernelOptions(
             implementation=self.implementation,
             scale=self.scale_scores,
+            softcap=self.softcap,
             dropout=self.dropout,
             dropout_key=key,
         )

@@ -3,7 +3,10 @@
 An encoder block is a `TransformerBlock` without cross-attention run with a padding mask; a
 decoder block runs with a causal mask and, in a translator, cross-attends to the encoder memory.
 The norm (LayerNorm or RMSNorm) sits before each sub-layer (`norm_first=True`, GPT-2, Llama)
-or after the residual sum (`norm_first=False`, the original Transformer and BERT).
+or after the residual sum (`norm_first=False`, the original Transformer and BERT). With
+`output_norm` a norm also sits on each sub-layer's output, before the residual sum: after a
+norm before it ("sandwich", Gemma 2/3: `x + norm_out(f(norm_in(x)))`), or alone (OLMo 2:
+`x + norm(f(x))`, where the block's one norm per sub-layer is this output norm).
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ from typing import Any, NamedTuple
 
 import equinox as eqx
 import jax
-from jaxtyping import Array, Float, Int, PRNGKeyArray
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 from zoo.nn.attention import AttentionSettings, MultiHeadAttention
 from zoo.nn.cache import KVCache
@@ -22,6 +26,7 @@ from zoo.nn.dropout import Dropout, split_optional
 from zoo.nn.feedforward import FeedForward, FeedForwardSettings
 from zoo.nn.linear import Init
 from zoo.nn.mask import Mask
+from zoo.nn.moe import MoEFeedForward, MoESettings, RouterStats
 from zoo.nn.norm import NORM_KINDS, Norm, make_norm
 from zoo.nn.rotary import RotaryTable
 
@@ -33,12 +38,15 @@ class BlockSettings:
     (`config.block_settings()`); the fields carry the config's names."""
 
     attention: AttentionSettings  # the self-attention
-    feed_forward: FeedForwardSettings
+    feed_forward: FeedForwardSettings | MoESettings  # dense/gated, or a mixture of experts
     cross_attention: AttentionSettings | None = None  # a decoder's, attending to the encoder
     norm: str = "layernorm"  # layernorm | rmsnorm
     layer_norm_eps: float = 1e-5  # epsilon of the block's norms
     norm_first: bool = True  # pre-norm (GPT-2, Llama) or post-norm (the paper, BERT)
     dropout: float = 0.0  # on each sub-layer's output, before the residual sum
+    output_norm: bool = False  # norm each sub-layer's output before the sum (Gemma 2/3, OLMo 2)
+    norm_weight_offset: float = 0.0  # RMSNorms scale by offset + weight (Gemma: 1)
+    norm_bias: bool = True  # the LayerNorms' biases (ModernBERT: none)
 
     @staticmethod
     def basic(
@@ -66,6 +74,10 @@ class BlockSettings:
             raise ValueError(f"norm must be one of {NORM_KINDS}, got {self.norm!r}")
         if self.cross_attention is not None and self.cross_attention.rope is not None:
             raise ValueError("cross-attention keys are not rotated: give it rope=None")
+        if self.cross_attention is not None and self.output_norm:
+            raise ValueError(
+                "output_norm is for decoder-only and encoder blocks, not cross-attention"
+            )
 
 
 class CrossInputs(NamedTuple):
@@ -89,7 +101,9 @@ class BlockInputs(NamedTuple):
     - `cross`: the encoder memory's keys, values and mask, for a decoder's cross-attention;
     - `cache`: keys and values of earlier positions; the new ones are written at its index
       and the queries attend to the whole cache, the mask's `offset` saying where they sit
-      (a causal mask without an offset: the cache was empty, a prefill over the new keys).
+      (a causal mask without an offset: the cache was empty, a prefill over the new keys);
+    - `skip_attention_norm`: the attention reads the block's input as it is, without the norm
+      before it (ModernBERT's first layer); a bool, or a scalar array in a scanned stack.
     """
 
     mask: Mask | None = None
@@ -98,6 +112,7 @@ class BlockInputs(NamedTuple):
     score_bias: Float[Array, "heads seq kv_seq"] | None = None
     cross: CrossInputs | None = None
     cache: KVCache | None = None
+    skip_attention_norm: bool | Bool[Array, ""] = False
 
     def with_rotary(self, attention: MultiHeadAttention, length: int) -> BlockInputs:
         """These inputs with the rotary table of the positions filled in (once, for every
@@ -115,6 +130,7 @@ class BlockExtras(NamedTuple):
     cache: KVCache | None
     self_weights: Float[Array, "heads seq kv_seq"] | None
     cross_weights: Float[Array, "heads seq src"] | None
+    router: RouterStats | None = None  # a mixture-of-experts feed-forward's statistics
 
 
 class TransformerBlock(eqx.Module):
@@ -124,10 +140,13 @@ class TransformerBlock(eqx.Module):
     self_attention_norm: Norm
     cross_attention: MultiHeadAttention | None
     cross_attention_norm: Norm | None
-    feed_forward: FeedForward
+    feed_forward: FeedForward | MoEFeedForward
     feed_forward_norm: Norm
+    self_attention_output_norm: Norm | None  # the sandwich's second norms (Gemma 2/3)
+    feed_forward_output_norm: Norm | None
     dropout: Dropout
     norm_first: bool = eqx.field(static=True)
+    output_norm: bool = eqx.field(static=True, default=False)
 
     def __init__(
         self,
@@ -141,7 +160,10 @@ class TransformerBlock(eqx.Module):
         self_key, cross_key, ff_key = jax.random.split(key, 3)
 
         def norm() -> Norm:
-            return make_norm(s.norm, d_model, eps=s.layer_norm_eps, dtype=init.dtype)
+            eps, offset = s.layer_norm_eps, s.norm_weight_offset
+            return make_norm(
+                s.norm, d_model, eps=eps, dtype=init.dtype, offset=offset, bias=s.norm_bias
+            )
 
         self.self_attention = MultiHeadAttention(d_model, s.attention, init=init, key=self_key)
         self.self_attention_norm = norm()
@@ -151,21 +173,34 @@ class TransformerBlock(eqx.Module):
                 d_model, s.cross_attention, init=init, key=cross_key
             )
             self.cross_attention_norm = norm()
-        self.feed_forward = FeedForward(d_model, s.feed_forward, init=init, key=ff_key)
+        if isinstance(s.feed_forward, MoESettings):
+            self.feed_forward = MoEFeedForward(d_model, s.feed_forward, init=init, key=ff_key)
+        else:
+            self.feed_forward = FeedForward(d_model, s.feed_forward, init=init, key=ff_key)
         self.feed_forward_norm = norm()
+        sandwich = s.output_norm and s.norm_first
+        self.self_attention_output_norm = norm() if sandwich else None
+        self.feed_forward_output_norm = norm() if sandwich else None
         self.dropout = Dropout(s.dropout)
         self.norm_first = s.norm_first
+        self.output_norm = s.output_norm
 
     def _residual(
         self,
         x: Array,
-        norm: Norm,
+        norm: Callable[[Array], Array],
         sublayer: Callable[[Array, PRNGKeyArray | None], tuple[Array, Any]],
         key: PRNGKeyArray | None,
+        output_norm: Norm | None = None,
     ) -> tuple[Array, Any]:
         sublayer_key, dropout_key = split_optional(key, 2)
+        if self.output_norm and not self.norm_first:  # OLMo 2: the one norm is on the output
+            update, extra = sublayer(x, sublayer_key)
+            return x + self.dropout(norm(update), key=dropout_key), extra
         if self.norm_first:
             update, extra = sublayer(norm(x), sublayer_key)
+            if output_norm is not None:
+                update = output_norm(update)
             return x + self.dropout(update, key=dropout_key), extra
         update, extra = sublayer(x, sublayer_key)
         return norm(x + self.dropout(update, key=dropout_key)), extra
@@ -206,7 +241,11 @@ class TransformerBlock(eqx.Module):
             return out, (new_cache, weights)
 
         x, (new_cache, self_weights) = self._residual(
-            x, self.self_attention_norm, self_attend, self_key
+            x,
+            self._attention_norm(inputs.skip_attention_norm),
+            self_attend,
+            self_key,
+            self.self_attention_output_norm,
         )
 
         cross_weights = None
@@ -230,7 +269,31 @@ class TransformerBlock(eqx.Module):
             x, cross_weights = self._residual(x, self.cross_attention_norm, cross_attend, cross_key)
 
         def feed_forward(h, k):
+            if isinstance(self.feed_forward, MoEFeedForward):
+                return self.feed_forward(h, valid=_real_tokens(mask, cache, h.shape[0]), key=k)
             return self.feed_forward(h, key=k), None
 
-        x, _ = self._residual(x, self.feed_forward_norm, feed_forward, ff_key)
-        return x, BlockExtras(new_cache, self_weights, cross_weights)
+        x, router = self._residual(
+            x, self.feed_forward_norm, feed_forward, ff_key, self.feed_forward_output_norm
+        )
+        return x, BlockExtras(new_cache, self_weights, cross_weights, router)
+
+    def _attention_norm(self, skip: bool | Array) -> Callable[[Array], Array]:
+        """The norm before the self-attention, or the identity where `skip` says so (a traced
+        flag selects between the two, so that a scanned stack keeps one graph)."""
+        norm = self.self_attention_norm
+        if skip is False:
+            return norm
+        if not self.norm_first:
+            raise ValueError("skip_attention_norm is for pre-norm blocks (norm_first=True)")
+        if isinstance(skip, bool):
+            return lambda h: h
+        return lambda h: jnp.where(skip, h, norm(h))
+
+
+def _real_tokens(mask: Mask | None, cache: KVCache | None, length: int) -> Array | None:
+    """Which positions count in the router statistics: the real tokens of a compacted pass
+    (its mask's key length); every position otherwise (decoding keeps no statistics)."""
+    if mask is None or mask.key_length is None or cache is not None:
+        return None
+    return jnp.arange(length) < mask.key_length

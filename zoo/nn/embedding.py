@@ -74,6 +74,7 @@ class EmbedderSettings:
     type_vocab_size: int = 0  # token types (segments); 0: none
     embedding_norm: bool = False  # LayerNorm after the sum (BERT)
     layer_norm_eps: float = 1e-5  # its epsilon
+    norm_bias: bool = True  # the LayerNorm's bias (ModernBERT: none)
     dropout: float = 0.0  # on the embeddings
     own_tokens: bool = True  # False: the token table is another embedder's, passed in a call
 
@@ -176,9 +177,9 @@ class Embedder(eqx.Module):
         self.token_type_weight = (
             init.normal(type_key, (s.type_vocab_size, d_model)) if s.type_vocab_size > 0 else None
         )
-        self.norm = (
-            LayerNorm(d_model, eps=s.layer_norm_eps, dtype=init.dtype) if s.embedding_norm else None
-        )
+        self.norm = None
+        if s.embedding_norm:
+            self.norm = LayerNorm(d_model, eps=s.layer_norm_eps, dtype=init.dtype, bias=s.norm_bias)
         self.dropout = Dropout(s.dropout)
         self.vocab_size = s.vocab_size
         self.d_model = d_model

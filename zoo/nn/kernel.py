@@ -82,7 +82,8 @@ class KernelOptions(NamedTuple):
     """
 
     implementation: str | None = None  # None (by platform) | explicit | xla | cudnn
-    scale: bool = True  # divide scores by sqrt(head_dim); False: T5, which folds it in its init
+    scale: bool | float = True  # True: 1/sqrt(head_dim); False: 1 (T5); a number: that factor
+    softcap: float | None = None  # scores -> softcap * tanh(scores / softcap) (Gemma 2)
     dropout: Dropout | None = None  # on the attention weights (needs the explicit kernel)
     dropout_key: PRNGKeyArray | None = None  # without a key, no dropout
 
@@ -107,6 +108,7 @@ def choose_kernel(
     has_score_bias: bool,
     return_weights: bool = False,
     dropout_active: bool = False,
+    softcap: bool = False,
 ) -> Kernel:
     """The kernel for one attention call (see the module docstring).
 
@@ -123,6 +125,7 @@ def choose_kernel(
         has_score_bias: whether a score bias is added (T5's relative positions).
         return_weights: whether the call returns the attention weights.
         dropout_active: whether the call drops attention weights.
+        softcap: whether the scores are soft-capped (Gemma 2), which no fused kernel does.
     """
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(
@@ -134,7 +137,12 @@ def choose_kernel(
             "attention dropout needs the attention weights, so attention runs zoo's explicit "
             "softmax instead of a fused kernel; attention_dropout=0 lets it run fused"
         )
-    if return_weights or dropout_active or implementation == "explicit":
+    if softcap and platform == "gpu" and implementation != "explicit":
+        say_once(
+            "attention logit soft-capping is not an option of the fused kernels, so attention "
+            "runs zoo's explicit softmax"
+        )
+    if return_weights or dropout_active or softcap or implementation == "explicit":
         return "explicit"
     if implementation is None and platform != "gpu":
         return "explicit"
@@ -169,6 +177,9 @@ def cudnn_refusal(
         return f"head_dim={head_dim} is not a multiple of 8 up to {limit}"
     if mask_arguments is None:
         return "the mask is an array (segments or an explicit mask), not lengths and flags"
+    window = mask_arguments.local_window_size
+    if window is not None and window[1] > 0:
+        return f"its window is two-sided {window}; cuDNN takes a left (causal) window only"
     if has_score_bias and (query.shape[0] % 2 != 0 or key.shape[0] % 2 != 0):
         return (
             f"a score bias needs even query and key lengths, got {query.shape[0]} and "
@@ -208,7 +219,7 @@ def fused_attention(
     *,
     arguments: KernelArguments | None,
     score_bias: Float[Array, "heads seq kv_seq"] | None,
-    scale: bool,
+    scale: bool | float,
     kernel: Literal["xla", "cudnn"],
 ) -> Float[Array, "seq heads head_dim"]:
     """`jax.nn.dot_product_attention` with the mask as its own arguments, or as an array.
@@ -222,7 +233,7 @@ def fused_attention(
         mask: which keys each query may attend to.
         arguments: `mask.kernel_arguments(seq, kv_seq)`; None: the mask goes as an array.
         score_bias: added to the scaled scores (T5's relative positions), or None.
-        scale: divide the scores by sqrt(head_dim).
+        scale: True divides the scores by sqrt(head_dim), False leaves them, a number multiplies.
         kernel: "xla" or "cudnn" (`choose_kernel`'s answer).
     """
     num_queries, num_keys = query.shape[0], key.shape[0]
@@ -256,7 +267,7 @@ def fused_attention(
             value,
             bias=None if score_bias is None else score_bias.astype(query.dtype)[None],
             mask=None if mask_array is None else mask_array[None, :, :],
-            scale=None if scale else 1.0,
+            scale=None if scale is True else (1.0 if scale is False else float(scale)),
             is_causal=arguments.is_causal,
             query_seq_lengths=query_lengths,
             key_value_seq_lengths=key_lengths,

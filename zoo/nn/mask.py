@@ -4,7 +4,9 @@ A `Mask` says it in the terms attention kernels understand, so that no `[seq, kv
 is built where a length or a flag says the same thing:
 
 - `causal`: query `i` sits at key position `offset + i` and sees keys at or before it;
-- `window`: of those, only the last `window` (Mistral's sliding window; causal only);
+- `window`: of those, only the last `window` (Mistral's sliding window); without `causal`,
+  the keys less than `window` positions away on either side (ModernBERT's local layers:
+  `|i - j| <= window - 1`);
 - `offset`: how many keys come before the first query (a KV cache's fill); None means 0 and
   that it is known when tracing, which fused kernels need for their causal order;
 - `key_length` / `query_length`: keys (queries) at index `>= length` are padding, or the
@@ -59,11 +61,8 @@ class Mask(eqx.Module):
     explicit: Bool[Array, "seq kv_seq"] | None = None
 
     def __check_init__(self) -> None:
-        if self.window is not None:
-            if not self.causal:
-                raise ValueError("a sliding window needs causal=True (it keeps the last keys)")
-            if not isinstance(self.window, int) or self.window < 1:
-                raise ValueError(f"window must be a positive integer, got {self.window!r}")
+        if self.window is not None and (not isinstance(self.window, int) or self.window < 1):
+            raise ValueError(f"window must be a positive integer, got {self.window!r}")
         if self.offset is not None and not self.causal:
             raise ValueError("offset places queries for the causal order: it needs causal=True")
         if (self.query_segments is None) != (self.key_segments is None):
@@ -85,7 +84,8 @@ class Mask(eqx.Module):
     def is_empty(self) -> bool:
         """True when the mask lets every query see every key."""
         parts = (self.key_length, self.query_length, self.key_segments, self.explicit)
-        return not self.causal and all(part is None for part in parts)
+        windowed = self.causal or self.window is not None
+        return not windowed and all(part is None for part in parts)
 
     def replace(self, **changes) -> Mask:
         """A copy with some parts changed (`Mask` is immutable), checked as a new mask is."""
@@ -110,6 +110,9 @@ class Mask(eqx.Module):
             allowed = key_index[None, :] <= query_position[:, None]
             if self.window is not None:
                 allowed = allowed & (key_index[None, :] > query_position[:, None] - self.window)
+        elif self.window is not None:  # two-sided: less than `window` positions either way
+            distance = jnp.abs(key_index[None, :] - query_index[:, None])
+            allowed = distance < self.window
         if self.key_length is not None:
             allowed = allowed & (key_index < self.key_length)[None, :]
         if self.query_length is not None:
@@ -145,7 +148,11 @@ class Mask(eqx.Module):
         elif self.causal and num_queries != num_keys and key_length is None:
             # the kernels align the causal order at the top left: query i sees keys <= i
             key_length = jnp.asarray(num_queries, jnp.int32)
-        window = None if self.window is None or not is_causal else (self.window - 1, 0)
+        window = None
+        if self.window is not None and not self.causal:
+            window = (self.window - 1, self.window - 1)  # two-sided
+        elif self.window is not None and is_causal:
+            window = (self.window - 1, 0)
         return KernelArguments(
             is_causal=is_causal,
             query_seq_lengths=_as_lengths(self.query_length),

@@ -2,6 +2,11 @@
 
 Two kinds, chosen by a config's `norm` field: `LayerNorm` (GPT-2, BERT, the paper) centres and
 scales; `RMSNorm` (Llama, Mistral, Qwen, T5) only scales by the root mean square and has no bias.
+
+Gemma's RMSNorm multiplies by `1 + weight`: its checkpoints store the scale minus one (zero at
+initialisation). zoo's `RMSNorm(offset=1.0)` keeps the stored value as its `weight` and adds
+the offset in float32 inside the call, so loading and saving copy the weight unchanged (adding
+the 1 to a bf16 weight before storing it would round away its low bits).
 """
 
 from __future__ import annotations
@@ -20,15 +25,16 @@ def _row(vector: Array, ndim: int) -> Array:
 
 
 class LayerNorm(eqx.Module):
-    """`(x - mean) / sqrt(var + eps) * weight + bias` over the last axis."""
+    """`(x - mean) / sqrt(var + eps) * weight + bias` over the last axis; with `bias=False` no
+    bias (ModernBERT's `norm_bias=False`)."""
 
     weight: Float[Array, " d_model"]
-    bias: Float[Array, " d_model"]
+    bias: Float[Array, " d_model"] | None
     eps: float = eqx.field(static=True)
 
-    def __init__(self, d_model: int, *, eps: float = 1e-5, dtype=jnp.float32):
+    def __init__(self, d_model: int, *, eps: float = 1e-5, dtype=jnp.float32, bias: bool = True):
         self.weight = jnp.ones((d_model,), dtype)
-        self.bias = jnp.zeros((d_model,), dtype)
+        self.bias = jnp.zeros((d_model,), dtype) if bias else None
         self.eps = eps
 
     def __call__(self, x: Float[Array, "*lead d_model"]) -> Float[Array, "*lead d_model"]:
@@ -38,6 +44,8 @@ class LayerNorm(eqx.Module):
         var = jnp.mean(jnp.square(x32 - mean), axis=-1, keepdims=True)
         normed = (x32 - mean) * jax.lax.rsqrt(var + self.eps)
         scaled = normed * _row(self.weight, x.ndim)
+        if self.bias is None:
+            return scaled.astype(x.dtype)
         return (scaled + _row(self.bias, x.ndim)).astype(x.dtype)
 
 
@@ -46,30 +54,50 @@ class RMSNorm(eqx.Module):
 
     The statistics and the multiplication by `weight` run in float32 even for bf16 inputs and
     weights; only the result is cast back to the input dtype. Works on any leading axes, so it
-    also normalises each attention head (`[seq, heads, head_dim]`, Qwen3's QK-norm).
+    also normalises each attention head (`[seq, heads, head_dim]`, Qwen3's QK-norm). With
+    `offset` (Gemma: 1.0) the scale is `offset + weight`, and the weight starts at `1 - offset`.
     """
 
     weight: Float[Array, " dim"]
     eps: float = eqx.field(static=True)
+    offset: float = eqx.field(static=True, default=0.0)
 
-    def __init__(self, dim: int, *, eps: float = 1e-6, dtype=jnp.float32):
-        self.weight = jnp.ones((dim,), dtype)
+    def __init__(self, dim: int, *, eps: float = 1e-6, dtype=jnp.float32, offset: float = 0.0):
+        self.weight = jnp.full((dim,), 1.0 - offset, dtype)
         self.eps = eps
+        self.offset = offset
 
     def __call__(self, x: Float[Array, "*lead dim"]) -> Float[Array, "*lead dim"]:
         x32 = x.astype(jnp.float32)
         mean_square = jnp.mean(jnp.square(x32), axis=-1, keepdims=True)
         normed = x32 * jax.lax.rsqrt(mean_square + self.eps)
-        return (normed * _row(self.weight, x.ndim)).astype(x.dtype)
+        scale = _row(self.weight, x.ndim)
+        if self.offset:
+            scale = scale + jnp.float32(self.offset)
+        return (normed * scale).astype(x.dtype)
 
 
 Norm = LayerNorm | RMSNorm
 
 
-def make_norm(kind: str, dim: int, *, eps: float, dtype=jnp.float32) -> Norm:
-    """A `LayerNorm` or an `RMSNorm` of width `dim`, by the config name `kind`."""
+def make_norm(
+    kind: str,
+    dim: int,
+    *,
+    eps: float,
+    dtype=jnp.float32,
+    offset: float = 0.0,
+    bias: bool = True,
+) -> Norm:
+    """A `LayerNorm` or an `RMSNorm` of width `dim`, by the config name `kind`; `offset` is the
+    RMSNorm's (Gemma's `1 + weight`: 1.0), which a LayerNorm refuses; `bias=False` leaves the
+    LayerNorm's bias out (an RMSNorm has none anyway)."""
     if kind == "layernorm":
-        return LayerNorm(dim, eps=eps, dtype=dtype)
+        if offset:
+            raise ValueError(
+                f"norm_weight_offset={offset} is for RMSNorm (Gemma); a LayerNorm has none"
+            )
+        return LayerNorm(dim, eps=eps, dtype=dtype, bias=bias)
     if kind == "rmsnorm":
-        return RMSNorm(dim, eps=eps, dtype=dtype)
+        return RMSNorm(dim, eps=eps, dtype=dtype, offset=offset)
     raise ValueError(f"unknown norm {kind!r}; choose one of {NORM_KINDS}")

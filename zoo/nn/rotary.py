@@ -16,13 +16,20 @@ Scaling variants stretch the context a model was trained for (`Rope`, the settin
 model's rotary positions, with their HuggingFace form beside the math):
 - `linear`: every frequency divided by `factor` (position interpolation);
 - `llama3`: long wavelengths divided by `factor`, short ones kept, a smooth blend between
-  (Llama 3.1 / 3.2).
+  (Llama 3.1 / 3.2);
+- `longrope`: each frequency divided by its own factor, from `short_factor` while a call's
+  positions stay within `original_max_positions` and from `long_factor` once they pass it,
+  with cos and sin multiplied by an attention factor (Phi-3.5, Phi-4-mini). The switch is made
+  per call from the call's largest position (transformers makes it from the batch's).
+
+`partial_rotary_factor` < 1 rotates only the first `int(head_dim * factor)` dimensions of each
+head and passes the rest through (Phi-4-mini: 0.75).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, NamedTuple
 
@@ -31,9 +38,15 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
-ROPE_SCALINGS = (None, "linear", "llama3")
-# HuggingFace's `rope_type` (or the older `type`) -> zoo's scaling
-HF_ROPE_TYPES = {"default": None, "linear": "linear", "llama3": "llama3"}
+ROPE_SCALINGS = (None, "linear", "llama3", "longrope")
+# HuggingFace's `rope_type` (or the older `type`) -> zoo's scaling ("su": Phi-3's older name)
+HF_ROPE_TYPES = {
+    "default": None,
+    "linear": "linear",
+    "llama3": "llama3",
+    "longrope": "longrope",
+    "su": "longrope",
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,9 +64,24 @@ class Rope:
     factor: float = 1.0  # linear and llama3: how much longer the context is stretched
     low_freq_factor: float = 1.0  # llama3: wavelengths above original / low are scaled
     high_freq_factor: float = 4.0  # llama3: wavelengths below original / high are kept
-    original_max_positions: int = 8192  # llama3: the context it was trained for
+    original_max_positions: int = 8192  # llama3, longrope: the context it was trained for
+    short_factor: Sequence[float] = ()  # longrope: per-frequency divisors (kept as a tuple)
+    long_factor: Sequence[float] = ()  # longrope: per-frequency divisors beyond the original
+    attention_factor: float | None = None  # longrope: cos/sin scale; None: from factor
+    partial_rotary_factor: float = 1.0  # the fraction of each head that rotates (Phi-4-mini)
 
     def __post_init__(self) -> None:
+        for name in ("short_factor", "long_factor"):  # JSON lists: keep the record hashable
+            object.__setattr__(self, name, tuple(float(v) for v in getattr(self, name)))
+        if not 0.0 < self.partial_rotary_factor <= 1.0:
+            raise ValueError(
+                f"partial_rotary_factor must be in (0, 1], got {self.partial_rotary_factor}"
+            )
+        if self.scaling == "longrope" and len(self.short_factor) != len(self.long_factor):
+            raise ValueError(
+                "longrope needs short_factor and long_factor of one length (rotary dims / 2), "
+                f"got {len(self.short_factor)} and {len(self.long_factor)}"
+            )
         if self.scaling not in ROPE_SCALINGS:
             raise ValueError(f"rope scaling must be one of {ROPE_SCALINGS}, got {self.scaling!r}")
         if not self.theta > 0 or not self.factor > 0:
@@ -66,11 +94,60 @@ class Rope:
                 f"{self.low_freq_factor} and {self.high_freq_factor}"
             )
 
+    def rotary_dim(self, head_dim: int) -> int:
+        """How many dimensions of a `head_dim` head rotate (all, unless partial)."""
+        dim = int(head_dim * self.partial_rotary_factor)
+        if dim % 2 != 0 or dim == 0:
+            raise ValueError(
+                f"rotary positions need an even number of rotating dimensions, got {dim} "
+                f"(head_dim={head_dim} x partial_rotary_factor={self.partial_rotary_factor})"
+            )
+        return dim
+
+    @property
+    def table_scale(self) -> float:
+        """What cos and sin are multiplied by: longrope's attention factor, else 1."""
+        if self.scaling != "longrope":
+            return 1.0
+        if self.attention_factor is not None:
+            return self.attention_factor
+        if self.factor <= 1.0:
+            return 1.0
+        return math.sqrt(1 + math.log(self.factor) / math.log(self.original_max_positions))
+
+    def _longrope(self, head_dim: int) -> tuple[np.ndarray, np.ndarray]:
+        """The (short, long) frequencies of longrope."""
+        dim = self.rotary_dim(head_dim)
+        if len(self.short_factor) != dim // 2:
+            raise ValueError(
+                f"longrope factors have {len(self.short_factor)} values, but {dim} rotating "
+                f"dimensions need {dim // 2}"
+            )
+        base = np.power(
+            np.float32(self.theta), np.arange(0, dim, 2, dtype=np.float32) / np.float32(dim)
+        )
+        short = 1.0 / (np.asarray(self.short_factor, np.float32) * base)
+        long = 1.0 / (np.asarray(self.long_factor, np.float32) * base)
+        return short.astype(np.float32), long.astype(np.float32)
+
+    def frequencies_at(self, head_dim: int, positions: Int[Array, " seq"]) -> Array:
+        """The frequencies a call at `positions` rotates by: longrope picks its long factors
+        once the largest position passes `original_max_positions`; others are fixed."""
+        if self.scaling != "longrope":
+            return jnp.asarray(self.inverse_frequencies(head_dim))
+        short, long = self._longrope(head_dim)
+        beyond = jnp.max(positions) + 1 > self.original_max_positions
+        return jnp.where(beyond, jnp.asarray(long), jnp.asarray(short))
+
     def inverse_frequencies(self, head_dim: int) -> np.ndarray:
-        """The `head_dim // 2` rotation frequencies (float32), after the scaling."""
+        """The `rotary_dim // 2` rotation frequencies (float32), after the scaling (longrope:
+        the short ones)."""
         if head_dim % 2 != 0:
             raise ValueError(f"rotary positions need an even head_dim, got {head_dim}")
-        exponents = np.arange(0, head_dim, 2, dtype=np.float32) / np.float32(head_dim)
+        if self.scaling == "longrope":
+            return self._longrope(head_dim)[0]
+        dim = self.rotary_dim(head_dim)
+        exponents = np.arange(0, dim, 2, dtype=np.float32) / np.float32(dim)
         inv_freq = (1.0 / np.power(np.float32(self.theta), exponents)).astype(np.float32)
         if self.scaling == "linear":
             return (inv_freq / np.float32(self.factor)).astype(np.float32)
@@ -104,8 +181,24 @@ class Rope:
             )
         fields: dict[str, Any] = dict(theta=float(params.get("rope_theta", 10000.0)))
         fields["scaling"] = HF_ROPE_TYPES[kind]
+        fields["partial_rotary_factor"] = float(params.get("partial_rotary_factor") or 1.0)
         if kind in ("linear", "llama3"):
             fields["factor"] = float(params["factor"])
+        if fields["scaling"] == "longrope":
+            fields["short_factor"] = tuple(params["short_factor"])
+            fields["long_factor"] = tuple(params["long_factor"])
+            original = int(params["original_max_position_embeddings"])
+            fields["original_max_positions"] = original
+            # transformers: the factor defaults to max_position_embeddings / original
+            given, longest = params.get("factor"), params.get("max_position_embeddings")
+            if given:
+                fields["factor"] = float(given)
+            elif longest is not None:
+                fields["factor"] = float(longest) / original
+            else:
+                raise ValueError("longrope needs its factor or the model's max_position_embeddings")
+            if params.get("attention_factor") is not None:
+                fields["attention_factor"] = float(params["attention_factor"])
         if kind == "llama3":
             fields["low_freq_factor"] = float(params["low_freq_factor"])
             fields["high_freq_factor"] = float(params["high_freq_factor"])
@@ -123,6 +216,16 @@ class Rope:
                 high_freq_factor=self.high_freq_factor,
                 original_max_position_embeddings=self.original_max_positions,
             )
+        if self.scaling == "longrope":
+            scaling = dict(
+                rope_type="longrope",
+                short_factor=list(self.short_factor),
+                long_factor=list(self.long_factor),
+                original_max_position_embeddings=self.original_max_positions,
+                factor=self.factor,
+            )
+            if self.attention_factor is not None:
+                scaling["attention_factor"] = self.attention_factor
         return self.theta, scaling
 
     def to_dict(self) -> dict[str, Any]:
@@ -136,30 +239,41 @@ def rotate_half(x: Float[Array, "*lead dim"]) -> Float[Array, "*lead dim"]:
 
 
 class RotaryTable(NamedTuple):
-    """cos and sin of the rotation angles of `seq` positions, `[seq, head_dim]` float32 each.
+    """cos and sin of the rotation angles of `seq` positions, `[seq, rotary_dim]` float32 each
+    (`rotary_dim` is head_dim unless the rotary is partial).
 
     Made by `RotaryEmbedding.table`; the same for every layer and head, so computed once.
     """
 
-    cos: Float[Array, "seq head_dim"]
-    sin: Float[Array, "seq head_dim"]
+    cos: Float[Array, "seq rotary_dim"]
+    sin: Float[Array, "seq rotary_dim"]
 
 
 def apply_rotary(
     x: Float[Array, "seq heads head_dim"], table: RotaryTable
 ) -> Float[Array, "seq heads head_dim"]:
-    """Rotate every head of `x` by the table's angles, in float32, cast back to `x.dtype`."""
-    expected = (x.shape[0], x.shape[-1])
-    if table.cos.shape != expected or table.sin.shape != expected:
+    """Rotate every head of `x` by the table's angles, in float32, cast back to `x.dtype`.
+
+    A table narrower than the heads (partial rotary) rotates their first dimensions only."""
+    rotating = table.cos.shape[-1]
+    if (
+        table.cos.shape[0] != x.shape[0]
+        or table.sin.shape != table.cos.shape
+        or rotating > x.shape[-1]
+    ):
         raise ValueError(
             f"the rotary table is {table.cos.shape} but the [seq, heads, head_dim] input "
-            f"{x.shape} needs {expected}: make it from these positions with "
-            "RotaryEmbedding.table(positions)"
+            f"{x.shape} needs ({x.shape[0]}, {x.shape[-1]}) (fewer columns: a partial rotary): "
+            "make it from these positions with RotaryEmbedding.table(positions)"
         )
     cos = table.cos.astype(jnp.float32)[:, None, :]
     sin = table.sin.astype(jnp.float32)[:, None, :]
     x32 = x.astype(jnp.float32)
-    return (x32 * cos + rotate_half(x32) * sin).astype(x.dtype)
+    rotated = x32[..., :rotating]
+    rotated = rotated * cos + rotate_half(rotated) * sin
+    if rotating < x.shape[-1]:
+        rotated = jnp.concatenate([rotated, x32[..., rotating:]], axis=-1)
+    return rotated.astype(x.dtype)
 
 
 class RotaryEmbedding(eqx.Module):
@@ -181,16 +295,21 @@ class RotaryEmbedding(eqx.Module):
     def inverse_frequencies(self) -> np.ndarray:
         return self.rope.inverse_frequencies(self.head_dim)
 
-    def angles(self, positions: Int[Array, " seq"]) -> Float[Array, "seq head_dim"]:
+    def angles(self, positions: Int[Array, " seq"]) -> Float[Array, "seq rotary_dim"]:
         """The rotation angle of every position and dimension (each pair's angle twice)."""
-        inv_freq = jnp.asarray(self.inverse_frequencies())
+        inv_freq = self.rope.frequencies_at(self.head_dim, positions)
         half = positions.astype(jnp.float32)[:, None] * inv_freq[None, :]
         return jnp.concatenate([half, half], axis=-1)
 
     def table(self, positions: Int[Array, " seq"]) -> RotaryTable:
-        """cos and sin of `angles(positions)`, float32 `[seq, head_dim]`: compute once, pass on."""
+        """cos and sin of `angles(positions)`, float32 `[seq, rotary_dim]` (longrope: times its
+        attention factor): compute once, pass on."""
         angles = self.angles(positions)
-        return RotaryTable(jnp.cos(angles), jnp.sin(angles))
+        scale = self.rope.table_scale
+        if scale == 1.0:
+            return RotaryTable(jnp.cos(angles), jnp.sin(angles))
+        factor = np.float32(scale)
+        return RotaryTable(jnp.cos(angles) * factor, jnp.sin(angles) * factor)
 
     def __call__(
         self, x: Float[Array, "seq heads head_dim"], table: RotaryTable

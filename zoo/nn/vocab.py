@@ -46,7 +46,8 @@ class VocabHead(eqx.Module):
     A model's output layer as one value: a table (`weight`, tied embeddings or a plain
     `Linear` head) with an optional `bias` (MarianMT's final logits bias), or any other layer
     (`projection`: a LoRA or int8 head) called as it is. `scale` multiplies the hidden states
-    first (T5 v1.0's `d_model**-0.5`). Only a table can be padded: `width(multiple)` says how
+    first (T5 v1.0's `d_model**-0.5`); `softcap` squashes the logits into `(-softcap, softcap)`
+    by `softcap * tanh(logits / softcap)` (Gemma 2's final logit soft-capping). Only a table can be padded: `width(multiple)` says how
     many columns a call returns; columns at `vocab_size` and beyond are padding.
     """
 
@@ -55,6 +56,7 @@ class VocabHead(eqx.Module):
     projection: eqx.Module | None
     vocab_size: int = eqx.field(static=True)
     scale: float | None = eqx.field(static=True)
+    softcap: float | None = eqx.field(static=True, default=None)
 
     def __init__(
         self,
@@ -62,6 +64,7 @@ class VocabHead(eqx.Module):
         *,
         bias: Float[Array, " vocab"] | None = None,
         scale: float | None = None,
+        softcap: float | None = None,
     ):
         """`layer` is the table itself, a `zoo.nn.Linear` (its weight and bias are used) or any
         layer mapping `[seq, d_model]` to `[seq, vocab]`."""
@@ -77,6 +80,7 @@ class VocabHead(eqx.Module):
             self.vocab_size = int(layer.shape[0])
         self.bias = bias
         self.scale = scale
+        self.softcap = softcap
 
     def width(self, multiple: int = 1) -> int:
         """Columns of the logits a call with `multiple` returns."""
@@ -104,4 +108,7 @@ class VocabHead(eqx.Module):
             bias = jnp.pad(self.bias, (0, extra)) if extra else self.bias
             bias = bias.astype(logits.dtype).reshape((1,) * (logits.ndim - 1) + (-1,))
             logits = logits + bias
+        if self.softcap is not None:
+            cap = jnp.asarray(self.softcap, logits.dtype)
+            logits = jnp.tanh(logits / cap) * cap
         return logits

@@ -12,6 +12,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from zoo.tasks.base import Stats, Task, check_ids, example_keys, target_weights
+from zoo.tasks.router_losses import add_router_losses
 from zoo.tasks.vocab_loss import vocab_statistics
 
 
@@ -26,6 +27,7 @@ class LanguageModeling(Task):
     positions restart); a document's first token is not scored as the continuation of the
     previous one, so a packed row gives the loss of its documents run one by one. Loss: mean cross-entropy per scored
     token (fp32, a chunk of positions at a time: `zoo.tasks.vocab_loss`). Metric: perplexity, `exp(loss)`.
+    A mixture-of-experts model adds its router losses (`zoo.tasks.router_losses`).
     """
 
     flavor = "gpt"
@@ -44,16 +46,24 @@ class LanguageModeling(Task):
 
         def one(tokens, segments, key):
             packed = {} if segments is None else {"segments": segments}
-            return model.features(tokens, key=key, **packed)  # type: ignore[attr-defined]
+            if not hasattr(model, "features_and_router"):  # a model without routers
+                return model.features(tokens, key=key, **packed), None  # type: ignore[attr-defined]
+            return model.features_and_router(tokens, key=key, **packed)
 
         read = None if segments is None else segments[:, :-1]
-        features = jax.vmap(one)(inputs, read, example_keys(key, tokens.shape[0]))
+        features, router = jax.vmap(one)(inputs, read, example_keys(key, tokens.shape[0]))
         weight = target_weights(targets, model.config.pad_id)  # type: ignore[attr-defined]
         if segments is not None:  # the first token of a document is not predicted from the last
             weight = weight & (segments[:, 1:] == segments[:, :-1])
         if "loss_mask" in batch:
             weight = weight & (jnp.asarray(batch["loss_mask"])[:, 1:] != 0)
-        return vocab_statistics(model.output_head, features, targets, weight)  # type: ignore[attr-defined]
+        stats = vocab_statistics(model.output_head, features, targets, weight)  # type: ignore[attr-defined]
+        if router is None:
+            return stats
+        config = model.config  # type: ignore[attr-defined]
+        return add_router_losses(
+            stats, router, config.router_aux_loss_coef, config.router_z_loss_coef
+        )
 
     def metric(self, stats: Stats) -> Float[Array, ""]:
         return stats.perplexity

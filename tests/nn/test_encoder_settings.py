@@ -1,0 +1,79 @@
+"""Encoder settings ModernBERT uses: a LayerNorm without bias, a two-sided window, and a stack
+whose first layer's attention reads its input without the norm."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from zoo.nn import LayerNorm
+from zoo.nn.block import BlockInputs, BlockSettings, TransformerBlock
+from zoo.nn.mask import Mask
+from zoo.nn.stack import LayerStack
+
+
+def test_layernorm_without_bias_is_centred_and_scaled_only():
+    x = jnp.array([[1.0, 2.0, 3.0, 6.0]])
+    norm = LayerNorm(4, eps=1e-5, bias=False)
+    assert norm.bias is None
+    centred = np.array([[-2.0, -1.0, 0.0, 3.0]])
+    expected = centred / np.sqrt(np.mean(centred**2) + 1e-5)
+    np.testing.assert_allclose(norm(x), expected, rtol=1e-5)
+
+
+def test_two_sided_window_as_array_and_kernel_arguments():
+    mask = Mask(window=3, key_length=jnp.array(5))
+    allowed = np.asarray(mask.array(6, 6))
+    distance = np.abs(np.subtract.outer(np.arange(6), np.arange(6)))
+    np.testing.assert_array_equal(allowed, (distance <= 2) & (np.arange(6) < 5)[None, :])
+    arguments = mask.kernel_arguments(6, 6)
+    assert arguments is not None
+    assert (arguments.is_causal, arguments.local_window_size) == (False, (2, 2))
+    assert Mask(window=3).is_empty is False
+    # a causal window keeps its left-only form
+    assert Mask(causal=True, window=3).kernel_arguments(6, 6).local_window_size == (2, 0)
+
+
+def _stack(scan: bool, first_attention_norm: bool) -> LayerStack:
+    settings = BlockSettings.basic(2, 16, norm_first=True)
+    return LayerStack(
+        lambda k: TransformerBlock(8, settings, key=k),
+        3,
+        scan=scan,
+        first_attention_norm=first_attention_norm,
+        key=jax.random.key(0),
+    )
+
+
+def _scale_first_attention_norm(stack: LayerStack, factor: float) -> LayerStack:
+    weight = stack.blocks.self_attention_norm.weight
+    return jax.tree_util.tree_map(
+        lambda leaf: leaf.at[0].multiply(factor) if leaf is weight else leaf, stack
+    )
+
+
+@pytest.mark.parametrize("scan", [True, False])
+def test_first_layer_attention_reads_its_input_without_the_norm(scan):
+    x = jax.random.normal(jax.random.key(1), (5, 8))
+    plain = _stack(scan, first_attention_norm=False)
+    out, _ = plain(x)
+    # the first layer's attention norm is not applied: scaling its weight changes nothing,
+    # while the second layer's still counts
+    scaled, _ = _scale_first_attention_norm(plain, 3.0)(x)
+    np.testing.assert_allclose(scaled, out, rtol=1e-6)
+    normed, _ = _stack(scan, first_attention_norm=True)(x)
+    assert np.max(np.abs(np.asarray(normed) - np.asarray(out))) > 1e-3
+    # the same as running layer 0 by hand with the flag, then the others
+    h, _ = plain.layer(0)(x, BlockInputs(skip_attention_norm=True))
+    for index in (1, 2):
+        h, _ = plain.layer(index)(h)
+    np.testing.assert_allclose(out, h, rtol=1e-5, atol=1e-5)
+
+
+def test_scanned_and_unrolled_agree():
+    x = jax.random.normal(jax.random.key(2), (4, 8))
+    scanned, _ = _stack(True, first_attention_norm=False)(x)
+    unrolled, _ = _stack(False, first_attention_norm=False)(x)
+    np.testing.assert_allclose(scanned, unrolled, rtol=1e-5, atol=1e-6)
