@@ -13,7 +13,9 @@ import equinox as eqx
 import jax
 from jaxtyping import PRNGKeyArray
 
+from zoo.presets.families import decoder_families, encoder_families
 from zoo.models import FLAVORS, ClassifierConfig, GPTConfig, TransformerConfig, TranslatorConfig
+from zoo.presets.moe import MOE_PRESETS
 from zoo.nn.rotary import Rope
 
 
@@ -461,3 +463,16 @@ def abstract(name: str, **overrides: Any) -> eqx.Module:
 def param_count(name: str, **overrides: Any) -> int:
     """Parameter count of a preset, computed without allocating the weights."""
     return count_params(abstract(name, **overrides))
+
+
+# Gemma 2/3 and OLMo 2, as differences from Llama's parts
+for _name, (_config, _description) in decoder_families(LLAMA_PARTS, _CPU_REMAT).items():
+    register(_name, _config, _description)
+
+# ModernBERT, as differences from BERT's parts
+for _name, (_encoder, _description) in encoder_families().items():
+    register(_name, _encoder, _description)
+
+# the mixture-of-experts presets (Mixtral, Qwen-MoE, OLMoE)
+for _name, (_config, _description) in MOE_PRESETS.items():
+    register(_name, _config, _description)
