@@ -71,7 +71,7 @@ class Layout:
 
     def batch_sharding(self, ndim: int, split: bool = True) -> NamedSharding:
         """Rows over (data, fsdp), every other dimension whole (`split=False`: all whole)."""
-        rows = BATCH_AXES if split else None
+        rows = tuple(a for a in BATCH_AXES if a in self.mesh.axis_names) if split else None
         return NamedSharding(self.mesh, PartitionSpec(rows, *([None] * (ndim - 1))))
 
     def place_batch(self, batch: Mapping[str, Any], *, even: bool = True) -> dict[str, jax.Array]:

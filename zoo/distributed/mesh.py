@@ -1,10 +1,13 @@
 """A device mesh from a string: `data=2,fsdp=2,tensor=2`.
 
-The mesh has three named axes, always in this order (an axis left out has size 1):
+The mesh has three named axes, always in this order (an axis left out has size 1), and a
+fourth, `expert`, where the spec names it:
 
 - `data`: copies of the model, each training on its own rows of the batch (data parallel)
 - `fsdp`: rows of the batch too, and a slice of every parameter and optimizer array each
   (fully sharded data parallel, ZeRO-3 style)
+- `expert`: rows of the batch too, and a slice of a mixture of experts' experts each (expert
+  parallel); it sits between `fsdp` and `tensor`
 - `tensor`: a slice of the attention heads and the feed-forward width each (Megatron style)
 
 The sizes multiply to the number of devices; `-1` on one axis takes the rest.
@@ -21,8 +24,10 @@ import numpy as np
 from jax.sharding import AbstractMesh, Mesh
 
 AXES = ("data", "fsdp", "tensor")
-# the axes that split the batch's rows
-BATCH_AXES = ("data", "fsdp")
+# every axis a mesh may have: AXES, and `expert` where a spec names it
+ALL_AXES = ("data", "fsdp", "expert", "tensor")
+# the axes that split the batch's rows (those the mesh has)
+BATCH_AXES = ("data", "fsdp", "expert")
 EXAMPLE = "data=2,fsdp=-1"
 
 
@@ -34,11 +39,12 @@ def parse_mesh(spec: str) -> dict[str, int]:
         if not separator or not name:
             raise ValueError(
                 f"mesh {spec!r}: {item.strip()!r} is not AXIS=SIZE; write e.g. {EXAMPLE} "
-                f"(axes: {', '.join(AXES)})"
+                f"(axes: {', '.join(ALL_AXES)})"
             )
-        if name not in AXES:
+        if name not in ALL_AXES:
             raise ValueError(
                 f"mesh {spec!r}: unknown axis {name!r}; the axes are {', '.join(AXES)} "
+                "(and expert, splitting a mixture of experts' experts) "
                 f"(e.g. {EXAMPLE})"
             )
         if name in sizes:
@@ -61,7 +67,8 @@ def parse_mesh(spec: str) -> dict[str, int]:
 def resolve_sizes(
     spec: str, device_count: int, platform: str = "device", processes: int = 1
 ) -> tuple[int, ...]:
-    """The size of each of `AXES` for `spec` on `device_count` devices (of `processes`)."""
+    """The size of each of `mesh_axes(spec)` for `spec` on `device_count` devices (of
+    `processes`)."""
     where = (
         "" if processes == 1 else f" ({device_count // processes} on each of {processes} processes)"
     )
@@ -83,7 +90,12 @@ def resolve_sizes(
             f"devices{where}; make the sizes multiply to {device_count}, or give one axis -1 to take "
             f"the rest (e.g. {EXAMPLE})"
         )
-    return tuple(sizes.get(name, 1) for name in AXES)
+    return tuple(sizes.get(name, 1) for name in mesh_axes(spec))
+
+
+def mesh_axes(spec: str) -> tuple[str, ...]:
+    """The axis names of the mesh `spec` describes: `AXES`, with `expert` if it names it."""
+    return ALL_AXES if "expert" in parse_mesh(spec) else AXES
 
 
 def make_mesh(spec: str, devices: Sequence[Any] | None = None) -> Mesh:
@@ -98,13 +110,13 @@ def make_mesh(spec: str, devices: Sequence[Any] | None = None) -> Mesh:
         grid = mesh_utils.create_device_mesh(shape, devices)
     except (ValueError, NotImplementedError, AssertionError):
         grid = np.asarray(devices, dtype=object).reshape(shape)
-    return Mesh(grid, AXES)
+    return Mesh(grid, mesh_axes(spec))
 
 
 def abstract_mesh(spec: str, device_count: int) -> AbstractMesh:
     """The mesh `spec` describes on `device_count` devices, without the devices: enough to plan
     shardings (`describe`, `sharding_table`) for hardware this machine does not have."""
-    return AbstractMesh(resolve_sizes(spec, device_count), AXES)
+    return AbstractMesh(resolve_sizes(spec, device_count), mesh_axes(spec))
 
 
 def as_mesh(mesh: Any) -> Mesh:
@@ -116,11 +128,11 @@ def as_mesh(mesh: Any) -> Mesh:
             f"mesh must be a jax.sharding.Mesh or a string like {EXAMPLE!r}, "
             f"got {type(mesh).__name__}"
         )
-    unknown = [name for name in mesh.axis_names if name not in AXES]
+    unknown = [name for name in mesh.axis_names if name not in ALL_AXES]
     if unknown:
         raise ValueError(
             f"the mesh has axes {list(mesh.axis_names)}; the partition rules use "
-            f"{', '.join(AXES)}: name the mesh's axes among those"
+            f"{', '.join(ALL_AXES)}: name the mesh's axes among those"
         )
     return mesh
 

@@ -41,6 +41,15 @@ RULES: tuple[Rule, ...] = (
     (r"attention\.output_proj\.bias$", ("fsdp",)),
     # QK-norm over one head's width [head_dim]
     (r"(query|key)_norm\.(weight|bias)$", (None,)),
+    # mixture of experts: the stacked experts gate/up [experts, d_model, d_ff] and down
+    # [experts, d_ff, d_model] split by expert over `expert`; the router [experts, d_model], the
+    # shared expert (a gated feed-forward) and its gate [1, d_model]
+    (r"feed_forward\.experts\.(gate|up)$", ("expert", "fsdp", "tensor")),
+    (r"feed_forward\.experts\.down$", ("expert", "tensor", "fsdp")),
+    (r"feed_forward\.(router|shared_gate)\.weight$", (None, "fsdp")),
+    (r"feed_forward\.selection_bias$", (None,)),
+    (r"feed_forward\.shared\.(gate|hidden)\.weight$", ("tensor", "fsdp")),
+    (r"feed_forward\.shared\.output\.weight$", ("fsdp", "tensor")),
     # feed-forward, dense or gated: gate/hidden [d_ff, d_model], output [d_model, d_ff]
     (r"feed_forward\.(gate|hidden)\.weight$", ("tensor", "fsdp")),
     (r"feed_forward\.(gate|hidden)\.bias$", ("tensor",)),
@@ -121,10 +130,27 @@ def check_tensor(tree: Any, mesh: Mesh | AbstractMesh) -> None:
         )
 
 
+def check_experts(tree: Any, mesh: Mesh | AbstractMesh) -> None:
+    """`expert` must divide the experts of `tree`'s config (and the model must have some)."""
+    expert = axis_size(mesh, "expert")
+    config = getattr(tree, "config", None)
+    if expert == 1 or config is None:
+        return
+    experts = getattr(config, "num_experts", 0)
+    if not experts or experts % expert:
+        have = f"{experts} experts" if experts else "no experts (num_experts=0)"
+        raise ValueError(
+            f"mesh {mesh_string(mesh)}: expert={expert} splits a mixture of experts' experts "
+            f"over devices, but the model has {have}; choose expert among the divisors of "
+            "num_experts, or put the devices on data or fsdp"
+        )
+
+
 def shardings(tree: Any, mesh: Mesh | AbstractMesh, rules: tuple[Rule, ...] = RULES) -> Any:
     """`tree` (a model, an optimizer state, or their `eqx.filter_eval_shape`) with each array
     replaced by its `NamedSharding` on `mesh` (other leaves kept). Nothing is allocated."""
     check_tensor(tree, mesh)
+    check_experts(tree, mesh)
     slots, treedef = _flat_slots(tree)
     leaves = [
         NamedSharding(mesh, partition_spec(name, tuple(leaf.shape), mesh, rules))
@@ -140,6 +166,7 @@ def sharding_table(
 ) -> list[dict]:
     """One row per array of `tree`: name, shape, dtype, spec, bytes in all and per device."""
     check_tensor(tree, mesh)
+    check_experts(tree, mesh)
     rows = []
     for name, leaf in _flat_slots(tree)[0]:
         if not _is_slot(leaf):

@@ -184,6 +184,11 @@ class Architecture(Generic[ConfigT]):
         """
         return ()
 
+    def stored_keys(self, arrays: dict[str, Any]) -> dict[str, Any]:
+        """A state dict in the layout the key map reads, from another layout of the same
+        weights (transformers' in-memory form where it differs from its files); unchanged here."""
+        return arrays
+
     def check_class(self, hf: HFConfig) -> None:
         classes = hf["architectures"] or []
         unknown = [c for c in classes if c not in self.loads]

@@ -24,6 +24,9 @@ GROUPS: dict[str, tuple[str, ...]] = {
 }
 # output layers that "all-linear" leaves alone (train them whole with `train=`)
 OUTPUT_LAYERS = ("head", "output_proj")
+# a mixture of experts' routing (its router, the shared expert's gate): "all-linear" leaves
+# them frozen too (name one to adapt it)
+ROUTING = ("*feed_forward.router", "*feed_forward.shared_gate")
 
 
 def _matches(path: str, pattern: str) -> bool:
@@ -47,7 +50,12 @@ def select(paths: Iterable[str], targets: Sequence[str]) -> list[str]:
     chosen: set[str] = set()
     for target in targets:
         if target == "all-linear":
-            found = {p for p in paths if p.split(".")[0] not in OUTPUT_LAYERS}
+            found = {
+                p
+                for p in paths
+                if p.split(".")[0] not in OUTPUT_LAYERS
+                and not any(_matches(p, routing) for routing in ROUTING)
+            }
         else:
             patterns = GROUPS.get(target, (target,))
             found = {p for p in paths if any(_matches(p, pattern) for pattern in patterns)}

@@ -15,9 +15,14 @@ import equinox as eqx
 from zoo.interop.architecture import Architecture, UnsupportedConfig, config_of
 from zoo.interop.architectures.bert import Bert
 from zoo.interop.architectures.distilbert import DistilBert
+from zoo.interop.architectures.gemma import GEMMA_FAMILIES, gemma_family_for
 from zoo.interop.architectures.gpt2 import GPT2
 from zoo.interop.architectures.llama import DECODER_FAMILIES, decoder_family_for
 from zoo.interop.architectures.marian import Marian
+from zoo.interop.architectures.modernbert import MODERNBERT
+from zoo.interop.architectures.moe import MOE_FAMILIES, moe_family_for
+from zoo.interop.architectures.olmo2 import OLMO2
+from zoo.interop.architectures.phi3 import PHI3
 from zoo.interop.architectures.roberta import Roberta, XLMRoberta
 from zoo.interop.architectures.t5 import MT5, REFUSED_MODEL_TYPES, T5
 from zoo.models import ClassifierConfig, GPTConfig, TransformerConfig, TranslatorConfig, flavor_of
@@ -26,8 +31,11 @@ DECODER_MODEL_TYPES = {family.model_type for family in DECODER_FAMILIES}
 ARCHITECTURES: dict[str, Architecture] = {
     a.model_type: a for a in (GPT2(), Bert(), Marian(), *DECODER_FAMILIES, T5(), MT5())
 }
+ARCHITECTURES.update({a.model_type: a for a in MOE_FAMILIES})  # mixtures of experts
 # the encoder families beside BERT
-ARCHITECTURES.update({a.model_type: a for a in (Roberta(), XLMRoberta(), DistilBert())})
+ARCHITECTURES.update({a.model_type: a for a in (Roberta(), XLMRoberta(), DistilBert(), MODERNBERT)})
+# decoders whose parts go beyond Llama's
+ARCHITECTURES.update({a.model_type: a for a in (*GEMMA_FAMILIES, OLMO2, PHI3)})
 
 
 def architecture_of(config: Mapping[str, object]) -> Architecture:
@@ -51,17 +59,33 @@ EXPORTS = {"gpt": "gpt2", "classifier": "bert", "translator": "marian"}
 def architecture_for(model: eqx.Module | TransformerConfig) -> Architecture:
     """The architecture a zoo model (or config) exports to.
 
-    A GPT with rotary positions is a Llama-style decoder: it exports to the simplest of Llama,
-    Mistral, Qwen2 and Qwen3 that expresses its parts; other GPTs export to GPT-2. A classifier
+    A GPT with Gemma's `1 + weight` norms exports to Gemma 3 (with QK-norm) or Gemma 2, one
+    with norms on the sub-layer outputs only to OLMo 2, one with LongRoPE or partial rotary to
+    Phi-3 (its fused projections). Another GPT with rotary positions is a
+    Llama-style decoder: it exports to the simplest of Llama, Mistral, Qwen2 and Qwen3 that
+    expresses its parts; other GPTs export to GPT-2. A classifier
     with RoBERTa's position offset exports to RoBERTa (XLM-R checkpoints too: the same network),
-    one with DistilBERT's ReLU head to DistilBERT, others to BERT. A translator with relative
+    one with DistilBERT's ReLU head to DistilBERT, one whose head ends in a norm to ModernBERT,
+    others to BERT. A translator with relative
     positions is a T5; other translators export to MarianMT.
     """
     config = config_of(model)
+    if isinstance(config, GPTConfig) and config.norm_weight_offset == 1.0:
+        return gemma_family_for(config)
+    if isinstance(config, GPTConfig) and config.output_norm and not config.norm_first:
+        return OLMO2
+    if isinstance(config, GPTConfig) and (
+        config.rope.scaling == "longrope" or config.rope.partial_rotary_factor < 1.0
+    ):
+        return PHI3
+    if isinstance(config, GPTConfig) and config.num_experts:
+        return moe_family_for(config)
     if isinstance(config, GPTConfig) and config.positions == "rotary":
         return decoder_family_for(config)
     if isinstance(config, TranslatorConfig) and config.positions == "relative":
         return ARCHITECTURES["t5"]
+    if isinstance(config, ClassifierConfig) and config.pooler_norm:
+        return MODERNBERT
     if isinstance(config, ClassifierConfig) and config.position_offset > 0:
         return ARCHITECTURES["roberta"]
     if isinstance(config, ClassifierConfig) and config.pooler_activation == "relu":

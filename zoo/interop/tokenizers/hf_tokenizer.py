@@ -26,9 +26,18 @@ from zoo.interop.files import CONFIG, INSTALL_HF, read_json, resolve
 from zoo.interop.tokenizers.fast_tokenizer import FastTokenizer
 
 # model_type values whose checkpoints ship a tokenizer.json that FastTokenizer reads
-FAST_TOKENIZER_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+FAST_TOKENIZER_TYPES = (
+    "llama",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "gemma2",
+    "gemma3_text",
+    "olmo2",
+    "phi3",
+)
 # the encoders' hub snapshots ship one too; older BERT folders may hold only vocab.txt
-ENCODER_TOKENIZER_TYPES = ("roberta", "xlm-roberta", "distilbert")
+ENCODER_TOKENIZER_TYPES = ("roberta", "xlm-roberta", "distilbert", "modernbert")
 
 
 @runtime_checkable
@@ -143,9 +152,9 @@ def pretrained_tokenizer(name_or_dir: str | Path, *, revision: str | None = None
     """The tokenizer of a checkpoint folder or hub name.
 
     A folder saved by zoo (`zoo_tokenizer.json`) loads as saved; GPT-2 checkpoints with the
-    standard 50257-id vocabulary get tiktoken's `gpt2`; Llama, Mistral, Qwen, T5, RoBERTa, XLM-R
-    and DistilBERT checkpoints get `FastTokenizer` (their `tokenizer.json`); everything else gets
-    `HFTokenizer`.
+    standard 50257-id vocabulary get tiktoken's `gpt2`; Llama, Mistral, Qwen, T5, RoBERTa, XLM-R,
+    DistilBERT and ModernBERT checkpoints get `FastTokenizer` (their `tokenizer.json`);
+    everything else gets `HFTokenizer`.
     """
     folder = resolve(name_or_dir, revision=revision, tokenizer=True)
     if (folder / TOKENIZER_FILE).is_file():
