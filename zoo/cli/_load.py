@@ -1,10 +1,11 @@
 """The model a command works on: every command's MODEL argument and `zoo train --init`.
 
-One spelling everywhere: a path names a directory written by `zoo train` / `zoo.save`, or a
-HuggingFace checkpoint folder (its `config.json` and weights); `hf:NAME` names a model on the
-HuggingFace hub (`hf:gpt2`, `hf:Helsinki-NLP/opus-mt-de-en`), downloaded once and cached, as
-`--data hf:NAME` names a hub dataset. A bare hub name given to `--init` (`--init gpt2`, which
-`zoo train` once took) still loads, with a note that says to write `hf:gpt2`.
+One spelling everywhere: a path names a directory written by `zoo train` / `zoo.save`, a
+HuggingFace checkpoint folder (its `config.json` and weights) or a llama.cpp `.gguf` file;
+`hf:NAME` names a model on the HuggingFace hub (`hf:gpt2`, `hf:Helsinki-NLP/opus-mt-de-en`),
+downloaded once and cached, as `--data hf:NAME` names a hub dataset. A bare hub name given to
+`--init` (`--init gpt2`, which `zoo train` once took) still loads, with a note that says to
+write `hf:gpt2`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from zoo.serialize import CONFIG_FILE, is_zoo_folder, load_with_tokenizer
 
 HUB = "hf:"
 MODEL_HELP = (
-    "a directory written by zoo train or zoo.save, a HuggingFace checkpoint folder, or hf:NAME"
+    "a directory written by zoo train or zoo.save, a HuggingFace checkpoint folder, a .gguf "
+    "file, or hf:NAME"
 )
 GPT2_VOCAB_SIZE = 50257  # GPT-2's BPE vocabulary: tiktoken's gpt2 encoding, no files needed
 
@@ -90,6 +92,8 @@ def _read(spec: str, option: str) -> tuple[eqx.Module, Tokenizer | None]:
     if spec.startswith(HUB):
         return from_pretrained(spec[len(HUB) :], return_tokenizer=True)
     folder = Path(spec).expanduser()
+    if folder.is_file() and folder.suffix.lower() == ".gguf":  # llama.cpp's one-file models
+        return from_pretrained(folder, return_tokenizer=True)
     if folder.is_dir() and is_zoo_folder(folder):
         return load_with_tokenizer(folder)
     if folder.is_dir() and (folder / CONFIG_FILE).is_file():
@@ -107,7 +111,7 @@ def _read(spec: str, option: str) -> tuple[eqx.Module, Tokenizer | None]:
     raise FileNotFoundError(
         f"{option} {spec} is not a model directory ({what}{hint}); pass a directory written by "
         f"`zoo train` or `zoo.save` (it holds {CONFIG_FILE}), a HuggingFace checkpoint folder, "
-        f"or {HUB}NAME for a model on the hub ({HUB}gpt2)"
+        f"a llama.cpp .gguf file, or {HUB}NAME for a model on the hub ({HUB}gpt2)"
     )
 
 

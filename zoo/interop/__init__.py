@@ -2,7 +2,8 @@
 
 - `from_pretrained(name_or_dir, **overrides)`: a zoo model from a local checkpoint folder
   (`config.json` + safetensors, or `pytorch_model.bin` read with torch's weights-only loader) or
-  a hub name; `return_tokenizer=True` adds its tokenizer.
+  a hub name, or a llama.cpp `.gguf` file (`zoo.interop.gguf`); `return_tokenizer=True` adds
+  its tokenizer.
 - `from_hf(hf_model)`: a zoo model from a transformers model object.
 - `to_hf(model)`: `(state_dict, config)` that transformers loads; `save_hf(model, dir)` writes
   a folder `transformers.AutoModel.from_pretrained` reads.

@@ -23,6 +23,7 @@ from zoo.interop.architectures import (
 )
 from zoo.interop.convert import CheckpointMismatch, hf_to_zoo
 from zoo.interop.files import INSTALL_HF, HFDict, read_config, read_json, resolve
+from zoo.interop.gguf.load import gguf_checkpoint, is_gguf
 from zoo.interop.tokenizers.hf_tokenizer import pretrained_tokenizer
 from zoo.interop.torch_weights import state_dict_to_numpy
 from zoo.interop.weights import read_weights
@@ -58,7 +59,7 @@ def canonical_keys(arrays: Mapping[str, np.ndarray], arch: Architecture) -> dict
     for key, array in arrays.items():
         key = re.sub(r"\.gamma$", ".weight", re.sub(r"\.beta$", ".bias", key))
         out[f"{arch.prefix}{key}" if bare else key] = array
-    return out
+    return arch.stored_keys(out)
 
 
 def load_state_dict(
@@ -197,8 +198,18 @@ def from_pretrained(
     and T5 -> `zoo.Translator`. The end ids of `generation_config.json` (Llama 3 instruct stops
     on several) become a decoder's `stop_ids`. Keyword `overrides` change zoo config fields,
     e.g. `num_classes=2`.
+    A path to a `.gguf` file (llama.cpp, Ollama, LM Studio) loads through
+    `zoo.interop.gguf` with the `gguf` package (the `gguf` extra): its tensors dequantized
+    (to float32, or bfloat16 with `dtype="bfloat16"`), its tokenizer built from its metadata.
     With `return_tokenizer=True`, returns `(model, tokenizer)`.
     """
+    if is_gguf(name_or_dir):
+        config, arrays, tokenizer = gguf_checkpoint(
+            name_or_dir, dtype=overrides.get("dtype"), tokenizer=return_tokenizer
+        )
+        what = f"GGUF file {name_or_dir}"
+        model = load_state_dict(config, arrays, key=key, what=what, **overrides)
+        return (model, tokenizer) if tokenizer is not None else model
     folder = resolve(name_or_dir, revision=revision, tokenizer=return_tokenizer)
     model = load_state_dict(
         with_generation_end_ids(read_config(folder), folder),
