@@ -20,6 +20,13 @@ from zoo.data.chat.batches import ChatExamples, chat_batches, encode_conversatio
 from zoo.data.chat.conversations import conversation_messages, conversations, detect_format
 from zoo.data.chat.files import chat_template_for
 from zoo.data.chat.options import ChatDataConfig
+from zoo.data.chat.preference import (
+    PreferenceData,
+    PreferenceDataConfig,
+    PreferencePair,
+    encode_rows,
+    preference_data,
+)
 from zoo.data.chat.template import DEFAULT_TEMPLATE, ChatTemplate
 from zoo.data.chat.tokens import ChatTokens, encode_chat, encode_prompt, end_of_turn_ids
 from zoo.data.errors import DataError
@@ -68,6 +75,9 @@ __all__ = [
     "DataConfig",
     "DataError",
     "PairTokenizer",
+    "PreferenceData",
+    "PreferenceDataConfig",
+    "PreferencePair",
     "Ragged",
     "RandomBlocks",
     "TiktokenTokenizer",
@@ -86,10 +96,12 @@ __all__ = [
     "encode_chat",
     "encode_conversations",
     "encode_prompt",
+    "encode_rows",
     "end_of_turn_ids",
     "load_tokenizer",
     "pack_blocks",
     "packed_batches",
+    "preference_data",
     "source_tokenizer",
     "target_tokenizer",
     "unpack_blocks",

@@ -6,6 +6,7 @@
 | `LanguageModeling()` | `GPT` | `tokens` (+ `loss_mask`) | next-token cross-entropy | perplexity |
 | `Translation(label_smoothing)` | `Translator` | `src`, `tgt` | teacher-forced cross-entropy | token accuracy |
 | `MaskedLanguageModeling(rate)` | `Classifier(masked_lm=True)` | `tokens` | cross-entropy of the masked tokens | their accuracy |
+| `Preference(PreferenceLoss(kind))` | `GPT` | `tokens`, `loss_mask`, `lengths` of (chosen, rejected) pairs | DPO, IPO, hinge, robust, SimPO, ORPO | reward accuracy |
 
 Losses and metrics skip padding (the model's `pad_id`) and run in float32.
 """
@@ -16,6 +17,9 @@ from zoo.tasks.base import TASK_FOR_FLAVOR, Stats, Task, token_losses
 from zoo.tasks.classification import Classification
 from zoo.tasks.language_modeling import LanguageModeling
 from zoo.tasks.masked_lm import MaskedLanguageModeling, mask_tokens
+from zoo.tasks.preference import Preference, adapters_off, answer_logps
+from zoo.tasks.preference_loss import PreferenceLoss
+from zoo.tasks.preference_reference import precompute_reference, with_reference
 from zoo.tasks.translation import Translation
 
 
@@ -30,10 +34,16 @@ __all__ = [
     "Classification",
     "LanguageModeling",
     "MaskedLanguageModeling",
+    "Preference",
+    "PreferenceLoss",
     "Stats",
     "Task",
     "Translation",
+    "adapters_off",
+    "answer_logps",
     "for_flavor",
     "mask_tokens",
+    "precompute_reference",
     "token_losses",
+    "with_reference",
 ]

@@ -26,6 +26,8 @@ class Stats(eqx.Module):
     nll_sum: Float[Array, ""]  # plain negative log-likelihood of the references
     weight: Float[Array, ""]  # number of scored positions (padding excluded)
     correct: Float[Array, ""]  # scored positions whose argmax equals the reference
+    # more sums a task reports by name (`Task.metrics` divides them by `weight`)
+    extra: dict[str, Float[Array, ""]] = eqx.field(default_factory=dict)
 
     @staticmethod
     def zero() -> Stats:
@@ -33,7 +35,21 @@ class Stats(eqx.Module):
         return Stats(zero, zero, zero, zero)
 
     def __add__(self, other: Stats) -> Stats:
-        return jax.tree_util.tree_map(jnp.add, self, other)
+        if self.extra.keys() == other.extra.keys():
+            return jax.tree_util.tree_map(jnp.add, self, other)
+        # `Stats.zero()` (no named sums) plus a task's statistics: a missing sum counts as 0
+        zero = jnp.zeros((), jnp.float32)
+        extra = {
+            name: jnp.add(self.extra.get(name, zero), other.extra.get(name, zero))
+            for name in sorted(self.extra.keys() | other.extra.keys())
+        }
+        return Stats(
+            jnp.add(self.loss_sum, other.loss_sum),
+            jnp.add(self.nll_sum, other.nll_sum),
+            jnp.add(self.weight, other.weight),
+            jnp.add(self.correct, other.correct),
+            extra,
+        )
 
     @property
     def loss(self) -> Float[Array, ""]:
@@ -154,12 +170,19 @@ class Task(abc.ABC):
         """The headline metric from summed statistics."""
         return stats.accuracy
 
+    def metrics(self, stats: Stats) -> dict[str, Float[Array, ""]]:
+        """More metrics by name, logged beside the headline one: each named sum of
+        `stats.extra` per scored position (none for most tasks)."""
+        weight = jnp.maximum(stats.weight, 1.0)
+        return {name: total / weight for name, total in stats.extra.items()}
+
     def __call__(
         self, model: eqx.Module, batch: Mapping[str, ArrayLike], *, key: PRNGKeyArray | None = None
     ) -> tuple[Float[Array, ""], dict[str, Float[Array, ""]]]:
         """(mean loss, metrics) of one batch: the convenient form of `statistics`."""
         stats = self.statistics(model, batch, key=key)
-        return stats.loss, {"loss": stats.loss, self.metric_name: self.metric(stats)}
+        named = {"loss": stats.loss, self.metric_name: self.metric(stats)}
+        return stats.loss, {**self.metrics(stats), **named}
 
     def check_model(self, model: Any) -> None:
         """Raise TypeError if `model` is not the flavor this task trains."""

@@ -23,6 +23,7 @@ class Summary(TypedDict):
     metric: float
     metric_name: str
     scored: int  # positions scored (`Stats.weight`): a language model's trained tokens
+    metrics: dict[str, float]  # the task's further metrics by name (`Task.metrics`; often none)
 
 
 class Evaluation(Summary):
@@ -39,6 +40,7 @@ def summarise(task: Task, stats: Stats) -> Summary:
         "metric": float(task.metric(stats)),
         "metric_name": task.metric_name,
         "scored": round(float(stats.weight)),
+        "metrics": {name: float(value) for name, value in task.metrics(stats).items()},
     }
 
 

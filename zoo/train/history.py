@@ -34,6 +34,8 @@ class Row(TypedDict):
     # written before these were counted lack them.
     tokens: NotRequired[int]
     trained_tokens: NotRequired[int]
+    # a task's further metrics by name (`Task.metrics`, e.g. "rewards/accuracies"), if any
+    metrics: NotRequired[dict[str, Logged]]
 
 
 class RunSummary(TypedDict, total=False):

@@ -55,6 +55,7 @@ def scalars(row: Row) -> dict[str, float]:
         f"{split}/tokens_per_s": row["tokens_per_s"],
         f"{split}/lr": row["lr"],
     }
+    named |= {f"{split}/{name}": value for name, value in row.get("metrics", {}).items()}
     # non-finite values are strings in metrics.jsonl ("nan"); float() reads them back
     return {name: float(value) for name, value in named.items() if value is not None}
 

@@ -139,7 +139,11 @@ def make_train_step(
 
         zero_grads = jax.tree_util.tree_map(jnp.zeros_like, params)
         micro = (_split_micro_batches(batch, accumulate), jax.random.split(key, accumulate))
-        (grads, stats), _ = jax.lax.scan(body, (zero_grads, Stats.zero()), micro)
+        # zeros shaped like a micro-batch's statistics (a task may add named sums)
+        first = jax.tree_util.tree_map(lambda value: value[0], micro)
+        shapes = jax.eval_shape(lambda p, m: summed_gradient(p, static, *m)[1], params, first)
+        zero_stats = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+        (grads, stats), _ = jax.lax.scan(body, (zero_grads, zero_stats), micro)
         return grads, stats
 
     @eqx.filter_jit(donate="all-except-first")

@@ -1,0 +1,298 @@
+"""Every preference loss and logged metric equals TRL's on a tiny Llama and a fixed batch.
+
+The reference differs from the policy (another random init), so the rewards are not zero. TRL's
+numbers come from its own trainers' loss functions called on the same ids: `DPOTrainer`
+(sigmoid, ipo, hinge, robust), `CPOTrainer(loss_type="simpo", cpo_alpha=0)` and `ORPOTrainer`.
+"""
+
+from __future__ import annotations
+
+import types
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.hf
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+trl = pytest.importorskip("trl")
+tokenizers = pytest.importorskip("tokenizers")
+
+import jax.numpy as jnp  # noqa: E402
+
+import zoo  # noqa: E402
+from zoo.data.chat.preference import PreferencePair, pair_arrays  # noqa: E402
+from zoo.tasks import Preference, PreferenceLoss  # noqa: E402
+
+VOCAB = 48
+PAIRS = [
+    PreferencePair([1, 5, 9], [6, 7, 20, 2], [8, 2]),
+    PreferencePair([1, 9, 10, 11, 3], [12, 2], [13, 14, 15, 30, 2]),
+    PreferencePair([1, 40], [41, 42, 43, 2], [41, 44, 2]),
+]
+METRICS = ("rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins",
+           "logps/chosen", "logps/rejected")  # fmt: skip
+
+
+def llama(seed: int):
+    torch.manual_seed(seed)
+    config = transformers.LlamaConfig(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+        pad_token_id=0, bos_token_id=1, eos_token_id=2, attention_dropout=0.0,
+    )  # fmt: skip
+    return transformers.LlamaForCausalLM(config).float().eval()
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """(torch policy, torch reference, zoo policy, zoo reference)."""
+    out = []
+    for seed in (0, 1):
+        model = llama(seed)
+        folder = tmp_path_factory.mktemp(f"llama{seed}")
+        model.save_pretrained(folder)
+        out.append((model, zoo.from_pretrained(folder)))
+    return out[0][0], out[1][0], out[0][1], out[1][1]
+
+
+@pytest.fixture(scope="module")
+def batch():
+    return pair_arrays(PAIRS, pad_id=0)
+
+
+def zoo_metrics(loss, policy, reference, batch):
+    from zoo.tasks import with_reference
+
+    class One:
+        def __len__(self):
+            return 1
+
+        def batch(self, step):
+            return dict(batch)
+
+    task = Preference(loss)
+    data = with_reference(One(), reference).batch(0) if loss.needs_reference else dict(batch)
+    value, metrics = task(policy, {k: jnp.asarray(v) for k, v in data.items()})
+    return float(value), {name: float(v) for name, v in metrics.items()}
+
+
+def rows(batch):
+    tokens = np.concatenate([batch["tokens"][:, 0], batch["tokens"][:, 1]])
+    mask = np.concatenate([batch["loss_mask"][:, 0], batch["loss_mask"][:, 1]])
+    lengths = np.concatenate([batch["lengths"][:, 0], batch["lengths"][:, 1]])
+    attention = (np.arange(tokens.shape[1])[None] < lengths[:, None]).astype(np.int64)
+    return torch.tensor(tokens, dtype=torch.long), torch.tensor(attention), torch.tensor(mask)
+
+
+def dpo_trainer(policy, reference, loss_type, beta, label_smoothing=0.0):
+    from datasets import Dataset
+
+    config = trl.DPOConfig(
+        output_dir="/tmp/zoo-trl-dpo", loss_type=[loss_type], beta=beta,
+        label_smoothing=label_smoothing, report_to=[], use_cpu=True, bf16=False,
+        per_device_train_batch_size=len(PAIRS), max_length=None,
+    )  # fmt: skip
+    data = Dataset.from_list([{"prompt": "a", "chosen": "b", "rejected": "c"}])
+    trainer = trl.DPOTrainer(model=policy, ref_model=reference, args=config,
+                             train_dataset=data, processing_class=_tokenizer())  # fmt: skip
+    trainer.model.train()
+    return trainer
+
+
+def trl_dpo_loss(trainer, batch):
+    """TRL's DPO loss (a tensor with its graph) and metrics, `DPOTrainer._compute_loss`."""
+    input_ids, attention, completion = rows(batch)
+    inputs = {"input_ids": input_ids, "attention_mask": attention, "completion_mask": completion}
+    loss = trainer._compute_loss(trainer.model, inputs, return_outputs=False)
+    metrics = {name: values[-1] for name, values in trainer._metrics["train"].items()}
+    return loss, metrics
+
+
+def trl_dpo(policy, reference, batch, loss_type, beta, label_smoothing=0.0):
+    trainer = dpo_trainer(policy, reference, loss_type, beta, label_smoothing)
+    loss, metrics = trl_dpo_loss(trainer, batch)
+    return float(loss.detach()), metrics
+
+
+def _tokenizer():
+    from tokenizers import Tokenizer, models
+
+    vocab = {f"t{i}": i for i in range(VOCAB)}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="t3"))
+    return transformers.PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token="t0", bos_token="t1", eos_token="t2", unk_token="t3"
+    )
+
+
+@pytest.mark.parametrize(
+    ("kind", "settings"),
+    [("sigmoid", {}), ("ipo", {}), ("hinge", {}), ("robust", {"label_smoothing": 0.2})],
+)
+def test_dpo_losses_equal_trl(models, batch, kind, settings):
+    policy_pt, reference_pt, policy, reference = models
+    beta = 0.3
+    expected_loss, expected = trl_dpo(policy_pt, reference_pt, batch, kind, beta, **settings)
+    loss, metrics = zoo_metrics(PreferenceLoss(kind=kind, beta=beta, **settings), policy,
+                                reference, batch)  # fmt: skip
+    assert abs(metrics["rewards/margins"]) > 1e-3  # the reference differs from the policy
+    assert loss == pytest.approx(expected_loss, rel=1e-5)
+    for name in METRICS:
+        assert metrics[name] == pytest.approx(expected[name], rel=1e-5, abs=1e-6), name
+
+
+def test_one_sgd_step_moves_the_loss_as_trl(models, batch):
+    """The gradients agree: one plain SGD step gives the same new loss in both."""
+    import copy
+
+    import equinox as eqx
+    import jax
+
+    from zoo.tasks import with_reference
+
+    policy_pt, reference_pt, policy, reference = models
+    rate, beta = 2.0, 0.3
+    trainer = dpo_trainer(copy.deepcopy(policy_pt), reference_pt, "sigmoid", beta)
+    loss, _ = trl_dpo_loss(trainer, batch)
+    loss.backward()
+    with torch.no_grad():
+        for parameter in trainer.model.parameters():
+            parameter -= rate * parameter.grad
+    trl_after, _ = trl_dpo_loss(trainer, batch)
+
+    class One:
+        def __len__(self):
+            return 1
+
+        def batch(self, step):
+            return dict(batch)
+
+    data = {k: jnp.asarray(v) for k, v in with_reference(One(), reference).batch(0).items()}
+    task = Preference(PreferenceLoss(beta=beta))
+    params, static = eqx.partition(policy, eqx.is_inexact_array)
+    grads = jax.grad(lambda p: task(eqx.combine(p, static), data)[0])(params)
+    moved = jax.tree_util.tree_map(lambda p, g: p - rate * g, params, grads)
+    after, _ = task(eqx.combine(moved, static), data)
+    assert abs(float(after) - float(loss)) > 1e-3  # the step changed the loss
+    assert float(after) == pytest.approx(float(trl_after), rel=1e-5)
+
+
+def _fake(trainer_class, **attributes):
+    """An object carrying the attributes TRL's loss methods read, with those methods bound."""
+    accelerator = types.SimpleNamespace(device="cpu", gather_for_metrics=lambda x: x)
+    fake = types.SimpleNamespace(accelerator=accelerator, is_encoder_decoder=False,
+                                 aux_loss_enabled=False, **attributes)  # fmt: skip
+    for name in ("concatenated_forward", "get_batch_loss_metrics", "cpo_loss", "odds_ratio_loss"):
+        if hasattr(trainer_class, name):
+            setattr(fake, name, types.MethodType(getattr(trainer_class, name), fake))
+    fake.concatenated_inputs = trainer_class.concatenated_inputs
+    fake.get_batch_logps = trainer_class.get_batch_logps
+    return fake
+
+
+def cpo_style_batch(batch):
+    """TRL's CPO/ORPO batch: ids, attention masks, and labels (-100 off the answer)."""
+    out = {}
+    for side, name in enumerate(("chosen", "rejected")):
+        tokens = torch.tensor(batch["tokens"][:, side], dtype=torch.long)
+        length = torch.tensor(batch["lengths"][:, side])
+        attention = (torch.arange(tokens.shape[1])[None] < length[:, None]).long()
+        mask = torch.tensor(batch["loss_mask"][:, side])
+        out[f"{name}_input_ids"] = tokens
+        out[f"{name}_attention_mask"] = attention
+        out[f"{name}_labels"] = torch.where(mask == 1, tokens, torch.tensor(-100))
+    return out
+
+
+def test_simpo_equals_trl_cpo(models, batch):
+    from trl.experimental.cpo import CPOTrainer
+
+    policy_pt, _, policy, reference = models
+    beta, gamma = 2.0, 0.3
+    fake = _fake(CPOTrainer, loss_type="simpo", beta=beta, simpo_gamma=gamma, label_smoothing=0.0,
+                 cpo_alpha=0.0, alpha=0.0, pad_token_id=0)  # fmt: skip
+    with torch.no_grad():
+        expected_loss, expected = fake.get_batch_loss_metrics(policy_pt, cpo_style_batch(batch))
+    loss, metrics = zoo_metrics(PreferenceLoss(kind="simpo", beta=beta, gamma=gamma), policy,
+                                reference, batch)  # fmt: skip
+    assert loss == pytest.approx(float(expected_loss), rel=1e-5)
+    for name in METRICS:
+        assert metrics[name] == pytest.approx(float(expected[name]), rel=1e-5, abs=1e-6), name
+
+
+def test_orpo_equals_trl(models, batch):
+    from trl.experimental.orpo import ORPOTrainer
+
+    policy_pt, _, policy, reference = models
+    beta = 0.25
+    fake = _fake(ORPOTrainer, beta=beta, padding_value=0)
+    with torch.no_grad():
+        expected_loss, expected = fake.get_batch_loss_metrics(policy_pt, cpo_style_batch(batch))
+    loss, metrics = zoo_metrics(PreferenceLoss(kind="orpo", beta=beta), policy, reference, batch)
+    assert loss == pytest.approx(float(expected_loss), rel=1e-5)
+    for name in (*METRICS, "nll_loss", "log_odds_ratio", "log_odds_chosen"):
+        assert metrics[name] == pytest.approx(float(expected[name]), rel=1e-5, abs=1e-6), name
+
+
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def chat_tokenizer(folder):
+    """A byte-level BPE with ChatML special tokens and template, saved as transformers does."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<pad>", "<|im_start|>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )  # fmt: skip
+    backend.train_from_iterator(["What color is the sky? It is blue, or green."] * 20, trainer)
+    tokenizer = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token="<pad>", eos_token="<|im_end|>"
+    )
+    tokenizer.chat_template = CHATML
+    tokenizer.save_pretrained(folder)
+    return tokenizer
+
+
+def test_conversational_rows_tokenize_as_trl(tmp_path):
+    from datasets import Dataset
+
+    from zoo.data.chat.preference import encode_rows
+    from zoo.interop.tokenizers.hf_tokenizer import pretrained_tokenizer
+
+    tokenizer = chat_tokenizer(tmp_path)
+    sky = [{"role": "user", "content": "What color is the sky?"}]
+    rows = [
+        {"prompt": sky, "chosen": [{"role": "assistant", "content": "It is blue."}],
+         "rejected": [{"role": "assistant", "content": "It is green, or blue."}]},
+        {"chosen": [*sky, {"role": "assistant", "content": "Blue."}],  # implicit prompt
+         "rejected": [*sky, {"role": "assistant", "content": "Green."}]},
+    ]  # fmt: skip
+    config = trl.DPOConfig(output_dir=str(tmp_path / "out"), report_to=[], use_cpu=True,
+                           max_length=None)  # fmt: skip
+    expected = []
+    for row in rows:  # TRL reads one format per dataset
+        model = llama_of(len(tokenizer))
+        trainer = trl.DPOTrainer(model=model, ref_model=llama_of(len(tokenizer)), args=config,
+                                 train_dataset=Dataset.from_list([row]),
+                                 processing_class=tokenizer)  # fmt: skip
+        expected.append(trainer.train_dataset[0])
+    ours = encode_rows(rows, pretrained_tokenizer(tmp_path))
+    for pair, trl_row in zip(ours, expected, strict=True):
+        assert pair.prompt == trl_row["prompt_ids"]
+        assert pair.chosen == trl_row["chosen_ids"]
+        assert pair.rejected == trl_row["rejected_ids"]
+
+
+def llama_of(vocab_size: int):
+    config = transformers.LlamaConfig(
+        vocab_size=vocab_size, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
+    )  # fmt: skip
+    return transformers.LlamaForCausalLM(config)

@@ -1,0 +1,255 @@
+"""Preference optimisation for `zoo train gpt --objective dpo|ipo|hinge|robust|simpo|orpo`.
+
+The data is rows of `prompt` / `chosen` / `rejected` (`zoo.data.chat.preference`), the task
+`zoo.tasks.Preference`. The reference model of the DPO family is, in this order of choice:
+
+- `--precompute-reference`: the reference's log-probabilities are computed once, before
+  training, and kept with the data (training then holds one model);
+- `--reference RUN_OR_FOLDER`: that model (a zoo run, an HF folder, `hf:NAME`), with the
+  same tokenizer as the trained one;
+- with `--lora`: the trained model with its adapters off (the frozen base, no second copy);
+- otherwise a frozen copy of the starting weights.
+
+`--precompute-reference` combines with `--reference` (whose numbers it stores) and with LoRA
+(the base's numbers). SimPO and ORPO read no reference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+import equinox as eqx
+
+# `--objective` values that train on preference pairs (zoo.tasks.preference_loss.OBJECTIVES)
+PREFERENCE_OBJECTIVES = ("dpo", "ipo", "hinge", "robust", "simpo", "orpo")
+
+
+def add_preference_options(parser: argparse.ArgumentParser) -> None:
+    """`--beta`, `--reference`, `--precompute-reference`, the losses' own settings and the
+    truncation of prompts and answers."""
+    group = parser.add_argument_group(
+        "preference optimisation (gpt --objective dpo|ipo|hinge|robust|simpo|orpo)"
+    )
+    group.add_argument(
+        "--beta", type=float, default=None, help="β (default 0.1; for orpo it is the λ of TRL)"
+    )
+    group.add_argument(
+        "--reference",
+        metavar="RUN_OR_FOLDER",
+        help="the reference model (default: a frozen copy of the start; with --lora the base)",
+    )
+    group.add_argument(
+        "--precompute-reference",
+        action="store_true",
+        help="compute the reference's log-probabilities once before training",
+    )
+    group.add_argument(
+        "--dpo-label-smoothing", type=float, default=None, help="robust: ε, the pairs flipped"
+    )
+    group.add_argument("--simpo-gamma", type=float, default=None, help="simpo: γ (0.5)")
+    group.add_argument("--max-prompt-len", type=int, help="prompt tokens kept (its last ones)")
+    group.add_argument("--max-completion-len", type=int, help="answer tokens kept (the first)")
+
+
+def is_preference(args: argparse.Namespace) -> bool:
+    return getattr(args, "objective", None) in PREFERENCE_OBJECTIVES
+
+
+def check_options(args: argparse.Namespace) -> None:
+    """Refuse preference flags without a preference objective, and mixes that cannot work."""
+    names = ("beta", "reference", "dpo_label_smoothing", "simpo_gamma", "max_prompt_len",
+             "max_completion_len")  # fmt: skip
+    given = [name for name in names if getattr(args, name, None) is not None]
+    if getattr(args, "precompute_reference", False):
+        given.append("precompute_reference")
+    if not is_preference(args):
+        if given:
+            flags = ", ".join("--" + name.replace("_", "-") for name in given)
+            raise ValueError(f"{flags} go with --objective {'|'.join(PREFERENCE_OBJECTIVES)}")
+        return
+    if args.flavor != "gpt":
+        raise ValueError(f"--objective {args.objective} trains a gpt, not a {args.flavor}")
+    preference_loss(args)  # a bad --beta or ε: refused now
+    if args.objective in ("simpo", "orpo") and (args.reference or args.precompute_reference):
+        raise ValueError(
+            f"--objective {args.objective} reads no reference model: drop --reference and "
+            "--precompute-reference"
+        )
+
+
+def preference_loss(args: argparse.Namespace) -> Any:
+    from zoo.tasks.preference_loss import OBJECTIVES, PreferenceLoss
+
+    if args.dpo_label_smoothing is not None and args.objective != "robust":
+        raise ValueError("--dpo-label-smoothing is the robust loss's ε: use --objective robust")
+    if args.simpo_gamma is not None and args.objective != "simpo":
+        raise ValueError("--simpo-gamma is SimPO's margin: use --objective simpo")
+    settings: dict[str, float] = {}
+    if args.beta is not None:
+        settings["beta"] = args.beta
+    if args.dpo_label_smoothing is not None:
+        settings["label_smoothing"] = args.dpo_label_smoothing
+    if args.simpo_gamma is not None:
+        settings["gamma"] = args.simpo_gamma
+    return PreferenceLoss(kind=OBJECTIVES[args.objective], **settings)
+
+
+def preference_run_data(dataset: Any, flavor: str, options: Any) -> tuple[Any, Any, Any, Any]:
+    """`(train, validation, tokenizer, chat template text or None)` of a dataset of preference
+    rows (`zoo.data.preference_data`), read with the `DataOptions` of `options`."""
+    from zoo.data.chat.preference import PreferenceDataConfig, preference_data
+
+    if flavor != "gpt":
+        raise ValueError(f"preference pairs train a gpt, not a {flavor}")
+    if options.streaming:
+        raise ValueError("preference data is read into memory: drop --streaming")
+    config = PreferenceDataConfig(
+        max_len=options.max_len,
+        max_prompt_len=options.max_prompt_len,
+        max_completion_len=options.max_completion_len,
+        batch_size=options.batch_size,
+        seed=options.seed,
+    )
+    tokenizer = options.tokenizer
+    data = preference_data(dataset, tokenizer=tokenizer, config=config)
+    counts = ", ".join(f"{name}: {count} pairs" for name, count in data.counts.items())
+    print(f"zoo train: preference data ({data.format}): {counts}", file=sys.stderr)
+    template = None if data.template is None else data.template.source
+    return data.train, data.validation, data.tokenizer, template
+
+
+def _check_reference_tokenizer(spec: str, model: Any, tokenizer: Any, own: Any) -> None:
+    vocab = model.config.vocab_size
+    wanted = own.vocab_size if own is not None else None
+    if wanted is not None and vocab < wanted:
+        raise ValueError(
+            f"--reference {spec} has a vocabulary of {vocab} ids, the trained model's tokenizer "
+            f"{wanted}: the reference must share the tokenizer"
+        )
+    if tokenizer is not None and own is not None and tokenizer.vocab_size != own.vocab_size:
+        raise ValueError(
+            f"--reference {spec}'s tokenizer has {tokenizer.vocab_size} ids, the trained "
+            f"model's {own.vocab_size}: the reference must share the tokenizer"
+        )
+
+
+def preference_setup(
+    args: argparse.Namespace, model: eqx.Module, data: Any
+) -> tuple[Any, Any, Any]:
+    """`(task, train batches, eval batches)` of a preference run: the loss, and the reference's
+    log-probabilities added to the batches or taken from the adapters-off model."""
+    from zoo.cli._load import read_model
+    from zoo.nn.lora import has_lora
+    from zoo.tasks.preference import Preference
+    from zoo.tasks.preference_reference import with_reference
+
+    loss = preference_loss(args)
+    train, evaluation = data.train, data.evaluation
+    if not loss.needs_reference:
+        return Preference(loss), train, evaluation
+    lora = has_lora(model)
+    reference: eqx.Module
+    if args.reference:
+        reference, tokenizer = read_model(args.reference, option="--reference")
+        _check_reference_tokenizer(args.reference, reference, tokenizer, data.tokenizer)
+        where = args.reference
+    elif lora:
+        if not args.precompute_reference:
+            print("zoo train: reference: the base with the LoRA adapters off", file=sys.stderr)
+            return Preference(loss, reference="adapters"), train, evaluation
+        from zoo.tasks.preference import adapters_off
+
+        reference, where = adapters_off(model), "the base (LoRA adapters off)"
+    else:
+        reference, where = model, "a frozen copy of the starting weights"
+    precompute = bool(args.precompute_reference)
+    how = "precomputed once" if precompute else "on the fly"
+    print(f"zoo train: reference: {where}, {how}", file=sys.stderr)
+    train = with_reference(train, reference, precompute=precompute)
+    if evaluation is not None:
+        evaluation = with_reference(evaluation, reference, precompute=precompute)
+    return Preference(loss), train, evaluation
+
+
+# -- zoo eval on preference pairs ------------------------------------------------------------------
+
+
+def add_eval_options(parser: argparse.ArgumentParser) -> None:
+    """`zoo eval`'s `--objective`, `--beta` and `--reference` for preference pairs (by default
+    those the run recorded)."""
+    group = parser.add_argument_group("preference pairs (prompt/chosen/rejected rows)")
+    group.add_argument("--objective", choices=PREFERENCE_OBJECTIVES, help="default: the run's")
+    group.add_argument("--beta", type=float, help="default: the run's, else 0.1")
+    group.add_argument(
+        "--reference",
+        metavar="RUN_OR_FOLDER",
+        help="the reference model (default: the run's --reference, else its --init)",
+    )
+
+
+def is_preference_data(dataset: Any, split: str) -> bool:
+    """Whether the split (else train) has the `chosen` and `rejected` columns of pairs."""
+    from zoo.data.checks import column_names
+
+    part = dataset[split] if split in dataset else dataset.get("train")
+    return part is not None and {"chosen", "rejected"} <= set(column_names(part))
+
+
+def evaluate_pairs(
+    args: argparse.Namespace, model: eqx.Module, tokenizer: Any, dataset: Any, record: dict
+) -> dict[str, Any]:
+    """The preference metrics of `model` on the pairs of `--split` (or those training held out):
+    the loss and TRL's `rewards/*` and `logps/*` (`zoo.tasks.Preference`)."""
+    from zoo.cli._load import read_model
+    from zoo.data.chat.preference import PreferenceDataConfig, preference_data
+    from zoo.tasks.preference import Preference
+    from zoo.tasks.preference_reference import with_reference
+    from zoo.train.evaluation import evaluate
+    from zoo.train.step import make_eval_step
+
+    settings = argparse.Namespace(
+        objective=args.objective or record.get("objective"),
+        beta=args.beta if args.beta is not None else record.get("beta"),
+        dpo_label_smoothing=record.get("dpo_label_smoothing"),
+        simpo_gamma=record.get("simpo_gamma"),
+    )
+    if settings.objective not in PREFERENCE_OBJECTIVES:
+        settings.objective = "dpo"
+    loss = preference_loss(settings)
+    config = PreferenceDataConfig(
+        max_len=args.max_len or record.get("max_len"),
+        max_prompt_len=record.get("max_prompt_len"),
+        max_completion_len=record.get("max_completion_len"),
+        batch_size=args.batch_size,
+        seed=args.seed if args.seed is not None else record.get("seed", 0),
+        validation_split=args.split if args.split in dataset else None,
+    )
+    data = preference_data(dataset, tokenizer=tokenizer, config=config)
+    if data.validation is None:
+        raise ValueError(f"--split {args.split}: no preference pairs to evaluate")
+    batches = data.validation
+    reference_spec = args.reference or record.get("reference") or record.get("init")
+    if loss.needs_reference:
+        if not reference_spec:
+            raise ValueError(
+                f"--objective {settings.objective} compares with a reference model: name it "
+                "with --reference RUN_OR_FOLDER (the run records none: it had no --init)"
+            )
+        reference, _ = read_model(reference_spec, option="--reference")
+        batches = with_reference(batches, reference)
+    task = Preference(loss)
+    result = evaluate(task, make_eval_step(task), model, batches)
+    name = next(name for name in data.counts if name != config.train_split)
+    return {
+        "model": args.model,
+        "flavor": "gpt",
+        "data": args.data,
+        "split": name,
+        "objective": settings.objective,
+        "reference": reference_spec if loss.needs_reference else None,
+        "pairs": result["scored"],
+        "loss": result["loss"],
+        **result["metrics"],
+    }

@@ -1,0 +1,87 @@
+"""The reference model of DPO-style losses, as `reference_logps` in the batches.
+
+`with_reference(batches, reference)` adds to every batch the reference model's log-probability
+of each answer, computed when the batch is drawn (one jitted forward pass, no gradient): the
+reference may be a copy of the starting weights (what `zoo train` uses by default) or any model
+with the same tokenizer. `precompute=True` runs the reference over the whole dataset once and
+stores the numbers beside the data, so that training holds one model; both give the same
+numbers, batch for batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import equinox as eqx
+import numpy as np
+
+from zoo.data.batches import ArrayBatches, Batch, BatchSource
+from zoo.tasks.preference import REFERENCE_KEY, answer_logps
+
+
+@eqx.filter_jit
+def _reference_logps(model: eqx.Module, batch: Mapping[str, Any]) -> Any:
+    logps, _ = answer_logps(model, batch)
+    return logps
+
+
+def reference_logps(model: eqx.Module, batch: Mapping[str, Any]) -> np.ndarray:
+    """`float32[batch, 2]`: `model`'s log-probability of each answer of `batch` (no dropout)."""
+    arrays = {name: np.asarray(batch[name]) for name in ("tokens", "loss_mask", "lengths")}
+    return np.asarray(_reference_logps(model, arrays), np.float32)
+
+
+class ReferenceBatches:
+    """`batches` with the reference model's `reference_logps` added to each batch."""
+
+    def __init__(self, batches: BatchSource, reference: eqx.Module):
+        self.batches = batches
+        self.reference = reference
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def batch(self, step: int) -> Batch:
+        batch = dict(self.batches.batch(step))
+        batch[REFERENCE_KEY] = reference_logps(self.reference, batch)
+        return batch
+
+    def __iter__(self):
+        return (self.batch(step) for step in range(len(self)))
+
+
+def precompute_reference(batches: ArrayBatches, reference: eqx.Module) -> ArrayBatches:
+    """A copy of `batches` whose arrays hold the reference's `reference_logps` of every pair,
+    computed once, a batch of rows at a time in the data's order."""
+    arrays = dict(batches.arrays)
+    count, size = batches.num_examples, batches.batch_size
+    parts = []
+    for start in range(0, count, size):
+        rows = np.arange(start, min(start + size, count))
+        if len(rows) < size:  # the last rows: padded with the first, so one shape compiles
+            rows = np.concatenate([rows, np.zeros(size - len(rows), rows.dtype)])
+        chunk = {name: arrays[name][rows] for name in ("tokens", "loss_mask", "lengths")}
+        parts.append(reference_logps(reference, chunk))
+    arrays[REFERENCE_KEY] = np.concatenate(parts)[:count]
+    copy = ArrayBatches.__new__(ArrayBatches)
+    copy.__dict__.update(vars(batches))
+    copy.arrays = arrays
+    return copy
+
+
+def with_reference(
+    batches: BatchSource, reference: eqx.Module, *, precompute: bool = False
+) -> BatchSource:
+    """`batches` whose batches carry the `reference_logps` of `reference` (see the module doc).
+
+    `precompute` needs in-memory batches (`zoo.data.ArrayBatches`, as `preference_data` makes).
+    """
+    if not precompute:
+        return ReferenceBatches(batches, reference)
+    if not isinstance(batches, ArrayBatches):
+        raise TypeError(
+            f"precompute=True stores the numbers beside in-memory arrays (zoo.data.ArrayBatches), "
+            f"got {type(batches).__name__}; use precompute=False"
+        )
+    return precompute_reference(batches, reference)
