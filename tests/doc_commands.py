@@ -240,6 +240,10 @@ class Checks:
             self.problems.append(f"{program}: no check for this program; add one to Checks")
 
     def zoo(self, args: list[str]) -> None:
+        if "--config" in args:  # read when the command runs: a file a command above may write
+            at = args.index("--config")
+            self.path_read(args[at + 1], "--config")
+            args = args[:at] + args[at + 2 :]
         errors = io.StringIO()
         try:
             with contextlib.redirect_stderr(errors), contextlib.redirect_stdout(io.StringIO()):
@@ -250,8 +254,9 @@ class Checks:
             return
         options = vars(parsed)
         self.zoo_names(options)
-        if options.get("data"):
-            self.data(options["data"])
+        data = options.get("data")
+        for spec in [data] if isinstance(data, str) else data or []:
+            self.data(spec.rsplit(":", 1)[0] if spec.count(":") > 1 else spec)  # :WEIGHT
         for option in ("model", "init", "adapter"):
             if options.get(option) and not options[option].startswith("hf:"):
                 self.path_read(options[option], option)

@@ -48,6 +48,14 @@ RUN = {
     "json.loads(line) answer = ('negative', 'positive')[row['label']] chat = [{'role': 'user', "
     "'content': question + row['text']}, {'role': 'assistant', 'content': answer}] "
     "f.write(json.dumps({'messages': chat}) + '\\n') \"": ("runs/rt_chats",),
+    # docs/tutorials/instruction-tuning.md: the same reviews, asked another way, to mix in
+    "python -c \" import json, pathlib out = pathlib.Path('runs/rt_chats_b'); "
+    "out.mkdir(parents=True, exist_ok=True) for split in ('train', 'validation'): with "
+    "open(out / f'{split}.jsonl', 'w') as f: for line in "
+    "open(f'../shared/data/rotten_tomatoes/{split}.jsonl'): row = json.loads(line) chat = "
+    "[{'role': 'user', 'content': 'Is this review positive or negative? ' + row['text']}, "
+    "{'role': 'assistant', 'content': ('negative', 'positive')[row['label']]}] "
+    "f.write(json.dumps({'messages': chat}) + '\\n') \"": ("runs/rt_chats_b",),
     # docs/benchmarks.md: the wheels a GPU machine lacks
     "mkdir -p .whl && cp ../shared/gpu-wheels/*.whl .whl/": (".whl",),
 }
@@ -60,9 +68,35 @@ GPU = "needs a GPU machine"
 READERS = "reads the reader's own data (READERS_DATA), which a clone does not hold"
 HOSTS = "needs several hosts (a coordinator address, SLURM)"
 PROCESSES = "two processes of 4 forced CPU devices each, a minute"
+GGUF = "needs a real .gguf file, which a clone does not hold"
 TRANSCRIPT = "a transcript's record of the machine's load while it measured"
 
 NOT_RUN = {
+    # docs/preference.md and its measured row in docs/results.md
+    "zoo train gpt --init runs/sft --data json:pairs/ --objective dpo --beta 0.1 --steps 200 "
+    "--batch-size 8 --lr 5e-6 --out runs/dpo": TRAINS,
+    "zoo eval runs/dpo --data json:pairs/ --reference runs/sft": RUN_DIR,
+    "zoo train gpt --preset gpt-tiny --data json:rt_sft --tokenizer word --steps 300 "
+    "--batch-size 16 --lr 2e-3 --max-len 64 --out runs/sft": TRAINS,
+    "zoo eval runs/sft --data json:rt_pref --objective simpo": RUN_DIR,
+    "zoo train gpt --init runs/sft --data json:rt_pref --objective dpo --beta 0.1 --steps 250 "
+    "--batch-size 16 --lr 5e-4 --schedule constant --warmup 10 --out runs/dpo": TRAINS,
+    "zoo eval runs/dpo --data json:rt_pref --objective simpo": RUN_DIR,
+    "zoo eval runs/dpo --data json:rt_pref": RUN_DIR,
+    # docs/pretrained.md, GGUF files: a real .gguf (benchmarks/gguf_smollm2.py downloads one)
+    "pip install -e '.[gguf]'": "installs into the environment; .ci/run installs it",
+    "zoo chat SmolLM2-135M-Instruct.Q4_1.gguf": GGUF,
+    'zoo generate model.gguf --prompt "Once upon a time"': GGUF,
+    "zoo train gpt --init model.gguf --data json:my_chats --lora rank=8 --out runs/gguf_lora": GGUF,
+    # docs/results.md, the mixture of experts against a dense model
+    "zoo train gpt --preset mixtral-tiny --set d_model=128 --set num_layers=4 --set d_ff=256 "
+    "--set num_experts=8 --set num_experts_per_tok=2 --set max_positions=256 --out runs/moe "
+    "--data text:../shared/data/tiny_shakespeare --tokenizer char --steps 300 "
+    "--batch-size 16 --max-len 128 --eval-every 100 --lr 0.003 --warmup 30 --log-every 25": TRAINS,
+    "zoo train gpt --preset llama-tiny --set d_model=128 --set num_layers=4 --set d_ff=512 "
+    "--set max_positions=256 --out runs/dense --data text:../shared/data/tiny_shakespeare "
+    "--tokenizer char --steps 300 --batch-size 16 --max-len 128 --eval-every 100 --lr 0.003 "
+    "--warmup 30 --log-every 25": TRAINS,
     "python3 -m venv .venv && .venv/bin/pip install -q -e '.[dev]' && .venv/bin/zoo demo": CI,
     ".venv/bin/python -m pytest -q -n 2": CI,
     "pip install -e '.[docs]'": ".ci/run installs the docs extra (into its own venv)",
@@ -129,6 +163,11 @@ NOT_RUN = {
     "--out runs/rt_chat": TRAINS,
     'zoo chat runs/rt_chat --message "Classify this review as positive or negative: a '
     'gorgeous, witty film"': RUN_DIR,
+    "zoo train gpt --preset llama-tiny --data json:runs/rt_chats --tokenizer word --min-freq 2 "
+    "--lowercase --max-len 127 --show-data 2": "reads runs/rt_chats, which the tutorial writes",
+    "zoo train gpt --config runs/rt_chat/train_config.yaml --out runs/rt_chat_again": TRAINS,
+    "zoo train gpt --config runs/rt_chat/train_config.yaml --data json:runs/rt_chats --data "
+    "json:runs/rt_chats_b:0.3 --sample-every 200 --out runs/rt_mixed": TRAINS,
     'zoo chat runs/rt_chat --message "Classify this review as positive or negative: a '
     'gorgeous, witty film" --json': RUN_DIR,
     'zoo chat runs/rt_chat --system "Answer with one word." --temperature 0.7 --top-p 0.9': RUN_DIR,
@@ -177,7 +216,8 @@ NOT_RUN = {
 
 # Paths that stand for the reader's own data: a clone does not hold them.
 READERS_DATA = {"corpus.txt", "other.txt", "my_reviews", "pairs/", "/data/flan-t5-small", "sums",
-                "my_chats"}  # fmt: skip
+                "my_chats", "rt_sft", "rt_pref", "model.gguf",
+                "SmolLM2-135M-Instruct.Q4_1.gguf"}  # fmt: skip
 WRITTEN_BY_RUN = {folder for folders in RUN.values() for folder in folders}
 
 COMMANDS = doc_commands()

@@ -251,3 +251,37 @@ def test_an_init_run_exported_gives_transformers_zoos_logits_and_chat_ids(tmp_pa
         assert list(rendered["input_ids"]) == encode_prompt(messages, run_tokenizer).tolist()
     generation = json.loads((tmp_path / "hf" / "generation_config.json").read_text())
     assert set(generation["eos_token_id"]) >= set(end_of_turn_ids(run_tokenizer))
+
+
+@pytest.mark.hf
+@pytest.mark.slow
+def test_a_run_trained_with_a_template_file_exports_that_template(tmp_path, capsys):
+    transformers = pytest.importorskip("transformers", reason="needs transformers (zoo[hf])")
+    pytest.importorskip("jinja2", reason="chat templates need jinja2 (zoo[chat])")
+    from zoo.data.chat.tokens import encode_prompt
+    from zoo.interop import save_hf
+    from zoo.serialize import load_with_tokenizer
+
+    tokenizer = fast_tokenizer(tmp_path / "tokenizer")
+    start = save_hf(llama(tokenizer), tmp_path / "start", tokenizer=tokenizer)
+    # ChatML with a fixed system line of its own, so that it differs from the tokenizer's
+    own = tokenizer.chat_template
+    template = own.replace("You are a helpful assistant.", "Answer in one line.")
+    assert template != own
+    (tmp_path / "t.jinja").write_text(template, encoding="utf-8")
+    write_jsonl(tmp_path / "chats", "train", [{"messages": chat} for chat in CHATS * 4])
+    run = tmp_path / "run"
+    train = ["train", "gpt", "--init", str(start), "--data", f"json:{tmp_path / 'chats'}",
+             "--steps", "1", "--batch-size", "2", "--max-len", "127", "--template",
+             str(tmp_path / "t.jinja"), "--out", str(run), "--no-progress", "--json"]  # fmt: skip
+    assert main(train) == 0
+    capsys.readouterr()
+    assert (run / "chat_template.jinja").read_text(encoding="utf-8") == template
+    assert export(capsys, str(run), "--hf", str(tmp_path / "hf"))[0] == 0
+    assert (tmp_path / "hf" / "chat_template.jinja").read_text(encoding="utf-8") == template
+    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
+    rendered = hf_tokenizer.apply_chat_template(MESSAGES, add_generation_prompt=True,
+                                                return_dict=True)  # fmt: skip
+    _, run_tokenizer = load_with_tokenizer(run)
+    assert list(rendered["input_ids"]) == encode_prompt(MESSAGES, run_tokenizer).tolist()
+    assert "Answer in one line." in hf_tokenizer.decode(rendered["input_ids"])

@@ -4,22 +4,30 @@ A `--data` whose train split has the columns of a conversation format (`messages
 `conversations`, Alpaca `instruction`/`output`, `prompt`/`completion`) is read as chat data
 (`zoo.data.chat.datasets`) instead of plain text; `--chat-format` names the format (or `none`: read
 the text column as plain text). `--train-on` chooses the tokens the loss counts, `--pack /
---no-pack` whether conversations share rows.
+--no-pack` whether conversations share rows, `--template FILE` the chat template (saved in the
+run folder as `chat_template.jinja`, which `zoo chat`, `zoo eval` and `zoo export` then use),
+`--messages-column` and `--role FROM=TO` where the messages are and what their roles are called.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from zoo.data.chat.conversations import FORMATS
 
 CHAT_FORMATS = ("auto", *FORMATS, "none")
+TRAIN_ON = ("auto", "assistant", "completion", "last", "all")
+DEFAULT_TEMPLATE_ORIGIN = "zoo's default chat template"
 
 
 def add_chat_options(parser: argparse.ArgumentParser, *, pack: bool = True) -> None:
-    """`--chat-format`, `--train-on` and (zoo train) `--pack`."""
+    """`--chat-format`, `--train-on`, `--template`, `--messages-column`, `--role` and (zoo
+    train) `--pack`."""
     group = parser.add_argument_group(
         "chat data (gpt)", "rows of messages, instruction/output or prompt/completion"
     )
@@ -31,9 +39,29 @@ def add_chat_options(parser: argparse.ArgumentParser, *, pack: bool = True) -> N
     )
     group.add_argument(
         "--train-on",
-        choices=("assistant", "all"),
-        default="assistant",
-        help="the tokens the loss counts: the assistant's (default) or every token",
+        choices=TRAIN_ON,
+        default="auto",
+        help="the tokens the loss counts: assistant (every reply), completion (the completion "
+        "of prompt/completion rows), last (the last reply), all (every token); auto (default): "
+        "completion for prompt/completion data, assistant otherwise",
+    )
+    group.add_argument(
+        "--template",
+        metavar="FILE",
+        help="a Jinja chat template file to render the conversations with (default: the "
+        "tokenizer's own, else zoo's)",
+    )
+    group.add_argument(
+        "--messages-column",
+        metavar="NAME",
+        help="the column that holds each row's list of messages (default: messages or "
+        "conversations)",
+    )
+    group.add_argument(
+        "--role",
+        action="append",
+        metavar="FROM=TO",
+        help="rename a role of the data, e.g. --role human=user --role gpt=assistant; repeatable",
     )
     if not pack:
         return
@@ -43,6 +71,81 @@ def add_chat_options(parser: argparse.ArgumentParser, *, pack: bool = True) -> N
         default=True,
         help="pack short conversations into full rows, each attending to itself (default)",
     )
+    group.add_argument(
+        "--show-data",
+        type=positive_int("--show-data"),
+        metavar="N",
+        help="print N conversations as trained (trained tokens marked), the length "
+        "percentiles and what was cut, dropped and packed; then exit without training",
+    )
+    group.add_argument(
+        "--sample-every",
+        type=positive_int("--sample-every"),
+        metavar="N",
+        help="every N steps, write greedy replies to 3 held-out prompts to DIR/samples.jsonl "
+        "and stderr",
+    )
+
+
+def positive_int(flag: str) -> Any:
+    """An argparse type: a positive integer, refused naming `flag`."""
+
+    def read(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"{flag} takes a positive number, got {value}")
+        return value
+
+    read.__name__ = "positive integer"
+    return read
+
+
+def read_template(path: str | None) -> str | None:
+    """The text of `--template FILE` (None without it), refused naming the flag when the file
+    is missing, unreadable, not UTF-8 or empty."""
+    if path is None:
+        return None
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise FileNotFoundError(f"--template {path}: no such file; give a Jinja chat template")
+    try:
+        text = file.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(
+            f"--template {path} is not UTF-8 text; save the template as UTF-8"
+        ) from None
+    if not text.strip():
+        raise ValueError(f"--template {path} is empty; give a Jinja chat template")
+    return text
+
+
+def check_holdout(holdout: float | None) -> None:
+    """Refuse a `--holdout` that is no fraction in (0, 1)."""
+    if holdout is not None and not 0.0 < holdout < 1.0:
+        raise ValueError(
+            f"--holdout {holdout} is not a fraction in (0, 1); e.g. --holdout 0.1 holds out one "
+            "train example in ten for validation"
+        )
+
+
+def parse_roles(pairs: list[str] | None) -> dict[str, str] | None:
+    """`--role FROM=TO ...` as `{FROM: TO}` (None without any)."""
+    if not pairs:
+        return None
+    roles: dict[str, str] = {}
+    for pair in pairs:
+        source, separator, target = pair.partition("=")
+        if not separator or not source.strip() or not target.strip():
+            raise ValueError(
+                f"--role {pair!r} is not FROM=TO; e.g. --role human=user --role gpt=assistant"
+            )
+        if source.strip() in roles:
+            raise ValueError(f"--role names {source.strip()!r} twice; give each role once")
+        roles[source.strip()] = target.strip()
+    return roles
 
 
 def wants_chat(dataset: Any, flavor: str, options: Any, *, split: str = "train") -> bool:
@@ -52,18 +155,83 @@ def wants_chat(dataset: Any, flavor: str, options: Any, *, split: str = "train")
 
     chosen = getattr(options, "chat_format", "auto")
     if chosen == "none":
+        _refuse_chat_only(options, "--chat-format none reads plain text")
         return False
     if flavor != "gpt":
         if chosen != "auto":
             raise ValueError(f"--chat-format {chosen} trains a gpt; a {flavor} reads no chats")
+        _refuse_chat_only(options, f"a {flavor} reads no chats")
         return False
-    return chosen != "auto" or is_chat_data(dataset, train_split=split)
+    if chosen != "auto" or getattr(options, "messages_column", None):
+        return True
+    if is_chat_data(dataset, train_split=split):
+        return True
+    _refuse_chat_only(options, "the columns of --data fit no chat format (see --chat-format)")
+    return False
 
 
-def chat_run_data(dataset: Any, options: Any) -> tuple[Any, Any, Any]:
-    """(train batches, validation batches, tokenizer) of a dataset of conversations."""
-    from zoo.data.chat.datasets import chat_data
+def _refuse_chat_only(options: Any, why: str) -> None:
+    """Chat-data flags given where no conversations are read."""
+    given = {
+        "--template": getattr(options, "template", None),
+        "--messages-column": getattr(options, "messages_column", None),
+        "--role": getattr(options, "roles", None) or getattr(options, "role", None),
+        "--show-data": getattr(options, "show_data", None),
+    }
+    for flag, value in given.items():
+        if value:
+            raise ValueError(f"{flag} is for chat data, and {why}: drop {flag}")
+    if getattr(options, "train_on", "auto") not in ("auto", None):
+        raise ValueError(f"--train-on is for chat data, and {why}: drop --train-on")
+
+
+def chat_config(options: Any, *, template: str | None, **overrides: Any) -> Any:
+    """The `ChatDataConfig` of the command line's chat options (`options`: `DataOptions`)."""
     from zoo.data.chat.options import ChatDataConfig
+
+    tokenizer_options = {}
+    if options.min_freq is not None:
+        tokenizer_options["min_freq"] = options.min_freq
+    if options.lowercase:
+        tokenizer_options["lowercase"] = True
+    chosen: dict[str, Any] = {
+        "format": options.chat_format,
+        "train_on": options.train_on,
+        "pack": options.pack,
+        "batch_size": options.batch_size,
+        "seed": options.seed,
+        "tokenizer_options": tokenizer_options,
+    }
+    if options.max_len is not None:
+        chosen["max_len"] = options.max_len
+    if getattr(options, "holdout", None) is not None:
+        chosen["holdout"] = options.holdout
+    if template is not None:
+        chosen["template"] = template
+    if options.roles:
+        chosen["roles"] = dict(options.roles)
+    if options.messages_column:
+        chosen["messages_column"] = options.messages_column
+    chosen |= overrides
+    try:
+        return ChatDataConfig(**chosen)
+    except ValueError as error:  # name the flag the value came from
+        raise ValueError(f"{_flag_of(str(error))}: {error}") from None
+
+
+def _flag_of(message: str) -> str:
+    """The command-line flag a `ChatDataConfig` error is about (the field it names first)."""
+    flags = {"train_on": "--train-on", "holdout": "--holdout", "roles": "--role", "messages_column": "--messages-column",
+             "template": "--template", "format": "--chat-format", "max_len": "--max-len",
+             "batch_size": "--batch-size"}  # fmt: skip
+    found = [(message.find(name), flag) for name, flag in flags.items() if name in message]
+    return min(found)[1] if found else "chat data options"
+
+
+def chat_run_data(dataset: Any, options: Any) -> tuple[Any, Any, Any, str, Any]:
+    """(train batches, validation batches, tokenizer, chat template text, the `ChatData`) of a
+    dataset of conversations."""
+    from zoo.data.chat.datasets import chat_data
 
     if options.streaming:
         raise ValueError("chat data is read into memory to be packed: drop --streaming")
@@ -71,30 +239,113 @@ def chat_run_data(dataset: Any, options: Any) -> tuple[Any, Any, Any]:
         if getattr(options, option) is not None:
             flag = "--" + option.replace("_", "-")
             raise ValueError(f"{flag} names a plain-text column; chat data reads conversations")
-    tokenizer_options = {}
-    if options.min_freq is not None:
-        tokenizer_options["min_freq"] = options.min_freq
-    if options.lowercase:
-        tokenizer_options["lowercase"] = True
-    extra = {} if options.max_len is None else {"max_len": options.max_len}
-    config = ChatDataConfig(
-        format=options.chat_format,
-        train_on=options.train_on,
-        pack=options.pack,
-        batch_size=options.batch_size,
-        seed=options.seed,
-        tokenizer_options=tokenizer_options,
-        **extra,
-    )
-    data = chat_data(dataset, tokenizer=options.tokenizer, config=config)
+    config = chat_config(options, template=read_template(options.template))
+    with naming_flags(options):
+        data = chat_data(dataset, tokenizer=options.tokenizer, config=config)
     counts = "; ".join(
         f"{name}: {count['conversations']} conversations, {count['tokens']:,} tokens, "
         f"{count['trained_tokens']:,} trained"
         for name, count in data.counts.items()
     )
+    origin = "--template " + options.template if options.template else data.template.origin
     print(
-        f"zoo train: chat data ({data.format} format, {data.template.origin}, loss on "
-        f"{options.train_on} tokens, {'packed' if options.pack else 'one per row'}): {counts}",
+        f"zoo train: chat data ({data.format} format, {origin}, loss on "
+        f"{_train_on(options.train_on, data.format)} tokens, "
+        f"{'packed' if options.pack else 'one per row'}): {counts}",
         file=sys.stderr,
     )
-    return data.train, data.validation, data.tokenizer
+    if data.template.origin == DEFAULT_TEMPLATE_ORIGIN:
+        warn_default_template("train", data.tokenizer)
+    return data.train, data.validation, data.tokenizer, data.template.source, data
+
+
+@contextlib.contextmanager
+def naming_flags(options: Any) -> Iterator[None]:
+    """Errors of the data layer about a chat option, prefixed with the flag that set it."""
+    try:
+        yield
+    except ValueError as error:
+        message = str(error)
+        flags = {
+            "--messages-column": (options.messages_column, "messages column"),
+            "--chat-format": (options.chat_format if options.chat_format != "auto" else None,
+                              "format"),
+        }  # fmt: skip
+        for flag, (value, said) in flags.items():
+            if value and said in message and flag not in message:
+                raise type(error)(f"{flag} {value}: {message}") from None
+        raise
+
+
+def _train_on(train_on: str, format: str) -> str:
+    """What `--train-on auto` chose for data of `format`."""
+    from zoo.data.chat.options import resolve_train_on
+
+    return resolve_train_on(train_on, format)
+
+
+def warn_default_template(command: str, tokenizer: Any) -> None:
+    """One line on stderr: the tokenizer has no chat template, so zoo's default renders."""
+    kind = getattr(tokenizer, "kind", None) or type(tokenizer).__name__
+    print(
+        f"zoo {command}: warning: the {kind} tokenizer has no chat template; using zoo's default "
+        "('role:' line, content, eos per turn); pass --template FILE to choose one",
+        file=sys.stderr,
+    )
+
+
+def run_template(template_flag: str | None, model: str) -> str | None:
+    """The chat template `zoo eval` renders with: `--template FILE`, else the one the run in
+    `model` saved (`chat_template.jinja` and the other files `zoo.data.chat.files` reads; None:
+    the tokenizer's own, else zoo's default, warned about)."""
+    from zoo.data.chat.files import pick_template, read_chat_templates
+
+    if template_flag is not None:
+        return read_template(template_flag)
+    folder = Path(model)
+    if not folder.is_dir():
+        return None
+    found = read_chat_templates(folder)
+    return None if found is None else pick_template(found)
+
+
+def eval_chat_config(args: argparse.Namespace, *, max_len: int, seed: int) -> Any:
+    """The `ChatDataConfig` `zoo eval` scores conversations with (one per row)."""
+    options = argparse.Namespace(
+        chat_format=args.chat_format, train_on=args.train_on, pack=False,
+        batch_size=args.batch_size, seed=seed, min_freq=None, lowercase=None, max_len=max_len,
+        roles=parse_roles(getattr(args, "role", None)),
+        messages_column=getattr(args, "messages_column", None), holdout=args.holdout,
+    )  # fmt: skip
+    return chat_config(options, template=run_template(args.template, args.model))
+
+
+def resolved_train_on(train_on: str, dataset: Any, split: str) -> str:
+    """What `--train-on` means for the conversations of `dataset[split]` (auto resolved)."""
+    if train_on != "auto":
+        return train_on
+    from zoo.data.chat.datasets import chat_format_of
+
+    rows = dataset[split] if split in dataset else dataset["train"]
+    try:
+        return _train_on(train_on, chat_format_of(rows, None))
+    except ValueError:  # columns named by --messages-column: messages
+        return "assistant"
+
+
+def check_chat_flags(args: argparse.Namespace) -> None:
+    """`zoo train`'s chat flags checked before the run folder is touched: the template file
+    read, the roles parsed, `--holdout` a fraction, `--show-data` and `--sample-every` where
+    they can apply."""
+    read_template(getattr(args, "template", None))
+    parse_roles(getattr(args, "role", None))
+    check_holdout(getattr(args, "holdout", None))
+    for flag, name in (("--show-data", "show_data"), ("--sample-every", "sample_every")):
+        if getattr(args, name, None) is None:
+            continue
+        if args.chat_format == "none":
+            raise ValueError(
+                f"{flag} is for chat data, and --chat-format none reads plain text: drop {flag}"
+            )
+        if args.flavor != "gpt":
+            raise ValueError(f"{flag} is for chat data, which trains a gpt: drop {flag}")

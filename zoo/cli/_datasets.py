@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from zoo.cli._chat_data import check_holdout, parse_roles
+from zoo.cli._preference import PREFERENCE_OBJECTIVES
 from zoo.data.batches import BatchSource
 from zoo.data.tokenizers.base import Tokenizer
 
@@ -45,10 +47,20 @@ class DataOptions:
     lowercase: bool | None = None  # word tokenizer: lowercase the text
     encoding: str = "utf-8"  # of json/csv/text files
     streaming: bool = False  # read the data as a stream
+    holdout: float | None = None  # share of train held out without a validation split (0.1)
     masked_lm: bool = False  # `--objective mlm`: plain text, one example per line
     chat_format: str = "auto"  # gpt: conversations when the columns fit (zoo.cli._chat_data)
-    train_on: str = "assistant"  # chat data: the tokens the loss counts (or all)
+    train_on: str = "auto"  # chat data: the tokens the loss counts (auto, assistant, ...)
     pack: bool = True  # chat data: conversations packed into rows of max_len + 1 tokens
+    template: str | None = None  # chat data: --template, a Jinja chat template file
+    messages_column: str | None = None  # chat data: the column of each row's messages
+    roles: tuple[tuple[str, str], ...] | None = None  # chat data: --role FROM=TO renames
+    preference: bool = False  # --objective dpo, ...: prompt/chosen/rejected rows (_preference)
+    max_prompt_len: int | None = None  # preference rows: most prompt tokens (its end kept)
+    max_completion_len: int | None = None  # preference rows: most answer tokens (start kept)
+
+    def __post_init__(self) -> None:
+        check_holdout(self.holdout)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, **resolved: Any) -> DataOptions:
@@ -59,6 +71,9 @@ class DataOptions:
             if hasattr(args, field.name)
         }
         given["masked_lm"] = getattr(args, "objective", None) == "mlm"
+        given["preference"] = getattr(args, "objective", None) in PREFERENCE_OBJECTIVES
+        roles = parse_roles(getattr(args, "role", None))
+        given["roles"] = None if roles is None else tuple(roles.items())
         return cls(**(given | resolved))
 
 
@@ -70,6 +85,8 @@ class RunData:
     evaluation: BatchSource | None
     tokenizer: Tokenizer | None
     num_classes: int | None = None  # the classes the data names (None: count the labels)
+    chat_template: str | None = None  # chat data: the template's text (saved with the run)
+    chat: Any = None  # chat data: the `zoo.data.chat.ChatData` it came from
 
 
 # scheme -> handler(rest after "SCHEME:", flavor, options)
@@ -87,8 +104,14 @@ def data_scheme(name: str) -> Callable[[DataHandler], DataHandler]:
     return decorate
 
 
-def resolve_data(spec: str, flavor: str, options: DataOptions) -> RunData:
-    """`--data SCHEME:REST` -> train and eval batch sources and the tokenizer."""
+def resolve_data(spec: str | list[str], flavor: str, options: DataOptions) -> RunData:
+    """`--data SCHEME:REST` -> train and eval batch sources and the tokenizer; several
+    `--data` (a list) are mixed first (`zoo.cli._mixing`)."""
+    if not isinstance(spec, str):
+        from zoo.cli._mixing import mix_datasets
+
+        label, dataset = mix_datasets(spec, lambda one: load_dataset(one, options), options.seed)
+        return dataset_run_data(label, dataset, flavor, options)
     scheme, separator, rest = spec.partition(":")
     if not separator or not rest:
         raise ValueError(
@@ -129,18 +152,29 @@ def _synthetic(name: str, flavor: str, options: DataOptions) -> RunData:
 
 def _files(scheme: str) -> DataHandler:
     def handler(rest: str, flavor: str, options: DataOptions) -> RunData:
-        from zoo.cli._chat_data import chat_run_data, wants_chat
-        from zoo.data.specs import check_split
-
         spec = f"{scheme}:{rest}"
-        dataset = load_dataset(spec, options)
-        check_split(dataset, "train", spec)
-        if wants_chat(dataset, flavor, options):
-            return RunData(*chat_run_data(dataset, options))
-        data = load_task_data(spec, flavor, options, dataset=dataset)
-        return RunData(data.train, data.validation, data.tokenizer, data.num_classes)
+        return dataset_run_data(spec, load_dataset(spec, options), flavor, options)
 
     return handler
+
+
+def dataset_run_data(spec: str, dataset: Any, flavor: str, options: DataOptions) -> RunData:
+    """The `RunData` of `dataset`, read from `spec` (named in errors): conversations or the
+    flavor's task."""
+    from zoo.cli._chat_data import chat_run_data, wants_chat
+    from zoo.data.specs import check_split
+
+    check_split(dataset, "train", spec)
+    if options.preference:
+        from zoo.cli._preference import preference_run_data
+
+        train, validation, tokenizer, template = preference_run_data(dataset, flavor, options)
+        return RunData(train, validation, tokenizer, chat_template=template)
+    if wants_chat(dataset, flavor, options):
+        train, validation, tokenizer, template, chat = chat_run_data(dataset, options)
+        return RunData(train, validation, tokenizer, chat_template=template, chat=chat)
+    data = load_task_data(spec, flavor, options, dataset=dataset)
+    return RunData(data.train, data.validation, data.tokenizer, data.num_classes)
 
 
 for _scheme in FILE_SCHEMES:
@@ -187,6 +221,13 @@ def add_data_options(parser: argparse.ArgumentParser) -> None:
         "--encoding", default="utf-8", help="text encoding of json/csv/text files (utf-8)"
     )
     group.add_argument("--streaming", action="store_true", help="read the data as a stream")
+    group.add_argument(
+        "--holdout",
+        type=float,
+        metavar="FRACTION",
+        help="the share of train held out for validation when the data has no validation "
+        "split (default 0.1; zoo eval: give the run's own)",
+    )
 
 
 def from_hf_options(options: DataOptions, flavor: str) -> dict[str, Any]:
@@ -199,6 +240,7 @@ def from_hf_options(options: DataOptions, flavor: str) -> dict[str, Any]:
         "label_column": options.label_column,
         "max_len": options.max_len,
         "num_classes": options.num_classes,
+        "holdout": options.holdout,
     }
     from_hf.update({name: value for name, value in columns.items() if value is not None})
     if flavor != "translator" and (options.source or options.target):

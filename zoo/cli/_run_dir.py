@@ -15,9 +15,11 @@ from zoo.files import read_json_object, write_text_atomic
 from zoo.serialize import CONFIG_FILE, WEIGHTS_FILE
 
 RUN_ARGS_FILE = "train_args.json"
+CHAT_TEMPLATE_FILE = "chat_template.jinja"  # the template a chat run renders with
 # Options recorded at the start of a run (for the record and for --resume).
 RECORDED = ("flavor", "preset", "init", "data", "seed", "schedule", "lr", "warmup",
-            "weight_decay", "clip_norm", "batch_size", "max_len", "tokenizer")  # fmt: skip
+            "weight_decay", "clip_norm", "batch_size", "max_len", "tokenizer", "chat_format",
+            "train_on", "pack", "template", "messages_column", "role", "holdout")  # fmt: skip
 # Options --resume must not change, and why (a record without one, from an older run, is not
 # checked for it).
 FIXED_ON_RESUME = {
@@ -75,16 +77,31 @@ def check_resume(args: argparse.Namespace, out: Path, step: int | None) -> None:
         _compare(args, _recorded(args), path, out)
 
 
-def record_run(args: argparse.Namespace, out: Path, tokenizer: Tokenizer | None = None) -> None:
-    """Record the options a run starts with in `out/train_args.json`, for `check_resume`, and
-    its tokenizer in `out/zoo_tokenizer.json`, for `resumed_tokenizer`.
+def record_run(
+    args: argparse.Namespace,
+    out: Path,
+    tokenizer: Tokenizer | None = None,
+    *,
+    chat_template: str | None = None,
+    tokenizer_given: bool = True,
+) -> None:
+    """Record the options a run starts with in `out/train_args.json`, for `check_resume`, its
+    full resolved config in `out/train_config.yaml`, for `zoo train --config` (see
+    `zoo.cli._config_file`), its tokenizer in `out/zoo_tokenizer.json`, for
+    `resumed_tokenizer`, and the chat template it renders conversations with in
+    `out/chat_template.jinja`, for `zoo chat`, `zoo eval` and `zoo export`.
 
     Written by the run that holds `out` (`zoo.train.lock.RunLock`), once it has passed every
     check that could refuse it, and only when it starts without a checkpoint."""
+    from zoo.cli._config_file import record_config
+
     out.mkdir(parents=True, exist_ok=True)
     write_text_atomic(out / RUN_ARGS_FILE, json.dumps(_recorded(args), indent=2, sort_keys=True))
+    record_config(out, args, tokenizer_given=tokenizer_given)
     if tokenizer is not None:
         tokenizer.save(out)
+    if chat_template is not None:  # after the tokenizer's own, which it replaces
+        write_text_atomic(out / CHAT_TEMPLATE_FILE, chat_template)
 
 
 def resumed_tokenizer(args: argparse.Namespace, out: Path) -> Tokenizer | None:
@@ -93,7 +110,8 @@ def resumed_tokenizer(args: argparse.Namespace, out: Path) -> Tokenizer | None:
     `--init` model's own, a synthetic task's, tiktoken). A learnt one (word, char) that the run
     did not save is refused: learnt again from data that may have changed, its ids could name
     other words."""
-    if args.init is not None or args.data.startswith("synthetic:"):
+    specs = [args.data] if isinstance(args.data, str) else args.data
+    if args.init is not None or all(spec.startswith("synthetic:") for spec in specs):
         return None
     if (out / TOKENIZER_FILE).is_file():
         return load_tokenizer(out)

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from zoo.cli import _inference as inference
+from zoo.cli._chat_data import DEFAULT_TEMPLATE_ORIGIN, read_template, warn_default_template
 
 COMMANDS = {"/reset": "start the conversation again", "/exit": "quit"}
 
@@ -47,7 +48,10 @@ def register(commands) -> None:
         help="answer this user message and exit; repeat for the turns of one conversation",
     )
     parser.add_argument(
-        "--template", help="a Jinja chat template file to use instead of the model's own"
+        "--template",
+        metavar="FILE",
+        help="a Jinja chat template file to use instead of the model's own (a zoo train run's "
+        "is its chat_template.jinja)",
     )
     inference.add_sampling_options(parser, max_new_tokens=256, per="per reply")
     inference.add_output_options(parser, json_help="one JSON object per reply")
@@ -60,12 +64,12 @@ def run(args: argparse.Namespace) -> int:
 
     sampling, key = inference.sampling_from_args(args)  # bad values: before loading
     _check_texts(args)
-    template_text = None
-    if args.template is not None:
-        template_text = Path(args.template).read_text(encoding="utf-8")
+    template_text = read_template(args.template)  # a bad file: before loading
     model, tokenizer, layout = inference.load_for(args, GPT)
     folder = Path(args.model) if Path(args.model).is_dir() else None
     template = chat_template(tokenizer, template_text, folder=folder)
+    if template.origin == DEFAULT_TEMPLATE_ORIGIN:
+        warn_default_template("chat", tokenizer)
     session = Session(
         model,
         ChatFormat(tokenizer, template=template, system=args.system),

@@ -28,6 +28,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from zoo.cli import _preference
 from zoo.cli._chat_data import add_chat_options, wants_chat
 from zoo.cli._datasets import (
     FILE_SCHEMES,
@@ -67,6 +68,7 @@ def register(commands) -> None:
     add_mesh_option(parser, processes=True)
     add_data_options(parser)
     add_chat_options(parser, pack=False)
+    _preference.add_eval_options(parser)
     parser.set_defaults(run=run)
 
 
@@ -168,6 +170,8 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     )
     options = from_hf_options(data, flavor)
     dataset = load_dataset(args.data, data, file_split=_file_split(args, record))
+    if flavor == "gpt" and _preference.is_preference_data(dataset, args.split):
+        return _preference.evaluate_pairs(args, model, tokenizer, dataset, record)
     if wants_chat(dataset, flavor, args, split=args.split if args.split in dataset else "train"):
         return _evaluate_chat(args, model, tokenizer, dataset, layout, seed=seed)
     split, split_label = _eval_split(dataset, args, flavor, options)
@@ -204,20 +208,16 @@ def _evaluate_chat(
     args: argparse.Namespace, model: Any, tokenizer: Any, dataset: Any, layout: Any, *, seed: int
 ) -> dict[str, Any]:
     """A GPT's loss, perplexity and token accuracy on conversations (see the module doc)."""
+    from zoo.cli._chat_data import eval_chat_config, naming_flags, resolved_train_on
     from zoo.data.chat.datasets import chat_evaluation
-    from zoo.data.chat.options import ChatDataConfig
     from zoo.tasks import LanguageModeling
 
     if args.streaming:
         raise ValueError("chat data is read into memory: drop --streaming")
-    config = ChatDataConfig(
-        format=args.chat_format,
-        train_on=args.train_on,
-        max_len=model.config.max_positions if args.max_len is None else args.max_len,
-        batch_size=args.batch_size,
-        seed=seed,
-    )
-    chats = chat_evaluation(dataset, tokenizer, split=args.split, config=config)
+    max_len = model.config.max_positions if args.max_len is None else args.max_len
+    config = eval_chat_config(args, max_len=max_len, seed=seed)  # the run's template
+    with naming_flags(args):
+        chats = chat_evaluation(dataset, tokenizer, split=args.split, config=config)
     stats, _ = _statistics(model, LanguageModeling(), chats.batches, layout)
     loss = float(stats.nll_sum) / max(float(stats.weight), 1.0)
     return {
@@ -228,7 +228,7 @@ def _evaluate_chat(
         "loss": loss,
         "unknown_token_rate": chats.unknown_token_rate,
         "conversations": chats.conversations,
-        "train_on": args.train_on,
+        "train_on": resolved_train_on(config.train_on, dataset, args.split),
         "tokens": int(stats.weight),
         "total_tokens": chats.tokens,
         "perplexity": math.exp(loss),

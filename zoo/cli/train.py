@@ -24,13 +24,18 @@ import equinox as eqx
 import jax
 from jax.sharding import Mesh
 
+from zoo.cli import _preference
 from zoo.cli._build import Built, build_model, check_preset, make_task
-from zoo.cli._chat_data import add_chat_options
-from zoo.cli._datasets import OneDataset, add_data_options, data_scheme, resolve_data
+from zoo.cli._chat_data import add_chat_options, check_chat_flags
+from zoo.cli._compile_cache import add_compile_cache_option, use_compile_cache
+from zoo.cli._config_file import enable_config_file, required_options
+from zoo.cli._datasets import add_data_options, data_scheme, resolve_data
 from zoo.cli._load import HUB
 from zoo.cli._lora import LoRASpec, finish_run, parse_lora, trained_prefixes, with_lora
 from zoo.cli._mesh import add_mesh_option
+from zoo.cli._mixing import Datasets, data_specs
 from zoo.cli._run_dir import check_out_dir, check_resume, record_run, resumed_tokenizer
+from zoo.cli._samples import with_samples
 from zoo.data.tokenizers.base import Tokenizer
 from zoo.distributed.hosts import is_writer
 from zoo.distributed.mesh import as_mesh
@@ -82,12 +87,12 @@ def register(commands) -> None:
     )
     parser.add_argument(
         "--data",
-        required=True,
-        action=OneDataset,
-        help="SCHEME:NAME: synthetic:addition, hf:rotten_tomatoes, json:DIR, text:FILE, ...",
+        action=Datasets,
+        help="SCHEME:NAME: synthetic:addition, hf:rotten_tomatoes, json:DIR, text:FILE, ...; "
+        "repeat to mix datasets, each with an optional weight (json:b.jsonl:0.3)",
     )
     parser.add_argument("--steps", type=int, help="total optimizer updates (default: preset's)")
-    parser.add_argument("--out", required=True, help="run directory")
+    parser.add_argument("--out", help="run directory (required)")
     parser.add_argument("--resume", action="store_true", help="continue from the newest checkpoint")
     parser.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
     parser.add_argument("--batch-size", type=int)
@@ -109,9 +114,10 @@ def register(commands) -> None:
     )
     parser.add_argument(
         "--objective",
-        choices=("classify", "mlm"),
+        choices=("classify", "mlm", *_preference.PREFERENCE_OBJECTIVES),
         default="classify",
-        help="classifier: classify (labels) or mlm (masked-LM pretraining on plain text)",
+        help="classifier: classify (labels) or mlm (masked-LM pretraining on plain text); "
+        "gpt: dpo|ipo|hinge|robust|simpo|orpo on prompt/chosen/rejected pairs",
     )
     parser.add_argument("--mask-rate", type=float, default=0.15, help="mlm: tokens chosen")
     parser.add_argument(
@@ -138,12 +144,17 @@ def register(commands) -> None:
     add_mesh_option(parser, processes=True)
     add_data_options(parser)
     add_chat_options(parser)
+    add_compile_cache_option(parser)
+    _preference.add_preference_options(parser)
+    enable_config_file(parser)
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """`zoo train`: decide the run from the flags, then run it."""
-    return execute(plan(args))
+    decided = plan(args)
+    use_compile_cache(args)
+    return execute(decided)
 
 
 # -- plan: the flags checked and decided ----------------------------------------------------------
@@ -175,17 +186,22 @@ class TrainPlan:
     mesh: Mesh | None  # --mesh
     plot: bool
     print_json: bool  # --json: the summary as JSON on stdout
+    show_data: int | None = None  # --show-data N: show the chat data and exit
 
 
 def plan(args: argparse.Namespace) -> TrainPlan:
     """Check the flags of `args` and decide the run; raises ValueError (or ImportError for a
     missing extra) for a flag, or a mix of flags, that cannot work. `args` is left as it is."""
     args = argparse.Namespace(**vars(args))
+    required_options(args, ("data",) if getattr(args, "show_data", None) else ("data", "out"))
+    args.data = data_specs(args.data)
+    check_chat_flags(args)
     check_preset(args)
+    _preference.check_options(args)  # --objective dpo|... and its flags
     mesh = as_mesh(args.mesh) if args.mesh else None  # one that does not fit: before any work
     if args.plot:
         check_matplotlib()  # before training, not after it
-    out = check_out_dir(args.out)
+    out = check_out_dir(args.out) if args.out is not None else Path()  # --show-data: unused
     tokenizer_given = args.tokenizer is not None  # before the preset's default fills it
     filled = fill_defaults(args, args.preset or "", args.flavor)
     return TrainPlan(
@@ -222,6 +238,7 @@ def plan(args: argparse.Namespace) -> TrainPlan:
         mesh=mesh,
         plot=args.plot,
         print_json=args.json,
+        show_data=getattr(args, "show_data", None),
     )
 
 
@@ -281,6 +298,10 @@ def execute(plan: TrainPlan) -> int:
     model it would overwrite), the model is built, and only then is the run's record
     (`train_args.json`) written and training started.
     """
+    if plan.show_data is not None:  # nothing is trained or written
+        from zoo.cli._show_data import show_data
+
+        return show_data(plan.args, plan.show_data)
     writes = is_writer()  # with many processes, process 0 alone prints and writes
     if plan.filled and not plan.print_json and writes:
         shown = ", ".join(f"{name}={value}" for name, value in plan.filled.items())
@@ -292,21 +313,32 @@ def execute(plan: TrainPlan) -> int:
         built = build_model(plan.args, model_key, tokenizer_given=plan.tokenizer_given,
                             resumed_tokenizer=saved_tokenizer)  # fmt: skip
         model, optimizer, lora_train = _trainable(plan, built, model_key, writes=writes)
+        train, evaluation = built.data.train, built.data.evaluation
+        if _preference.is_preference(plan.args):  # the reference's numbers join the batches
+            task, train, evaluation = _preference.preference_setup(plan.args, model, built.data)
+        else:
+            task = make_task(plan.args, model, built.data.tokenizer)
         trainer = Trainer(
-            make_task(plan.args, model, built.data.tokenizer),
+            task,
             optimizer,
-            loop=plan.loop,
+            loop=with_samples(plan.loop, plan.args, built.data, plan.out, writes=writes),
             precision=plan.precision,
             accumulate=plan.accumulate,
             mesh=plan.mesh,
         )
         if fresh and writes:
-            record_run(plan.args, plan.out, built.data.tokenizer)
+            record_run(
+                plan.args,
+                plan.out,
+                built.data.tokenizer,
+                chat_template=built.data.chat_template,
+                tokenizer_given=plan.tokenizer_given,
+            )
         outputs = Outputs(plan.out / CHECKPOINTS, plan.out, tokenizer=built.data.tokenizer,
-                          plot=plan.plot)  # fmt: skip
+                          plot=plan.plot, chat_template=built.data.chat_template)  # fmt: skip
         try:
-            model, history = trainer.fit(model, built.data.train, steps=plan.steps,
-                                         key=train_key, eval_batches=built.data.evaluation,
+            model, history = trainer.fit(model, train, steps=plan.steps,
+                                         key=train_key, eval_batches=evaluation,
                                          outputs=outputs, resume=plan.resume)  # fmt: skip
         except FileNotFoundError:
             raise  # a path given on the command line: the usual one-line error

@@ -115,6 +115,7 @@ class TrainingRun:
         self.checkpoint_dir = outputs.checkpoints
         self.out_dir = outputs.folder
         self.tokenizer = outputs.tokenizer
+        self.chat_template = outputs.chat_template
         self.plot = outputs.plot
         check_inputs(trainer, model, train_batches, eval_batches, steps=steps, outputs=outputs,
                      resume=resume)  # fmt: skip
@@ -206,6 +207,9 @@ class TrainingRun:
                         self.evaluate()
                     if loop.checkpoint_every and self.done % loop.checkpoint_every == 0:
                         self.save()
+                    for callback in loop.callbacks:
+                        if self.done % callback.every == 0:
+                            callback(self.done, self.model)
                 self.flush()
                 if self.last_eval != self.done:
                     self.evaluate()
@@ -301,6 +305,8 @@ class TrainingRun:
             "tokens": tokens,
             "trained_tokens": summary["scored"],
         }
+        if summary["metrics"]:
+            row["metrics"] = {name: clean(value) for name, value in summary["metrics"].items()}
         self.history.rows.append(row)
         self.log.write(row)
         for logger in self.loggers:
@@ -430,6 +436,10 @@ class TrainingRun:
 
             save(model, self.out_dir, tokenizer=self.tokenizer,
                  extra={"training": self.history.summary})  # fmt: skip
+            if self.chat_template is not None:  # after the tokenizer's own template
+                from zoo.files import write_text_atomic
+
+                write_text_atomic(self.out_dir / "chat_template.jinja", self.chat_template)
             if self.plot:
                 from zoo.train.plot import plot_history
 

@@ -15,11 +15,21 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
 
 from zoo.data.tokenizers.base import Tokenizer
 from zoo.train.loggers import LoggerSpec, check_loggers
 
-__all__ = ["LOOP_FIELDS", "OUTPUT_FIELDS", "LoopSettings", "Outputs"]
+__all__ = ["LOOP_FIELDS", "OUTPUT_FIELDS", "LoopSettings", "Outputs", "StepCallback"]
+
+
+@runtime_checkable
+class StepCallback(Protocol):
+    """Called as `callback(step, model)` after every `every`-th optimizer update."""
+
+    every: int
+
+    def __call__(self, step: int, model: Any) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -41,6 +51,9 @@ class LoopSettings:
     - `loggers`: also send the metrics rows to "tensorboard" and/or "wandb" (in the run's
       `out_dir`; the `tensorboard` / `wandb` extras), or to objects with `log(row)` and
       `close()`; see `zoo.train.loggers`. Kept as a tuple; a missing package is named now.
+    - `callbacks`: objects with `every` (steps) and `__call__(step, model)`, called with the
+      model every `every` steps (e.g. `zoo.cli._samples.SampleReplies`: greedy replies to
+      held-out prompts). Kept as a tuple.
     """
 
     log_every: int = 10
@@ -50,6 +63,7 @@ class LoopSettings:
     keep: int = 3
     progress: bool = True
     loggers: LoggerSpec | Iterable[LoggerSpec] = ()
+    callbacks: Iterable[StepCallback] = ()  # called with the model every `callback.every` steps
 
     def __post_init__(self) -> None:
         for name in ("log_every", "keep"):
@@ -61,6 +75,15 @@ class LoopSettings:
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
         object.__setattr__(self, "loggers", check_loggers(self.loggers))
+        callbacks = tuple(self.callbacks)
+        for callback in callbacks:
+            every = getattr(callback, "every", None)
+            if not callable(callback) or not isinstance(every, int) or every < 1:
+                raise ValueError(
+                    f"a callback needs a positive integer `every` and __call__(step, model), "
+                    f"got {callback!r}"
+                )
+        object.__setattr__(self, "callbacks", callbacks)
 
 
 @dataclass(frozen=True)
@@ -77,6 +100,10 @@ class Outputs:
     - `out_dir` (default: `checkpoint_dir`): `metrics.jsonl`, the final model saved with
       `zoo.save`, the loggers' files and `curves.png`.
     - `tokenizer`: saved with the final model.
+    - `chat_template`: the chat template's Jinja text (or a `ChatTemplate`) the model was
+      trained with, e.g. `chat_data(...).template`; written as `chat_template.jinja` beside
+      the final model (after the tokenizer's own), where `zoo chat`, `zoo eval` and
+      `zoo export` read it.
     - `plot`: also write `out_dir/curves.png` (the `plot` extra: matplotlib).
     """
 
@@ -84,10 +111,19 @@ class Outputs:
     out_dir: str | os.PathLike | None = None
     tokenizer: Tokenizer | None = None
     plot: bool = False
+    chat_template: Any = None  # Jinja text or a ChatTemplate: DIR/chat_template.jinja
 
     def __post_init__(self) -> None:
         if self.plot and self.folder is None:
             raise ValueError("plot=True needs out_dir (or checkpoint_dir) to write curves.png")
+        if self.chat_template is not None:
+            text = getattr(self.chat_template, "source", self.chat_template)
+            if not isinstance(text, str) or not text.strip():
+                raise ValueError(
+                    "chat_template must be Jinja text or a ChatTemplate (e.g. "
+                    f"chat_data(...).template), got {type(self.chat_template).__name__}"
+                )
+            object.__setattr__(self, "chat_template", text)
 
     @property
     def checkpoints(self) -> Path | None:
