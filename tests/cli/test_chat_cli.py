@@ -33,11 +33,25 @@ def chat_dir(tmp_path_factory):
     return model, str(directory)
 
 
+# the saved model's char tokenizer has no template: zoo chat says so once, first, then talks
+DEFAULT_TEMPLATE_WARNING = (
+    "zoo chat: warning: the char tokenizer has no chat template; using zoo's default "
+)
+
+
+def stderr_after_warning(err: str) -> str:
+    """`err` without the default-template warning, which must be its first line, once."""
+    first, _, rest = err.partition("\n")
+    assert first.startswith(DEFAULT_TEMPLATE_WARNING), err
+    assert DEFAULT_TEMPLATE_WARNING not in rest
+    return rest
+
+
 def run_with_stdin(monkeypatch, capsys, text: str, *args: str) -> tuple[int, str, str]:
     monkeypatch.setattr("sys.stdin", io.StringIO(text))
     status = main(["chat", *args])
     captured = capsys.readouterr()
-    return status, captured.out, captured.err
+    return status, captured.out, stderr_after_warning(captured.err)
 
 
 def test_one_message_prints_the_reply_as_json(chat_dir, capsys):
@@ -215,7 +229,9 @@ def test_ctrl_c_at_the_prompt_quits_with_status_130(chat_dir, monkeypatch, capsy
     assert main(["chat", directory, *OPTIONS]) == 130
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert captured.err == f"zoo chat: {directory}; /reset clears the history, /exit quits\n\n"
+    assert stderr_after_warning(captured.err) == (
+        f"zoo chat: {directory}; /reset clears the history, /exit quits\n\n"
+    )
 
 
 def test_ctrl_c_with_message_stops_the_command(chat_dir, monkeypatch, capsys):
@@ -226,7 +242,7 @@ def test_ctrl_c_with_message_stops_the_command(chat_dir, monkeypatch, capsys):
 
     monkeypatch.setattr("zoo.cli.chat._print_piece", interrupt)
     assert main(["chat", directory, "--message", "hello", *OPTIONS]) == 130
-    assert capsys.readouterr().err == "zoo chat: interrupted\n"
+    assert stderr_after_warning(capsys.readouterr().err) == "zoo chat: interrupted\n"
 
 
 @pytest.mark.parametrize(
