@@ -33,6 +33,10 @@ jax.config.update("jax_numpy_rank_promotion", "raise")
 if SHARED_TIKTOKEN.is_dir():
     os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(SHARED_TIKTOKEN))
 
+# `zoo train` run in-process would open the user's persistent compilation cache for the whole
+# test process; tests of the cache give their own folder (tests/train/test_compile_cache.py)
+os.environ.setdefault("ZOO_COMPILE_CACHE", "none")
+
 
 @pytest.fixture
 def key():

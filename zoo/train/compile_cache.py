@@ -67,7 +67,9 @@ def enable_compile_cache(directory: str | os.PathLike[str] | None) -> Path | Non
             f"writable folder or 'none' to turn the cache off"
         ) from None
     jax.config.update("jax_compilation_cache_dir", str(folder))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS)
+    # a threshold the user set for JAX itself wins over zoo's
+    if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", MIN_ENTRY_BYTES)
     _enabled = folder
     return folder
