@@ -20,8 +20,8 @@ from hf_helpers import LOGIT_TOL, max_diff, randomize, record, tensor, torch, tr
 import zoo
 from zoo.interop import from_hf, from_pretrained, save_hf
 from zoo.interop.weights import read_safetensors, write_safetensors
-from zoo.presets.moe import active_param_count
 from zoo.nn.moe import router_losses
+from zoo.presets.moe import active_param_count
 
 pytestmark = pytest.mark.hf
 

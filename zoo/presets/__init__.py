@@ -13,10 +13,10 @@ import equinox as eqx
 import jax
 from jaxtyping import PRNGKeyArray
 
-from zoo.presets.families import decoder_families, encoder_families
 from zoo.models import FLAVORS, ClassifierConfig, GPTConfig, TransformerConfig, TranslatorConfig
-from zoo.presets.moe import MOE_PRESETS
 from zoo.nn.rotary import Rope
+from zoo.presets.families import decoder_families, encoder_families
+from zoo.presets.moe import MOE_PRESETS
 
 
 @dataclass(frozen=True)
