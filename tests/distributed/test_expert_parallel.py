@@ -87,7 +87,9 @@ def test_an_expert_axis_that_does_not_divide_the_experts_is_refused():
 
 
 @pytest.mark.slow
+@pytest.mark.distributed  # the Trainer on a mesh writes sharded checkpoints (orbax-checkpoint)
 def test_data_2_expert_4_equals_one_device():
+    pytest.importorskip("orbax.checkpoint", reason="the `distributed` extra (orbax-checkpoint)")
     env = dict(os.environ)
     env["XLA_FLAGS"] = " ".join(
         [
