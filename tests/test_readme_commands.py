@@ -88,6 +88,13 @@ NOT_RUN = {
     "zoo chat SmolLM2-135M-Instruct.Q4_1.gguf": GGUF,
     'zoo generate model.gguf --prompt "Once upon a time"': GGUF,
     "zoo train gpt --init model.gguf --data json:my_chats --lora rank=8 --out runs/gguf_lora": GGUF,
+    # docs/results.md, ModernBERT against a BERT of the same size
+    "zoo train classifier --preset classifier-small --data json:../shared/data/rotten_tomatoes "
+    "--steps 400 --batch-size 32 --eval-every 400 --out runs/bert": TRAINS,
+    "zoo train classifier --preset modernbert-tiny --set d_model=128 --set num_layers=2 "
+    "--set num_heads=4 --set d_ff=172 --set global_layers=[0] --set max_positions=64 --max-len 64 "
+    "--min-freq 2 --data json:../shared/data/rotten_tomatoes --steps 400 --batch-size 32 "
+    "--eval-every 400 --out runs/modernbert": TRAINS,
     # docs/results.md, the mixture of experts against a dense model
     "zoo train gpt --preset mixtral-tiny --set d_model=128 --set num_layers=4 --set d_ff=256 "
     "--set num_experts=8 --set num_experts_per_tok=2 --set max_positions=256 --out runs/moe "
