@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 import zoo
-from zoo.interop.gguf import dequantize, read_gguf, read_tensors, supported_names
-from zoo.interop.gguf.model import unpermute
+from zoo.interop.gguf import GGUFError, dequantize, read_gguf, read_tensors, supported_names
+from zoo.interop.gguf.model import longrope, unpermute
 from zoo.interop.gguf.tokenizer import byte_alphabet
 
 pytestmark = pytest.mark.hf
@@ -269,7 +269,7 @@ def test_zoo_generate_reads_the_file(tiny, capsys):
 
 
 def test_a_broken_tokenizer_is_refused_by_name(tmp_path):
-    from zoo.interop.gguf import GGUFError, GGUFFile, gguf_tokenizer
+    from zoo.interop.gguf import GGUFFile, gguf_tokenizer
 
     def file(**metadata):
         keys = {f"tokenizer.ggml.{name}": value for name, value in metadata.items()}
@@ -283,9 +283,10 @@ def test_a_broken_tokenizer_is_refused_by_name(tmp_path):
         gguf_tokenizer(file(model="gpt2", tokens=["a", "b"], merges=["a c"]))
 
 
-def write_tiny_phi3(path, *, rotary: int) -> None:
+def write_tiny_phi3(path, *, rotary: int, longrope: dict | None = None) -> None:
     """A Phi-3 file as llama.cpp writes one: fused `attn_qkv` and gate/up `ffn_up`, unpermuted
-    rows, a SentencePiece vocabulary, `rotary` of each 8-wide head rotating."""
+    rows, a SentencePiece vocabulary, `rotary` of each 8-wide head rotating; with `longrope`
+    (short, long, original, attn_factor) the factor tensors and metadata of a 128k model."""
     rng = np.random.default_rng(3)
     tokens, types, scores = sentencepiece_vocab()
     vocab, head_dim = len(tokens), D_MODEL // HEADS
@@ -306,6 +307,12 @@ def write_tiny_phi3(path, *, rotary: int) -> None:
     writer.add_bos_token_id(1)
     writer.add_eos_token_id(2)
     writer.add_pad_token_id(2)
+    if longrope:
+        writer.add_rope_scaling_orig_ctx_len(longrope["original"])
+        writer.add_rope_scaling_attn_factors(longrope["attn_factor"])
+        for kind in ("short", "long"):
+            factors = np.asarray(longrope[kind], np.float32)
+            add(writer, f"rope_factors_{kind}.weight", factors, Q.F32)
 
     def normal(*shape, std=0.3):
         return (std * rng.normal(size=shape)).astype(np.float32)
@@ -349,6 +356,63 @@ def test_phi3_partial_rotary_is_read(tmp_path):
     write_tiny_phi3(path, rotary=6)
     rope = zoo.from_pretrained(path).config.rope
     assert rope.partial_rotary_factor == 0.75
+
+
+def test_phi3_longrope_factors_are_read_as_transformers_computes_them(tmp_path):
+    """A long-context Phi-3 file (Phi-3.5-mini, Phi-4-mini as llama.cpp converts them) keeps
+    its LongRoPE factors as tensors. transformers' GGUF loading drops them; the reference is
+    its Phi-3 with the same weights and the checkpoint's `rope_scaling`, within and past the
+    original 8 positions."""
+    longrope = dict(short=[1.0, 1.25, 1.5, 2.0], long=[2.0, 4.0, 8.0, 16.0], original=8)
+    longrope["attn_factor"] = 1.125  # llama.cpp's cos/sin scale, kept as written
+    plain, scaled = tmp_path / "plain" / "phi3.gguf", tmp_path / "phi35.gguf"
+    plain.parent.mkdir()
+    write_tiny_phi3(plain, rotary=D_MODEL // HEADS)
+    write_tiny_phi3(scaled, rotary=D_MODEL // HEADS, longrope=longrope)
+    model = zoo.from_pretrained(scaled)
+    rope = model.config.rope
+    assert (rope.scaling, rope.short_factor, rope.long_factor) == (
+        "longrope",
+        tuple(longrope["short"]),
+        tuple(longrope["long"]),
+    )
+    assert (rope.original_max_positions, rope.factor, rope.table_scale) == (8, 64 / 8, 1.125)
+    weights = transformers.AutoModelForCausalLM.from_pretrained(
+        str(plain.parent), gguf_file=plain.name, dtype=torch.float32
+    )
+    config = weights.config
+    config.rope_parameters = {
+        "rope_type": "longrope",
+        "rope_theta": 10000.0,
+        "short_factor": longrope["short"],
+        "long_factor": longrope["long"],
+        "original_max_position_embeddings": 8,
+        "attention_factor": 1.125,
+    }
+    config.original_max_position_embeddings = 8
+    hf = transformers.Phi3ForCausalLM(config).eval()
+    hf.load_state_dict(weights.state_dict())
+    for length in (6, 13):
+        ids = np.random.default_rng(length).integers(3, model.config.vocab_size, size=length)
+        with torch.no_grad():
+            theirs = hf(torch.tensor(ids[None])).logits[0].numpy()
+        ours = np.asarray(model(jnp.asarray(ids)))
+        np.testing.assert_allclose(ours, theirs, atol=1e-4, rtol=0)
+
+
+def test_phi3_with_one_longrope_factor_tensor_is_refused(tmp_path):
+    path = tmp_path / "broken.gguf"
+    writer = gguf.GGUFWriter(str(path), "phi3")
+    add(writer, "token_embd.weight", np.zeros((8, D_MODEL), np.float32), Q.F32)
+    add(writer, "rope_factors_long.weight", np.ones(4, np.float32), Q.F32)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(
+        GGUFError, match=r"holds \['rope_factors_long.weight'\] but not \['rope_factors_short"
+    ):
+        longrope(read_gguf(path))
 
 
 def write_tiny_gemma(path, arch: str) -> None:

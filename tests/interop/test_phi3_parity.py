@@ -230,7 +230,7 @@ def test_options_that_change_the_computation_are_refused_by_name(field, value, m
 
 PRESETS = {
     "phi-3-mini-4k": ("MistralForCausalLM", 3_821_079_552),  # no LongRoPE: Mistral's network
-    "phi-3.5-mini": ("LlamaForCausalLM", 3_821_079_552),
+    "phi-3.5-mini": ("Phi3ForCausalLM", 3_821_079_552),
     "phi-4-mini": ("Phi3ForCausalLM", 3_836_021_760),
 }
 

@@ -82,6 +82,7 @@ class GemmaFamily(LlamaFamily):
     has_qk_norm = False  # Gemma 3
     local_rope = False  # Gemma 3: the sliding layers rotate by rope_local_base_freq
     default_pattern = 2  # every n-th layer is a full one (layer_types overrides)
+    activation_option = "hidden_activation"
     extra_defaults: ClassVar[dict[str, Any]] = GEMMA2_DEFAULTS
 
     def hf_defaults(self) -> dict[str, Any]:
@@ -106,7 +107,7 @@ class GemmaFamily(LlamaFamily):
         full = tuple(i for i, kind in enumerate(types) if kind == FULL)
         return dict(sliding_window=int(window), global_layers=full or None)
 
-    def _ropes(self, hf: HFConfig) -> dict[str, Any]:
+    def _rope(self, hf: HFConfig) -> dict[str, Any]:
         """The full layers' `Rope` and the sliding layers' base, from either spelling."""
         params = hf["rope_parameters"]
         local_theta = hf["rope_local_base_freq"] if self.local_rope else None
@@ -129,54 +130,27 @@ class GemmaFamily(LlamaFamily):
         return dict(positions="rotary", rope=rope, local_rope_theta=theta)
 
     def zoo_fields(self, hf: HFConfig, shapes: Mapping[str, Shape]) -> dict[str, Any]:
+        """Llama's fields (with Gemma's windows, rotary bases and activation field), then the
+        parts Gemma sets differently."""
         if hf["use_bidirectional_attention"]:
             hf.refuse("use_bidirectional_attention", "zoo.GPT attends causally")
         if hf["hidden_act"] not in (None, hf["hidden_activation"]):
             hf.refuse("hidden_act", "Gemma's MLP uses hidden_activation; the two differ")
-        heads, d_model = hf["num_attention_heads"], hf["hidden_size"]
-        num_layers, vocab = hf["num_hidden_layers"], hf["vocab_size"]
-        bias = bool(hf["attention_bias"])
-        windows = self._windows(hf, num_layers)
-        ropes = self._ropes(hf)
-        if windows["global_layers"] is None:
-            ropes["local_rope_theta"] = None  # every layer full or every layer sliding
-            if windows["sliding_window"] is not None and self.local_rope:
-                ropes["rope"] = Rope(theta=float(hf["rope_local_base_freq"]))
-        return dict(
-            vocab_size=vocab,
-            d_model=d_model,
-            num_heads=heads,
-            num_kv_heads=hf["num_key_value_heads"] or heads,
-            attention_head_dim=hf["head_dim"] or d_model // heads,
-            num_layers=num_layers,
-            d_ff=hf["intermediate_size"],
-            feed_forward="gated",
-            activation=hf.activation("hidden_activation"),
-            max_positions=hf["max_position_embeddings"],
-            norm="rmsnorm",
-            norm_first=True,
+        fields = super().zoo_fields(hf, shapes)
+        if fields["global_layers"] is None:
+            fields["local_rope_theta"] = None  # every layer full or every layer sliding
+            if fields["sliding_window"] is not None and self.local_rope:
+                fields["rope"] = Rope(theta=float(hf["rope_local_base_freq"]))
+        fields.update(
             output_norm=True,
             norm_weight_offset=1.0,
-            layer_norm_eps=hf["rms_norm_eps"],
-            use_bias=False,
-            qkv_bias=bias,
-            attention_output_bias=bias,
-            feed_forward_bias=False,
-            qk_norm=self.has_qk_norm,
+            scale_embeddings=True,
+            feed_forward_bias=False,  # Gemma's configs have no mlp_bias
             query_pre_attn_scalar=float(hf["query_pre_attn_scalar"]),
             attention_softcap=_number(hf["attn_logit_softcapping"]),
             final_logit_softcap=_number(hf["final_logit_softcapping"]),
-            dropout=0.0,
-            attention_dropout=float(hf["attention_dropout"] or 0.0),
-            activation_dropout=0.0,
-            init_std=hf["initializer_range"],
-            tie_embeddings=bool(hf["tie_word_embeddings"]),
-            embedding_norm=False,
-            scale_embeddings=True,
-            **windows,
-            **ropes,
-            **self._token_ids(hf, vocab),
         )
+        return fields
 
     # -- writing config.json -------------------------------------------------------------------
 

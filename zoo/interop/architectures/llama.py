@@ -80,6 +80,7 @@ class LlamaFamily(Architecture[GPTConfig]):
     has_attention_bias_option = True  # config.json `attention_bias` (Llama, Qwen3)
     has_qk_norm = False  # Qwen3
     window_option = "none"  # none | mistral (`sliding_window`) | qwen (`use_sliding_window`)
+    activation_option = "hidden_act"  # the config.json field naming the MLP's activation
     extra_defaults: ClassVar[dict[str, Any]] = {}
 
     def hf_defaults(self) -> dict[str, Any]:
@@ -121,6 +122,10 @@ class LlamaFamily(Architecture[GPTConfig]):
         )
         return None
 
+    def _windows(self, hf: HFConfig, num_layers: int) -> dict[str, Any]:
+        """The attention pattern's config fields (one window on every layer, or none)."""
+        return dict(sliding_window=self._window(hf, num_layers))
+
     def _token_ids(self, hf: HFConfig, vocab: int) -> dict[str, Any]:
         eos = hf["eos_token_id"]
         eos_list = [i for i in (eos if isinstance(eos, list) else [eos]) if i is not None]
@@ -154,7 +159,7 @@ class LlamaFamily(Architecture[GPTConfig]):
             num_layers=num_layers,
             d_ff=hf["intermediate_size"],
             feed_forward="gated",
-            activation=hf.activation("hidden_act"),
+            activation=hf.activation(self.activation_option),
             max_positions=hf["max_position_embeddings"],
             norm="rmsnorm",
             norm_first=True,
@@ -164,7 +169,6 @@ class LlamaFamily(Architecture[GPTConfig]):
             attention_output_bias=attention_bias,
             feed_forward_bias=bool(hf["mlp_bias"]),
             qk_norm=self.has_qk_norm,
-            sliding_window=self._window(hf, num_layers),
             dropout=0.0,
             attention_dropout=float(hf["attention_dropout"] or 0.0),
             activation_dropout=0.0,
@@ -172,6 +176,7 @@ class LlamaFamily(Architecture[GPTConfig]):
             tie_embeddings=bool(hf["tie_word_embeddings"]),
             embedding_norm=False,
             scale_embeddings=False,
+            **self._windows(hf, num_layers),
             **self._rope(hf),
             **self._token_ids(hf, vocab),
         )

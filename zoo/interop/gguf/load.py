@@ -12,7 +12,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from zoo.interop.gguf.model import hf_config, hf_name, hf_state_dict
+from zoo.interop.gguf.model import hf_config, hf_name, hf_state_dict, rope_factor_names
 from zoo.interop.gguf.reader import read_gguf, read_tensors
 from zoo.interop.gguf.tokenizer import gguf_tokenizer
 from zoo.interop.tokenizers.fast_tokenizer import FastTokenizer
@@ -43,7 +43,8 @@ def gguf_checkpoint(
         raise FileNotFoundError(f"{path}: no such GGUF file")
     gguf = read_gguf(path)
     config = hf_config(gguf)
-    for name in gguf.tensors:  # refuse a tensor with no place before dequantizing any
+    factors = rope_factor_names(gguf)
+    for name in set(gguf.tensors) - factors:  # refuse a tensor with no place before reading
         hf_name(gguf, name)
     built = gguf_tokenizer(gguf) if tokenizer else None
     host = HOST_DTYPES.get(str(dtype), np.float32)

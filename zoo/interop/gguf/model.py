@@ -5,7 +5,8 @@ with its hyperparameters as metadata (`llama.embedding_length`). This module ren
 what a HuggingFace checkpoint of the same architecture holds, so that the one key map per
 family (`zoo.interop.architectures`) builds the zoo model: `llama` (Llama, SmolLM, Mistral),
 `qwen2`, `qwen3`, `phi3` (its fused `attn_qkv` and gate/up `ffn_up` stay fused, as in its
-checkpoint), `gemma2` and `gemma3`. Two more differences are undone: for `llama`, llama.cpp
+checkpoint; a long-context file's `rope_factors_short/long` tensors are its LongRoPE config),
+`gemma2` and `gemma3`. Two more differences are undone: for `llama`, llama.cpp
 reorders the rows of each head of the query and key projections (the rotary pairs
 `(i, i + head_dim/2)` become adjacent rows); for Gemma, it stores every norm weight plus 1.
 """
@@ -17,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from zoo.interop.gguf.quants import dequantize
 from zoo.interop.gguf.reader import GGUFFile
 
 # general.architecture -> (HuggingFace model_type, class)
@@ -73,6 +75,11 @@ ARCH_LAYER_NAMES = {
     "gemma3": GEMMA_NAMES,
 }
 LAYER_KEY = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
+# Phi-3's LongRoPE factors: rope_scaling field -> the tensor llama.cpp stores it as
+LONGROPE_TENSORS = {
+    "short_factor": "rope_factors_short.weight",
+    "long_factor": "rope_factors_long.weight",
+}
 
 
 def hf_name(gguf: GGUFFile, name: str) -> str:
@@ -89,7 +96,7 @@ def hf_name(gguf: GGUFFile, name: str) -> str:
     if name == "rope_freqs.weight":
         hint = " (Llama 3.1+ rope scaling as a frequency table, which zoo does not read)"
     if name.startswith("rope_factors_"):
-        hint = " (LongRoPE factors of a long-context Phi-3, which zoo does not read from GGUF)"
+        hint = " (LongRoPE factors: a phi3 file's rope config, not a weight)"
     raise gguf.error(
         f"the tensor {name}{hint} has no place in a {arch} model zoo builds; "
         f"zoo reads {', '.join(sorted(GLOBAL_NAMES))} and blk.N.{{{', '.join(names)}}}"
@@ -171,6 +178,7 @@ def hf_config(gguf: GGUFFile) -> dict[str, Any]:
         "pad_token_id": gguf.get("tokenizer.ggml.padding_token_id"),
         **_rope(gguf, arch),
         **(_phi3(gguf, rotary / head_dim) if arch == "phi3" else {}),
+        **longrope(gguf),
         **(_gemma(gguf, arch, head_dim, d_model // heads) if arch in NORMS_PLUS_ONE else {}),
     }
 
@@ -211,6 +219,35 @@ def _phi3(gguf: GGUFFile, partial_rotary: float) -> dict[str, Any]:
     }
 
 
+def rope_factor_names(gguf: GGUFFile) -> set[str]:
+    """The LongRoPE factor tensors of a long-context Phi-3 file (none in others): config, not
+    weights."""
+    if architecture(gguf) != "phi3":
+        return set()
+    return {name for name in gguf.tensors if name in LONGROPE_TENSORS.values()}
+
+
+def longrope(gguf: GGUFFile) -> dict[str, Any]:
+    """The `rope_scaling` of a Phi-3 file with LongRoPE factor tensors (llama.cpp writes them
+    from the checkpoint's `short_factor` and `long_factor`, with the cos/sin scale as
+    `phi3.rope.scaling.attn_factor`); {} without them."""
+    names = rope_factor_names(gguf)
+    if not names:
+        return {}
+    missing = sorted(set(LONGROPE_TENSORS.values()) - names)
+    if missing:
+        raise gguf.error(f"it holds {sorted(names)} but not {missing}; LongRoPE needs both")
+    scaling: dict[str, Any] = {"rope_type": "longrope"}
+    for field, name in LONGROPE_TENSORS.items():
+        info = gguf.tensors[name]
+        values = dequantize(info.data, info.ggml_type, info.shape).astype(np.float32)
+        scaling[field] = [float(v) for v in values.reshape(-1)]
+    attention = gguf.get("phi3.rope.scaling.attn_factor")
+    if isinstance(attention, float):
+        scaling["attention_factor"] = attention
+    return {"rope_scaling": scaling}
+
+
 def unpermute(rows: np.ndarray, heads: int) -> np.ndarray:
     """Undo llama.cpp's query/key row order: within each head, its converter interleaves the
     first and second halves of the rows; the original order takes them back apart."""
@@ -227,7 +264,10 @@ def hf_state_dict(
     permuted, plus_one = arch in PERMUTED, arch in NORMS_PLUS_ONE
     heads = {"attn_q": config["num_attention_heads"], "attn_k": config["num_key_value_heads"]}
     out: dict[str, np.ndarray] = {}
+    skipped = rope_factor_names(gguf)  # read into the config by `longrope`
     for name, array in tensors.items():
+        if name in skipped:
+            continue
         match = LAYER_KEY.fullmatch(name)
         if permuted and match and match.group(2) in heads:
             array = unpermute(array, heads[match.group(2)])
