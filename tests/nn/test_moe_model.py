@@ -97,13 +97,12 @@ def test_lora_all_linear_leaves_the_router_alone(model):
     np.testing.assert_allclose(adapted(TOKENS[0]), model(TOKENS[0]), atol=1e-6)
 
 
-def test_int8_base_keeps_the_router_and_experts_float():
+def test_int8_base_keeps_the_router_float_and_quantizes_the_experts():
     model = zoo.create("mixtral-tiny", key=jax.random.key(0), remat=None)
-    router = "layers.blocks.feed_forward.router"
-    quantized = zoo.lora.quantize(model, skip=("head", router))
+    quantized = zoo.lora.quantize(model)
     assert type(quantized.layers.blocks.self_attention.query_proj).__name__ == "QuantizedLinear"
     assert type(quantized.layers.blocks.feed_forward.router).__name__ == "Linear"
-    assert quantized.layers.blocks.feed_forward.experts.gate.dtype == jnp.float32
+    assert quantized.layers.blocks.feed_forward.experts.gate.weight.dtype == jnp.int8
     tokens = TOKENS[0]
     ours, full = quantized(tokens), model(tokens)
     assert float(jnp.max(jnp.abs(ours - full))) < 0.05 * float(jnp.max(jnp.abs(full)))

@@ -83,7 +83,7 @@ def register(commands) -> None:
     parser.add_argument(
         "--quantize",
         choices=("int8",),
-        help="with --lora: keep the frozen base's Linear layers in int8 (see zoo.lora.quantize)",
+        help="with --lora: keep the frozen base's Linear layers and experts in int8 (see zoo.lora.quantize)",
     )
     parser.add_argument(
         "--data",

@@ -7,7 +7,8 @@
 - `save_adapter` / `load_adapter` write and read `adapter_config.json` +
   `adapter_model.safetensors` as the `peft` library does.
 
-The layers, `LoRALinear` and `QuantizedLinear`, and where a model holds them (`lora_layers`,
+The layers, `LoRALinear` and `QuantizedLinear` (and for a mixture's stacked experts
+`LoRAExperts` and `QuantizedExperts`), and where a model holds them (`lora_layers`,
 `describe`, `quantized_paths`, ...) are in `zoo.nn`, where `zoo.save` and `zoo.load` find them.
 """
 
@@ -18,12 +19,23 @@ from zoo.lora.peft import save_adapter
 from zoo.lora.peft_load import load_adapter
 from zoo.lora.quantized import quantize
 from zoo.lora.targets import GROUPS
-from zoo.nn.lora import LoRALinear, describe, has_lora, linear_paths, lora_layers, rebuild
-from zoo.nn.quantized import QuantizedLinear, dequantize, quantized_paths
+from zoo.nn.lora import (
+    LoRAExperts,
+    LoRALinear,
+    describe,
+    has_lora,
+    linear_paths,
+    lora_experts,
+    lora_layers,
+    rebuild,
+)
+from zoo.nn.quantized import QuantizedExperts, QuantizedLinear, dequantize, quantized_paths
 
 __all__ = [
     "GROUPS",
+    "LoRAExperts",
     "LoRALinear",
+    "QuantizedExperts",
     "QuantizedLinear",
     "adapter_arrays",
     "apply",
@@ -32,6 +44,7 @@ __all__ = [
     "has_lora",
     "linear_paths",
     "load_adapter",
+    "lora_experts",
     "lora_layers",
     "merge",
     "only_adapters",

@@ -24,15 +24,18 @@ from jaxtyping import Array, PRNGKeyArray, PyTree
 from zoo.lora.targets import normalize_targets, select
 from zoo.nn.linear import Linear
 from zoo.nn.lora import (
+    LoRAExperts,
     LoRALinear,
+    expert_projections,
     has_lora,
     is_linear,
     is_lora,
+    lora_experts,
     lora_layers,
     plain_linears,
     replace_at,
 )
-from zoo.nn.quantized import QuantizedLinear, dequantize
+from zoo.nn.quantized import QuantizedExperts, QuantizedLinear, dequantize, replace_projections
 from zoo.nn.stack import LayerStack
 from zoo.train.freeze import train_only
 from zoo.train.optim import Optimizer
@@ -40,10 +43,10 @@ from zoo.tree import KeyPath, path_name
 
 ADAPTER_LEAVES = ("lora_a", "lora_b")
 # What an adapted model's layers recompute in the backward pass when its config chose nothing:
-# the matrix products are kept, the frozen base's elementwise work (SwiGLU gate, softmax, norms)
-# is redone. Kept for every layer, those intermediates were most of a LoRA step's memory
-# (docs/benchmarks.md: SmolLM2-135M, batch 8 x 128, 3.02 GB of XLA temporaries -> 1.85 GB).
-ADAPTED_REMAT = "dots"
+# everything but each layer's input. Kept for every layer, the frozen base's intermediates were
+# most of a LoRA step's memory (docs/benchmarks.md: SmolLM2-135M, batch 8 x 128, XLA
+# temporaries 3.02 GB kept, 1.84 GB keeping the matrix products ("dots"), 0.88 GB "full").
+ADAPTED_REMAT = "full"
 Model = TypeVar("Model", bound=eqx.Module)
 Module = TypeVar("Module", bound=eqx.Module)
 
@@ -72,14 +75,16 @@ def apply(
     """`model` with the chosen `Linear`s wrapped in `LoRALinear` (A random, B zero).
 
     The result computes exactly what `model` computes until the adapters are trained. `targets`
-    are group names (`attention`, `attention.qv`, `attention.qkv`, `feedforward`, `all-linear`)
-    or patterns over Linear paths (see `zoo.lora.targets`), as a list or a comma-separated string.
-    Stacked layers (`LayerStack`) get stacked adapters: `lora_a` is `[layers, rank, in]`.
+    are group names (`attention`, `attention.qv`, `attention.qkv`, `feedforward`, `experts`,
+    `all-linear`) or patterns over Linear and expert projection paths (see `zoo.lora.targets`),
+    as a list or a comma-separated string. Stacked layers (`LayerStack`) get stacked adapters:
+    `lora_a` is `[layers, rank, in]`. A mixture of experts' projections get one adapter per
+    expert (`LoRAExperts`, `lora_a` `[layers, experts, in, rank]`); its router stays frozen.
 
-    A model whose config sets no `remat` gets `remat="dots"` (`ADAPTED_REMAT`): the backward
-    pass keeps the layers' matrix products and recomputes the frozen base's elementwise work,
-    which saves most of the step's memory for a few percent of time. Set `remat` in the config
-    before `apply` to choose another policy.
+    A model whose config sets no `remat` gets `remat="full"` (`ADAPTED_REMAT`): the backward
+    pass keeps each layer's input only and recomputes the layer's forward, which saves most of
+    the step's memory for one more forward pass of the layers. Set `remat` in the config before
+    `apply` to choose another policy ("dots" keeps the matrix products).
     """
     _check_numbers(rank, alpha, dropout)
     if has_lora(model):
@@ -88,19 +93,30 @@ def apply(
             "another adapter on top"
         )
     linears = plain_linears(model)
-    chosen = select(linears, normalize_targets(targets))
+    projections = expert_projections(model)
+    chosen = select([*linears, *projections], normalize_targets(targets))
     wrapped: dict[str, eqx.Module] = {}
+    experts: dict[str, object] = {}
     for index, path in enumerate(chosen):
-        linear = linears[path]
-        width = min(linear.in_features, linear.out_features)
-        if rank > width:
+        d_in, d_out = (
+            projections[path].shape[-2:]
+            if path in projections
+            else (linears[path].in_features, linears[path].out_features)
+        )
+        if rank > min(d_in, d_out):
             raise ValueError(
-                f"LoRA rank {rank} exceeds the width of {path} ({linear.in_features} -> "
-                f"{linear.out_features}); choose rank <= {width}"
+                f"LoRA rank {rank} exceeds the width of {path} ({d_in} -> {d_out}); choose "
+                f"rank <= {min(d_in, d_out)}"
             )
         layer_key = jax.random.fold_in(key, index)
-        wrapped[path] = LoRALinear.wrap(linear, rank=rank, alpha=alpha, key=layer_key)
-    return _with_default_remat(replace_at(model, wrapped, is_linear))
+        if path in projections:
+            experts[path] = LoRAExperts.wrap(
+                projections[path], rank=rank, alpha=alpha, key=layer_key
+            )
+        else:
+            wrapped[path] = LoRALinear.wrap(linears[path], rank=rank, alpha=alpha, key=layer_key)
+    model = replace_projections(replace_at(model, wrapped, is_linear), experts)
+    return _with_default_remat(model)
 
 
 def _with_static(module: Module, **fields: object) -> Module:
@@ -141,9 +157,17 @@ def merge(model: Model) -> Model:
         base = layer.base.dequantize() if isinstance(layer.base, QuantizedLinear) else layer.base
         folded = (base.weight.astype(jnp.float32) + layer.delta()).astype(base.weight.dtype)
         merged[path] = eqx.tree_at(lambda linear: linear.weight, base, folded)
-    if not merged:
+    experts: dict[str, object] = {}
+    for path, projection in lora_experts(model).items():
+        weight = _float_base(projection.base)
+        experts[path] = (weight.astype(jnp.float32) + projection.delta()).astype(weight.dtype)
+    if not merged and not experts:
         raise ValueError("this model has no LoRA adapters to merge (see zoo.lora.apply)")
-    return dequantize(replace_at(model, merged, is_lora))
+    return dequantize(replace_projections(replace_at(model, merged, is_lora), experts))
+
+
+def _float_base(base: Array | QuantizedExperts) -> Array:
+    return base.dequantize() if isinstance(base, QuantizedExperts) else base
 
 
 def unmerge(merged: Model, adapted: eqx.Module) -> Model:
@@ -153,8 +177,23 @@ def unmerge(merged: Model, adapted: eqx.Module) -> Model:
     merged for fast inference can go back to training its adapters.
     """
     layers = lora_layers(adapted)
-    if not layers:
+    adapted_experts = lora_experts(adapted)
+    if not layers and not adapted_experts:
         raise ValueError("the adapted model has no LoRA adapters (see zoo.lora.apply)")
+    projections = expert_projections(merged)
+    experts: dict[str, object] = {}
+    for path, projection in adapted_experts.items():
+        if path not in projections or projections[path].shape != projection.shape:
+            raise ValueError(
+                f"the merged model has no expert projection {path} of shape {projection.shape}; "
+                "pass the model that zoo.lora.merge returned for this adapted model"
+            )
+        weight = _float_base(projections[path])
+        base = (weight.astype(jnp.float32) - projection.delta()).astype(weight.dtype)
+        experts[path] = LoRAExperts(
+            base, projection.lora_a, projection.lora_b, alpha=projection.alpha
+        )
+    merged = replace_projections(merged, experts)
     plain = plain_linears(merged)
     restored: dict[str, eqx.Module] = {}
     for path, layer in layers.items():

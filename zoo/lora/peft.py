@@ -5,6 +5,10 @@ A PEFT adapter folder holds `adapter_config.json` (rank, alpha, target modules, 
 `base_model.model.transformer.h.0.attn.c_attn.lora_A.weight`. The HuggingFace module names come
 from the interop key maps (`zoo.interop`): a zoo Linear maps to the HF layer holding its weight.
 
+A mixture of experts' adapters are written per expert, as PEFT names them on per-expert modules
+(`...mlp.experts.3.gate_proj`, Mixtral's `...block_sparse_moe.experts.3.w1`): see
+`zoo.lora.peft_experts`.
+
 GPT-2 fuses query, key and value into one `c_attn`. Adapters on zoo's separate projections export
 exactly as one adapter on `c_attn` whose `A` stacks theirs (rank `3 r` for q, k and v) and whose
 `B` is block-diagonal; a PEFT adapter on `c_attn` imports as one adapter per projection that
@@ -29,6 +33,7 @@ from zoo.interop.architectures import architecture_for
 from zoo.interop.weights import write_safetensors
 from zoo.interop.zoo_keys import layer_names, zoo_state
 from zoo.lora.adapters import ADAPTER_LEAVES, adapter_arrays
+from zoo.lora.peft_experts import ExpertLayout
 from zoo.models import flavor_of
 from zoo.nn.linear import Linear
 from zoo.nn.lora import lora_layers, plain_linears
@@ -100,6 +105,8 @@ class _Layout:
             for slot, name in enumerate(names):
                 self.by_zoo[name] = (module, slot, len(names))
                 self.by_module.setdefault(module, []).append((*flat[name], slot))
+        self.experts = ExpertLayout(model, self.rules)  # a mixture's per-expert modules
+        self.fan_in_fan_out |= {module: False for module in self.experts.by_module}
 
     def slot_rows(self, module: str) -> list[tuple[int, int]]:
         """Row ranges of each fused slot in the HF weight `[out, in]` of `module`."""
@@ -146,7 +153,16 @@ def _module_adapters(model: eqx.Module, layout: _Layout) -> dict[str, Adapter]:
             b[start:stop, column : column + slot_a.shape[0]] = slot_b * (slot_scale / scale)
             column += slot_a.shape[0]
         adapters[module] = (a, b, scale)
-    return adapters
+    return adapters | layout.experts.adapters(model)
+
+
+def _target_modules(adapters: dict[str, Adapter], layout: _Layout) -> list[str]:
+    """The adapted modules; the experts by their leaf name (`w1`, `gate_proj`), as PEFT records
+    a user's list, which is what peft maps onto transformers 5's fused experts."""
+    experts = layout.experts.by_module
+    return sorted(
+        {module.rsplit(".", 1)[-1] if module in experts else module for module in adapters}
+    )
 
 
 def _hf_extras(model: eqx.Module, layout: _Layout, train: tuple[str, ...]) -> dict[str, np.ndarray]:
@@ -212,7 +228,7 @@ def save_adapter(
         "lora_alpha": alpha,
         "rank_pattern": {re.escape(m): r for m, (r, _) in odd.items()},
         "alpha_pattern": {re.escape(m): a for m, (_, a) in odd.items()},
-        "target_modules": sorted(adapters),
+        "target_modules": _target_modules(adapters, layout),
         "modules_to_save": sorted({name.rsplit(".", 1)[0] for name in extras}) or None,
         "fan_in_fan_out": any(layout.fan_in_fan_out[m] for m in adapters),
         "lora_dropout": 0.0,

@@ -16,7 +16,7 @@ from zoo.interop.weights import read_safetensors
 from zoo.lora.peft import CONFIG_FILE, PREFIX, WEIGHTS_FILE, Adapter, AdapterConfig, _Layout
 from zoo.nn.linear import Linear
 from zoo.nn.lora import LoRALinear, has_lora, is_linear, replace_at
-from zoo.nn.quantized import QuantizedLinear, float_dtype
+from zoo.nn.quantized import QuantizedLinear, float_dtype, replace_projections
 from zoo.tree import fill
 
 Model = TypeVar("Model", bound=eqx.Module)
@@ -84,6 +84,7 @@ def load_adapter(model: Model, directory: str | Path) -> Model:
     layout = _Layout(model)
     alpha_default = config.get("lora_alpha", 8)
     per_path: dict[str, dict[int | None, Adapter]] = {}
+    per_expert: dict[str, Adapter] = {}
     extras = {}
     for name, array in tensors.items():
         inner = name.removeprefix(PREFIX)
@@ -93,6 +94,15 @@ def load_adapter(model: Model, directory: str | Path) -> Model:
             continue
         module = inner.removesuffix(".lora_A.weight")
         b_name = f"{PREFIX}{module}.lora_B.weight"
+        if b_name not in tensors:
+            raise _mismatch(directory, config, f"{module} has lora_A but no lora_B")
+        if module in layout.experts.by_module:
+            a, b = np.asarray(array, np.float32), np.asarray(tensors[b_name], np.float32)
+            alpha = _pattern_value(config.get("alpha_pattern") or {}, module, alpha_default)
+            rank = a.shape[0]
+            scale = alpha / math.sqrt(rank) if config.get("use_rslora") else alpha / rank
+            per_expert[module] = (a, b, scale)
+            continue
         if module not in layout.by_module:
             known = ", ".join(sorted(layout.by_module)[:4])
             raise _mismatch(
@@ -116,6 +126,10 @@ def load_adapter(model: Model, directory: str | Path) -> Model:
             per_path.setdefault(path, {})[index] = (a, b[start:stop], scale)
     wrapped = {path: _stack(layout.linears[path], layers) for path, layers in per_path.items()}
     model = replace_at(model, wrapped, is_linear)
+    try:
+        model = replace_projections(model, layout.experts.stacked(per_expert))
+    except ValueError as error:  # an expert adapter of another shape
+        raise _mismatch(directory, config, str(error)) from None
     return _set_extras(model, layout, extras, directory, config)
 
 

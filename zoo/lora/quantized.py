@@ -12,7 +12,8 @@ from typing import TypeVar
 
 import equinox as eqx
 
-from zoo.nn.quantized import float_linears, quantize_at
+from zoo.lora.targets import ROUTING, matches
+from zoo.nn.quantized import float_experts, float_linears, quantize_at
 
 MODES = ("int8",)
 Model = TypeVar("Model", bound=eqx.Module)
@@ -34,15 +35,24 @@ def _skipped(path: str, skip: Iterable[str]) -> bool:
 def quantize(
     model: Model, mode: str = "int8", *, skip: Sequence[str] = ("head", "output_proj")
 ) -> Model:
-    """`model` with every `Linear` (plain, or the base of a `LoRALinear`) stored in int8.
+    """`model` with every `Linear` (plain, or the base of a `LoRALinear`) stored in int8, and
+    every stacked expert projection of a mixture of experts (`QuantizedExperts`: a scale per
+    expert and output column).
 
     Layers under the `skip` path prefixes stay float: by default the output layers (a
-    classifier's `head`, a translator's `output_proj`), which often train whole. Embeddings and
-    norms stay float too. Quantize before or after `zoo.lora.apply`; the adapters stay float.
-    `merge` of a quantized model folds the adapters into the dequantized weights (float32).
+    classifier's `head`, a translator's `output_proj`), which often train whole. Embeddings,
+    norms and a mixture's routing (its router, the shared expert's gate) stay float too.
+    Quantize before or after `zoo.lora.apply`; the adapters stay float. `merge` of a quantized
+    model folds the adapters into the dequantized weights (float32).
     """
     _check_mode(mode)
-    chosen = [path for path in float_linears(model) if not _skipped(path, skip)]
+    candidates = [*float_linears(model), *float_experts(model)]
+    chosen = [
+        path
+        for path in candidates
+        if not _skipped(path, skip)
+        and not any(matches(path.removesuffix(".base"), routing) for routing in ROUTING)
+    ]
     if not chosen:
         raise ValueError(f"nothing to quantize: every Linear layer is under skip={list(skip)}")
     return quantize_at(model, chosen)

@@ -2,7 +2,10 @@
 
 A `Linear`'s path is the dotted name of the module in the model, without `.weight`:
 `layers.blocks.self_attention.query_proj`, `decoder.blocks.cross_attention.value_proj`,
-`layers.blocks.feed_forward.gate`, `pooler`, `head`. A target is a group name or a pattern;
+`layers.blocks.feed_forward.gate`, `pooler`, `head`. A mixture of experts' stacked expert
+projections are targets too, by the path of their array: `layers.blocks.feed_forward.experts.gate`
+(`.up`, `.down`); the group `experts` names the three, `feedforward` names them with the shared
+expert, and the router is never chosen unless named. A target is a group name or a pattern;
 a pattern matches a path that equals it, ends with `.PATTERN`, or matches it as a glob
 (`fnmatch`: `*` also crosses dots), so `query_proj`, `*attention.query_proj` and
 `layers.blocks.self_attention.*_proj` all work. `zoo.nn.lora.plain_linears` lists the paths.
@@ -14,12 +17,26 @@ from collections.abc import Iterable, Sequence
 from fnmatch import fnmatchcase
 
 _ATTENTION = ("*attention.query_proj", "*attention.key_proj", "*attention.value_proj")
+_EXPERTS = ("*feed_forward.experts.gate", "*feed_forward.experts.up", "*feed_forward.experts.down")
+_SHARED = (
+    "*feed_forward.shared.gate",
+    "*feed_forward.shared.hidden",
+    "*feed_forward.shared.output",
+)
 # named groups -> patterns; "all-linear" is every Linear but the output layer (as in PEFT)
 GROUPS: dict[str, tuple[str, ...]] = {
     "attention": (*_ATTENTION, "*attention.output_proj"),
     "attention.qv": ("*attention.query_proj", "*attention.value_proj"),
     "attention.qkv": _ATTENTION,
-    "feedforward": ("*feed_forward.gate", "*feed_forward.hidden", "*feed_forward.output"),
+    # a dense block's feed-forward, or a mixture's experts and shared expert
+    "feedforward": (
+        "*feed_forward.gate",
+        "*feed_forward.hidden",
+        "*feed_forward.output",
+        *_EXPERTS,
+        *_SHARED,
+    ),
+    "experts": _EXPERTS,  # each routed expert's gate, up and down projections
     "all-linear": ("*",),
 }
 # output layers that "all-linear" leaves alone (train them whole with `train=`)
@@ -29,7 +46,8 @@ OUTPUT_LAYERS = ("head", "output_proj")
 ROUTING = ("*feed_forward.router", "*feed_forward.shared_gate")
 
 
-def _matches(path: str, pattern: str) -> bool:
+def matches(path: str, pattern: str) -> bool:
+    """Whether a target pattern chooses `path` (equal, a dotted suffix, or a glob)."""
     return path == pattern or path.endswith(f".{pattern}") or fnmatchcase(path, pattern)
 
 
@@ -54,11 +72,11 @@ def select(paths: Iterable[str], targets: Sequence[str]) -> list[str]:
                 p
                 for p in paths
                 if p.split(".")[0] not in OUTPUT_LAYERS
-                and not any(_matches(p, routing) for routing in ROUTING)
+                and not any(matches(p, routing) for routing in ROUTING)
             }
         else:
             patterns = GROUPS.get(target, (target,))
-            found = {p for p in paths if any(_matches(p, pattern) for pattern in patterns)}
+            found = {p for p in paths if any(matches(p, pattern) for pattern in patterns)}
         if not found:
             raise ValueError(
                 f"LoRA target {target!r} matches no Linear layer of this model. Groups: "

@@ -19,10 +19,18 @@ from typing import TypedDict, TypeVar
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float, PRNGKeyArray
+from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from zoo.nn.linear import Linear
-from zoo.nn.quantized import QuantizedLinear, float_dtype
+from zoo.nn.moe import grouped_matmul
+from zoo.nn.quantized import (
+    PROJECTIONS,
+    QuantizedExperts,
+    QuantizedLinear,
+    expert_modules,
+    float_dtype,
+    replace_projections,
+)
 from zoo.tree import KeyPath, path_name
 
 Model = TypeVar("Model", bound=eqx.Module)
@@ -96,6 +104,110 @@ class LoRALinear(eqx.Module):
         return y + (update * self.scale).astype(y.dtype)
 
 
+class LoRAExperts(eqx.Module):
+    """One stacked expert projection `[experts, in, out]` (float or int8, frozen) plus a rank-r
+    adapter per expert: `base_e(x) + (x A_e) B_e * alpha / rank` for the rows of expert e.
+
+    `lora_a` is `[experts, in, rank]` and `lora_b` `[experts, rank, out]` (zoo's `[in, out]`
+    orientation of the experts; PEFT's per-expert `lora_A` `[rank, in]` is `lora_a[e].T`). The
+    adapter runs through the same grouped matmul as the base (`jax.lax.ragged_dot` on the rows
+    sorted by expert): no loop over experts, no expert computing a token it was not given.
+    """
+
+    base: Float[Array, "*layers experts d_in d_out"] | QuantizedExperts
+    lora_a: Float[Array, "*layers experts d_in rank"]
+    lora_b: Float[Array, "*layers experts rank d_out"]
+    alpha: float = eqx.field(static=True)
+
+    def __init__(
+        self,
+        base: Array | QuantizedExperts,
+        lora_a: Array,
+        lora_b: Array,
+        *,
+        alpha: float | int,
+    ):
+        self.base = base
+        self.lora_a = lora_a
+        self.lora_b = lora_b
+        self.alpha = float(alpha)
+
+    @staticmethod
+    def wrap(
+        base: Array | QuantizedExperts, *, rank: int, alpha: float | int, key: PRNGKeyArray
+    ) -> LoRAExperts:
+        """`base` with fresh adapters: `A` uniform in `±1/sqrt(in)` (PEFT's range), `B` zero, so
+        the result computes exactly what `base` does. Leading axes (stacked layers) are kept."""
+        *lead, d_in, d_out = base.shape
+        bound = 1.0 / math.sqrt(d_in)
+        dtype = float_dtype(base)
+        lora_a = jax.random.uniform(key, (*lead, d_in, rank), jnp.float32, -bound, bound)
+        lora_b = jnp.zeros((*lead, rank, d_out), dtype)
+        return LoRAExperts(base, lora_a.astype(dtype), lora_b, alpha=alpha)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The base's shape (`[*layers, experts, in, out]`)."""
+        return tuple(self.base.shape)
+
+    @property
+    def rank(self) -> int:
+        return self.lora_a.shape[-1]
+
+    @property
+    def scale(self) -> float:
+        """`alpha / rank`: PEFT's `scaling`."""
+        return self.alpha / self.rank
+
+    def delta(self) -> Float[Array, "*layers experts d_in d_out"]:
+        """The update added to the base experts: `scale * A @ B` per expert, in float32."""
+        a, b = self.lora_a.astype(jnp.float32), self.lora_b.astype(jnp.float32)
+        return jnp.einsum("...ir,...ro->...io", a, b) * self.scale
+
+    def grouped(
+        self, rows: Float[Array, "rows d_in"], group_sizes: Int[Array, " experts"]
+    ) -> Float[Array, "rows d_out"]:
+        """`rows` sorted by expert through their experts' projections and adapters."""
+        base = jax.lax.stop_gradient(self.base)
+        if isinstance(base, QuantizedExperts):
+            y = base.grouped(rows, group_sizes)
+        else:
+            y = grouped_matmul(rows, base, group_sizes)
+        low = grouped_matmul(rows, self.lora_a.astype(rows.dtype), group_sizes)
+        update = grouped_matmul(low, self.lora_b.astype(rows.dtype), group_sizes)
+        return y + (update * self.scale).astype(y.dtype)
+
+    def every(self, x: Float[Array, "*lead seq d_in"]) -> Float[Array, "experts seq d_out"]:
+        """Every row through every expert (the dense reference); `x` may carry `experts`."""
+        base = jax.lax.stop_gradient(self.base)
+        spec = "esd,edf->esf" if x.ndim == 3 else "sd,edf->esf"
+        y = base.every(x) if isinstance(base, QuantizedExperts) else jnp.einsum(spec, x, base)
+        update = jnp.einsum("esr,erf->esf", jnp.einsum(spec, x, self.lora_a), self.lora_b)
+        return y + (update * self.scale).astype(y.dtype)
+
+
+def expert_projections(model: eqx.Module) -> dict[str, Array | QuantizedExperts]:
+    """Every stacked expert projection without an adapter, by path
+    (`layers.blocks.feed_forward.experts.gate`): float arrays and `QuantizedExperts`."""
+    out: dict[str, Array | QuantizedExperts] = {}
+    for path, experts in expert_modules(model).items():
+        for name in PROJECTIONS:
+            projection = getattr(experts, name)
+            if eqx.is_array(projection) or isinstance(projection, QuantizedExperts):
+                out[f"{path}.{name}"] = projection
+    return out
+
+
+def lora_experts(model: eqx.Module) -> dict[str, LoRAExperts]:
+    """Every `LoRAExperts` of `model` by path (`layers.blocks.feed_forward.experts.up`)."""
+    return {
+        f"{path}.{name}": getattr(experts, name)
+        for path, experts in expert_modules(model).items()
+        for name in PROJECTIONS
+        if isinstance(getattr(experts, name), LoRAExperts)
+    }
+
+
 class AdapterShape(TypedDict):
     """What `zoo.save` records of one adapter (in `config.json`'s `"lora"`)."""
 
@@ -134,7 +246,7 @@ def lora_layers(model: eqx.Module) -> dict[str, LoRALinear]:
 
 
 def has_lora(model: eqx.Module) -> bool:
-    return bool(lora_layers(model))
+    return bool(lora_layers(model)) or bool(lora_experts(model))
 
 
 def replace_at(
@@ -149,11 +261,10 @@ def replace_at(
 
 
 def describe(model: eqx.Module) -> dict[str, AdapterShape]:
-    """Rank and alpha of every adapter, by Linear path: what `rebuild` needs to restore them."""
-    return {
-        path: {"rank": layer.rank, "alpha": layer.alpha}
-        for path, layer in lora_layers(model).items()
-    }
+    """Rank and alpha of every adapter, by Linear (or expert projection) path: what `rebuild`
+    needs to restore them."""
+    layers: dict[str, LoRALinear | LoRAExperts] = {**lora_layers(model), **lora_experts(model)}
+    return {path: {"rank": layer.rank, "alpha": layer.alpha} for path, layer in layers.items()}
 
 
 def rebuild(model: Model, layout: Mapping[str, AdapterShape]) -> Model:
@@ -162,14 +273,27 @@ def rebuild(model: Model, layout: Mapping[str, AdapterShape]) -> Model:
     The adapter values are placeholders (to be filled from a file): `A` is zero like `B`.
     """
     linears = plain_linears(model)
-    missing = sorted(set(layout) - set(linears))
+    projections = expert_projections(model)
+    missing = sorted(set(layout) - set(linears) - set(projections))
     if missing:
         raise ValueError(
             f"the saved adapters sit on Linear layers this model lacks: {missing}; "
-            f"its Linear layers are {', '.join(linears)}"
+            f"its Linear layers are {', '.join([*linears, *projections])}"
         )
+    experts = {}
+    for path, entry in layout.items():
+        if path in projections:
+            base, rank = projections[path], int(entry["rank"])
+            *dims, d_in, d_out = base.shape
+            dtype = float_dtype(base)
+            lora_a = jnp.zeros((*dims, d_in, rank), dtype)
+            lora_b = jnp.zeros((*dims, rank, d_out), dtype)
+            experts[path] = LoRAExperts(base, lora_a, lora_b, alpha=float(entry["alpha"]))
+    model = replace_projections(model, experts)
     wrapped = {}
     for path, entry in layout.items():
+        if path in experts:
+            continue
         linear = linears[path]
         lead = linear.weight.shape[:-2]
         dtype = float_dtype(linear)

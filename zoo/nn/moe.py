@@ -12,6 +12,9 @@ settings (`MoESettings`). Mixtral, Qwen2-MoE, Qwen3-MoE and OLMoE are settings o
   computes a token it was not given. `implementation="dense"` runs every expert on every token
   and masks the result: the reference the grouped path is tested against;
 - an optional shared expert (Qwen2-MoE) sees every token; a sigmoid gate scales its output.
+- each stacked projection may instead be a module with the same grouped product: int8 experts
+  (`zoo.nn.quantized.QuantizedExperts`) or a rank-r adapter per expert on a frozen base
+  (`zoo.nn.lora.LoRAExperts`), both run through the same `ragged_dot` grouping (`project`).
 
 The call returns the output and `RouterStats`, sums over the sequence's real tokens from which
 the task forms the load-balancing loss and the router z-loss (`router_losses`).
@@ -183,12 +186,47 @@ def _grouped_matmul_batched(axis_size, in_batched, rows, weights, group_sizes):
 # -- the part ----------------------------------------------------------------------------------
 
 
-class Experts(eqx.Module):
-    """`num_experts` gated feed-forwards, their matrices stacked on a leading `experts` axis."""
+def project(
+    weight: Float[Array, "experts d_in d_out"] | eqx.Module,
+    rows: Float[Array, "rows d_in"],
+    group_sizes: Int[Array, " experts"],
+) -> Float[Array, "rows d_out"]:
+    """`rows` (sorted by expert) through one stacked expert projection: a float array, or a
+    module with a `grouped` method (int8 experts, LoRA on the experts: `zoo.nn.quantized`,
+    `zoo.nn.lora`)."""
+    if isinstance(weight, eqx.Module):
+        return weight.grouped(rows, group_sizes)  # type: ignore[attr-defined]
+    return grouped_matmul(rows, weight, group_sizes)
 
-    gate: Float[Array, "experts d_model d_ff"]
-    up: Float[Array, "experts d_model d_ff"]
-    down: Float[Array, "experts d_ff d_model"]
+
+def project_every(
+    weight: Float[Array, "experts d_in d_out"] | eqx.Module, x: Float[Array, "*lead seq d_in"]
+) -> Float[Array, "experts seq d_out"]:
+    """Every row of `x` through every expert's projection (`x` may carry an `experts` axis)."""
+    if isinstance(weight, eqx.Module):
+        return weight.every(x)  # type: ignore[attr-defined]
+    spec = "esd,edf->esf" if x.ndim == 3 else "sd,edf->esf"
+    return jnp.einsum(spec, x, weight)
+
+
+def row_experts(group_sizes: Int[Array, " experts"], num_rows: int) -> Int[Array, " rows"]:
+    """The expert of each of `num_rows` rows sorted by expert (`group_sizes` rows each)."""
+    ends = jnp.cumsum(group_sizes)
+    expert = jnp.searchsorted(ends, jnp.arange(num_rows), side="right")
+    return jnp.minimum(expert, group_sizes.shape[0] - 1)
+
+
+class Experts(eqx.Module):
+    """`num_experts` gated feed-forwards, their matrices stacked on a leading `experts` axis.
+
+    Each projection is a float array `[experts, in, out]`, or, after `zoo.lora.quantize` or
+    `zoo.lora.apply`, a module computing the same grouped product: `QuantizedExperts` (int8)
+    or `LoRAExperts` (a frozen base plus a low-rank adapter per expert).
+    """
+
+    gate: Float[Array, "experts d_model d_ff"] | eqx.Module
+    up: Float[Array, "experts d_model d_ff"] | eqx.Module
+    down: Float[Array, "experts d_ff d_model"] | eqx.Module
     activation: str = eqx.field(static=True)
 
     def __init__(
@@ -201,21 +239,24 @@ class Experts(eqx.Module):
         self.down = init.normal(down_key, (experts, width, d_model))
         self.activation = settings.activation
 
+    @property
+    def num_experts(self) -> int:
+        return self.gate.shape[-3]  # type: ignore[union-attr]  # wrappers report the float shape
+
     def grouped(
         self, rows: Float[Array, "rows d_model"], group_sizes: Int[Array, " experts"]
     ) -> Float[Array, "rows d_model"]:
         """Each row through its expert; `rows` are sorted by expert, `group_sizes` per expert."""
         act = ACTIVATIONS[self.activation]
-        hidden = act(grouped_matmul(rows, self.gate, group_sizes))
-        hidden = hidden * grouped_matmul(rows, self.up, group_sizes)
-        return grouped_matmul(hidden, self.down, group_sizes)
+        hidden = act(project(self.gate, rows, group_sizes))
+        hidden = hidden * project(self.up, rows, group_sizes)
+        return project(self.down, hidden, group_sizes)
 
     def every(self, x: Float[Array, "seq d_model"]) -> Float[Array, "experts seq d_model"]:
         """Every token through every expert (the dense reference)."""
         act = ACTIVATIONS[self.activation]
-        hidden = act(jnp.einsum("sd,edf->esf", x, self.gate))
-        hidden = hidden * jnp.einsum("sd,edf->esf", x, self.up)
-        return jnp.einsum("esf,efd->esd", hidden, self.down)
+        hidden = act(project_every(self.gate, x)) * project_every(self.up, x)
+        return project_every(self.down, hidden)
 
 
 class MoEFeedForward(eqx.Module):
@@ -259,7 +300,7 @@ class MoEFeedForward(eqx.Module):
 
     @property
     def num_experts(self) -> int:
-        return self.experts.gate.shape[-3]
+        return self.experts.num_experts
 
     def route(
         self, x: Float[Array, "seq d_model"]

@@ -17,7 +17,7 @@ the int8 layers of a model; `zoo.lora.quantize` chooses which layers to quantize
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TypeVar
 
 import equinox as eqx
@@ -25,12 +25,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.typing import DTypeLike
-from jaxtyping import Array, Float, Int8
+from jaxtyping import Array, Float, Int, Int8
 
 from zoo.nn.linear import Linear
+from zoo.nn.moe import Experts, grouped_matmul, row_experts
 from zoo.tree import KeyPath, path_name
 
 INT8_MAX = 127
+PROJECTIONS = ("gate", "up", "down")  # the stacked projections of an `Experts`
 Model = TypeVar("Model", bound=eqx.Module)
 
 
@@ -71,13 +73,105 @@ class QuantizedLinear(eqx.Module):
         return y
 
 
+class QuantizedExperts(eqx.Module):
+    """One stacked expert projection `[experts, in, out]` in int8, with a float32 scale per
+    expert and output column (`absmax / 127` over `in`): what `Experts` holds after
+    `zoo.lora.quantize`. The grouped product runs `ragged_dot` on the int8 weight converted to
+    the rows' dtype and scales each output row by its expert's column scales."""
+
+    weight: Int8[Array, "*layers experts d_in d_out"]
+    scale: Float[Array, "*layers experts d_out"]
+
+    @staticmethod
+    def from_float(weight: Float[Array, "*layers experts d_in d_out"]) -> QuantizedExperts:
+        """Symmetric int8 per expert and output column: `q = round(W / scale)`."""
+        weight32 = weight.astype(jnp.float32)
+        absmax = jnp.max(jnp.abs(weight32), axis=-2)
+        scale = jnp.where(absmax > 0, absmax / INT8_MAX, 1.0)
+        q = jnp.round(weight32 / scale[..., None, :])
+        return QuantizedExperts(jnp.clip(q, -INT8_MAX, INT8_MAX).astype(jnp.int8), scale)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The float array's shape (`[*layers, experts, in, out]`)."""
+        return self.weight.shape
+
+    def dequantize(
+        self, dtype: DTypeLike = jnp.float32
+    ) -> Float[Array, "*layers experts d_in d_out"]:
+        """`W = q * scale` as a float array."""
+        return (self.weight.astype(jnp.float32) * self.scale[..., None, :]).astype(dtype)
+
+    def grouped(
+        self, rows: Float[Array, "rows d_in"], group_sizes: Int[Array, " experts"]
+    ) -> Float[Array, "rows d_out"]:
+        """`rows` sorted by expert through their experts' int8 projections."""
+        out = grouped_matmul(rows, self.weight.astype(rows.dtype), group_sizes)
+        scale = self.scale[row_experts(group_sizes, rows.shape[0])]
+        return out * scale.astype(out.dtype)
+
+    def every(self, x: Float[Array, "*lead seq d_in"]) -> Float[Array, "experts seq d_out"]:
+        """Every row through every expert (the dense reference); `x` may carry `experts`."""
+        spec = "esd,edf->esf" if x.ndim == 3 else "sd,edf->esf"
+        out = jnp.einsum(spec, x, self.weight.astype(x.dtype))
+        return out * self.scale[:, None, :].astype(out.dtype)
+
+
 def is_quantized(node: object) -> bool:
-    return isinstance(node, QuantizedLinear)
+    return isinstance(node, QuantizedLinear | QuantizedExperts)
 
 
-def float_dtype(layer: Linear | QuantizedLinear) -> np.dtype:
+def float_dtype(layer: Linear | QuantizedLinear | QuantizedExperts | Array) -> np.dtype:
     """The floating dtype of a layer's computation: its weight's, or its scales' when quantized."""
-    return layer.scale.dtype if isinstance(layer, QuantizedLinear) else layer.weight.dtype
+    if isinstance(layer, QuantizedLinear | QuantizedExperts):
+        return layer.scale.dtype
+    return layer.dtype if isinstance(layer, jax.Array) else layer.weight.dtype
+
+
+def float_experts(model: eqx.Module) -> dict[str, Array]:
+    """Every float stacked expert projection of `model` by path (`...experts.gate`), including
+    the bases inside `LoRAExperts` (`...experts.gate.base`)."""
+    out: dict[str, Array] = {}
+    for path, experts in expert_modules(model).items():
+        for name in PROJECTIONS:
+            projection = getattr(experts, name)
+            base = getattr(projection, "base", None)  # a LoRAExperts' frozen base
+            if eqx.is_array(projection):
+                out[f"{path}.{name}"] = projection
+            elif base is not None and eqx.is_array(base):
+                out[f"{path}.{name}.base"] = base
+    return out
+
+
+def expert_modules(model: eqx.Module) -> dict[str, Experts]:
+    """Every `Experts` of `model` by path (`layers.blocks.feed_forward.experts`)."""
+
+    def is_experts(node: object) -> bool:
+        return isinstance(node, Experts)
+
+    flat, _ = jax.tree_util.tree_flatten_with_path(model, is_leaf=is_experts)
+    return {path_name(p): node for p, node in flat if is_experts(node)}
+
+
+def replace_projections(model: Model, replace: Mapping[str, object]) -> Model:
+    """`model` with the expert projections (or their LoRA bases: `...gate.base`) at the paths
+    of `replace` swapped for its values."""
+    if not replace:
+        return model
+
+    def swap(path: KeyPath, node: object) -> object:
+        if not isinstance(node, Experts):
+            return node
+        prefix = path_name(path)
+        for name in PROJECTIONS:
+            here = f"{prefix}.{name}"
+            if here in replace:
+                node = eqx.tree_at(_field(name), node, replace[here])
+            elif f"{here}.base" in replace:
+                node = eqx.tree_at(_field(name, "base"), node, replace[f"{here}.base"])
+        return node
+
+    return jax.tree_util.tree_map_with_path(swap, model, is_leaf=lambda n: isinstance(n, Experts))
 
 
 def float_linears(model: eqx.Module) -> dict[str, Linear]:
@@ -86,16 +180,32 @@ def float_linears(model: eqx.Module) -> dict[str, Linear]:
     return {path_name(p): node for p, node in flat if isinstance(node, Linear)}
 
 
+def _field(*names: str) -> Callable[[eqx.Module], object]:
+    """The getter of a nested field (`_field("gate", "base")`: `experts.gate.base`)."""
+
+    def get(node: eqx.Module) -> object:
+        for name in names:
+            node = getattr(node, name)
+        return node
+
+    return get
+
+
 def quantize_at(model: Model, paths: Iterable[str]) -> Model:
-    """`model` with the float `Linear`s at `paths` replaced by `QuantizedLinear`s."""
+    """`model` with the float `Linear`s at `paths` replaced by `QuantizedLinear`s, and the
+    float expert projections there (`float_experts`) by `QuantizedExperts`."""
     wanted = set(paths)
     linears = float_linears(model)
-    missing = sorted(wanted - set(linears))
+    experts = float_experts(model)
+    missing = sorted(wanted - set(linears) - set(experts))
     if missing:
         raise ValueError(
-            f"no float Linear layer at {missing} to quantize; this model's are: "
-            f"{', '.join(linears)}"
+            f"no float Linear layer or expert projection at {missing} to quantize; this "
+            f"model's are: {', '.join([*linears, *experts])}"
         )
+    model = replace_projections(
+        model, {p: QuantizedExperts.from_float(w) for p, w in experts.items() if p in wanted}
+    )
 
     def swap(path: KeyPath, node: object) -> object:
         if isinstance(node, Linear) and path_name(path) in wanted:
@@ -112,7 +222,8 @@ def quantized_paths(model: eqx.Module) -> list[str]:
 
 
 def dequantize(model: Model, dtype: DTypeLike = jnp.float32) -> Model:
-    """`model` with every `QuantizedLinear` turned back into a float `Linear` (`W = q * scale`)."""
+    """`model` with every `QuantizedLinear` turned back into a float `Linear` and every
+    `QuantizedExperts` into a float array (`W = q * scale`)."""
     return jax.tree_util.tree_map(
         lambda n: n.dequantize(dtype) if is_quantized(n) else n, model, is_leaf=is_quantized
     )
