@@ -144,3 +144,32 @@ def test_describe_gpt2_medium_under_fsdp8(capsys):
     # (fsdp splits no bias of the heads' or feed-forward's width): 7/8 x 688,128 bytes more
     assert lines[-1] == "total 1,419,292,672 bytes; 178,013,696 per device (12.5%)"
     assert 1_419_292_672 // 8 + 688_128 * 7 // 8 == 178_013_696
+
+
+def test_experts_under_lora_and_int8_stay_split_by_expert():
+    # the adapters and int8 scales of each expert live on the device that holds its weights
+    def build():
+        model = zoo.create("mixtral-tiny", key=jax.random.key(0))
+        model = zoo.lora.apply(model, rank=2, targets="experts", key=jax.random.key(1))
+        return zoo.lora.quantize(model)
+
+    model = eqx.filter_eval_shape(build)
+    table = {
+        name.split("experts.", 1)[1]: spec
+        for name, spec in specs(model, abstract_mesh("data=2,expert=4", 8)).items()
+        if ".experts." in name
+    }
+    assert table == {
+        "gate.base.weight": P(None, "expert"),
+        "gate.base.scale": P(None, "expert"),
+        "gate.lora_a": P(None, "expert"),
+        "gate.lora_b": P(None, "expert"),
+        "up.base.weight": P(None, "expert"),
+        "up.base.scale": P(None, "expert"),
+        "up.lora_a": P(None, "expert"),
+        "up.lora_b": P(None, "expert"),
+        "down.base.weight": P(None, "expert"),
+        "down.base.scale": P(None, "expert"),
+        "down.lora_a": P(None, "expert"),
+        "down.lora_b": P(None, "expert"),
+    }

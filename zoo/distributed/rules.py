@@ -44,8 +44,13 @@ RULES: tuple[Rule, ...] = (
     # mixture of experts: the stacked experts gate/up [experts, d_model, d_ff] and down
     # [experts, d_ff, d_model] split by expert over `expert`; the router [experts, d_model], the
     # shared expert (a gated feed-forward) and its gate [1, d_model]
-    (r"feed_forward\.experts\.(gate|up)$", ("expert", "fsdp", "tensor")),
-    (r"feed_forward\.experts\.down$", ("expert", "tensor", "fsdp")),
+    # (also wrapped by `zoo.lora`: int8 is `.weight` plus a scale per expert and output column,
+    # LoRA is `.base` plus `lora_a` [experts, in, rank] and `lora_b` [experts, rank, out]; each
+    # device keeps its experts' adapters and scales beside their weights)
+    (r"feed_forward\.experts\.(gate|up)(\.base)?(\.weight)?$", ("expert", "fsdp", "tensor")),
+    (r"feed_forward\.experts\.down(\.base)?(\.weight)?$", ("expert", "tensor", "fsdp")),
+    (r"feed_forward\.experts\.(gate|up|down)(\.base)?\.scale$", ("expert", None)),
+    (r"feed_forward\.experts\.(gate|up|down)\.lora_[ab]$", ("expert", None, None)),
     (r"feed_forward\.(router|shared_gate)\.weight$", (None, "fsdp")),
     (r"feed_forward\.selection_bias$", (None,)),
     (r"feed_forward\.shared\.(gate|hidden)\.weight$", ("tensor", "fsdp")),
