@@ -86,6 +86,8 @@ PYTHON="${PYTHON:-python3}"
 # bf16 autocast); nanoGPT's bench.py right after zoo's gpt2 row, on the same GPU in the same
 # call ("nanogpt BATCH SEQ"); batch-1 decoding for the weight-bandwidth floor; smollm2-135m last
 # (its peer is LlamaForCausalLM, compiled: fewer timed steps keep the row within its limit).
+# The mixture of experts: OLMoE-1B-7B's widths (64 experts, top-8) cut to 2 layers, zoo's
+# ragged (grouped matmul) and dense paths against transformers' OlmoeForCausalLM (eager).
 # The training rows also profile zoo's step (PROFILE is replaced by RESULTS_DIR/profile).
 GPU_PRESETS="
 gpt2 16 1024 --peer torch --peer-compile --profile PROFILE
@@ -94,6 +96,7 @@ bert-base 32 512 --peer torch --peer-compile --profile PROFILE
 transformer-base 32 128 --peer torch --peer-compile
 gpt2 1 128 --decode-prompt 128 --decode-tokens 256 --steps 5 --peer torch
 smollm2-135m 16 1024 --peer torch --peer-compile --steps 6 --rounds 3 --warmup 1
+olmoe-1b-7b 8 1024 --num-layers 2 --moe-path ragged,dense --peer torch --decode-tokens 0 --steps 6 --rounds 3 --warmup 1
 "
 GPU_BENCH_ARGS="--precision bf16 --steps 10 --warmup 2 --rounds 5"
 # Dry run: the same rows on tiny presets, so every code path but the GPU's runs on the CPU.
@@ -104,6 +107,7 @@ classifier-tiny 4 32 --peer torch
 translator-tiny 4 32 --peer torch
 llama-tiny 4 32 --peer torch
 gpt-tiny 1 16 --decode-prompt 8 --decode-tokens 16 --peer torch
+olmoe-tiny 2 16 --moe-path ragged,dense --peer torch --decode-tokens 0
 "
 DRY_BENCH_ARGS="--precision bf16 --steps 2 --warmup 0 --rounds 2 --decode-prompt 8 --decode-tokens 8"
 

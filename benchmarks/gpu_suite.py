@@ -53,6 +53,8 @@ PEER_TARGETS = (
     ("smollm2-135m", 16, 1024, PEER_RATIO),
     ("transformer-base", 32, 128, 2.0),
 )
+# the mixture of experts row: OLMoE-1B-7B's widths in 2 layers, zoo's ragged path over the peer
+MOE_ROW = ("olmoe-1b-7b", 8, 1024)
 DECODE_FLOOR_FACTOR = 3.0  # batch-1 decoding within 3x of the weight-bandwidth floor
 COMPILE_S = 60.0  # gpt2 train step: trace + lower + XLA compile
 PEER_PARAMS_RTOL = 0.1  # a peer further than this from zoo's parameter count is another model
@@ -146,9 +148,18 @@ def read_steps(results: Path) -> list[dict[str, str]]:
     return steps
 
 
-def _find(rows, preset: str, *, batch: int | None = None, seq: int | None = None):
+def _find(
+    rows,
+    preset: str,
+    *,
+    batch: int | None = None,
+    seq: int | None = None,
+    moe_path: str | None = None,
+):
     for row in rows:
-        if row["preset"] == preset and batch in (None, row["batch"]) and seq in (None, row["seq"]):
+        shape = batch in (None, row["batch"]) and seq in (None, row["seq"])
+        path = moe_path is None or row.get("moe_path") == moe_path
+        if row["preset"] == preset and shape and path:
             return row
     return None
 
@@ -202,6 +213,7 @@ def targets(
     )
     for preset, batch, seq, goal in PEER_TARGETS:
         found.append(_ratio_target(_find(rows, preset, batch=batch, seq=seq), preset, goal))
+    found.append(_moe_target(rows))
     found.append(_decode_target(_find(rows, "gpt2", batch=1)))
     compile_s = gpt2 and gpt2["compile_s"]
     found.append(
@@ -228,6 +240,24 @@ def _ratio_target(
         note = f"peer {row['peer_mode']}"
     met = None if ratio is None else ratio >= goal
     return _target(f"{preset} train / peer", ratio, f">= {goal}x", met, note)
+
+
+def _moe_target(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """zoo's ragged mixture of experts over the peer; the note compares it with zoo's dense
+    reference path and gives both paths' compiled temporaries."""
+    preset, batch, seq = MOE_ROW
+    ragged = _find(rows, preset, batch=batch, seq=seq, moe_path="ragged")
+    dense = _find(rows, preset, batch=batch, seq=seq, moe_path="dense")
+    found = _ratio_target(ragged, "olmoe 2-layer ragged")
+    if ragged is not None and dense is not None and dense["tokens_per_s"]:
+        speedup = ragged["tokens_per_s"] / dense["tokens_per_s"]
+        temp = "/".join(_gib(row.get("train_temp_bytes")) for row in (ragged, dense))
+        found["note"] += f"; {speedup:.2f}x the dense path; temporaries {temp} GiB"
+    return found
+
+
+def _gib(value: int | None) -> str:
+    return "-" if value is None else f"{value / 2**30:.1f}"
 
 
 def _decode_target(row: dict[str, Any] | None) -> dict[str, Any]:

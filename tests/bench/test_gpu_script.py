@@ -77,7 +77,7 @@ def test_dry_run_writes_rows_logs_failures_and_ends_with_the_table(tmp_path):
     environment = json.loads((tmp_path / "environment.json").read_text())
     assert environment["device"]["platform"] == "cpu" and environment["versions"]["jax"]
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["rows"] == 1 and len(summary["targets"]) == 7
+    assert summary["rows"] == 1 and len(summary["targets"]) == 8
     assert {target["met"] for target in summary["targets"]} == {None}  # no GPU rows here
     assert "gpt-tiny" in (tmp_path / "logs" / "bench-gpt-tiny-2x16.log").read_text()
     # the row's profile, its line in the closing table, and one archive of it all
@@ -158,7 +158,13 @@ def test_targets_are_judged_from_the_rows():
         h100_row("transformer-base", 32, 128, ratio=2.0, peer_params=1_000),
         h100_row("gpt2", 1, 128, decode_tokens_per_s=5000.0),
     ]
+    for path, tokens, temp in (("ragged", 60e3, 3 * 2**30), ("dense", 20e3, 9 * 2**30)):
+        moe = dict(moe_path=path, tokens_per_s=tokens, ratio=tokens / 40e3, train_temp_bytes=temp)
+        rows.append(h100_row("olmoe-1b-7b", 8, 1024, peer_params=124_439_808, **moe))
     found = {t["target"]: t for t in gpu_suite.targets(rows, {(16, 1024): 400e3})}
+    moe = found["olmoe 2-layer ragged train / peer"]  # 60k / 40k: the ragged row's ratio
+    assert moe["value"] == pytest.approx(1.5) and moe["met"] is True
+    assert moe["note"] == "peer compiled; 3.00x the dense path; temporaries 3.0/9.0 GiB"
     assert found["gpt2 16x1024 train tokens/s"]["met"] is False  # 460k < 490k
     versus = found["gpt2 16x1024 train / nanoGPT"]  # 460k / 400k = 1.15x >= 1.1x
     assert versus["value"] == pytest.approx(1.15) and versus["met"] is True

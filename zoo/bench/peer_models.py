@@ -2,7 +2,7 @@
 
 | zoo flavor | peer model |
 | --- | --- |
-| gpt | `GPT2LMHeadModel`; a rotary GPT: `LlamaForCausalLM` (or Mistral/Qwen2/Qwen3) |
+| gpt | `GPT2LMHeadModel`; a rotary GPT: `LlamaForCausalLM` (or Mistral/Qwen2/Qwen3); a mixture of experts: `MixtralForCausalLM` (or Qwen2-MoE/Qwen3-MoE/OLMoE) |
 | classifier | `BertForSequenceClassification` |
 | translator | `MarianMTModel` |
 
@@ -19,7 +19,8 @@ import numpy as np
 
 from zoo.extras import pip_install
 from zoo.interop.architecture import activation_dropout, export_activation
-from zoo.interop.architectures.llama import decoder_family_for
+from zoo.interop.architectures.llama import LlamaFamily, decoder_family_for
+from zoo.interop.architectures.moe import moe_family_for
 
 MODEL_CLASSES = {
     "gpt": "GPT2LMHeadModel",
@@ -46,10 +47,18 @@ def is_decoder_family(config: Any, flavor: str) -> bool:
     return flavor == "gpt" and config.positions == "rotary"
 
 
+def family_for(config: Any) -> LlamaFamily:
+    """The HF family of a rotary GPT: a mixture-of-experts one (`zoo.interop` exports to) when
+    the config has experts, else the dense Llama-style one."""
+    if getattr(config, "num_experts", 0):
+        return moe_family_for(config)
+    return decoder_family_for(config)
+
+
 def peer_class(config: Any, flavor: str) -> str:
     """The transformers class that mirrors `config`."""
     if is_decoder_family(config, flavor):
-        return decoder_family_for(config).export_class
+        return family_for(config).export_class
     return MODEL_CLASSES[flavor]
 
 
@@ -57,7 +66,7 @@ def hf_config(config: Any, flavor: str) -> Any:
     """A transformers config with the shapes of the zoo `config`."""
     _, transformers = import_torch()
     if is_decoder_family(config, flavor):
-        family = decoder_family_for(config)
+        family = family_for(config)
         fields = family.hf_config(config)
         fields = {k: v for k, v in fields.items() if k not in ("model_type", "architectures")}
         return getattr(transformers, family.config_class)(**fields, attn_implementation="sdpa")
@@ -154,14 +163,21 @@ class PeerTask:
         torch, _ = import_torch()
         self.flavor = flavor
         self.pad_id = config.pad_id
+        # a mixture of experts trains on its load-balancing loss too, as zoo's task does
+        self.router_coef = float(getattr(config, "router_aux_loss_coef", 0.0) or 0.0)
+        if not getattr(config, "num_experts", 0):
+            self.router_coef = 0.0
         self.batch = {
             name: torch.as_tensor(value).long().to(device) for name, value in batch.items()
         }
 
-    def inputs(self) -> dict[str, Any]:
-        """Keyword arguments of the peer model (what the zoo model reads)."""
+    def inputs(self, *, train: bool = False) -> dict[str, Any]:
+        """Keyword arguments of the peer model (what the zoo model reads); in training a mixture
+        of experts also returns its routers' load-balancing loss (`aux_loss`)."""
         b = self.batch
         if self.flavor == "gpt":
+            if train and self.router_coef:
+                return {"input_ids": b["tokens"][:, :-1], "output_router_logits": True}
             return {"input_ids": b["tokens"][:, :-1]}
         if self.flavor == "classifier":
             mask = None if self.pad_id is None else (b["tokens"] != self.pad_id).long()
@@ -184,3 +200,12 @@ class PeerTask:
         return torch.nn.functional.cross_entropy(
             logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=ignore
         )
+
+    def objective(self, outputs: Any) -> Any:
+        """The training loss of the peer's outputs (of `inputs(train=True)`): the cross-entropy,
+        plus `router_aux_loss_coef` times the load-balancing loss for a mixture of experts (as
+        `zoo.tasks.router_losses` adds it)."""
+        loss = self.loss(outputs.logits)
+        if self.router_coef and getattr(outputs, "aux_loss", None) is not None:
+            loss = loss + self.router_coef * outputs.aux_loss
+        return loss

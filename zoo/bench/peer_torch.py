@@ -53,7 +53,7 @@ class PeerRun:
                 model.train()
                 optimizer.zero_grad(set_to_none=True)
                 with autocast():
-                    loss = task.loss(module(**task.inputs()).logits)
+                    loss = task.objective(module(**task.inputs(train=True)))
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
                 optimizer.step()

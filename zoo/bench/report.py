@@ -18,6 +18,8 @@ FIELDS: dict[str, str] = {
     "tokens_per_step": "positions read per step: batch x seq (translator: batch x 2 seq)",
     "precision": "compute dtype: fp32 | bf16 (weights and optimizer state stay float32)",
     "layers": "scan | unroll: how the layer stack runs",
+    "num_layers": "transformer blocks of both models (--num-layers: fewer than the preset's)",
+    "moe_path": "ragged | dense: how zoo runs the experts (null: no mixture of experts)",
     "remat": "none | dots | full: what the backward pass recomputes (zoo.nn.stack)",
     "attention": "jax.nn.dot_product_attention implementation (null: XLA's default)",
     "vocab_size": "vocabulary of the benchmarked model (padded with --pad-vocab)",
@@ -52,6 +54,8 @@ FIELDS: dict[str, str] = {
     "decode_reason": "why decode_tokens_per_s is null",
     "peak_memory_bytes": "peak device memory of the process (device.memory_stats())",
     "peak_memory_reason": "why peak_memory_bytes is null or only an upper bound",
+    "train_temp_bytes": "temporaries of the compiled train step (XLA memory_analysis)",
+    "train_program_bytes": "compiled train step: arguments + outputs not donated + temporaries",
     "peer": "the peer framework (torch) or null",
     "peer_model": "the transformers class of the peer",
     "peer_attention": "the peer's attention implementation",
@@ -132,6 +136,9 @@ def table(rows: list[dict[str, Any]]) -> str:
         columns.insert(6, ("MFU meas", 8, lambda r: _percent(r["mfu_measured"])))
     if any(row.get("train_step_min_s") is not None for row in rows):
         columns.insert(5, ("step ms min-max", 15, _step_range))
+    if any(row.get("moe_path") for row in rows):  # a mixture of experts: its path and memory
+        columns.insert(4, ("moe", 6, lambda r: r.get("moe_path") or "-"))
+        columns.insert(-1, ("step temp", 10, lambda r: _mebibytes(r.get("train_temp_bytes"))))
     if with_peer:
         columns += [
             ("peer tok/s", 10, lambda r: _count(r["peer_tokens_per_s"])),
@@ -155,6 +162,10 @@ def notes(rows: list[dict[str, Any]]) -> list[str]:
     for reason in sorted({row["mfu_reason"] for row in rows if row.get("mfu_reason")}):
         lines.append(f"MFU: {reason}")
     return lines
+
+
+def _mebibytes(value: int | None) -> str:
+    return "-" if value is None else f"{value / 2**20:.1f} MiB"
 
 
 def _percent(value: float | None) -> str:

@@ -114,6 +114,7 @@ class ZooRun:
 
         self.train = Timed(train, (model, opt_state, None))
         self.decode_error: str | None = None
+        self.memory: dict[str, int | None] = {}
         forward = make_forward(spec.precision)
         inputs = model_inputs(spec.flavor, batch)
         self.timers = {
@@ -144,6 +145,27 @@ class ZooRun:
                     # Decoding is a side measurement: its failure goes into the row.
                     self.decode_error = f"decode failed: {type(error).__name__}: {error}"
                     del self.timers[name]
+        self.memory = self.compiled_memory()
+
+    def compiled_memory(self) -> dict[str, int | None]:
+        """XLA's memory analysis of the compiled train step (the first call compiled it: this
+        reads JAX's cache). Temporaries, and arguments + outputs not donated + temporaries."""
+        model, opt_state, _ = self.train.state
+        try:
+            with jax.numpy_dtype_promotion("standard"):
+                lowered: Any = self.train_step.lower(model, opt_state, self.batch, self.key, 0)
+            stats = lowered.compile().compiled.memory_analysis()
+        except Exception:  # a backend without the analysis: the row's timings stand
+            stats = None
+        if stats is None:
+            return {"train_temp_bytes": None, "train_program_bytes": None}
+        held = (
+            stats.argument_size_in_bytes
+            + stats.output_size_in_bytes
+            - stats.alias_size_in_bytes
+            + stats.temp_size_in_bytes
+        )
+        return {"train_temp_bytes": int(stats.temp_size_in_bytes), "train_program_bytes": int(held)}
 
     def fields(self) -> dict[str, Any]:
         spec, train = self.spec, self.train
@@ -188,6 +210,6 @@ class ZooRun:
                 decode_reason=None,
             )
         memory, reason = peak_memory()
-        fields.update(peak_memory_bytes=memory, peak_memory_reason=reason)
+        fields.update(peak_memory_bytes=memory, peak_memory_reason=reason, **self.memory)
         fields["xla_settings"] = xla_settings()
         return fields

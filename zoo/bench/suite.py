@@ -30,7 +30,14 @@ from zoo.bench.hardware import (
 from zoo.bench.report import add_ratios, new_row, now_utc, write_results
 from zoo.bench.run_zoo import ZooRun
 from zoo.bench.timing import interleave
-from zoo.bench.workload import ATTENTION_CHOICES, FLAVORS, PRECISIONS, BenchSpec, defaults_for
+from zoo.bench.workload import (
+    ATTENTION_CHOICES,
+    FLAVORS,
+    MOE_PATHS,
+    PRECISIONS,
+    BenchSpec,
+    defaults_for,
+)
 from zoo.host import allocator_note
 from zoo.nn.stack import scans
 from zoo.records import legacy_keywords
@@ -97,15 +104,18 @@ def plan(
     flavors: list[str] | None = None,
     preset_names: list[str] | None = None,
     workload: Workload | None = None,
+    moe_paths: list[str] | None = None,
     **options: Any,
 ) -> list[BenchSpec]:
     """The rows of a `zoo bench` run; what is not given comes from the device's defaults.
 
     Presets pick the rows when given (and must belong to `flavors`, if those are given too);
     otherwise each flavor (all by default) runs its default preset for the device.
-    `workload` gives the shapes, precision and timing of every row (`Workload`). `options`
-    go to `BenchSpec` as they are (pad_vocab, layers, remat, dropout, seed, rounds, mesh); the
-    older keywords of `workload` (`batch=`, `seq=`, `precision=`, `attention=`,
+    `workload` gives the shapes, precision and timing of every row (`Workload`). `moe_paths`
+    (`--moe-path ragged,dense`) gives each mixture-of-experts preset one row per path, in that
+    order (each row times the peer again, in turns with that path). `options` go to
+    `BenchSpec` as they are (pad_vocab, layers, remat, dropout, seed, rounds, mesh,
+    num_layers); the older keywords of `workload` (`batch=`, `seq=`, `precision=`, `attention=`,
     `decode_prompt=`, `decode_tokens=`, `steps=`, `warmup=`) still work among them, with a
     `DeprecationWarning`, over `workload` when both are given.
     """
@@ -127,15 +137,20 @@ def plan(
     else:
         names = [defaults.presets[flavor] for flavor in (flavors or FLAVORS)]
     precision = shape.precision or defaults.precision
+    for path in moe_paths or []:
+        if path not in MOE_PATHS:
+            raise ValueError(f"unknown --moe-path {path!r}; choose from {MOE_PATHS}")
     specs = []
     for name in names:
         preset = presets.get(name)
+        has_experts = bool(getattr(preset.config, "num_experts", 0))
+        paths: list[str | None] = list(moe_paths) if moe_paths and has_experts else [None]
         max_positions = preset.config.max_positions
         prompt = shape.decode_prompt or min(defaults.decode_prompt, max_positions // 2)
         new_tokens = defaults.decode_tokens if shape.decode_tokens is None else shape.decode_tokens
         if shape.decode_tokens is None:
             new_tokens = min(new_tokens, max_positions - prompt)
-        specs.append(
+        specs += [
             BenchSpec(
                 preset=name,
                 batch=shape.batch or defaults.batch[preset.flavor],
@@ -146,8 +161,15 @@ def plan(
                 decode_tokens=new_tokens,
                 steps=shape.steps or defaults.steps,
                 warmup=defaults.warmup if shape.warmup is None else shape.warmup,
+                moe_path=path,
                 **options,
             )
+            for path in paths
+        ]
+    if moe_paths and not any(spec.moe_path for spec in specs):
+        raise ValueError(
+            "--moe-path chooses how a mixture of experts runs, and no preset of this run has "
+            "experts; drop --moe-path or add an MoE preset (mixtral-*, qwen3-moe-*, olmoe-*, ...)"
         )
     return specs
 
@@ -191,6 +213,8 @@ def run_spec(
         tokens_per_step=spec.tokens_per_step(),
         precision=spec.precision,
         layers="scan" if scans(config.scan_layers) else "unroll",
+        num_layers=config.num_layers,
+        moe_path=config.moe_implementation if getattr(config, "num_experts", 0) else None,
         remat=config.remat or "none",
         attention=config.attention_implementation,
         vocab_size=config.vocab_size,

@@ -18,6 +18,7 @@ PRECISIONS = ("fp32", "bf16")
 LAYER_MODES = ("scan", "unroll")
 REMAT_MODES = ("none", "dots", "full")
 ATTENTION_CHOICES = ("auto", "xla", "cudnn")
+MOE_PATHS = ("ragged", "dense")  # a mixture of experts: grouped matmuls, or every expert dense
 VOCAB_MULTIPLE = 64  # --pad-vocab rounds the vocabulary up to a multiple of this
 
 
@@ -88,9 +89,22 @@ class BenchSpec:
     decode_tokens: int = 32  # tokens generated per sequence; 0 skips the decode measurement
     seed: int = 0  # data and parameter seed
     mesh: str | None = None  # zoo on many devices (`--mesh`, zoo.distributed); None: one device
+    moe_path: str | None = None  # ragged | dense (mixture of experts); None: the preset's own
+    num_layers: int | None = None  # depth of both models; None: the preset's
 
     def __post_init__(self) -> None:
         base = presets.get(self.preset).config  # unknown presets raise with close names
+        if self.moe_path is not None:
+            if self.moe_path not in MOE_PATHS:
+                raise ValueError(f"moe_path must be one of {MOE_PATHS}, got {self.moe_path!r}")
+            if not getattr(base, "num_experts", 0):
+                raise ValueError(
+                    f"--moe-path chooses how a mixture of experts runs, and preset "
+                    f"{self.preset!r} has no experts; drop --moe-path or pick an MoE preset "
+                    "(zoo presets: mixtral-*, qwen3-moe-*, qwen2-moe-*, olmoe-*)"
+                )
+        if self.num_layers is not None and self.num_layers < 1:
+            raise ValueError(f"num_layers must be >= 1, got {self.num_layers} (--num-layers)")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
         if self.layers is not None and self.layers not in LAYER_MODES:
@@ -148,6 +162,10 @@ class BenchSpec:
             changes["remat"] = None if self.remat == "none" else self.remat
         if self.attention is not None:
             changes["attention_implementation"] = self.attention
+        if self.moe_path is not None:
+            changes["moe_implementation"] = self.moe_path
+        if self.num_layers is not None:
+            changes["num_layers"] = self.num_layers
         return base.replace(**changes)
 
     def tokens_per_step(self) -> int:

@@ -15,6 +15,8 @@ examples:
   zoo bench                                    every flavor at the device's default shapes
   zoo bench --flavor gpt --preset gpt2 --batch 16 --seq 1024 --precision bf16 --json
   zoo bench --peer torch                       the same work on HuggingFace transformers
+  zoo bench --preset mixtral-bench --moe-path ragged,dense --peer torch
+                                               both MoE paths and transformers' Mixtral
 
 Defaults: on CPU the tiny presets at batch 16 x 64 in fp32; on a GPU gpt2 (16 x 1024),
 bert-base (32 x 512) and transformer-base (64 x 128) in bf16. Results are written as JSON to
@@ -69,6 +71,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=0.0,
         help="dropout of both models (default 0: throughput without dropout)",
+    )
+    what.add_argument(
+        "--moe-path",
+        action="append",
+        metavar="PATHS",
+        help="a mixture-of-experts preset runs one row per path, comma-separated: ragged "
+        "(grouped matmuls, dropless), dense (every expert on every token; the reference) "
+        "(default: the preset's)",
+    )
+    what.add_argument(
+        "--num-layers",
+        type=int,
+        help="layers of both models, fewer than the preset's (large shapes on one device)",
     )
     what.add_argument("--decode-prompt", type=int, help="prompt length for GPT decoding")
     what.add_argument(
@@ -156,6 +171,14 @@ def command_line(args: argparse.Namespace) -> str:
     return " ".join(words)
 
 
+def moe_paths(values: list[str] | None) -> list[str] | None:
+    """`--moe-path ragged,dense` (repeatable) as a list of paths, in order, each once."""
+    if not values:
+        return None
+    paths = [path.strip() for value in values for path in value.split(",") if path.strip()]
+    return list(dict.fromkeys(paths))
+
+
 def run(args: argparse.Namespace) -> int:
     if args.peer:
         # JAX would otherwise take 75% of GPU memory up front and starve the peer.
@@ -186,6 +209,8 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         rounds=args.rounds,
         mesh=args.mesh,
+        num_layers=args.num_layers,
+        moe_paths=moe_paths(args.moe_path),
     )
     if args.profile_steps < 1:
         raise ValueError(f"--profile-steps must be >= 1, got {args.profile_steps}")

@@ -13,6 +13,7 @@ from zoo.data.tokenizers.base import Tokenizer
 from zoo.files import write_text_atomic
 from zoo.interop.architecture import ZooModel
 from zoo.interop.architectures import architecture_for
+from zoo.interop.architectures.moe import MoEFamily
 from zoo.interop.convert import zoo_to_hf
 from zoo.interop.files import CONFIG, INDEX, INSTALL_HF, WEIGHTS, HFDict
 from zoo.interop.tokenizers.generation_config import save_tokenizer_files
@@ -41,7 +42,10 @@ def to_hf(model: ZooModel) -> tuple[dict[str, Any], Any]:
     (`Any`: the types of torch and transformers, optional dependencies imported here.)
 
     `transformers.GPT2LMHeadModel(config).load_state_dict(state_dict)` (or the matching BERT or
-    Marian class: `config.architectures[0]`) then computes what `model` computes.
+    Marian class: `config.architectures[0]`) then computes what `model` computes. A mixture of
+    experts comes in the layout of the installed transformers: one tensor per projection for
+    all of a layer's experts in transformers 5 (`mlp.experts.gate_up_proj`, `down_proj`), one
+    per expert before it (what `save_hf` writes either way).
     """
     try:
         import torch
@@ -50,8 +54,11 @@ def to_hf(model: ZooModel) -> tuple[dict[str, Any], Any]:
         raise ImportError(
             f"to_hf builds torch tensors and a transformers config: {INSTALL_HF}"
         ) from error
+    arch = architecture_for(model)
     arrays, _ = to_state_dict(model, full=True)
-    config = architecture_for(model).transformers_config(transformers, model.config)
+    if isinstance(arch, MoEFamily) and int(transformers.__version__.split(".")[0]) >= 5:
+        arrays = arch.fused_keys(arrays)  # transformers 5 holds each layer's experts fused
+    config = arch.transformers_config(transformers, model.config)
     tensors: dict[int, Any] = {}  # tied copies share one tensor, as in the torch model
 
     def tensor(array: np.ndarray) -> Any:
