@@ -193,17 +193,16 @@ def test_export_loads_strictly_into_transformers(variant):
         ("modernbert-large", 395_833_346),
     ],
 )
-def test_preset_counts_equal_transformers_but_the_unused_first_norm(name, count):
-    """transformers' count (ModernBertForSequenceClassification on the meta device), and zoo's
-    one more norm weight: the first layer's attention norm, kept unused so that the layers
-    stay alike (and scannable)."""
+def test_preset_counts_equal_transformers(name, count):
+    """transformers' count (ModernBertForSequenceClassification on the meta device) is zoo's:
+    the first layer, a group of its own in the stack, has no attention norm."""
     import zoo
 
     assert transformers_count(zoo.presets.config(name)) == (
         "ModernBertForSequenceClassification",
         count,
     )
-    assert zoo.presets.param_count(name) == count + zoo.presets.config(name).d_model
+    assert zoo.presets.param_count(name) == count
 
 
 def test_masked_lm_checkpoint_keeps_its_head_as_the_pooler():

@@ -3,6 +3,9 @@ whose first layer's attention reads its input without the norm."""
 
 from __future__ import annotations
 
+import dataclasses
+
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -38,19 +41,16 @@ def test_two_sided_window_as_array_and_kernel_arguments():
 
 def _stack(scan: bool, first_attention_norm: bool) -> LayerStack:
     settings = BlockSettings.basic(2, 16, norm_first=True)
+    first = dataclasses.replace(settings, attention_norm=first_attention_norm)
     return LayerStack(
-        lambda k: TransformerBlock(8, settings, key=k),
+        [
+            lambda k: TransformerBlock(8, first, key=k),
+            lambda k: TransformerBlock(8, settings, key=k),
+        ],
         3,
+        layer_kinds=[0, 1, 1],
         scan=scan,
-        first_attention_norm=first_attention_norm,
         key=jax.random.key(0),
-    )
-
-
-def _scale_first_attention_norm(stack: LayerStack, factor: float) -> LayerStack:
-    weight = stack.blocks.self_attention_norm.weight
-    return jax.tree_util.tree_map(
-        lambda leaf: leaf.at[0].multiply(factor) if leaf is weight else leaf, stack
     )
 
 
@@ -59,16 +59,18 @@ def test_first_layer_attention_reads_its_input_without_the_norm(scan):
     x = jax.random.normal(jax.random.key(1), (5, 8))
     plain = _stack(scan, first_attention_norm=False)
     out, _ = plain(x)
-    # the first layer's attention norm is not applied: scaling its weight changes nothing,
-    # while the second layer's still counts
-    scaled, _ = _scale_first_attention_norm(plain, 3.0)(x)
-    np.testing.assert_allclose(scaled, out, rtol=1e-6)
-    normed, _ = _stack(scan, first_attention_norm=True)(x)
-    assert np.max(np.abs(np.asarray(normed) - np.asarray(out))) > 1e-3
-    # the same as running layer 0 by hand with the flag, then the others
-    h, _ = plain.layer(0)(x, BlockInputs(skip_attention_norm=True))
+    # layer 0 is a group of its own, without the norm's weight; the others keep theirs
+    assert plain.layer(0).self_attention_norm is None
+    assert plain.layer(1).self_attention_norm is not None
+    assert plain.groups[1].self_attention_norm.weight.shape == (2, 8)
+    normed = _stack(scan, first_attention_norm=True)
+    assert np.max(np.abs(np.asarray(normed(x)[0]) - np.asarray(out))) > 1e-3
+    # the same as the normed stack's layers (same keys, same weights) by hand, layer 0's
+    # attention reading its input as it is
+    first = eqx.tree_at(lambda b: b.self_attention_norm, normed.layer(0), None)
+    h, _ = first(x, BlockInputs())
     for index in (1, 2):
-        h, _ = plain.layer(index)(h)
+        h, _ = normed.layer(index)(h)
     np.testing.assert_allclose(out, h, rtol=1e-5, atol=1e-5)
 
 

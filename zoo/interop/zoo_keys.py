@@ -1,7 +1,9 @@
 """Flat, per-layer names for the arrays of a zoo model, like the keys of a torch state dict.
 
 `layers.blocks.self_attention.query_proj.weight` has a leading `layers` axis; here it becomes one
-key per layer: `layers.0.self_attention.query_proj.weight`, `layers.1...`.
+key per layer: `layers.0.self_attention.query_proj.weight`, `layers.1...`. A stack of several
+kinds of layer holds one group per kind (`layers.blocks.1.feed_forward...`); its rows become the
+keys of the layers that group holds (`LayerStack.group_layers`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import jax
 import numpy as np
 
 from zoo.interop.rules import Shape
+from zoo.nn.stack import LayerStack
 from zoo.tree import KeyPath, Slot, is_slot, path_name
 
 STACK_FIELD = "blocks"  # LayerStack.blocks: arrays with a leading `layers` axis
@@ -33,9 +36,32 @@ def layer_names(name: str, layers: int | None) -> list[tuple[str, int | None]]:
     return [(".".join([*parts[:at], str(i), *parts[at + 1 :]]), i) for i in range(layers)]
 
 
-def _leaf_names(path: KeyPath, shape: Shape) -> list[tuple[str, int | None]]:
+Groups = dict[str, tuple[tuple[int, ...], ...]]  # `<stack>.blocks` -> each group's layers
+
+
+def _groups(model: eqx.Module) -> Groups:
+    """The layers of each group of every stack of `model` that has several groups."""
+    found, _ = jax.tree_util.tree_flatten_with_path(
+        model, is_leaf=lambda node: isinstance(node, LayerStack)
+    )
+    return {
+        f"{path_name(path)}.{STACK_FIELD}".lstrip("."): tuple(
+            stack.group_layers(g) for g in range(len(stack.groups))
+        )
+        for path, stack in found
+        if isinstance(stack, LayerStack) and isinstance(stack.blocks, tuple)
+    }
+
+
+def _leaf_names(path: KeyPath, shape: Shape, groups: Groups) -> list[tuple[str, int | None]]:
     """The flat key(s) of one leaf: one per layer for stacked leaves (with the layer index)."""
-    return layer_names(path_name(path), shape[0] if shape else None)
+    name = path_name(path)
+    for prefix, layers in groups.items():
+        if name.startswith(f"{prefix}."):
+            group, _, rest = name[len(prefix) + 1 :].partition(".")
+            stack = prefix[: -len(STACK_FIELD)]
+            return [(f"{stack}{layer}.{rest}", layer) for layer in layers[int(group)]]
+    return layer_names(name, shape[0] if shape else None)
 
 
 def _array_leaves(model: eqx.Module) -> list[tuple[KeyPath, Slot]]:
@@ -45,10 +71,12 @@ def _array_leaves(model: eqx.Module) -> list[tuple[KeyPath, Slot]]:
 
 
 def _per_layer(model: eqx.Module) -> Iterator[tuple[str, int | None, Slot]]:
-    """Each flat key of `model` with its layer index (None: not stacked) and its whole leaf."""
+    """Each flat key of `model` with its layer index (None: not stacked) and its whole leaf;
+    the index is the row of the leaf's stacked axis."""
+    groups = _groups(model)
     for path, leaf in _array_leaves(model):
-        for name, index in _leaf_names(path, tuple(leaf.shape)):
-            yield name, index, leaf
+        for row, (name, index) in enumerate(_leaf_names(path, tuple(leaf.shape), groups)):
+            yield name, None if index is None else row, leaf
 
 
 def zoo_shapes(model: eqx.Module) -> dict[str, Shape]:
@@ -62,10 +90,11 @@ def zoo_shapes(model: eqx.Module) -> dict[str, Shape]:
 def zoo_state(model: eqx.Module) -> dict[str, np.ndarray]:
     """Flat per-layer key -> numpy array of every array in `model`."""
     state = {}
+    groups = _groups(model)
     for path, leaf in _array_leaves(model):
         array = np.asarray(leaf)  # to the host once, then sliced per layer
-        for name, index in _leaf_names(path, array.shape):
-            state[name] = array if index is None else array[index]
+        for row, (name, index) in enumerate(_leaf_names(path, array.shape, groups)):
+            state[name] = array if index is None else array[row]
     return state
 
 
@@ -83,8 +112,9 @@ def restack(skeleton: eqx.Module, state: Mapping[str, np.ndarray]) -> dict[str, 
     """The arrays of `skeleton` by path name (`zoo.tree.fill` puts them in), taken from the flat
     per-layer `state`: the layers of a stacked leaf are stacked back on its `layers` axis."""
     arrays = {}
+    groups = _groups(skeleton)
     for path, leaf in _array_leaves(skeleton):
-        names = _leaf_names(path, tuple(leaf.shape))
+        names = _leaf_names(path, tuple(leaf.shape), groups)
         if names[0][1] is None:
             arrays[path_name(path)] = state[names[0][0]]
         else:

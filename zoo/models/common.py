@@ -8,7 +8,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 from zoo.models.config import TransformerConfig
-from zoo.nn.block import BlockExtras, TransformerBlock
+from zoo.nn.block import BlockExtras, BlockSettings, TransformerBlock
 from zoo.nn.cache import KVCache
 from zoo.nn.embedding import check_token_ids
 from zoo.nn.mask import Compaction, Mask
@@ -19,15 +19,28 @@ def layer_stack(
     config: TransformerConfig, num_layers: int, *, cross_attention: bool = False, key: PRNGKeyArray
 ) -> LayerStack:
     """`num_layers` blocks with the config's block settings, run as the config says (scanned
-    or unrolled, with its rematerialisation)."""
-    settings = config.block_settings(cross_attention=cross_attention)
+    or unrolled, with its rematerialisation). Layers whose settings differ (dense layers among
+    experts, ModernBERT's layer 0 without an attention norm) go in one group per kind."""
+    kinds: list[BlockSettings] = []
+    layer_kinds = []
+    for layer in range(num_layers):
+        settings = config.block_settings(
+            cross_attention=cross_attention, layer=layer, num_layers=num_layers
+        )
+        if settings not in kinds:
+            kinds.append(settings)
+        layer_kinds.append(kinds.index(settings))
+
+    def maker(settings: BlockSettings):
+        return lambda k: TransformerBlock(config.d_model, settings, init=config.init, key=k)
+
     return LayerStack(
-        lambda k: TransformerBlock(config.d_model, settings, init=config.init, key=k),
+        [maker(settings) for settings in kinds] if len(kinds) > 1 else maker(kinds[0]),
         num_layers,
+        layer_kinds=layer_kinds,
         scan=config.scan_layers,
         remat=config.remat,
         pattern=config.layer_pattern(),
-        first_attention_norm=config.first_attention_norm,
         key=key,
     )
 

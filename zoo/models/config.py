@@ -67,7 +67,7 @@ class TransformerConfig:
     output_norm: bool = False  # norm each sub-layer's output before the sum (Gemma 2/3, OLMo 2)
     norm_weight_offset: float = 0.0  # RMSNorms scale by offset + weight (Gemma: 1.0)
     norm_bias: bool = True  # biases on the LayerNorms (ModernBERT: False)
-    first_attention_norm: bool = True  # False: layer 0's attention skips its norm (ModernBERT)
+    first_attention_norm: bool = True  # False: layer 0 has no norm before attention (ModernBERT)
     qk_norm_scope: str = "head"  # head (Qwen3, Gemma 3) | projection: all heads at once (OLMo 2)
     query_pre_attn_scalar: float | None = None  # scores times this ** -0.5 (Gemma); None: head_dim
     attention_softcap: float | None = None  # scores -> cap * tanh(scores / cap) (Gemma 2)
@@ -92,6 +92,11 @@ class TransformerConfig:
     router_aux_loss_coef: float = 0.0  # load-balancing loss weight in the training objective
     router_z_loss_coef: float = 0.0  # router z-loss weight in the training objective
     moe_implementation: str = "ragged"  # ragged (grouped matmul) | dense (reference, slow)
+    # dense layers among the experts (the dense feed-forward above, d_ff wide): a layer routes
+    # unless one of these three makes it dense
+    mlp_only_layers: tuple[int, ...] = ()  # indices of dense layers (Qwen's mlp_only_layers)
+    decoder_sparse_step: int = 1  # layer i routes only when (i + 1) % step == 0 (Qwen); 1: all
+    first_k_dense_replace: int = 0  # the first k layers are dense (DeepSeek)
 
     def __post_init__(self) -> None:
         """Check the fields, each in one place: the parts' settings check their own fields
@@ -109,6 +114,9 @@ class TransformerConfig:
             raise ValueError(f"rope must be a zoo.nn.Rope, got {type(self.rope).__name__}")
         if self.global_layers is not None and not isinstance(self.global_layers, tuple):
             object.__setattr__(self, "global_layers", tuple(self.global_layers))  # JSON lists
+        if not isinstance(self.mlp_only_layers, tuple):
+            object.__setattr__(self, "mlp_only_layers", tuple(self.mlp_only_layers))
+        self._check_dense_layers()
         self.layer_pattern()
         self.embedder_settings()
         self.block_settings()
@@ -141,6 +149,41 @@ class TransformerConfig:
         if not self.first_attention_norm and not self.norm_first:
             raise ValueError("first_attention_norm=False is for pre-norm models: set norm_first")
         self._check_token_id("pad_id", self.pad_id)
+
+    def _check_dense_layers(self) -> None:
+        """The dense-among-experts fields: in range, and only for a mixture of experts."""
+        step, first = self.decoder_sparse_step, self.first_k_dense_replace
+        if not isinstance(step, int) or step < 1:
+            raise ValueError(f"decoder_sparse_step must be an integer >= 1, got {step!r}")
+        if not isinstance(first, int) or first < 0:
+            raise ValueError(f"first_k_dense_replace must be an integer >= 0, got {first!r}")
+        outside = [i for i in self.mlp_only_layers if not 0 <= i < self.num_layers]
+        if outside:
+            raise ValueError(
+                f"mlp_only_layers {outside} are not layers of a {self.num_layers}-layer model"
+            )
+        if (self.mlp_only_layers or step > 1 or first) and not self.num_experts:
+            raise ValueError(
+                "mlp_only_layers, decoder_sparse_step and first_k_dense_replace choose dense "
+                "layers among mixture-of-experts ones: set num_experts, or leave them out"
+            )
+        if self.num_experts and not any(self.routed_layers()):
+            raise ValueError(
+                "every layer is dense (mlp_only_layers, decoder_sparse_step, "
+                "first_k_dense_replace): set num_experts=0 for a dense model"
+            )
+
+    def routed_layers(self, num_layers: int | None = None) -> tuple[bool, ...]:
+        """Whether each of the `num_layers` (default: the config's) layers routes to experts;
+        all False for a dense model."""
+        count = self.num_layers if num_layers is None else num_layers
+        return tuple(
+            bool(self.num_experts)
+            and i not in self.mlp_only_layers
+            and (i + 1) % self.decoder_sparse_step == 0
+            and i >= self.first_k_dense_replace
+            for i in range(count)
+        )
 
     def _check_no_bools(self) -> None:
         """A bool is an int to Python (`num_layers=True` is 1 layer): refuse it for number fields."""
@@ -236,11 +279,23 @@ class TransformerConfig:
             implementation=self.moe_implementation,
         )
 
-    def block_settings(self, *, cross_attention: bool = False) -> BlockSettings:
-        """The settings of every block: its parts' own, resolved once from these fields."""
+    def block_settings(
+        self,
+        *,
+        cross_attention: bool = False,
+        layer: int | None = None,
+        num_layers: int | None = None,
+    ) -> BlockSettings:
+        """The settings of the blocks: their parts' own, resolved once from these fields; with
+        `layer`, that layer's of a `num_layers` stack (a dense feed-forward among the experts,
+        no attention norm on ModernBERT's layer 0)."""
+        moe = self.moe_settings()
+        if layer is not None and not self.routed_layers(num_layers)[layer]:
+            moe = None
         return BlockSettings(
             attention=self.attention_settings(),
-            feed_forward=self.moe_settings() or self.feed_forward_settings(),
+            feed_forward=moe or self.feed_forward_settings(),
+            attention_norm=self.first_attention_norm or layer != 0,
             cross_attention=self.attention_settings(cross=True) if cross_attention else None,
             norm=self.norm,
             layer_norm_eps=self.layer_norm_eps,

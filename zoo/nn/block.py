@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
+from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from zoo.nn.attention import AttentionSettings, MultiHeadAttention
 from zoo.nn.cache import KVCache
@@ -47,6 +47,7 @@ class BlockSettings:
     output_norm: bool = False  # norm each sub-layer's output before the sum (Gemma 2/3, OLMo 2)
     norm_weight_offset: float = 0.0  # RMSNorms scale by offset + weight (Gemma: 1)
     norm_bias: bool = True  # the LayerNorms' biases (ModernBERT: none)
+    attention_norm: bool = True  # False: no norm before the attention (ModernBERT's layer 0)
 
     @staticmethod
     def basic(
@@ -78,6 +79,8 @@ class BlockSettings:
             raise ValueError(
                 "output_norm is for decoder-only and encoder blocks, not cross-attention"
             )
+        if not self.attention_norm and not self.norm_first:
+            raise ValueError("attention_norm=False is for pre-norm blocks: set norm_first")
 
 
 class CrossInputs(NamedTuple):
@@ -101,9 +104,7 @@ class BlockInputs(NamedTuple):
     - `cross`: the encoder memory's keys, values and mask, for a decoder's cross-attention;
     - `cache`: keys and values of earlier positions; the new ones are written at its index
       and the queries attend to the whole cache, the mask's `offset` saying where they sit
-      (a causal mask without an offset: the cache was empty, a prefill over the new keys);
-    - `skip_attention_norm`: the attention reads the block's input as it is, without the norm
-      before it (ModernBERT's first layer); a bool, or a scalar array in a scanned stack.
+      (a causal mask without an offset: the cache was empty, a prefill over the new keys).
     """
 
     mask: Mask | None = None
@@ -112,7 +113,6 @@ class BlockInputs(NamedTuple):
     score_bias: Float[Array, "heads seq kv_seq"] | None = None
     cross: CrossInputs | None = None
     cache: KVCache | None = None
-    skip_attention_norm: bool | Bool[Array, ""] = False
 
     def with_rotary(self, attention: MultiHeadAttention, length: int) -> BlockInputs:
         """These inputs with the rotary table of the positions filled in (once, for every
@@ -137,7 +137,7 @@ class TransformerBlock(eqx.Module):
     """A transformer layer for one sequence `[seq, d_model]`; batch with `jax.vmap`."""
 
     self_attention: MultiHeadAttention
-    self_attention_norm: Norm
+    self_attention_norm: Norm | None  # None: the attention reads the input (ModernBERT)
     cross_attention: MultiHeadAttention | None
     cross_attention_norm: Norm | None
     feed_forward: FeedForward | MoEFeedForward
@@ -166,7 +166,7 @@ class TransformerBlock(eqx.Module):
             )
 
         self.self_attention = MultiHeadAttention(d_model, s.attention, init=init, key=self_key)
-        self.self_attention_norm = norm()
+        self.self_attention_norm = norm() if s.attention_norm else None
         self.cross_attention, self.cross_attention_norm = None, None
         if s.cross_attention is not None:
             self.cross_attention = MultiHeadAttention(
@@ -242,7 +242,7 @@ class TransformerBlock(eqx.Module):
 
         x, (new_cache, self_weights) = self._residual(
             x,
-            self._attention_norm(inputs.skip_attention_norm),
+            self._attention_norm(),
             self_attend,
             self_key,
             self.self_attention_output_norm,
@@ -278,17 +278,10 @@ class TransformerBlock(eqx.Module):
         )
         return x, BlockExtras(new_cache, self_weights, cross_weights, router)
 
-    def _attention_norm(self, skip: bool | Array) -> Callable[[Array], Array]:
-        """The norm before the self-attention, or the identity where `skip` says so (a traced
-        flag selects between the two, so that a scanned stack keeps one graph)."""
+    def _attention_norm(self) -> Callable[[Array], Array]:
+        """The norm before the self-attention; the identity for a block without one."""
         norm = self.self_attention_norm
-        if skip is False:
-            return norm
-        if not self.norm_first:
-            raise ValueError("skip_attention_norm is for pre-norm blocks (norm_first=True)")
-        if isinstance(skip, bool):
-            return lambda h: h
-        return lambda h: jnp.where(skip, h, norm(h))
+        return (lambda h: h) if norm is None else norm
 
 
 def _real_tokens(mask: Mask | None, cache: KVCache | None, length: int) -> Array | None:

@@ -1,4 +1,4 @@
-"""N identical transformer blocks, built once with `filter_vmap`, run scanned or unrolled.
+"""Transformer blocks, built once with `filter_vmap` and run scanned or unrolled.
 
 The blocks' arrays carry a leading `layers` axis. Scanning over it (`lax.scan`) compiles one
 layer's graph whatever the depth; unrolling writes one graph per layer: slower to compile, but
@@ -6,6 +6,16 @@ on a GPU XLA then fuses across layers and keeps no stacked copy of every layer's
 (GPT-2 small on an H100, bf16: 344k tokens/s unrolled against 257k scanned, compiled in 25 s
 against 13 s). `scan=None`, the default, chooses by the platform the program is traced for:
 unrolled on a GPU, scanned elsewhere (on a CPU the scan is as fast and compiles faster).
+
+Layers of different shapes (dense feed-forward layers among mixture-of-experts ones, Qwen's
+`mlp_only_layers` and DeepSeek's leading dense layers; ModernBERT's first layer, which has no
+norm before its attention) go in groups: each group stacks the layers of one kind, and the stack
+applies the layers in their order, each consecutive run of one group's layers as one scan (or
+unrolled). A stack of one kind is one group, `blocks`, as it always was (paths
+`layers.blocks.self_attention...`); with several kinds `blocks` is a tuple of groups (paths
+`layers.blocks.0.feed_forward...`), and `layer(i)` and the stacked extras (cache, attention
+weights) stay in layer order. An alternating stack (`decoder_sparse_step=2`) runs one layer per
+run: it compiles like an unrolled one.
 
 Local and global layers (Gemma 2/3: a sliding window on most layers, full attention on every
 second or sixth, each kind with its own rotary base) are one stack too: a `LayerPattern` names
@@ -19,12 +29,13 @@ it as its own `local_window_size`.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from zoo.nn.block import BlockExtras, BlockInputs, CrossInputs, TransformerBlock
@@ -42,6 +53,8 @@ REMAT_POLICIES = {
 }
 REMAT_CHOICES = (None, *REMAT_POLICIES)
 LAYER_LOOPS = ("auto", "scan", "unroll")  # a config's `layer_loop`: `scan` None, True, False
+
+BlockMaker = Callable[[PRNGKeyArray], TransformerBlock]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,6 +79,17 @@ class LayerPattern:
         return tuple(i in self.global_layers for i in range(num_layers))
 
 
+@dataclass(frozen=True)
+class Run:
+    """Consecutive layers `[start, stop)` of the stack, rows `[row, row + stop - start)` of
+    group `group`'s stacked blocks."""
+
+    group: int
+    row: int
+    start: int
+    stop: int
+
+
 def scans(scan: bool | None) -> bool:
     """Whether a stack built with `scan` runs its layers with `lax.scan` when traced now: an
     explicit choice, else unrolled on a GPU and scanned elsewhere (the module docstring)."""
@@ -77,53 +101,89 @@ def scans(scan: bool | None) -> bool:
 class LayerStack(eqx.Module):
     """`num_layers` blocks applied in sequence to one example; batch with `jax.vmap`."""
 
-    blocks: TransformerBlock
+    blocks: TransformerBlock | tuple[TransformerBlock, ...]  # one group, or one per kind
     num_layers: int = eqx.field(static=True)
     scan: bool | None = eqx.field(static=True)
     remat: str | None = eqx.field(static=True)
     pattern: LayerPattern | None = eqx.field(static=True, default=None)
-    # False: the first layer's attention reads the embeddings without its norm (ModernBERT)
-    first_attention_norm: bool = eqx.field(static=True, default=True)
+    group_of: tuple[int, ...] = eqx.field(static=True, default=())  # each layer's group
 
     def __init__(
         self,
-        make_block: Callable[[PRNGKeyArray], TransformerBlock],
+        make_block: BlockMaker | Sequence[BlockMaker],
         num_layers: int,
         *,
+        layer_kinds: Sequence[int] | None = None,
         scan: bool | None = None,
         remat: str | None = None,
         pattern: LayerPattern | None = None,
-        first_attention_norm: bool = True,
         key: PRNGKeyArray,
     ):
         """A stack of `num_layers` blocks.
 
         Args:
-            make_block: builds one block from its key (vmapped into the stacked blocks).
+            make_block: builds one block from its key (vmapped into the stacked blocks); or
+                one such builder per kind of layer, with `layer_kinds`.
             num_layers: how many blocks.
+            layer_kinds: each layer's kind, an index into `make_block` (every kind used);
+                None: one kind.
             scan: True scans the layers, False unrolls them, None chooses by platform.
             remat: what the backward pass recomputes (`REMAT_CHOICES`).
             pattern: makes some layers global and the rest local (see `LayerPattern`).
-            first_attention_norm: False skips the norm before the first layer's attention
-                (ModernBERT; its weight stays, unused, so that the layers remain alike and
-                scannable).
-            key: the blocks' random key.
+            key: the blocks' random key (one per layer, whatever its group).
         """
         if remat not in REMAT_CHOICES:
             raise ValueError(f"remat must be one of {REMAT_CHOICES}, got {remat!r}")
         if pattern is not None:
             pattern.is_global(num_layers)  # check the indices now
-        self.blocks = eqx.filter_vmap(make_block)(jax.random.split(key, num_layers))
+        makers = [make_block] if callable(make_block) else list(make_block)
+        kinds = tuple([0] * num_layers if layer_kinds is None else layer_kinds)
+        if len(kinds) != num_layers or set(kinds) != set(range(len(makers))):
+            raise ValueError(
+                f"layer_kinds must give each of the {num_layers} layers a kind in "
+                f"0..{len(makers) - 1}, using every kind; got {list(kinds)}"
+            )
+        keys = jax.random.split(key, num_layers)
+        groups = tuple(
+            eqx.filter_vmap(maker)(keys[np.asarray(_layers_of(kinds, kind))])
+            for kind, maker in enumerate(makers)
+        )
+        self.blocks = groups[0] if len(groups) == 1 else groups
         self.num_layers = num_layers
         self.scan = scan
         self.remat = remat
         self.pattern = pattern
-        self.first_attention_norm = first_attention_norm
+        self.group_of = kinds
+
+    @property
+    def groups(self) -> tuple[TransformerBlock, ...]:
+        """The stacked blocks of each kind (one group for a stack of alike layers)."""
+        return self.blocks if isinstance(self.blocks, tuple) else (self.blocks,)
+
+    def group_layers(self, group: int) -> tuple[int, ...]:
+        """The layer indices of `group`'s rows, in order."""
+        return _layers_of(self.group_of, group)
+
+    def runs(self) -> tuple[Run, ...]:
+        """The consecutive runs of one group's layers, first to last."""
+        runs: list[Run] = []
+        for layer, group in enumerate(self.group_of):
+            if runs and runs[-1].group == group:
+                last = runs[-1]
+                runs[-1] = Run(group, last.row, last.start, layer + 1)
+            else:
+                row = self.group_of[:layer].count(group)
+                runs.append(Run(group, row, layer, layer + 1))
+        return tuple(runs)
 
     def layer(self, index: int) -> TransformerBlock:
         """Block number `index` as a standalone module (for inspection and weight conversion)."""
-        params, static = eqx.partition(self.blocks, eqx.is_array)
-        return eqx.combine(jax.tree_util.tree_map(lambda a: a[index], params), static)
+        if not 0 <= index < self.num_layers:
+            raise IndexError(f"layer {index} is not a layer of a {self.num_layers}-layer stack")
+        group = self.group_of[index]
+        params, static = eqx.partition(self.groups[group], eqx.is_array)
+        row = self.group_of[:index].count(group)
+        return eqx.combine(jax.tree_util.tree_map(lambda a: a[row], params), static)
 
     def cross_inputs(
         self, memory: Float[Array, "src d_model"], mask: Mask | None = None
@@ -136,8 +196,16 @@ class LayerStack(eqx.Module):
                 raise ValueError("these blocks have no cross-attention")
             return block.cross_attention.project_key_value(memory)
 
-        keys, values = eqx.filter_vmap(project)(self.blocks)
+        projected = [eqx.filter_vmap(project)(group) for group in self.groups]
+        keys, values = jax.tree_util.tree_map(lambda *a: self._in_layer_order(a), *projected)
         return CrossInputs(keys, values, mask)
+
+    def _in_layer_order(self, per_group: Sequence[Array]) -> Array:
+        """Arrays stacked on each group's rows, as one array stacked in layer order."""
+        if len(per_group) == 1:
+            return per_group[0]
+        layers = np.concatenate([self.group_layers(g) for g in range(len(per_group))])
+        return jnp.concatenate(per_group)[np.argsort(layers)]
 
     def init_cache(self, max_len: int, dtype=jnp.float32) -> KVCache:
         """An empty self-attention cache for every layer: `[layers, max_len, kv_heads, head_dim]`.
@@ -146,7 +214,7 @@ class LayerStack(eqx.Module):
         attention), so one cached token takes
         `2 * layers * kv_heads * head_dim * dtype.itemsize` bytes (keys and values).
         """
-        attention = self.blocks.self_attention
+        attention = self.groups[0].self_attention
         return KVCache.empty(
             max_len, attention.num_kv_heads, attention.head_dim, dtype, layers=self.num_layers
         )
@@ -159,7 +227,8 @@ class LayerStack(eqx.Module):
         key: PRNGKeyArray | None = None,
         return_weights: bool = False,
     ) -> tuple[Float[Array, "seq d_model"], BlockExtras]:
-        """Run every layer. Extras (cache, attention weights) come back stacked on `layers`.
+        """Run every layer. Extras (cache, attention weights) come back stacked on `layers`
+        (router statistics on the mixture-of-experts layers only).
 
         `inputs` (`BlockInputs`) are the same for every layer, except that `cross` and `cache`
         hold every layer's, stacked on `layers`. With rotary attention the cos/sin table of the
@@ -167,61 +236,53 @@ class LayerStack(eqx.Module):
         """
         inputs = BlockInputs() if inputs is None else inputs
         local = self._local_rotary(inputs, x.shape[0])
-        inputs = inputs.with_rotary(self.blocks.self_attention, x.shape[0])
-        params, static = eqx.partition(self.blocks, eqx.is_array)
+        inputs = inputs.with_rotary(self.groups[0].self_attention, x.shape[0])
         layer_keys = None if key is None else jax.random.split(key, self.num_layers)
         cross = inputs.cross
         shared = inputs._replace(cross=None, cache=None)  # the per-layer parts go in per_layer
         cross_mask = None if cross is None else cross.mask
         kinds = self._kinds(shared, local)
         scan = scans(self.scan)
-
-        def body(h, per_layer, is_global: bool | None = None, is_first: bool = False):
-            """One layer; its kind is `is_global` (known while tracing) or, scanned, the flag
-            after its other inputs (and whether it is the first layer, after that)."""
-            block_params, layer_key, layer_cache, layer_cross = per_layer[:4]
-            skip = is_first if len(per_layer) < 6 or per_layer[5] is None else per_layer[5]
-            block = eqx.combine(block_params, static)
-            if layer_cross is not None:
-                cross_keys, cross_values = layer_cross
-                layer_cross = CrossInputs(cross_keys, cross_values, cross_mask)
-
-            def run(kind_inputs: BlockInputs):
-                layer_inputs = kind_inputs._replace(
-                    cross=layer_cross, cache=layer_cache, skip_attention_norm=skip
-                )
-                return block(h, layer_inputs, key=layer_key, return_weights=return_weights)
-
-            if kinds is None:
-                return run(shared)
-            if is_global is not None:
-                return run(kinds[1] if is_global else kinds[0])
-            return jax.lax.cond(per_layer[4], lambda: run(kinds[1]), lambda: run(kinds[0]))
-
         stacked_cross = None if cross is None else (cross.keys, cross.values)
         flags = self._flags(scan)
-        if inputs.cache is not None:
-            if not self.first_attention_norm:
-                raise ValueError("first_attention_norm=False is for encoders, not a KV cache")
-            run = self._scan_with_cache if scan else self._unroll_with_cache
-            return run(body, x, (params, layer_keys, stacked_cross), inputs.cache, flags)
+        cache = inputs.cache
+        extras = []
+        for run in self.runs():
+            params, static = eqx.partition(self.groups[run.group], eqx.is_array)
+            size = run.stop - run.start
+            params = _rows(params, run.row, size)
+            per_layer = (
+                params,
+                _rows(layer_keys, run.start, size, self.num_layers),
+                _rows(stacked_cross, run.start, size, self.num_layers),
+            )
+            run_flags = None if flags is None else flags[run.start : run.stop]
+            body = _layer_body(static, shared, kinds, cross_mask, return_weights)
+            if cache is not None:
+                loop = self._scan_with_cache if scan else self._unroll_with_cache
+                x, extra = loop(body, x, per_layer, cache, run_flags, run.start)
+                cache = extra.cache
+            else:
+                x, extra = self._run_layers(body, x, per_layer, run_flags, scan)
+            extras.append(extra)
+        return x, _joined(extras)
+
+    def _run_layers(self, body, x, per_layer, flags, scan: bool):
+        """One run of layers without a cache, scanned or unrolled, each under `remat`."""
 
         def remat(function):
             if self.remat is None:
                 return function
             return jax.checkpoint(function, policy=REMAT_POLICIES[self.remat])
 
-        skip_first = not self.first_attention_norm
+        params, layer_keys, stacked_cross = per_layer
         if scan:
-            firsts = jnp.arange(self.num_layers) == 0 if skip_first else None
-            xs = (params, layer_keys, None, stacked_cross, flags, firsts)
-            return jax.lax.scan(remat(body), x, xs)
+            return jax.lax.scan(remat(body), x, (params, layer_keys, None, stacked_cross, flags))
         extras = []
-        for index in range(self.num_layers):
-            layer = _layer_slice((params, layer_keys, None, stacked_cross), index)
-            first = skip_first and index == 0
-            layer_body = functools.partial(body, is_global=_flag(flags, index), is_first=first)
-            x, extra = remat(layer_body)(x, layer)
+        for index in range(jax.tree_util.tree_leaves(params)[0].shape[0]):
+            params_i, key_i, cross_i = _layer_slice(per_layer, index)
+            layer_body = functools.partial(body, is_global=_flag(flags, index))
+            x, extra = remat(layer_body)(x, (params_i, key_i, None, cross_i))
             extras.append(extra)
         return x, _stacked(extras)
 
@@ -234,7 +295,7 @@ class LayerStack(eqx.Module):
 
     def _local_rotary(self, inputs: BlockInputs, length: int) -> BlockInputs | None:
         """The inputs of the local layers' rotary table (None: the same as the global ones)."""
-        attention = self.blocks.self_attention
+        attention = self.groups[0].self_attention
         pattern = self.pattern
         if pattern is None or pattern.local_rope is None or attention.rotary is None:
             return None
@@ -261,11 +322,12 @@ class LayerStack(eqx.Module):
         global_mask = None if mask is None else mask.replace(window=None)
         return local_inputs, shared._replace(mask=global_mask)
 
-    def _scan_with_cache(self, body, x, per_layer, cache: KVCache, flags=None):
+    def _scan_with_cache(self, body, x, per_layer, cache: KVCache, flags=None, start: int = 0):
         """The scan for incremental decoding: the cache rides in the carry, not in `xs`/`ys`.
 
         As a scanned input and output the whole cache would be rewritten at every decoding step
-        (and, under vmap, transposed); in the carry each layer updates its slice in place.
+        (and, under vmap, transposed); in the carry each layer updates its slice in place. The
+        run's first layer is layer `start` of the stack (and of the cache).
         """
 
         def cached_body(carry, layer_inputs):
@@ -279,25 +341,68 @@ class LayerStack(eqx.Module):
             values = values.at[layer].set(extra.cache.values)
             return (h, keys, values, layer + 1), extra._replace(cache=None)
 
-        start = (x, cache.keys, cache.values, jnp.zeros((), jnp.int32))
-        (x, keys, values, _), extras = jax.lax.scan(cached_body, start, (per_layer, flags))
+        first = jnp.asarray(start, jnp.int32)
+        carry = (x, cache.keys, cache.values, first)
+        (x, keys, values, _), extras = jax.lax.scan(cached_body, carry, (per_layer, flags))
         return x, extras._replace(cache=KVCache(keys, values, cache.index))
 
-    def _unroll_with_cache(self, body, x, per_layer, cache: KVCache, flags=None):
+    def _unroll_with_cache(self, body, x, per_layer, cache: KVCache, flags=None, start: int = 0):
         """Incremental decoding, unrolled: each layer writes its slice of the stacked cache in
         place, as the scan's carry does, rather than the slices being stacked anew."""
         keys, values = cache.keys, cache.values
         extras = []
-        for index in range(self.num_layers):
+        for index in range(jax.tree_util.tree_leaves(per_layer[0])[0].shape[0]):
             block_params, layer_key, layer_cross = _layer_slice(per_layer, index)
-            layer_cache = KVCache(keys[index], values[index], cache.index)
+            layer = start + index
+            layer_cache = KVCache(keys[layer], values[layer], cache.index)
             flag = _flag(flags, index)
             x, extra = body(x, (block_params, layer_key, layer_cache, layer_cross), flag)
             assert extra.cache is not None
-            keys = keys.at[index].set(extra.cache.keys)
-            values = values.at[index].set(extra.cache.values)
+            keys = keys.at[layer].set(extra.cache.keys)
+            values = values.at[layer].set(extra.cache.values)
             extras.append(extra._replace(cache=None))
         return x, _stacked(extras)._replace(cache=KVCache(keys, values, cache.index))
+
+
+def _layer_body(static, shared: BlockInputs, kinds, cross_mask, return_weights: bool):
+    """One layer of a group whose non-array parts are `static`: `body(h, per_layer)` with
+    per_layer = (params, key, cache, cross keys/values[, global flag]); its kind is
+    `is_global` (known while tracing) or, scanned, the flag after its other inputs."""
+
+    def body(h, per_layer, is_global: bool | None = None):
+        block_params, layer_key, layer_cache, layer_cross = per_layer[:4]
+        block = eqx.combine(block_params, static)
+        if layer_cross is not None:
+            cross_keys, cross_values = layer_cross
+            layer_cross = CrossInputs(cross_keys, cross_values, cross_mask)
+
+        def run(kind_inputs: BlockInputs):
+            layer_inputs = kind_inputs._replace(cross=layer_cross, cache=layer_cache)
+            return block(h, layer_inputs, key=layer_key, return_weights=return_weights)
+
+        if kinds is None:
+            return run(shared)
+        if is_global is not None:
+            return run(kinds[1] if is_global else kinds[0])
+        return jax.lax.cond(per_layer[4], lambda: run(kinds[1]), lambda: run(kinds[0]))
+
+    return body
+
+
+def _layers_of(group_of: Sequence[int], group: int) -> tuple[int, ...]:
+    return tuple(i for i, g in enumerate(group_of) if g == group)
+
+
+def _rows(tree, start: int, size: int, total: int | None = None):
+    """Rows `[start, start + size)` of arrays stacked on a leading axis (the whole arrays when
+    that is all of them; None stays None)."""
+    if tree is None:
+        return None
+    leaves = jax.tree_util.tree_leaves(tree)
+    total = leaves[0].shape[0] if total is None and leaves else total
+    if start == 0 and size == total:
+        return tree
+    return jax.tree_util.tree_map(lambda a: a[start : start + size], tree)
 
 
 def _flag(flags: Array | tuple[bool, ...] | None, index: int) -> bool | None:
@@ -313,3 +418,23 @@ def _layer_slice(per_layer, index: int):
 def _stacked(extras: list[BlockExtras]) -> BlockExtras:
     """Per-layer extras stacked on a leading `layers` axis, as `lax.scan` returns them."""
     return jax.tree_util.tree_map(lambda *leaves: jnp.stack(leaves), *extras)
+
+
+def _joined(extras: list[BlockExtras]) -> BlockExtras:
+    """The extras of consecutive runs as one: weights joined on `layers`, the last run's cache
+    (it holds every layer's), the router statistics of the runs that route."""
+    if len(extras) == 1:
+        return extras[0]
+
+    def join(parts):
+        present = [p for p in parts if p is not None]
+        if not present:
+            return None
+        return jax.tree_util.tree_map(lambda *a: jnp.concatenate(a), *present)
+
+    return BlockExtras(
+        cache=extras[-1].cache,
+        self_weights=join([e.self_weights for e in extras]),
+        cross_weights=join([e.cross_weights for e in extras]),
+        router=join([e.router for e in extras]),
+    )

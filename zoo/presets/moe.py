@@ -167,15 +167,37 @@ _register(
     "2-layer Qwen2-MoE-style decoder with a gated shared expert, 4 experts, for tests",
 )
 _register(
+    "qwen3-moe-mixed-tiny",
+    _moe(
+        **{**_TINY_MOE, "num_layers": 4, "moe_intermediate_size": 32, **QWEN3_MOE},
+        decoder_sparse_step=2,
+        mlp_only_layers=(3,),
+    ),
+    "4-layer Qwen3-MoE-style decoder, dense layers 0, 2, 3 (d_ff 64) and experts on 1, for tests",
+)
+_register(
     "olmoe-tiny",
     _moe(**_TINY_MOE, **OLMOE),
     "2-layer OLMoE-style decoder (whole-projection QK-norm), 4 experts, for tests",
+)
+_register(
+    "mixtral-bench",
+    _moe(
+        **{
+            **_TINY_MOE,
+            **dict(vocab_size=512, d_model=256, d_ff=512, num_experts=8, max_positions=512),
+            "remat": None,
+        },
+        **MIXTRAL,
+    ),
+    "2-layer Mixtral-style decoder, d_model 256, 8 experts of width 512, top-2: "
+    "`zoo bench --moe-path ragged,dense` on a CPU",
 )
 
 
 def active_param_count(config: GPTConfig) -> int:
     """Parameters one token passes through: every parameter of the model but those of the
-    experts it is not routed to (`num_experts - num_experts_per_tok` per layer)."""
+    experts it is not routed to (`num_experts - num_experts_per_tok` per routed layer)."""
     shapes = eqx.filter_eval_shape(lambda: GPT(config, key=jax.random.key(0)))
     total = sum(leaf.size for leaf in jax.tree_util.tree_leaves(shapes) if hasattr(leaf, "size"))
     settings = config.moe_settings()
@@ -183,4 +205,4 @@ def active_param_count(config: GPTConfig) -> int:
         return total
     per_expert = 3 * config.d_model * settings.moe_intermediate_size
     idle = settings.num_experts - settings.num_experts_per_tok
-    return total - config.num_layers * idle * per_expert
+    return total - sum(config.routed_layers()) * idle * per_expert

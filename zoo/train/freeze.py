@@ -17,6 +17,7 @@ cannot move them either. Frozen parameters stay bit-identical.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -129,6 +130,11 @@ def check_freeze(model: eqx.Module, groups: tuple[FreezeGroup, ...]) -> dict[str
             if group.first is None:
                 count += leaf.size if _whole(path, (group,)) else 0
             elif _in_stack(path, group.name):
+                if re.search(r"(^|\.)blocks\.\d+\.", path):  # rows are not layers there
+                    raise ValueError(
+                        f"--freeze {group.name}:{group.first}-{group.last}: {path} is one group "
+                        "of a stack with several kinds of layer; freeze whole parts instead"
+                    )
                 if group.last >= leaf.shape[0]:
                     raise ValueError(
                         f"--freeze {group.name}:{group.first}-{group.last}: {path} has only "

@@ -15,8 +15,8 @@ ModernBERT is a pre-norm encoder made of parts zoo already has, each a config fi
 | `classifier_pooling` cls / mean                      | `pooling` first / mean                    |
 
 The fused `attn.Wqkv` and `mlp.Wi` split into zoo's projections on load and fuse again on
-export. Layer 0 has no `attn_norm`: zoo's stack keeps an (unused) weight there so that its
-layers stay alike; it loads as ones and is not written back. A bare `ModernBertModel` (or a
+export. Layer 0 has no `attn_norm`, and neither has zoo's: it is a group of its own in the
+layer stack (`zoo.nn.stack`), so the parameter counts are transformers'. A bare `ModernBertModel` (or a
 masked-LM checkpoint without `head.*`) gets a fresh head. Configs in the hub's spelling
 (`global_rope_theta`, `local_rope_theta`, `global_attn_every_n_layers`) and in transformers 5's
 (`layer_types`, `rope_parameters` per layer kind) are both read.
@@ -86,18 +86,6 @@ def _fused(sizes: tuple[int, ...], what: str) -> Transform:
         lambda arrays: list(np.split(arrays[0], cuts, axis=0)),
         lambda arrays: [np.concatenate(arrays, axis=0)],
         lambda shapes: [(sum(shape[0] for shape in shapes), *shapes[0][1:])],
-    )
-
-
-def _identity_norm(width: int, bias: bool) -> Transform:
-    """Layer 0's attention norm, which ModernBERT does not have: a weight of ones (and a zero
-    bias) in zoo, nothing in HF."""
-    arrays = [np.ones((width,), np.float32)] + ([np.zeros((width,), np.float32)] if bias else [])
-    return Transform(
-        "the first layer's unused attention norm",
-        lambda hf_arrays: arrays,
-        lambda arrays: [],
-        lambda shapes: [],
     )
 
 
@@ -304,11 +292,7 @@ class ModernBert(Architecture[ClassifierConfig]):
         for i in range(config.num_layers):
             hf, zoo = f"model.layers.{i}.", f"encoder.{i}."
             attention = f"{zoo}self_attention."
-            if i == 0:
-                unused = ("weight", "bias") if norm_bias else ("weight",)
-                names = tuple(f"{zoo}self_attention_norm.{name}" for name in unused)
-                rules.append(Rule((), names, _identity_norm(d, norm_bias)))
-            else:
+            if i > 0:  # layer 0 has no attention norm
                 rules += linear(f"{hf}attn_norm", f"{zoo}self_attention_norm", norm_bias)
             projections = tuple(f"{attention}{name}_proj" for name in ("query", "key", "value"))
             rules += [

@@ -12,8 +12,10 @@ MLP is a router over experts (`zoo.nn.moe`):
 
 Checkpoints store one matrix per expert (what the hub holds and what transformers'
 `save_pretrained` writes, though transformers 5 fuses them in memory); zoo stacks them into one
-`[experts, in, out]` array per projection. Every layer must be sparse: Qwen's `mlp_only_layers`
-and `decoder_sparse_step > 1` (dense layers among the sparse ones) are refused by name.
+`[experts, in, out]` array per projection. Qwen's dense layers among the sparse ones
+(`mlp_only_layers`, `decoder_sparse_step > 1`) are the config's fields of the same names: their
+`mlp.gate_proj/up_proj/down_proj` (`intermediate_size` wide) load into a dense gated
+feed-forward, a group of its own in the layer stack. Mixtral and OLMoE route on every layer.
 """
 
 from __future__ import annotations
@@ -55,10 +57,11 @@ class MoEFamily(LlamaFamily):
 
     def zoo_fields(self, hf: HFConfig, shapes: Mapping[str, Shape]) -> dict[str, Any]:
         fields = super().zoo_fields(hf, shapes)
-        if hf["mlp_only_layers"]:
-            hf.refuse("mlp_only_layers", "zoo makes every layer sparse (a mixture of experts)")
-        if hf["decoder_sparse_step"] not in (None, 1):
-            hf.refuse("decoder_sparse_step", "zoo makes every layer sparse (a mixture of experts)")
+        if self.name in ("qwen2_moe", "qwen3_moe"):
+            fields.update(
+                mlp_only_layers=tuple(hf["mlp_only_layers"] or ()),
+                decoder_sparse_step=hf["decoder_sparse_step"] or 1,
+            )
         if hf["router_jitter_noise"]:
             hf.refuse("router_jitter_noise", "zoo's router adds no noise", "set it to 0")
         if hf["clip_qkv"] is not None:
@@ -110,8 +113,17 @@ class MoEFamily(LlamaFamily):
                 moe_intermediate_size=settings.moe_intermediate_size,
                 norm_topk_prob=config.norm_topk_prob,
             )
+        dense = [i for i, routed in enumerate(config.routed_layers()) if not routed]
         if self.name in ("qwen2_moe", "qwen3_moe"):
-            out.update(decoder_sparse_step=1, mlp_only_layers=[])
+            # DeepSeek's leading dense layers are Qwen's explicit ones
+            step = config.decoder_sparse_step
+            listed = [i for i in dense if (i + 1) % step == 0]
+            out.update(decoder_sparse_step=step, mlp_only_layers=listed)
+        elif dense:
+            raise UnsupportedExport(
+                f"{self.export_class} routes every layer; layers {dense} are dense "
+                "(mlp_only_layers, decoder_sparse_step, first_k_dense_replace)"
+            )
         if self.has_shared_expert:
             out["shared_expert_intermediate_size"] = config.shared_expert_intermediate_size
         return out
@@ -149,10 +161,46 @@ class MoEFamily(LlamaFamily):
             }
         return out
 
+    def fused_keys(self, arrays: dict[str, Any]) -> dict[str, Any]:
+        """transformers 5's in-memory state dict from per-expert (file-layout) keys: the inverse
+        of `stored_keys`. Each layer's experts become `mlp.experts.gate_up_proj`
+        `[experts, 2 * width, d_model]` (gate rows first) and `mlp.experts.down_proj`
+        `[experts, d_model, width]`; Mixtral's router moves to `mlp.gate`."""
+        gate, up, down = self.projections
+        expert = re.compile(
+            rf"(model\.layers\.\d+\.){self.moe_prefix}\.experts\.(\d+)\.(\w+)\.weight"
+        )
+        experts: dict[str, dict[str, dict[int, Any]]] = {}
+        out = {}
+        for key, array in arrays.items():
+            found = expert.fullmatch(key)
+            if found is None:
+                if self.name == "mixtral":
+                    key = re.sub(
+                        r"^(model\.layers\.\d+\.)block_sparse_moe\.gate\.", r"\1mlp.gate.", key
+                    )
+                out[key] = array
+                continue
+            layer, number, projection = found.group(1), int(found.group(2)), found.group(3)
+            experts.setdefault(layer, {}).setdefault(projection, {})[number] = array
+        for layer, by_projection in experts.items():
+
+            def ordered(projection: str, by_projection=by_projection) -> list[Any]:
+                return [by_projection[projection][e] for e in sorted(by_projection[projection])]
+
+            pairs = zip(ordered(gate), ordered(up), strict=True)
+            out[f"{layer}mlp.experts.gate_up_proj"] = np.stack(
+                [np.concatenate([g, u], axis=0) for g, u in pairs]
+            )
+            out[f"{layer}mlp.experts.down_proj"] = np.stack(ordered(down))
+        return out
+
     def key_map(self, config: GPTConfig, shapes: Mapping[str, Shape] | None = None) -> KeyMap:
         dense = super().key_map(config, shapes)
-        rules = [r for r in dense.rules if not any(".feed_forward." in z for z in r.zoo)]
-        for i in range(config.num_layers):
+        routed = config.routed_layers()
+        sparse = tuple(f"layers.{i}.feed_forward." for i in range(config.num_layers) if routed[i])
+        rules = [r for r in dense.rules if not any(z.startswith(sparse) for z in r.zoo)]
+        for i in (i for i in range(config.num_layers) if routed[i]):
             hf, zoo = f"model.layers.{i}.{self.moe_prefix}.", f"layers.{i}.feed_forward."
             rules.append(rule(f"{hf}gate.weight", f"{zoo}router.weight"))
             for hf_name, zoo_name in zip(self.projections, ("gate", "up", "down"), strict=True):

@@ -1,0 +1,151 @@
+"""A stack of two kinds of layer (two feed-forward widths): a group per kind, applied in layer
+order, scanned or unrolled, with a local/global pattern and a KV cache across the groups."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from zoo.models import GPTConfig
+from zoo.nn import BlockInputs, BlockSettings, LayerStack, Mask, TransformerBlock
+from zoo.nn.feedforward import FeedForwardSettings
+from zoo.nn.stack import LayerPattern
+
+KINDS = (0, 1, 1, 0, 1)  # width 16, 24, 24, 16, 24
+WINDOW = Mask(causal=True, window=2)
+
+
+def make_stack(
+    scan: bool, *, pattern: LayerPattern | None = None, remat: str | None = None
+) -> LayerStack:
+    narrow = BlockSettings.basic(2, 16)
+    wide = dataclasses.replace(narrow, feed_forward=FeedForwardSettings(d_ff=24))
+    return LayerStack(
+        [lambda k: TransformerBlock(8, narrow, key=k), lambda k: TransformerBlock(8, wide, key=k)],
+        len(KINDS),
+        layer_kinds=KINDS,
+        scan=scan,
+        pattern=pattern,
+        remat=remat,
+        key=jax.random.key(0),
+    )
+
+
+def by_hand(stack: LayerStack, x, global_layers=()):
+    """Each layer as a standalone block, the global ones without the window."""
+    weights = []
+    for index in range(stack.num_layers):
+        mask = Mask(causal=True) if index in global_layers else WINDOW
+        x, extras = stack.layer(index)(x, BlockInputs(mask=mask), return_weights=True)
+        weights.append(extras.self_weights)
+    return x, np.stack(weights)
+
+
+def test_groups_hold_the_layers_of_their_kind():
+    stack = make_stack(True)
+    assert isinstance(stack.blocks, tuple)
+    assert stack.group_layers(0) == (0, 3) and stack.group_layers(1) == (1, 2, 4)
+    assert stack.groups[0].feed_forward.hidden.weight.shape == (2, 16, 8)
+    assert stack.groups[1].feed_forward.hidden.weight.shape == (3, 24, 8)
+    assert [(r.group, r.row, r.start, r.stop) for r in stack.runs()] == [
+        (0, 0, 0, 1),
+        (1, 0, 1, 3),
+        (0, 1, 3, 4),
+        (1, 2, 4, 5),
+    ]
+    assert stack.layer(3).feed_forward.hidden.weight.shape == (16, 8)
+    with pytest.raises(ValueError, match="layer_kinds"):
+        LayerStack([stack.layer], 2, layer_kinds=(0, 1), key=jax.random.key(0))
+
+
+@pytest.mark.parametrize("scan", [True, False])
+def test_layers_run_in_order_with_their_pattern(scan):
+    x = jax.random.normal(jax.random.key(1), (5, 8))
+    stack = make_stack(scan, pattern=LayerPattern(global_layers=(2, 3)))
+    out, extras = stack(x, BlockInputs(mask=WINDOW), return_weights=True)
+    expected, weights = by_hand(stack, x, global_layers=(2, 3))
+    np.testing.assert_allclose(out, expected, atol=1e-5)
+    np.testing.assert_allclose(extras.self_weights, weights, atol=1e-6)  # in layer order
+
+
+@pytest.mark.parametrize("scan", [True, False])
+def test_cached_decoding_across_groups_equals_the_full_pass(scan):
+    x = jax.random.normal(jax.random.key(2), (6, 8))
+    stack = make_stack(scan, pattern=LayerPattern(global_layers=(1,)))
+    full, _ = stack(x, BlockInputs(mask=WINDOW))
+    cache = stack.init_cache(8)
+    prefix, extras = stack(x[:4], BlockInputs(mask=WINDOW, cache=cache))
+    cache = extras.cache.advance(4)
+    steps = [prefix]
+    for position in (4, 5):
+        mask = Mask(causal=True, window=2, offset=jnp.asarray(position))
+        step, extras = stack(x[position : position + 1], BlockInputs(mask=mask, cache=cache))
+        cache = extras.cache.advance(1)
+        steps.append(step)
+    np.testing.assert_allclose(jnp.concatenate(steps), full, atol=1e-5)
+    assert int(cache.index) == 6
+
+
+def test_config_dense_layers():
+    moe = dict(num_layers=4, num_experts=4, d_model=16, num_heads=2, vocab_size=32)
+    assert GPTConfig(**moe, decoder_sparse_step=2).routed_layers() == (False, True, False, True)
+    assert GPTConfig(**moe, mlp_only_layers=(0, 2)).routed_layers() == (False, True, False, True)
+    assert GPTConfig(**moe, first_k_dense_replace=1).routed_layers() == (False, True, True, True)
+    with pytest.raises(ValueError, match="set num_experts"):
+        GPTConfig(num_layers=4, mlp_only_layers=(1,))
+    with pytest.raises(ValueError, match="are not layers"):
+        GPTConfig(**moe, mlp_only_layers=(4,))
+    with pytest.raises(ValueError, match="every layer is dense"):
+        GPTConfig(**moe, first_k_dense_replace=4)
+    with pytest.raises(ValueError, match="decoder_sparse_step"):
+        GPTConfig(**moe, decoder_sparse_step=0)
+
+
+def test_partition_rules_match_the_groups_paths():
+    """A mixed stack's paths (`layers.blocks.<group>.`) keep the rules' suffixes: the dense
+    group's feed-forward splits like a dense model's, the sparse group's experts by expert."""
+    import zoo
+    from zoo.distributed import abstract_mesh, sharding_table
+
+    model = eqx.filter_eval_shape(lambda: zoo.create("qwen3-moe-mixed-tiny", key=jax.random.key(0)))
+    mesh = abstract_mesh("data=1,fsdp=2,tensor=2,expert=2", 8)
+    table = {row["name"]: row["spec"] for row in sharding_table(model, mesh)}
+    dense, sparse = "layers.blocks.0.feed_forward.", "layers.blocks.1.feed_forward."
+    assert table[dense + "gate.weight"] == jax.sharding.PartitionSpec(None, "tensor", "fsdp")
+    assert table[dense + "output.weight"] == jax.sharding.PartitionSpec(None, "fsdp", "tensor")
+    assert table[sparse + "experts.gate"] == jax.sharding.PartitionSpec(
+        None, "expert", "fsdp", "tensor"
+    )
+    assert table["layers.blocks.1.self_attention.query_proj.weight"] == (
+        jax.sharding.PartitionSpec(None, "tensor", "fsdp")
+    )
+
+
+def test_freezing_a_layer_range_of_a_grouped_stack_is_refused():
+    import zoo
+    from zoo.train.freeze import check_freeze, parse_freeze
+
+    model = zoo.create("qwen3-moe-mixed-tiny", key=jax.random.key(0))
+    assert check_freeze(model, parse_freeze("embeddings"))["embeddings"] > 0
+    with pytest.raises(ValueError, match="several kinds of layer"):
+        check_freeze(model, parse_freeze("layers:0-1"))
+
+
+def test_remat_across_groups_keeps_the_gradients():
+    x = jax.random.normal(jax.random.key(3), (4, 8))
+
+    def gradients(stack):
+        def loss(stack):
+            return jnp.sum(jnp.sin(stack(x, BlockInputs(mask=WINDOW))[0]))
+
+        return eqx.filter_grad(loss)(stack)
+
+    plain, recomputed = gradients(make_stack(True)), gradients(make_stack(True, remat="full"))
+    for a, b in zip(jax.tree_util.tree_leaves(plain), jax.tree_util.tree_leaves(recomputed)):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+    assert float(jnp.abs(plain.groups[0].feed_forward.hidden.weight[1]).max()) > 0  # layer 3
