@@ -31,6 +31,16 @@ FAMILIES = {  # (class, config, fields, the experts' HF leaf names)
         dict(num_experts=4, moe_intermediate_size=24, head_dim=12, norm_topk_prob=True),
         ["down_proj", "gate_proj", "up_proj"],
     ),
+    # a dense layer between two sparse ones: the sparse group's rows are layers 0 and 2
+    "qwen3_moe_mixed": (
+        "Qwen3MoeForCausalLM",
+        "Qwen3MoeConfig",
+        dict(
+            num_experts=4, moe_intermediate_size=24, head_dim=12, norm_topk_prob=True,
+            num_hidden_layers=3, mlp_only_layers=[1],
+        ),
+        ["down_proj", "gate_proj", "up_proj"],
+    ),
 }  # fmt: skip
 
 

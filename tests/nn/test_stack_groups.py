@@ -126,16 +126,6 @@ def test_partition_rules_match_the_groups_paths():
     )
 
 
-def test_freezing_a_layer_range_of_a_grouped_stack_is_refused():
-    import zoo
-    from zoo.train.freeze import check_freeze, parse_freeze
-
-    model = zoo.create("qwen3-moe-mixed-tiny", key=jax.random.key(0))
-    assert check_freeze(model, parse_freeze("embeddings"))["embeddings"] > 0
-    with pytest.raises(ValueError, match="several kinds of layer"):
-        check_freeze(model, parse_freeze("layers:0-1"))
-
-
 def test_remat_across_groups_keeps_the_gradients():
     x = jax.random.normal(jax.random.key(3), (4, 8))
 

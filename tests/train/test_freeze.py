@@ -85,3 +85,41 @@ def test_check_freeze_counts_and_errors(key):
         check_freeze(model, parse_freeze("layers:0-5"))
     with pytest.raises(ValueError, match="matches no parameter.*embedder"):
         check_freeze(model, parse_freeze("decoderx"))
+
+
+def test_layer_ranges_freeze_real_layers_of_a_stack_with_several_kinds(key):
+    # qwen3-moe-mixed-tiny: experts on layer 1 only, so the dense group's rows are layers 0, 2, 3
+    model = zoo.create("qwen3-moe-mixed-tiny", key=key)
+    dense, sparse = model.layers.groups
+    assert (model.layers.group_layers(0), model.layers.group_layers(1)) == ((0, 2, 3), (1,))
+    optimizer = freeze(zoo.train.adamw(1e-2), "layers:1-2")
+
+    tokens = jnp.array([[1, 5, 9, 4, 3, 2], [1, 7, 7, 3, 8, 2]], jnp.int32)
+
+    @eqx.filter_jit
+    def step(model, state):
+        def loss(model):
+            return jnp.mean(jax.vmap(model)(tokens) ** 2)
+
+        with jax.numpy_dtype_promotion("standard"):
+            grads = eqx.filter_grad(loss)(model)
+            updates, state = optimizer.update(grads, state, eqx.filter(model, eqx.is_array))
+        return eqx.apply_updates(model, updates), state
+
+    state = optimizer.init(eqx.filter(model, eqx.is_inexact_array))
+    trained, _ = step(model, state)
+    new_dense, new_sparse = trained.layers.groups
+    query = lambda blocks: np.asarray(blocks.self_attention.query_proj.weight)  # noqa: E731
+    moved = np.abs(query(new_dense) - query(dense)).max(axis=(1, 2))
+    # dense rows are layers 0, 2, 3: layer 2 (row 1) frozen, 0 and 3 trained
+    assert moved[1] == 0 and moved[0] > 1e-4 and moved[2] > 1e-4
+    # the sparse group's only row is layer 1: frozen
+    np.testing.assert_array_equal(query(new_sparse), query(sparse))
+    counts = check_freeze(model, parse_freeze("layers:1-2"))
+    per_layer = lambda blocks: sum(  # noqa: E731
+        leaf.size // leaf.shape[0]
+        for leaf in jax.tree_util.tree_leaves(eqx.filter(blocks, eqx.is_array))
+    )
+    assert counts["layers:1-2"] == per_layer(dense) + per_layer(sparse)
+    with pytest.raises(ValueError, match="has only 4 blocks"):
+        check_freeze(model, parse_freeze("layers:2-4"))

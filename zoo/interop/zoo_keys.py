@@ -16,10 +16,9 @@ import jax
 import numpy as np
 
 from zoo.interop.rules import Shape
-from zoo.nn.stack import LayerStack
+from zoo.nn.stack import STACK_FIELD, stack_groups
 from zoo.tree import KeyPath, Slot, is_slot, path_name
 
-STACK_FIELD = "blocks"  # LayerStack.blocks: arrays with a leading `layers` axis
 Model = TypeVar("Model", bound=eqx.Module)
 
 
@@ -36,32 +35,25 @@ def layer_names(name: str, layers: int | None) -> list[tuple[str, int | None]]:
     return [(".".join([*parts[:at], str(i), *parts[at + 1 :]]), i) for i in range(layers)]
 
 
-Groups = dict[str, tuple[tuple[int, ...], ...]]  # `<stack>.blocks` -> each group's layers
+Groups = dict[str, tuple[tuple[int, ...], ...]]  # `stack_groups`: `<stack>.blocks` -> layers
 
 
-def _groups(model: eqx.Module) -> Groups:
-    """The layers of each group of every stack of `model` that has several groups."""
-    found, _ = jax.tree_util.tree_flatten_with_path(
-        model, is_leaf=lambda node: isinstance(node, LayerStack)
-    )
-    return {
-        f"{path_name(path)}.{STACK_FIELD}".lstrip("."): tuple(
-            stack.group_layers(g) for g in range(len(stack.groups))
-        )
-        for path, stack in found
-        if isinstance(stack, LayerStack) and isinstance(stack.blocks, tuple)
-    }
-
-
-def _leaf_names(path: KeyPath, shape: Shape, groups: Groups) -> list[tuple[str, int | None]]:
-    """The flat key(s) of one leaf: one per layer for stacked leaves (with the layer index)."""
-    name = path_name(path)
+def row_names(name: str, rows: int | None, groups: Groups) -> list[tuple[str, int | None]]:
+    """The flat key of each row of the stacked array or layer `name` (`rows` of them; None: not
+    stacked), with its row: `layer_names`, except that the rows of a group of a stack with
+    several kinds of layer (`stack_groups`) get their real layer numbers
+    (`layers.blocks.1.x` -> `layers.3.x` for row 0 when group 1 holds layers 3, 7, ...)."""
     for prefix, layers in groups.items():
         if name.startswith(f"{prefix}."):
             group, _, rest = name[len(prefix) + 1 :].partition(".")
             stack = prefix[: -len(STACK_FIELD)]
-            return [(f"{stack}{layer}.{rest}", layer) for layer in layers[int(group)]]
-    return layer_names(name, shape[0] if shape else None)
+            return [(f"{stack}{layer}.{rest}", row) for row, layer in enumerate(layers[int(group)])]
+    return layer_names(name, rows)
+
+
+def _leaf_names(path: KeyPath, shape: Shape, groups: Groups) -> list[tuple[str, int | None]]:
+    """The flat key(s) of one leaf: one per layer for stacked leaves (with the row)."""
+    return row_names(path_name(path), shape[0] if shape else None, groups)
 
 
 def _array_leaves(model: eqx.Module) -> list[tuple[KeyPath, Slot]]:
@@ -73,10 +65,10 @@ def _array_leaves(model: eqx.Module) -> list[tuple[KeyPath, Slot]]:
 def _per_layer(model: eqx.Module) -> Iterator[tuple[str, int | None, Slot]]:
     """Each flat key of `model` with its layer index (None: not stacked) and its whole leaf;
     the index is the row of the leaf's stacked axis."""
-    groups = _groups(model)
+    groups = stack_groups(model)
     for path, leaf in _array_leaves(model):
-        for row, (name, index) in enumerate(_leaf_names(path, tuple(leaf.shape), groups)):
-            yield name, None if index is None else row, leaf
+        for name, row in _leaf_names(path, tuple(leaf.shape), groups):
+            yield name, row, leaf
 
 
 def zoo_shapes(model: eqx.Module) -> dict[str, Shape]:
@@ -90,11 +82,11 @@ def zoo_shapes(model: eqx.Module) -> dict[str, Shape]:
 def zoo_state(model: eqx.Module) -> dict[str, np.ndarray]:
     """Flat per-layer key -> numpy array of every array in `model`."""
     state = {}
-    groups = _groups(model)
+    groups = stack_groups(model)
     for path, leaf in _array_leaves(model):
         array = np.asarray(leaf)  # to the host once, then sliced per layer
-        for row, (name, index) in enumerate(_leaf_names(path, array.shape, groups)):
-            state[name] = array if index is None else array[row]
+        for name, row in _leaf_names(path, array.shape, groups):
+            state[name] = array if row is None else array[row]
     return state
 
 
@@ -112,7 +104,7 @@ def restack(skeleton: eqx.Module, state: Mapping[str, np.ndarray]) -> dict[str, 
     """The arrays of `skeleton` by path name (`zoo.tree.fill` puts them in), taken from the flat
     per-layer `state`: the layers of a stacked leaf are stacked back on its `layers` axis."""
     arrays = {}
-    groups = _groups(skeleton)
+    groups = stack_groups(skeleton)
     for path, leaf in _array_leaves(skeleton):
         names = _leaf_names(path, tuple(leaf.shape), groups)
         if names[0][1] is None:

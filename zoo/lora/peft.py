@@ -31,7 +31,7 @@ from zoo.files import write_text_atomic
 from zoo.interop.architecture import Architecture, config_of
 from zoo.interop.architectures import architecture_for
 from zoo.interop.weights import write_safetensors
-from zoo.interop.zoo_keys import layer_names, zoo_state
+from zoo.interop.zoo_keys import row_names, stack_groups, zoo_state
 from zoo.lora.adapters import ADAPTER_LEAVES, adapter_arrays
 from zoo.lora.peft_experts import ExpertLayout
 from zoo.models import flavor_of
@@ -85,10 +85,11 @@ class _Layout:
             path: layer.base for path, layer in lora_layers(model).items()
         }
         self.linears = linears
-        flat = {}  # "layers.0.self_attention.query_proj" -> (stacked path, layer index)
+        self.groups = stack_groups(model)
+        flat = {}  # "layers.0.self_attention.query_proj" -> (stacked path, row)
         for path, linear in linears.items():
             lead = linear.weight.shape[:-2]
-            for name, index in layer_names(path, lead[0] if lead else None):
+            for name, index in row_names(path, lead[0] if lead else None, self.groups):
                 flat[name] = (path, index)
         self.by_zoo: dict[str, tuple[str, int, int]] = {}  # flat zoo Linear -> (module, slot, n)
         self.by_module: dict[str, list[tuple[str, int | None, int]]] = {}
@@ -105,7 +106,9 @@ class _Layout:
             for slot, name in enumerate(names):
                 self.by_zoo[name] = (module, slot, len(names))
                 self.by_module.setdefault(module, []).append((*flat[name], slot))
-        self.experts = ExpertLayout(model, self.rules)  # a mixture's per-expert modules
+        self.experts = ExpertLayout(
+            model, self.rules, self.groups
+        )  # a mixture's per-expert modules
         self.fan_in_fan_out |= {module: False for module in self.experts.by_module}
 
     def slot_rows(self, module: str) -> list[tuple[int, int]]:
@@ -124,7 +127,7 @@ def _module_adapters(model: eqx.Module, layout: _Layout) -> dict[str, Adapter]:
     for path, layer in lora_layers(model).items():
         lead = layer.lora_a.shape[:-2]
         a_all, b_all = np.asarray(layer.lora_a, np.float32), np.asarray(layer.lora_b, np.float32)
-        for name, index in layer_names(path, lead[0] if lead else None):
+        for name, index in row_names(path, lead[0] if lead else None, layout.groups):
             if name not in layout.by_zoo:
                 raise ValueError(
                     f"{path} has no HuggingFace {layout.arch.export_class} counterpart, so its "

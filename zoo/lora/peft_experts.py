@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from zoo.interop.rules import Rule
-from zoo.interop.zoo_keys import layer_names
+from zoo.interop.zoo_keys import Groups, row_names
 from zoo.nn.lora import LoRAExperts, expert_projections, lora_experts
 from zoo.nn.quantized import QuantizedExperts, float_dtype
 
@@ -29,14 +29,15 @@ Place = tuple[str, int | None, int]
 class ExpertLayout:
     """The expert projections of a zoo model seen from HF: one module per layer and expert."""
 
-    def __init__(self, model: object, rules: Iterable[Rule]):
+    def __init__(self, model: object, rules: Iterable[Rule], groups: Groups):
         projections: dict[str, object] = dict(expert_projections(model))  # type: ignore[arg-type]
         projections |= {path: layer.base for path, layer in lora_experts(model).items()}  # type: ignore[arg-type]
         self.projections = projections
+        self.groups = groups
         flat: dict[str, tuple[str, int | None]] = {}
         for path, projection in projections.items():
             shape = projection.shape  # type: ignore[attr-defined]
-            for name, index in layer_names(path, shape[0] if len(shape) == 4 else None):
+            for name, index in row_names(path, shape[0] if len(shape) == 4 else None, groups):
                 flat[name] = (path, index)
         self.by_zoo: dict[str, list[str]] = {}  # flat zoo projection -> HF module per expert
         self.by_module: dict[str, Place] = {}
@@ -58,7 +59,7 @@ class ExpertLayout:
             a_all = np.asarray(layer.lora_a, np.float32)
             b_all = np.asarray(layer.lora_b, np.float32)
             lead = a_all.shape[0] if a_all.ndim == 4 else None
-            for name, index in layer_names(path, lead):
+            for name, index in row_names(path, lead, self.groups):
                 if name not in self.by_zoo:
                     raise ValueError(
                         f"{path} has no per-expert HuggingFace counterpart, so its adapters "

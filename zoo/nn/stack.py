@@ -43,6 +43,7 @@ from zoo.nn.cache import KVCache
 from zoo.nn.kernel import current_platform
 from zoo.nn.mask import Mask
 from zoo.nn.rotary import Rope, RotaryEmbedding
+from zoo.tree import path_name
 
 # What the backward pass recomputes instead of keeping (`jax.checkpoint` policies per layer):
 # None keeps every intermediate; "dots" keeps the matrix products and recomputes the cheap
@@ -438,3 +439,22 @@ def _joined(extras: list[BlockExtras]) -> BlockExtras:
         cross_weights=join([e.cross_weights for e in extras]),
         router=join([e.router for e in extras]),
     )
+
+
+STACK_FIELD = "blocks"  # LayerStack.blocks: arrays with a leading `layers` axis
+
+
+def stack_groups(tree: object) -> dict[str, tuple[tuple[int, ...], ...]]:
+    """`<stack path>.blocks` -> the layer indices of each group's rows, for every stack of
+    `tree` (a model, or a pytree of its shape: its arrays, its gradients) that holds several
+    kinds of layer. A stack of alike layers is absent: its rows are its layers."""
+    found, _ = jax.tree_util.tree_flatten_with_path(
+        tree, is_leaf=lambda node: isinstance(node, LayerStack)
+    )
+    return {
+        f"{path_name(path)}.{STACK_FIELD}".lstrip("."): tuple(
+            stack.group_layers(g) for g in range(len(stack.groups))
+        )
+        for path, stack in found
+        if isinstance(stack, LayerStack) and isinstance(stack.blocks, tuple)
+    }

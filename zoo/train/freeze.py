@@ -17,7 +17,6 @@ cannot move them either. Frozen parameters stay bit-identical.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -28,10 +27,14 @@ import numpy as np
 import optax
 from jaxtyping import PyTree
 
+from zoo.nn.stack import stack_groups
 from zoo.train.optim import Optimizer, OptimizerLike
 from zoo.tree import path_name
 
 STACKS = ("layers", "encoder", "decoder")
+
+
+LayerGroups = dict[str, tuple[tuple[int, ...], ...]]  # `stack_groups`
 
 
 @dataclass(frozen=True)
@@ -73,11 +76,25 @@ def _in_stack(path: str, stack: str) -> bool:
     return stack == "layers" or path.startswith(f"{stack}.")
 
 
-def _block_axis_frozen(path: str, num_blocks: int, groups: tuple[FreezeGroup, ...]) -> np.ndarray:
+def _row_layers(path: str, num_blocks: int, layer_groups: LayerGroups) -> tuple[np.ndarray, int]:
+    """The layer number of each row of the stacked array `path` and the stack's depth: its
+    rows, except in a group of a stack with several kinds of layer (`stack_groups`), whose rows
+    are scattered layers."""
+    for prefix, layers in layer_groups.items():
+        if path.startswith(f"{prefix}."):
+            group = int(path[len(prefix) + 1 :].split(".")[0])
+            return np.asarray(layers[group]), sum(len(rows) for rows in layers)
+    return np.arange(num_blocks), num_blocks
+
+
+def _block_axis_frozen(
+    path: str, num_blocks: int, groups: tuple[FreezeGroup, ...], layer_groups: LayerGroups
+) -> np.ndarray:
+    layers, _ = _row_layers(path, num_blocks, layer_groups)
     frozen = np.zeros(num_blocks, bool)
     for group in groups:
         if group.first is not None and group.last is not None and _in_stack(path, group.name):
-            frozen[group.first : group.last + 1] = True
+            frozen |= (layers >= group.first) & (layers <= group.last)
     return frozen
 
 
@@ -103,10 +120,12 @@ def freeze_labels(params: PyTree, groups: tuple[FreezeGroup, ...]) -> PyTree:
 
 def _zero_frozen_blocks(groups: tuple[FreezeGroup, ...]) -> optax.GradientTransformation:
     def update(updates, state, params=None):
+        layer_groups = stack_groups(updates)
+
         def zero(path, update):
             if update is None or update.ndim == 0:
                 return update
-            frozen = _block_axis_frozen(path_name(path), update.shape[0], groups)
+            frozen = _block_axis_frozen(path_name(path), update.shape[0], groups, layer_groups)
             if not frozen.any():
                 return update
             shape = (update.shape[0],) + (1,) * (update.ndim - 1)
@@ -123,6 +142,7 @@ def check_freeze(model: eqx.Module, groups: tuple[FreezeGroup, ...]) -> dict[str
     named = {
         path_name(path): leaf for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]
     }
+    layer_groups = stack_groups(params)
     counts = {}
     for group in groups:
         count = 0
@@ -130,17 +150,13 @@ def check_freeze(model: eqx.Module, groups: tuple[FreezeGroup, ...]) -> dict[str
             if group.first is None:
                 count += leaf.size if _whole(path, (group,)) else 0
             elif _in_stack(path, group.name):
-                if re.search(r"(^|\.)blocks\.\d+\.", path):  # rows are not layers there
-                    raise ValueError(
-                        f"--freeze {group.name}:{group.first}-{group.last}: {path} is one group "
-                        "of a stack with several kinds of layer; freeze whole parts instead"
-                    )
-                if group.last >= leaf.shape[0]:
+                _, layers = _row_layers(path, leaf.shape[0], layer_groups)
+                if group.last >= layers:
                     raise ValueError(
                         f"--freeze {group.name}:{group.first}-{group.last}: {path} has only "
-                        f"{leaf.shape[0]} blocks (0-{leaf.shape[0] - 1})"
+                        f"{layers} blocks (0-{layers - 1})"
                     )
-                frozen = _block_axis_frozen(path, leaf.shape[0], (group,))
+                frozen = _block_axis_frozen(path, leaf.shape[0], (group,), layer_groups)
                 count += int(frozen.sum()) * (leaf.size // leaf.shape[0])
         if count == 0:
             tops = sorted({path.split(".")[0] for path in named})
