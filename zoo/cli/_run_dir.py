@@ -19,7 +19,10 @@ CHAT_TEMPLATE_FILE = "chat_template.jinja"  # the template a chat run renders wi
 # Options recorded at the start of a run (for the record and for --resume).
 RECORDED = ("flavor", "preset", "init", "data", "seed", "schedule", "lr", "warmup",
             "weight_decay", "clip_norm", "batch_size", "max_len", "tokenizer", "chat_format",
-            "train_on", "pack", "template", "messages_column", "role", "holdout")  # fmt: skip
+            "train_on", "pack", "template", "messages_column", "role", "holdout",
+            # preference runs: `zoo eval` scores with the run's own loss and reference
+            "objective", "beta", "reference", "dpo_label_smoothing", "simpo_gamma",
+            "max_prompt_len", "max_completion_len")  # fmt: skip
 # Options --resume must not change, and why (a record without one, from an older run, is not
 # checked for it).
 FIXED_ON_RESUME = {
