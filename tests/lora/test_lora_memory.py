@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 
 import zoo
+from zoo.tasks.language_modeling import loss_chunk_bytes
+from zoo.tasks.vocab_loss import loss_chunks
 from zoo.train.step import make_train_step
 
 BATCH, SEQ = 4, 64
@@ -86,10 +88,28 @@ def test_the_step_holds_one_base_and_adapter_sized_optimizer_state(two_and_four)
     assert four.temp_size_in_bytes <= 6 * logits + embedding + layers
 
 
-def test_apply_recomputes_elementwise_work_unless_the_config_chose():
+def test_the_default_step_keeps_layer_inputs_and_one_chunk_of_logits(two_and_four):
+    """With `apply`'s default recomputation a layer keeps little more than its input, and the
+    loss holds a few chunks' float32 logits at a time, never all positions' (XLA's temporaries
+    are then a transposed copy of the tied embedding, a few chunks and the layers' inputs)."""
+    (two, *_), (four, _, _, model) = two_and_four
+    config = model.config
+    tokens = BATCH * SEQ
+    layer_input = tokens * config.d_model * FLOAT
+    per_layer = (four.temp_size_in_bytes - two.temp_size_in_bytes) / 2
+    assert per_layer <= 2 * layer_input  # 1.2 times here
+    chunk = -(-tokens // loss_chunks(tokens, config.vocab_size, loss_chunk_bytes()))
+    chunk_logits = chunk * config.vocab_size * FLOAT
+    embedding = config.vocab_size * config.d_model * FLOAT
+    # 268.9 MB; keeping every chunk's float32 logits for the backward pass took 319.2 MB
+    bound = embedding + 7 * chunk_logits + config.num_layers * 2 * layer_input
+    assert four.temp_size_in_bytes <= bound
+
+
+def test_apply_recomputes_the_layers_unless_the_config_chose():
     def lora(remat):
         model = zoo.create("llama-tiny", key=jax.random.key(0), remat=remat)
         return zoo.lora.apply(model, rank=2, targets="attention", key=jax.random.key(1))
 
-    assert (lora(None).config.remat, lora(None).layers.remat) == ("dots", "dots")
+    assert (lora(None).config.remat, lora(None).layers.remat) == ("full", "full")
     assert (lora("full").config.remat, lora("full").layers.remat) == ("full", "full")

@@ -38,6 +38,10 @@ def test_a_second_run_reads_every_program_the_first_wrote(tmp_path):
     hits = re.findall(r"Persistent compilation cache hit for '[^']+' with key '([^']+)'", second)
     assert set(hits) == written
     assert cache_entries(cache) == len(written)  # nothing new to compile
+    # the train and eval steps are among them: they check the batches on the host, so their
+    # programs hold no host callback (which JAX would not cache)
+    for step in ("jit_train_step", "jit_eval_step"):
+        assert any(name.startswith(f"{step}-") for name in written), sorted(written)
 
 
 def test_none_turns_it_off_and_the_default_follows_the_environment(monkeypatch, tmp_path):

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,11 +26,34 @@ POSITION_KINDS = ("learned", "sinusoidal", "rotary", "relative")
 SINUSOID_LAYOUTS = ("interleaved", "concatenated")
 
 
+# True while tracing a program whose every token id was checked on the host before it runs
+_IDS_CHECKED_ON_HOST = contextvars.ContextVar("ids_checked_on_host", default=False)
+
+
+@contextlib.contextmanager
+def ids_checked_on_host(checked: bool = True) -> Iterator[None]:
+    """Trace the code inside without the on-device token-id check of `check_token_ids`.
+
+    Only for a program whose caller checks every batch's ids against the vocabulary on the host
+    before running it (the Trainer's train and eval steps, `Task.check_batch`). The on-device
+    check is an `eqx.error_if`, a host callback, and JAX does not keep programs with host
+    callbacks in its persistent compilation cache. `checked=False` leaves the check on.
+    """
+    token = _IDS_CHECKED_ON_HOST.set(checked)
+    try:
+        yield
+    finally:
+        _IDS_CHECKED_ON_HOST.reset(token)
+
+
 def check_token_ids(tokens: Int[Array, " seq"], vocab_size: int, what: str = "token") -> Array:
     """Raise (also under jit) if a token id is outside `[0, vocab_size)`.
 
     JAX clamps out-of-range gathers silently, which would give a wrong answer instead of an error.
+    Inside `ids_checked_on_host()` the ids were checked before the program runs: no check here.
     """
+    if _IDS_CHECKED_ON_HOST.get():
+        return tokens
     bad = jnp.any((tokens < 0) | (tokens >= vocab_size))
     return eqx.error_if(
         tokens,

@@ -13,7 +13,17 @@ from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from zoo.tasks.base import Stats, Task, check_ids, example_keys, target_weights
 from zoo.tasks.router_losses import add_router_losses
-from zoo.tasks.vocab_loss import vocab_statistics
+from zoo.tasks.vocab_loss import CHUNK_BYTES, vocab_statistics
+
+# float32 logits alive at once on a CPU: there memory, not the matmul's size, is what a smaller
+# chunk costs (SmolLM2's LoRA step: 1.84 -> 1.51 GB of temporaries at 8 x 127 tokens); a GPU
+# keeps the larger default chunks, which keep its matmuls large
+CPU_CHUNK_BYTES = 32 << 20
+
+
+def loss_chunk_bytes() -> int:
+    """The float32 logits `LanguageModeling` holds at once on this platform."""
+    return CPU_CHUNK_BYTES if jax.default_backend() == "cpu" else CHUNK_BYTES
 
 
 class LanguageModeling(Task):
@@ -57,7 +67,8 @@ class LanguageModeling(Task):
             weight = weight & (segments[:, 1:] == segments[:, :-1])
         if "loss_mask" in batch:
             weight = weight & (jnp.asarray(batch["loss_mask"])[:, 1:] != 0)
-        stats = vocab_statistics(model.output_head, features, targets, weight)  # type: ignore[attr-defined]
+        head = model.output_head  # type: ignore[attr-defined]
+        stats = vocab_statistics(head, features, targets, weight, chunk_bytes=loss_chunk_bytes())
         if router is None:
             return stats
         config = model.config  # type: ignore[attr-defined]

@@ -7,7 +7,8 @@ of the output layer) and the output layer (`zoo.nn.VocabHead`), splits the posit
 chunks, and for each chunk computes the logits, their float32 log-sum-exp and the summed
 statistics; only the chunk's logits in the compute dtype (bf16 in mixed precision) are kept for
 the backward pass, and its float32 work is redone there chunk by chunk. At most
-`chunk_bytes` (1 GiB by default) of float32 logits exist at once.
+`chunk_bytes` (1 GiB by default) of float32 logits exist at once: logits computed in float32
+are not kept at all, but computed again chunk by chunk in the backward pass.
 
 The vocabulary is padded for the matmul where that is faster (`zoo.nn.vocab_multiple`: to a
 multiple of 128 on a GPU); padding columns are masked out of the softmax, the accuracy and the
@@ -83,10 +84,13 @@ def vocab_statistics(
     features = jnp.pad(features, ((0, extra), (0, 0))).reshape(chunks, size, d_model)
     targets = jnp.pad(targets, (0, extra)).reshape(chunks, size)
     weight = jnp.pad(weight, (0, extra)).reshape(chunks, size)
-    # keep each chunk's logits (compute dtype) for the backward pass, redo the float32 rest
-    one_chunk = jax.checkpoint(
-        chunk_statistics, policy=jax.checkpoint_policies.save_only_these_names(_SAVED)
-    )
+    # keep each chunk's logits (compute dtype) for the backward pass, redo the float32 rest;
+    # logits computed in float32 are not kept (all chunks' would be the [positions, vocab]
+    # float32 array the chunks avoid): the backward pass computes each chunk's again
+    policy = jax.checkpoint_policies.save_only_these_names(_SAVED)
+    if features.dtype == jnp.float32:
+        policy = jax.checkpoint_policies.nothing_saveable
+    one_chunk = jax.checkpoint(chunk_statistics, policy=policy)
 
     def add_chunk(total: Stats, chunk) -> tuple[Stats, None]:
         return total + one_chunk(head, *chunk), None

@@ -20,6 +20,7 @@ import optax
 from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray, PyTree
 
 from zoo.distributed.layout import Layout
+from zoo.nn.embedding import ids_checked_on_host
 from zoo.tasks.base import Stats, Task
 from zoo.train.optim import OptimizerLike
 
@@ -108,6 +109,7 @@ def make_train_step(
     accumulate: int = 1,
     precision: str = "fp32",
     layout: Layout | None = None,
+    host_checks: bool = False,
 ) -> TrainStep:
     """`step(model, opt_state, batch, key, step) -> (model, opt_state, StepOutput)`.
 
@@ -116,6 +118,10 @@ def make_train_step(
     `lax.scan`; their summed statistics and gradients equal those of the whole batch.
     With a `layout` (`zoo.distributed.Layout`) the batch is placed split by rows over the mesh
     and the updated model and optimizer state keep the shardings of its rules.
+    With `host_checks=True` each call checks its batch on the host (`Task.check_batch`: token
+    ids against the vocabulary, shapes) instead of inside the compiled program: the program
+    then has no host callback, which JAX's persistent compilation cache cannot keep
+    (`zoo.train.compile_cache`).
     """
     compute_dtype = check_precision(precision)
 
@@ -152,7 +158,10 @@ def make_train_step(
         params, static = eqx.partition(model, eqx.is_inexact_array)
         trained, frozen = split_trained(optimizer, params)
         fixed = eqx.combine(frozen, static)
-        grads, stats = gradients(trained, fixed, batch, jax.random.fold_in(base_key, step_index))
+        with ids_checked_on_host(host_checks):
+            grads, stats = gradients(
+                trained, fixed, batch, jax.random.fold_in(base_key, step_index)
+            )
         # The loss is loss_sum / weight and the weight does not depend on the parameters.
         scale = 1.0 / jnp.maximum(stats.weight, 1.0)
         grads = jax.tree_util.tree_map(lambda g: g * scale.astype(g.dtype), grads)
@@ -168,17 +177,21 @@ def make_train_step(
             model, opt_state = layout.constrain(model), layout.constrain(opt_state)
         return model, opt_state, StepOutput(stats, grad_norm)
 
-    return TrainStep(train_step, precision=precision, layout=layout)
+    checks = task if host_checks else None
+    return TrainStep(train_step, precision=precision, layout=layout, checks=checks)
 
 
 class TrainStep:
     """A compiled train step: `step(model, opt_state, batch, key, step_number)` returns
     `(model, opt_state, StepOutput)`, donating the model's and optimizer state's buffers."""
 
-    def __init__(self, jitted: Callable, *, precision: str, layout: Layout | None):
+    def __init__(
+        self, jitted: Callable, *, precision: str, layout: Layout | None, checks: Task | None = None
+    ):
         self._jitted = jitted  # (inputs, model, opt_state) -> (model, opt_state, StepOutput)
         self.precision = precision
         self.layout = layout
+        self.checks = checks  # the task that checks each batch on the host (None: on device)
 
     def _inputs(self, batch: Batch, key: PRNGKeyArray, step: int) -> tuple:
         step_index: Int[Array, ""] = jnp.asarray(step, jnp.int32)
@@ -189,6 +202,8 @@ class TrainStep:
     def __call__(
         self, model: eqx.Module, opt_state: PyTree, batch: Batch, key: PRNGKeyArray, step: int
     ) -> tuple[eqx.Module, PyTree, StepOutput]:
+        if self.checks is not None:
+            self.checks.check_batch(batch, model)
         with promotion_scope(self.precision):
             return self._jitted(self._inputs(batch, key, step), model, opt_state)
 
@@ -203,18 +218,22 @@ class TrainStep:
 
 
 def make_eval_step(
-    task: Task, *, precision: str = "fp32", layout: Layout | None = None
+    task: Task, *, precision: str = "fp32", layout: Layout | None = None, host_checks: bool = False
 ) -> EvalStep:
     """`evaluate(model, batch) -> Stats`: deterministic (no dropout), in the compute dtype.
 
-    With a `layout` the batch is placed split by rows over its mesh."""
+    With a `layout` the batch is placed split by rows over its mesh. `host_checks` as in
+    `make_train_step`."""
     compute_dtype = check_precision(precision)
 
     @eqx.filter_jit
     def eval_step(model, batch):
-        return task.statistics(cast_floating(model, compute_dtype), batch, key=None)
+        with ids_checked_on_host(host_checks):
+            return task.statistics(cast_floating(model, compute_dtype), batch, key=None)
 
     def run(model: eqx.Module, batch: Batch) -> Stats:
+        if host_checks:
+            task.check_batch(batch, model)
         if layout is not None:  # a last, smaller batch may not split: it goes whole
             batch = layout.place_batch(batch, even=False)
         with promotion_scope(precision):
@@ -260,19 +279,32 @@ def shared_train_step(
     accumulate: int,
     precision: str,
     layout: Layout | None = None,
+    host_checks: bool = False,
 ) -> TrainStep:
     """`make_train_step`, reused across calls with interchangeable task and optimizer."""
-    key = ("train", _identity(task), _identity(optimizer), accumulate, precision, layout)
-    return _shared(
-        key,
-        lambda: make_train_step(
-            task, optimizer, accumulate=accumulate, precision=precision, layout=layout
-        ),
-        (task, optimizer),
-    )
+    settings = (accumulate, precision, layout, host_checks)
+    key = ("train", _identity(task), _identity(optimizer), *settings)
+
+    def build() -> TrainStep:
+        return make_train_step(
+            task,
+            optimizer,
+            accumulate=accumulate,
+            precision=precision,
+            layout=layout,
+            host_checks=host_checks,
+        )
+
+    return _shared(key, build, (task, optimizer))
 
 
-def shared_eval_step(task: Task, *, precision: str, layout: Layout | None = None) -> EvalStep:
+def shared_eval_step(
+    task: Task, *, precision: str, layout: Layout | None = None, host_checks: bool = False
+) -> EvalStep:
     """`make_eval_step`, reused across calls with an interchangeable task."""
-    key = ("eval", _identity(task), precision, layout)
-    return _shared(key, lambda: make_eval_step(task, precision=precision, layout=layout), (task,))
+    key = ("eval", _identity(task), precision, layout, host_checks)
+
+    def build() -> EvalStep:
+        return make_eval_step(task, precision=precision, layout=layout, host_checks=host_checks)
+
+    return _shared(key, build, (task,))

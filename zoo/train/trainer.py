@@ -108,10 +108,19 @@ class Trainer:
         if mesh is not None:
             require_orbax()
             self.layout = Layout.of(mesh, rules)
+        # the steps check each batch on the host, so that their programs have no host callback
+        # and the persistent compilation cache keeps them
         self.train_step = shared_train_step(
-            task, self.optimizer, accumulate=accumulate, precision=precision, layout=self.layout
+            task,
+            self.optimizer,
+            accumulate=accumulate,
+            precision=precision,
+            layout=self.layout,
+            host_checks=True,
         )
-        self.eval_step = shared_eval_step(task, precision=precision, layout=self.layout)
+        self.eval_step = shared_eval_step(
+            task, precision=precision, layout=self.layout, host_checks=True
+        )
 
     log_every = _loop_field("log_every")
     eval_every = _loop_field("eval_every")
