@@ -8,11 +8,12 @@ user types it:
 
 - `zoo train gpt --init SmolLM2.gguf --objective dpo --lora rank=8,alpha=16,targets=attention`
   (the reference: the base with the adapters off);
-- `zoo eval SmolLM2.gguf --data json:PAIRS --split validation --reference SmolLM2.gguf`: TRL's
-  `rewards/accuracies`, `rewards/margins` and `logps/*` of the base on `--eval` held-out pairs
-  (the base is its own reference: its rewards are 0 by definition, its `logps/*` say how it
-  ranked the answers); after training, the same numbers from the run's own evaluation of those
-  pairs at its last step (what `zoo eval RUN` prints again: tests/cli/test_preference_cli.py);
+- `zoo eval MODEL --data json:PAIRS --split validation --objective simpo`, on
+  the base and on the trained run: reference-free, so both are on one scale; its
+  `rewards/accuracies` is the share of `--eval` held-out pairs whose right label has the higher
+  log-probability (label accuracy). The trained run's DPO metrics on those pairs (against the
+  base) come from its own evaluation at its last step (what `zoo eval RUN` prints again:
+  tests/cli/test_preference_cli.py);
 - the greedy reply to the same held-out reviews through `zoo.decoding.chat.replies` (the path
   of `zoo chat`), scored as task accuracy.
 
@@ -61,15 +62,19 @@ def zoo_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "zoo", *args]
 
 
-def preference_eval(model: str, pairs: Path, base: Path, args: argparse.Namespace) -> dict:
-    """`zoo eval` on the held-out pairs, the base GGUF as the reference."""
+def ranking_eval(model: str, pairs: Path, args: argparse.Namespace) -> dict:
+    """`zoo eval --objective simpo` on the held-out pairs: reference-free, so the
+    base and the trained run are measured on one scale. Its `rewards/accuracies` is the share of
+    pairs whose right label has the higher (per-token) log-probability: the accuracy of choosing
+    between the two labels."""
     done = timed_command(zoo_command("eval", model, "--data", f"json:{pairs}", "--split",
-                                     "validation", "--reference", str(base), "--objective",
-                                     "dpo", "--beta", str(args.beta), "--max-len",
-                                     str(args.max_len), "--batch-size", "8", "--json"))  # fmt: skip
+                                     "validation", "--objective", "simpo", "--beta", "1",
+                                     "--max-len", str(args.max_len),
+                                     "--batch-size", "8", "--json"))  # fmt: skip
     result = json.loads(done["stdout"].strip().splitlines()[-1])
-    names = ("pairs", "loss", *PREFERENCE)
-    return {name: result[name] for name in names} | {"wall_seconds": round(done["wall"], 1)}
+    return {"pairs": result["pairs"], "label_accuracy": result["rewards/accuracies"],
+            "logps/chosen": result["logps/chosen"], "logps/rejected": result["logps/rejected"],
+            "wall_seconds": round(done["wall"], 1)}  # fmt: skip
 
 
 def train(args: argparse.Namespace, base: Path, pairs: Path, out: Path) -> dict:
@@ -159,12 +164,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         pairs = write_pairs(Path(scratch) / "pairs", args.eval)
         run = Path(scratch) / "dpo-run"
-        result["before"] = {"preference": preference_eval(str(base), pairs, base, args),
+        result["before"] = {"ranking": ranking_eval(str(base), pairs, args),
                             "task": measured_accuracy(str(base), args.eval)}  # fmt: skip
         print("before", json.dumps(result["before"]), file=sys.stderr)
         result["train"] = train(args, base, pairs, run)
         print("train", json.dumps(result["train"]), file=sys.stderr)
         result["after"] = {"preference": result["train"].pop("held_out"),
+                           "ranking": ranking_eval(str(run), pairs, args),
                            "task": measured_accuracy(str(run), args.eval)}  # fmt: skip
     RESULTS.mkdir(exist_ok=True)
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S")

@@ -129,3 +129,34 @@ def test_unrolled_decoding_updates_the_stacked_cache_like_the_scan(key):
         np.testing.assert_allclose(jnp.concatenate(outputs), full, atol=1e-5)
         assert cache.keys.shape == (3, 4, 2, 4)
         assert np.all(np.asarray(cache.keys[:, 3]) == 0)  # the fourth slot was never written
+
+
+def test_auto_remat_recomputes_elementwise_work_on_a_cpu_only(key):
+    """`remat="auto"`: the layers run under `jax.checkpoint` with the "dots" policy when traced
+    for a CPU, and without one when traced for a GPU."""
+    import re
+
+    from zoo.nn import kernel_platform
+    from zoo.nn.stack import remat_policy
+
+    stack = LayerStack(
+        lambda k: TransformerBlock(8, BlockSettings.basic(2, 16), key=k),
+        2,
+        scan=True,
+        remat="auto",
+        key=key,
+    )
+    x = jax.random.normal(key, (4, 8))
+
+    def checkpoints(platform):
+        with kernel_platform(platform):
+            jaxpr = eqx.filter_make_jaxpr(
+                lambda s: s(x, BlockInputs(mask=Mask(causal=True)))[0].sum()
+            )(stack)[0]
+        return len(re.findall(r"\b(checkpoint|remat2?)\[", str(jaxpr)))
+
+    assert checkpoints("cpu") == 1 and checkpoints("gpu") == 0
+    with kernel_platform("gpu"):
+        assert remat_policy("auto") is None
+    with kernel_platform("cpu"):
+        assert remat_policy("auto") == "dots" and remat_policy("full") == "full"

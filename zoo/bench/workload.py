@@ -16,7 +16,7 @@ from zoo.models import ClassifierConfig, TransformerConfig, TranslatorConfig
 FLAVORS = ("gpt", "classifier", "translator")
 PRECISIONS = ("fp32", "bf16")
 LAYER_MODES = ("scan", "unroll")
-REMAT_MODES = ("none", "dots", "full")
+REMAT_MODES = ("none", "dots", "full", "auto")
 ATTENTION_CHOICES = ("auto", "xla", "cudnn")
 MOE_PATHS = ("ragged", "dense")  # a mixture of experts: grouped matmuls, or every expert dense
 VOCAB_MULTIPLE = 64  # --pad-vocab rounds the vocabulary up to a multiple of this

@@ -56,9 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     what.add_argument(
         "--remat",
-        choices=("none", "dots", "full"),
-        help="recompute in the backward: nothing, elementwise work, whole layers "
-        "(default: the preset's)",
+        choices=("none", "dots", "full", "auto"),
+        help="recompute in the backward: nothing, elementwise work, whole layers, or dots on a "
+        "CPU and nothing elsewhere (default: the preset's)",
     )
     what.add_argument(
         "--attention",

@@ -81,9 +81,9 @@ def apply(
     `lora_a` is `[layers, rank, in]`. A mixture of experts' projections get one adapter per
     expert (`LoRAExperts`, `lora_a` `[layers, experts, in, rank]`); its router stays frozen.
 
-    A model whose config sets no `remat` gets `remat="full"` (`ADAPTED_REMAT`): the backward
-    pass keeps each layer's input only and recomputes the layer's forward, which saves most of
-    the step's memory for one more forward pass of the layers. Set `remat` in the config before
+    A model whose config sets no `remat` (or "auto") gets `remat="full"` (`ADAPTED_REMAT`): the
+    backward pass keeps each layer's input only and recomputes the layer's forward, which saves
+    most of the step's memory for one more forward pass of the layers. Set `remat` in the config before
     `apply` to choose another policy ("dots" keeps the matrix products).
     """
     _check_numbers(rank, alpha, dropout)
@@ -130,11 +130,11 @@ def _with_static(module: Module, **fields: object) -> Module:
 def _with_default_remat(model: Model) -> Model:
     """`model` with `ADAPTED_REMAT` in its config and layer stacks where they have none."""
     config = getattr(model, "config", None)
-    if config is None or getattr(config, "remat", "unset") is not None:
+    if config is None or getattr(config, "remat", "unset") not in (None, "auto"):
         return model
 
     def recompute(node: object) -> object:
-        if isinstance(node, LayerStack) and node.remat is None:
+        if isinstance(node, LayerStack) and node.remat in (None, "auto"):
             return _with_static(node, remat=ADAPTED_REMAT)
         return node
 

@@ -79,7 +79,7 @@ class TransformerConfig:
     init_std: float = 0.02  # std of the normal init of weight matrices and embeddings
     layer_loop: str = "auto"  # auto (unrolled on a GPU, scanned elsewhere) | scan | unroll
     attention_implementation: str | None = None  # None (by platform) | explicit | xla | cudnn
-    remat: str | None = None  # rematerialise in the backward: None | "dots" | "full" (zoo.nn.stack)
+    remat: str | None = None  # recompute in the backward: None | dots | full | auto (zoo.nn.stack)
     dtype: str = "float32"  # parameter dtype
     # mixture of experts (zoo.nn.moe): each block's feed-forward routes every token to
     # num_experts_per_tok of num_experts gated experts; 0 experts: the dense feed-forward above

@@ -47,12 +47,24 @@ from zoo.tree import path_name
 
 # What the backward pass recomputes instead of keeping (`jax.checkpoint` policies per layer):
 # None keeps every intermediate; "dots" keeps the matrix products and recomputes the cheap
-# elementwise work (norms, activations, softmax); "full" keeps only each layer's input.
+# elementwise work (norms, activations, softmax); "full" keeps only each layer's input;
+# "auto" is "dots" in a program traced for a CPU (where keeping fewer stacked activations
+# measured faster: benchmarks/cpu_train_speed.py) and None elsewhere.
 REMAT_POLICIES = {
     "dots": jax.checkpoint_policies.dots_saveable,
     "full": jax.checkpoint_policies.nothing_saveable,
 }
-REMAT_CHOICES = (None, *REMAT_POLICIES)
+REMAT_CHOICES = (None, *REMAT_POLICIES, "auto")
+
+
+def remat_policy(remat: str | None) -> str | None:
+    """The policy (`REMAT_POLICIES` key, or None) a stack built with `remat` uses when traced
+    now: "auto" chooses by the platform, as `scans` does."""
+    if remat == "auto":
+        return "dots" if current_platform() == "cpu" else None
+    return remat
+
+
 LAYER_LOOPS = ("auto", "scan", "unroll")  # a config's `layer_loop`: `scan` None, True, False
 
 BlockMaker = Callable[[PRNGKeyArray], TransformerBlock]
@@ -271,10 +283,12 @@ class LayerStack(eqx.Module):
     def _run_layers(self, body, x, per_layer, flags, scan: bool):
         """One run of layers without a cache, scanned or unrolled, each under `remat`."""
 
+        policy = remat_policy(self.remat)
+
         def remat(function):
-            if self.remat is None:
+            if policy is None:
                 return function
-            return jax.checkpoint(function, policy=REMAT_POLICIES[self.remat])
+            return jax.checkpoint(function, policy=REMAT_POLICIES[policy])
 
         params, layer_keys, stacked_cross = per_layer
         if scan:

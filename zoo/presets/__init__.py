@@ -110,7 +110,10 @@ LLAMA_PARTS: dict[str, Any] = dict(
 
 
 def _decoder(**fields: Any) -> GPTConfig:
-    return GPTConfig(**{**LLAMA_PARTS, **fields})
+    """A decoder of Llama's parts. The published sizes recompute the elementwise work in the
+    backward on a CPU only (`remat="auto"`: smollm2-135m's train step measured about 1.5x faster
+    so, benchmarks/cpu_train_speed.py); the tiny presets name their own `remat`."""
+    return GPTConfig(**{**LLAMA_PARTS, "remat": "auto", **fields})
 
 
 register(

@@ -151,7 +151,7 @@ def check_freeze(model: eqx.Module, groups: tuple[FreezeGroup, ...]) -> dict[str
                 count += leaf.size if _whole(path, (group,)) else 0
             elif _in_stack(path, group.name):
                 _, layers = _row_layers(path, leaf.shape[0], layer_groups)
-                if group.last >= layers:
+                if group.last is not None and group.last >= layers:
                     raise ValueError(
                         f"--freeze {group.name}:{group.first}-{group.last}: {path} has only "
                         f"{layers} blocks (0-{layers - 1})"
