@@ -7,17 +7,10 @@ JAX fixes its device count when it starts, so the check runs in a subprocess wit
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
+from tests.distributed.forced_devices import run_on_forced_devices
 from zoo.distributed import abstract_mesh, sharding_table
-
-ROOT = Path(__file__).resolve().parents[2]
 
 CHECK = r"""
 import json
@@ -90,26 +83,7 @@ def test_an_expert_axis_that_does_not_divide_the_experts_is_refused():
 @pytest.mark.distributed  # the Trainer on a mesh writes sharded checkpoints (orbax-checkpoint)
 def test_data_2_expert_4_equals_one_device():
     pytest.importorskip("orbax.checkpoint", reason="the `distributed` extra (orbax-checkpoint)")
-    env = dict(os.environ)
-    env["XLA_FLAGS"] = " ".join(
-        [
-            env.get("XLA_FLAGS", ""),
-            "--xla_force_host_platform_device_count=8",
-            "--xla_backend_optimization_level=0",
-            "--xla_cpu_collective_call_terminate_timeout_seconds=240",
-        ]
-    )
-    env["JAX_PLATFORMS"] = "cpu"
-    result = subprocess.run(
-        [sys.executable, "-c", CHECK],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=400,
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    out = json.loads(result.stdout.strip().splitlines()[-1])
+    out = run_on_forced_devices(CHECK)
     assert out["spec"] == [None, "expert"], out
     print(out)
     assert abs(out["loss"] - out["mesh_loss"]) < 1e-5

@@ -6,15 +6,9 @@ JAX fixes its device count when it starts, so the runs go in a subprocess with `
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.distributed.forced_devices import run_on_forced_devices
 
 CHECK = r"""
 import json, sys, tempfile
@@ -46,26 +40,7 @@ print(json.dumps(runs))
 @pytest.mark.distributed  # the Trainer on a mesh writes sharded checkpoints (orbax-checkpoint)
 def test_dpo_on_data_2_fsdp_4_equals_one_device():
     pytest.importorskip("orbax.checkpoint", reason="the `distributed` extra (orbax-checkpoint)")
-    env = dict(os.environ)
-    env["XLA_FLAGS"] = " ".join(
-        [
-            env.get("XLA_FLAGS", ""),
-            "--xla_force_host_platform_device_count=8",
-            "--xla_backend_optimization_level=0",
-            "--xla_cpu_collective_call_terminate_timeout_seconds=240",
-        ]
-    )
-    env["JAX_PLATFORMS"] = "cpu"
-    result = subprocess.run(
-        [sys.executable, "-c", CHECK],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=400,
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    runs = json.loads(result.stdout.strip().splitlines()[-1])
+    runs = run_on_forced_devices(CHECK)
     one, mesh = runs["one"], runs["mesh"]
     assert [row["split"] for row in one] == ["train"] * 3 + ["eval"]
     assert [row["split"] for row in mesh] == [row["split"] for row in one]
