@@ -35,7 +35,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from finetune_peer import LABELS, QUESTION, reviews, score, timed_command
+from finetune_peer import LABELS, QUESTION, greedy_replies, reviews, score, timed_command
 from smollm2_checkpoint import gguf_file
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -103,10 +103,7 @@ def train(args: argparse.Namespace, base: Path, pairs: Path, out: Path) -> dict:
 
 def task_accuracy(model_path: str, count: int) -> dict:
     """Greedy one-word replies to `count` held-out reviews, through `zoo chat`'s `replies`."""
-    import equinox as eqx
-
     import zoo
-    from zoo.decoding.chat import replies
 
     if model_path.endswith(".gguf"):
         model, tokenizer = zoo.from_pretrained(model_path, return_tokenizer=True)
@@ -114,14 +111,7 @@ def task_accuracy(model_path: str, count: int) -> dict:
         from zoo.data.tokenizers.base import load_tokenizer
 
         model, tokenizer = zoo.load(model_path), load_tokenizer(model_path)
-    model = eqx.nn.inference_mode(model)
-    rows = reviews("validation", count)
-    said: list[str] = []
-    for start in range(0, len(rows), 50):
-        chunk = [[{"role": "user", "content": QUESTION + row["text"]}]
-                 for row in rows[start : start + 50]]  # fmt: skip
-        said += [reply.text.strip() for reply in replies(model, tokenizer, chunk,
-                                                         max_new_tokens=3)]  # fmt: skip
+    said, rows = greedy_replies(model, tokenizer, count)
     return score(said, rows) | {"first_replies": said[:5]}
 
 

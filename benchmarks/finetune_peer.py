@@ -134,15 +134,14 @@ def report(done: dict, per_step: float, split: dict, accuracy: dict) -> dict:
             "peak_rss_mb": done["peak_rss_mb"], **accuracy}  # fmt: skip
 
 
-def zoo_accuracy(run: Path, count: int) -> dict:
+def greedy_replies(model, tokenizer, count: int) -> tuple[list[str], list[dict]]:
+    """The greedy replies (at most 3 tokens, through `zoo chat`'s `replies`) to the first
+    `count` validation reviews, and those reviews."""
     import equinox as eqx
 
-    import zoo
-    from zoo.data.tokenizers.base import load_tokenizer
     from zoo.decoding.chat import replies
 
-    model = eqx.nn.inference_mode(zoo.load(run))
-    tokenizer = load_tokenizer(run)
+    model = eqx.nn.inference_mode(model)
     rows = reviews("validation", count)
     said: list[str] = []
     for start in range(0, len(rows), 50):
@@ -150,7 +149,14 @@ def zoo_accuracy(run: Path, count: int) -> dict:
                  for row in rows[start : start + 50]]  # fmt: skip
         said += [reply.text.strip() for reply in replies(model, tokenizer, chunk,
                                                          max_new_tokens=3)]  # fmt: skip
-    return score(said, rows)
+    return said, rows
+
+
+def zoo_accuracy(run: Path, count: int) -> dict:
+    import zoo
+    from zoo.data.tokenizers.base import load_tokenizer
+
+    return score(*greedy_replies(zoo.load(run), load_tokenizer(run), count))
 
 
 def score(said: list[str], rows: list[dict]) -> dict:

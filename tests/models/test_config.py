@@ -61,9 +61,17 @@ def test_a_head_width_that_does_not_divide_says_how_to_fix_it():
 def test_settings_fields_are_named_as_the_config_fields_they_come_from():
     """One name for one thing: every field of a part's settings that a config field sets has
     that field's name (the feed-forward's `kind` is the config's `feed_forward`; the nested
-    records and the translator's `own_tokens` are not config fields)."""
+    records, the translator's `own_tokens` and the block's `attention_norm`, which the stack
+    sets per kind of layer, are not config fields)."""
     config_fields = {f.name for f in dataclasses.fields(ClassifierConfig)}
-    nested = {"attention", "feed_forward", "cross_attention", "kind", "own_tokens"}
+    nested = {
+        "attention",
+        "feed_forward",
+        "cross_attention",
+        "kind",
+        "own_tokens",
+        "attention_norm",
+    }
     for record in (AttentionSettings, FeedForwardSettings, BlockSettings, EmbedderSettings):
         names = {f.name for f in dataclasses.fields(record)} - nested
         assert names <= config_fields, (record.__name__, names - config_fields)

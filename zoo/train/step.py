@@ -153,12 +153,12 @@ def make_train_step(
         return grads, stats
 
     @eqx.filter_jit(donate="all-except-first")
-    def train_step(inputs, model, opt_state):
+    def train_step(inputs, model, opt_state, checked_on_host: bool):
         batch, base_key, step_index = inputs
         params, static = eqx.partition(model, eqx.is_inexact_array)
         trained, frozen = split_trained(optimizer, params)
         fixed = eqx.combine(frozen, static)
-        with ids_checked_on_host(host_checks):
+        with ids_checked_on_host(checked_on_host):
             grads, stats = gradients(
                 trained, fixed, batch, jax.random.fold_in(base_key, step_index)
             )
@@ -179,6 +179,11 @@ def make_train_step(
 
     checks = task if host_checks else None
     return TrainStep(train_step, precision=precision, layout=layout, checks=checks)
+
+
+def _concrete(batch: Batch) -> bool:
+    """Whether every array of `batch` has values (none is a tracer of an outer transformation)."""
+    return not any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves(batch))
 
 
 class TrainStep:
@@ -202,10 +207,13 @@ class TrainStep:
     def __call__(
         self, model: eqx.Module, opt_state: PyTree, batch: Batch, key: PRNGKeyArray, step: int
     ) -> tuple[eqx.Module, PyTree, StepOutput]:
-        if self.checks is not None:
-            self.checks.check_batch(batch, model)
+        # a batch traced by an outer transformation has no values to check on the host: the
+        # step then checks its ids on the device
+        on_host = self.checks is not None and _concrete(batch)
+        if on_host:
+            self.checks.check_batch(batch, model)  # type: ignore[union-attr]
         with promotion_scope(self.precision):
-            return self._jitted(self._inputs(batch, key, step), model, opt_state)
+            return self._jitted(self._inputs(batch, key, step), model, opt_state, on_host)
 
     def lower(
         self, model: eqx.Module, opt_state: PyTree, batch: Batch, key: PRNGKeyArray, step: int = 0
@@ -214,7 +222,8 @@ class TrainStep:
         `.compile().compiled.memory_analysis()`)."""
         with promotion_scope(self.precision):
             inputs = self._inputs(batch, key, step)
-            return self._jitted.lower(inputs, model, opt_state)  # type: ignore[attr-defined]
+            on_host = self.checks is not None  # the program `__call__` runs on a concrete batch
+            return self._jitted.lower(inputs, model, opt_state, on_host)  # type: ignore[attr-defined]
 
 
 def make_eval_step(
@@ -227,17 +236,18 @@ def make_eval_step(
     compute_dtype = check_precision(precision)
 
     @eqx.filter_jit
-    def eval_step(model, batch):
-        with ids_checked_on_host(host_checks):
+    def eval_step(model, batch, checked_on_host: bool):
+        with ids_checked_on_host(checked_on_host):
             return task.statistics(cast_floating(model, compute_dtype), batch, key=None)
 
     def run(model: eqx.Module, batch: Batch) -> Stats:
-        if host_checks:
+        on_host = host_checks and _concrete(batch)  # as in `TrainStep.__call__`
+        if on_host:
             task.check_batch(batch, model)
         if layout is not None:  # a last, smaller batch may not split: it goes whole
             batch = layout.place_batch(batch, even=False)
         with promotion_scope(precision):
-            return eval_step(model, dict(batch))
+            return eval_step(model, dict(batch), on_host)
 
     return run
 
