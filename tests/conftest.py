@@ -3,6 +3,7 @@ and on a CPU-only machine XLA's backend optimisations off."""
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 
@@ -36,6 +37,29 @@ if SHARED_TIKTOKEN.is_dir():
 # `zoo train` run in-process would open the user's persistent compilation cache for the whole
 # test process; tests of the cache give their own folder (tests/train/test_compile_cache.py)
 os.environ.setdefault("ZOO_COMPILE_CACHE", "none")
+
+
+# XLA's CPU compiler maps memory for each program it compiles and keeps it while JAX caches the
+# program: a test worker running hundreds of tests passes the kernel's limit on mappings per
+# process (vm.max_map_count, 65530 by default) and its next compile crashes (SIGSEGV). Past
+# this many mappings, JAX's compiled programs are dropped between test modules.
+MAPPINGS_BEFORE_CLEARING = 30_000
+
+
+def _mappings() -> int:
+    try:
+        with open("/proc/self/maps", "rb") as maps:
+            return sum(1 for _ in maps)
+    except OSError:  # not Linux
+        return 0
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs():
+    yield
+    if _mappings() > MAPPINGS_BEFORE_CLEARING:
+        jax.clear_caches()
+        gc.collect()
 
 
 @pytest.fixture
