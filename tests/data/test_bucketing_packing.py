@@ -9,6 +9,7 @@ import pytest
 
 from zoo.data import (
     BucketedBatches,
+    DataConfig,
     DataError,
     Ragged,
     RandomBlocks,
@@ -17,6 +18,7 @@ from zoo.data import (
     packed_batches,
     unpack_blocks,
 )
+from zoo.data.options import fit_buckets, resolve_buckets
 
 
 def random_rows(num, longest, seed=0):
@@ -44,6 +46,49 @@ def test_default_buckets_are_powers_of_two():
     assert bucket_lengths(64, [40, 8, 40]) == (8, 40, 64)
     with pytest.raises(ValueError, match="exceeds max_len=64"):
         bucket_lengths(64, [128])
+
+
+def padded_positions(needed, lengths, multiple=8, max_len=None):
+    """Positions the examples of `needed` lengths pad to with bucket `lengths`."""
+    return sum(min(b for b in lengths if b >= x) for x in needed)
+
+
+def test_fitted_buckets_by_hand():
+    # ten examples of 10 tokens, ten of 30, one of 60: three lengths pad nothing past the
+    # multiple of 8, the last one is max_len
+    needed = [10] * 10 + [30] * 10 + [60]
+    assert fit_buckets(needed, max_len=128, count=3) == (16, 32, 64, 128)
+    # two lengths, the last 64 (the longest example): 32 and 64 pad to 20*32 + 64 = 704
+    # positions, 16 and 64 to 10*16 + 11*64 = 864
+    assert fit_buckets(needed, max_len=128, count=2) == (32, 64, 128)
+    assert fit_buckets(needed, max_len=128, count=1) == (64, 128)
+    assert fit_buckets([10] * 30 + [60] * 2, max_len=128, count=2) == (16, 64, 128)
+    assert fit_buckets([130, 3], max_len=100, count=4) == (8, 100)  # cut at max_len
+    assert fit_buckets([], max_len=100) == (100,)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_fitted_buckets_pad_the_least_of_any_choice(seed):
+    rng = np.random.default_rng(seed)
+    needed = rng.integers(1, 90, size=int(rng.integers(1, 60)))
+    count, max_len = int(rng.integers(1, 4)), int(rng.integers(90, 120))
+    fitted = fit_buckets(needed, max_len=max_len, count=count)
+    assert len(fitted) <= count + 1 and fitted[-1] == max_len
+    candidates = sorted({min(-(-int(x) // 8) * 8, max_len) for x in needed})
+    best = min(
+        padded_positions(needed, {*choice, candidates[-1]})
+        for size in range(count)
+        for choice in itertools.combinations(candidates, size)
+    )
+    assert padded_positions(needed, fitted) == best
+
+
+def test_auto_buckets_fall_back_to_powers_of_two_without_lengths():
+    assert resolve_buckets(128, "auto", None) == (16, 32, 64, 128)
+    assert resolve_buckets(128, "auto", np.array([20, 21, 70])) == (24, 72, 128)
+    assert resolve_buckets(128, None, np.array([20])) == (16, 32, 64, 128)
+    with pytest.raises(ValueError, match="give 'auto'"):
+        DataConfig(task="lm", buckets="fitted")
 
 
 def test_buckets_bound_shapes_and_cover_an_epoch():

@@ -110,7 +110,7 @@ def test_resume_with_other_optimizer_settings_is_refused(tmp_path, capsys):
     before = folder_bytes(out)
     changes = [("--lr", "0.1", "0.1", "0.003"), ("--warmup", "5", "5", "1"),
                ("--weight-decay", "0.5", "0.5", str(recorded["weight_decay"])),
-               ("--clip-norm", "0", "0.0", "1.0")]  # fmt: skip
+               ("--clip-norm", "0", "0.0", "1.0"), ("--buckets", "pow2", "pow2", "auto")]  # fmt: skip
     for flag, value, shown, started in changes:
         capsys.readouterr()
         assert main(command(data, out, 4, "--resume", flag, value)) == 2
@@ -120,3 +120,38 @@ def test_resume_with_other_optimizer_settings_is_refused(tmp_path, capsys):
             f"{started} ({out / 'train_args.json'}): "
         ) in err
         assert folder_bytes(out) == before
+
+
+def test_a_run_recorded_without_buckets_resumes_with_powers_of_two(tmp_path):
+    import argparse
+
+    from zoo.cli._run_dir import run_buckets
+
+    out = tmp_path / "run"
+    out.mkdir()
+
+    def given(buckets=None, resume=True):
+        return run_buckets(argparse.Namespace(buckets=buckets, resume=resume), out)
+
+    assert given() == "auto"  # a new run
+    (out / "train_args.json").write_text(json.dumps({"seed": 0}))  # before --buckets existed
+    assert (given(), given(resume=False), given("48,64")) == ("pow2", "auto", "48,64")
+    (out / "train_args.json").write_text(json.dumps({"seed": 0, "buckets": "auto"}))
+    assert given() == "auto"
+
+
+def test_buckets_flag_is_checked_and_reaches_the_data_options():
+    import argparse
+
+    import pytest
+
+    from zoo.cli._datasets import DataOptions, buckets_flag
+
+    assert buckets_flag(" 48, 64 ") == "48,64"
+    for bad in ("fitted", "0,8", "8,,16", "-8"):
+        with pytest.raises(argparse.ArgumentTypeError, match="give auto, pow2 or positive"):
+            buckets_flag(bad)
+    for flag, option in ((None, "auto"), ("auto", "auto"), ("pow2", None), ("48,64", (48, 64))):
+        assert (
+            DataOptions.from_args(argparse.Namespace(buckets=flag), batch_size=4).buckets == option
+        )

@@ -201,6 +201,7 @@ def chat_config(options: Any, *, template: str | None, **overrides: Any) -> Any:
         "batch_size": options.batch_size,
         "seed": options.seed,
         "tokenizer_options": tokenizer_options,
+        "buckets": getattr(options, "buckets", "auto"),
     }
     if options.max_len is not None:
         chosen["max_len"] = options.max_len

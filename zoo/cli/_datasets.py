@@ -58,6 +58,8 @@ class DataOptions:
     preference: bool = False  # --objective dpo, ...: prompt/chosen/rejected rows (_preference)
     max_prompt_len: int | None = None  # preference rows: most prompt tokens (its end kept)
     max_completion_len: int | None = None  # preference rows: most answer tokens (start kept)
+    # --buckets: padded lengths of unpacked rows; auto: fitted to the data, None: powers of two
+    buckets: str | tuple[int, ...] | None = "auto"
 
     def __post_init__(self) -> None:
         check_holdout(self.holdout)
@@ -74,6 +76,7 @@ class DataOptions:
         given["preference"] = getattr(args, "objective", None) in PREFERENCE_OBJECTIVES
         roles = parse_roles(getattr(args, "role", None))
         given["roles"] = None if roles is None else tuple(roles.items())
+        given["buckets"] = bucket_choice(getattr(args, "buckets", None))
         return cls(**(given | resolved))
 
 
@@ -222,12 +225,44 @@ def add_data_options(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--streaming", action="store_true", help="read the data as a stream")
     group.add_argument(
+        "--buckets",
+        type=buckets_flag,
+        default=None,
+        metavar="auto|pow2|N,N,...",
+        help="the lengths unpacked rows are padded to, one compiled step each: auto (default) "
+        "fits at most four to the data's lengths, pow2 takes 16, 32, 64, ... up to --max-len, "
+        "or list them (e.g. 48,64,96)",
+    )
+    group.add_argument(
         "--holdout",
         type=float,
         metavar="FRACTION",
         help="the share of train held out for validation when the data has no validation "
         "split (default 0.1; zoo eval: give the run's own)",
     )
+
+
+def buckets_flag(text: str) -> str:
+    """An argparse type: `--buckets` as written (auto, pow2 or comma-separated lengths),
+    refused when it is none of these."""
+    text = text.strip()
+    if text in ("auto", "pow2"):
+        return text
+    parts = [part.strip() for part in text.split(",")]
+    if not all(part.isdigit() and int(part) > 0 for part in parts):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give auto, pow2 or positive lengths separated by commas, e.g. 48,64,96"
+        )
+    return ",".join(parts)
+
+
+def bucket_choice(flag: str | None) -> str | tuple[int, ...] | None:
+    """The `buckets` option of `--buckets` (None, not given: auto)."""
+    if flag is None or flag == "auto":
+        return "auto"
+    if flag == "pow2":
+        return None
+    return tuple(int(part) for part in flag.split(","))
 
 
 def from_hf_options(options: DataOptions, flavor: str) -> dict[str, Any]:
@@ -242,6 +277,7 @@ def from_hf_options(options: DataOptions, flavor: str) -> dict[str, Any]:
         "num_classes": options.num_classes,
         "holdout": options.holdout,
     }
+    from_hf["buckets"] = options.buckets
     from_hf.update({name: value for name, value in columns.items() if value is not None})
     if flavor != "translator" and (options.source or options.target):
         raise ValueError("--source/--target name translation columns; use --text-column")

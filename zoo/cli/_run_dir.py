@@ -22,7 +22,7 @@ RECORDED = ("flavor", "preset", "init", "data", "seed", "schedule", "lr", "warmu
             "train_on", "pack", "template", "messages_column", "role", "holdout",
             # preference runs: `zoo eval` scores with the run's own loss and reference
             "objective", "beta", "reference", "dpo_label_smoothing", "simpo_gamma",
-            "max_prompt_len", "max_completion_len")  # fmt: skip
+            "max_prompt_len", "max_completion_len", "buckets")  # fmt: skip
 # Options --resume must not change, and why (a record without one, from an older run, is not
 # checked for it).
 FIXED_ON_RESUME = {
@@ -33,6 +33,7 @@ FIXED_ON_RESUME = {
     "warmup": "the learning rate would jump to another curve part way through the run",
     "weight_decay": "the optimizer would change part way through the run",
     "clip_norm": "the optimizer would change part way through the run",
+    "buckets": "the batches would be padded and grouped differently part way through the run",
 }
 
 
@@ -78,6 +79,20 @@ def check_resume(args: argparse.Namespace, out: Path, step: int | None) -> None:
     path = out / RUN_ARGS_FILE
     if path.is_file():
         _compare(args, _recorded(args), path, out)
+
+
+def run_buckets(args: argparse.Namespace, out: Path) -> str:
+    """`--buckets` as the run uses it: as given, else "auto", except on `--resume` of a run
+    recorded before the option existed (its `train_args.json` has no `buckets`), which padded to
+    powers of two: "pow2", so its batches go on as they were."""
+    if args.buckets is not None:
+        return args.buckets
+    path = out / RUN_ARGS_FILE
+    if getattr(args, "resume", False) and path.is_file():
+        saved = read_json_object(path, fix="it records how the run was started")
+        if "buckets" not in saved:
+            return "pow2"
+    return "auto"
 
 
 def record_run(

@@ -34,7 +34,13 @@ from zoo.cli._load import HUB
 from zoo.cli._lora import LoRASpec, finish_run, parse_lora, trained_prefixes, with_lora
 from zoo.cli._mesh import add_mesh_option
 from zoo.cli._mixing import Datasets, data_specs
-from zoo.cli._run_dir import check_out_dir, check_resume, record_run, resumed_tokenizer
+from zoo.cli._run_dir import (
+    check_out_dir,
+    check_resume,
+    record_run,
+    resumed_tokenizer,
+    run_buckets,
+)
 from zoo.cli._samples import with_samples
 from zoo.data.tokenizers.base import Tokenizer
 from zoo.distributed.hosts import is_writer
@@ -203,6 +209,7 @@ def plan(args: argparse.Namespace) -> TrainPlan:
         check_matplotlib()  # before training, not after it
     out = check_out_dir(args.out) if args.out is not None else Path()  # --show-data: unused
     tokenizer_given = args.tokenizer is not None  # before the preset's default fills it
+    args.buckets = run_buckets(args, out)
     filled = fill_defaults(args, args.preset or "", args.flavor)
     return TrainPlan(
         args=args,

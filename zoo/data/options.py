@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, cast
+
+import numpy as np
 
 TASKS = ("classification", "language_modeling", "translation")
 TASK_ALIASES = {
@@ -25,6 +27,11 @@ TASK_ALIASES = {
     "translator": "translation",
 }
 SMALLEST_BUCKET = 16
+# `buckets="auto"`: at most this many padded lengths, fitted to the data's lengths, each a
+# multiple of BUCKET_MULTIPLE (or max_len)
+AUTO_BUCKET_COUNT = 4
+BUCKET_MULTIPLE = 8
+AUTO = "auto"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,7 +49,9 @@ class DataConfig:
     train_split: str = "train"  # split to train on
     validation_split: str | None = None  # None: validation/valid/dev when present, else holdout
     holdout: float = 0.1  # fraction held out for validation when the data has no such split
-    buckets: Sequence[int] | None = None  # padded lengths; None: 16, 32, 64, ... up to max_len
+    buckets: Sequence[int] | str | None = (
+        AUTO  # padded lengths; auto: fitted to the data; None: 16, 32, 64, ...
+    )
     packing: bool = True  # LM: concatenate documents into blocks of max_len + 1 tokens
     random_blocks: bool = False  # LM: nanoGPT-style random offsets instead of shuffled blocks
     truncate: bool = True  # cut over-long examples (and log how many); False raises instead
@@ -83,7 +92,7 @@ class DataConfig:
             raise ValueError(f"shuffle_buffer must be >= 0, got {self.shuffle_buffer}")
         if self.steps_per_epoch is not None and self.steps_per_epoch < 1:
             raise ValueError(f"steps_per_epoch must be positive, got {self.steps_per_epoch}")
-        object.__setattr__(self, "buckets", bucket_lengths(self.max_len, self.buckets))
+        object.__setattr__(self, "buckets", check_buckets(self.max_len, self.buckets))
 
     @classmethod
     def from_options(cls, task: str, options: dict[str, Any]) -> DataConfig:
@@ -95,8 +104,76 @@ class DataConfig:
         return cls(task=task, **options)
 
 
+def check_buckets(max_len: int, buckets: Sequence[int] | str | None) -> tuple[int, ...] | str:
+    """`buckets` as a config keeps it: "auto" as it is (fitted once the lengths are known, by
+    `resolve_buckets`), else the sorted lengths of `bucket_lengths` (which refuses bad ones)."""
+    if isinstance(buckets, str):
+        if buckets != AUTO:
+            raise ValueError(
+                f"buckets={buckets!r}: give 'auto' (lengths fitted to the data), None (powers "
+                "of two from 16) or a list of padded lengths such as [32, 64, 96]"
+            )
+        return buckets
+    return bucket_lengths(max_len, buckets)
+
+
+def resolve_buckets(
+    max_len: int, buckets: Sequence[int] | str | None, needed: np.ndarray | None
+) -> tuple[int, ...]:
+    """The padded lengths to use: `fit_buckets` on the examples' `needed` lengths for "auto"
+    (powers of two where the lengths are not known in advance, `needed=None`: a stream), else
+    `bucket_lengths`."""
+    if buckets == AUTO:
+        if needed is None:
+            return bucket_lengths(max_len, None)
+        return fit_buckets(needed, max_len=max_len)
+    return bucket_lengths(max_len, cast("Sequence[int] | None", buckets))
+
+
+def fit_buckets(
+    needed: Sequence[int] | np.ndarray,
+    *,
+    max_len: int,
+    count: int = AUTO_BUCKET_COUNT,
+    multiple: int = BUCKET_MULTIPLE,
+) -> tuple[int, ...]:
+    """At most `count` padded lengths (multiples of `multiple`, none over `max_len`) that pad
+    examples of `needed` lengths the least in all, then `max_len`, so any longer example still
+    fits somewhere (an empty bucket costs nothing: no batch has its shape).
+
+    Each example pads to the shortest chosen length that holds it. An exact dynamic program over
+    the distinct rounded lengths: `best[k][j]` is the fewest padded positions of the examples up
+    to candidate `j` with `k + 1` lengths, the last of them candidate `j`.
+    """
+    # at most 512 candidates, so the program stays small for long contexts
+    step = multiple * max(1, max_len // (512 * multiple))
+    rounded = np.minimum(-(-np.maximum(np.asarray(needed, np.int64), 1) // step) * step, max_len)
+    if rounded.size == 0:
+        return (max_len,)
+    candidates, counts = np.unique(rounded, return_counts=True)
+    upto = np.cumsum(counts)  # examples at candidates 0..j
+    size = len(candidates)
+    best = candidates * upto  # one length: everything pads to candidates[j]
+    pointers = []
+    for _ in range(1, min(count, size)):
+        # the last length at j, the one before it at i < j
+        cost = best[:, None] + candidates[None, :] * (upto[None, :] - upto[:, None])
+        cost[np.tril_indices(size)] = np.iinfo(np.int64).max
+        previous = np.argmin(cost, axis=0)
+        lowest = cost[previous, np.arange(size)]
+        pointers.append(np.where(lowest < best, previous, -1))
+        best = np.minimum(lowest, best)
+    j = size - 1
+    lengths = [int(candidates[j])]
+    for back in reversed(pointers):
+        if back[j] >= 0:
+            j = int(back[j])
+            lengths.append(int(candidates[j]))
+    return tuple(sorted({*lengths, max_len}))
+
+
 def bucket_lengths(max_len: int, buckets: Sequence[int] | None) -> tuple[int, ...]:
-    """Sorted padded lengths, the last one `max_len`: powers of two from 16 by default."""
+    """Sorted padded lengths, the last one `max_len`: powers of two from 16 for None."""
     if buckets is None:
         lengths = []
         length = SMALLEST_BUCKET

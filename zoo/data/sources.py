@@ -25,8 +25,9 @@ from zoo.data.batches import Batch, BatchSource
 from zoo.data.bucketing import BucketedBatches
 from zoo.data.checks import DataError, check_labels, class_count, column_values, label_values
 from zoo.data.encode import Encoder, Field, encode_split
-from zoo.data.options import DataConfig
+from zoo.data.options import DataConfig, resolve_buckets
 from zoo.data.packing import RandomBlocks, packed_batches
+from zoo.data.ragged import Ragged
 from zoo.data.streaming import (
     StreamingBatches,
     encoded_examples,
@@ -83,10 +84,15 @@ def needed_columns(config: DataConfig) -> dict[str, str]:
     return needed
 
 
-def padded_lengths(config: DataConfig) -> tuple[int, ...]:
-    """Bucket lengths of the padded rows (an unpacked LM row holds one token more)."""
+def padded_lengths(config: DataConfig, encoded: dict[str, Ragged] | None) -> tuple[int, ...]:
+    """Bucket lengths of the padded rows (an unpacked LM row holds one token more): fitted to
+    the `encoded` examples for `buckets="auto"` (powers of two for a stream, `encoded=None`)."""
     extra = 1 if config.task == "language_modeling" else 0
-    return tuple(length + extra for length in config.buckets or ())
+    needed = None
+    if encoded is not None:
+        needed = np.max(np.stack([rows.lengths for rows in encoded.values()]), axis=0) - extra
+    lengths = resolve_buckets(config.max_len, config.buckets, needed)
+    return tuple(length + extra for length in lengths)
 
 
 def num_classes_of(config: DataConfig, train: datasets.Dataset | datasets.IterableDataset) -> int:
@@ -178,7 +184,7 @@ def memory_source(
         encoded,
         pad_ids={field.name: field.tokenizer.pad_id for field in fields},
         batch_size=config.batch_size,
-        bucket_lengths=padded_lengths(config),
+        bucket_lengths=padded_lengths(config, encoded),
         extras=extras,
         shuffle=training,
         seed=config.seed,
@@ -243,7 +249,7 @@ def stream_source(
             names=[field.name for field in fields],
             pad_ids={field.name: field.tokenizer.pad_id for field in fields},
             batch_size=config.batch_size,
-            bucket_lengths=padded_lengths(config),
+            bucket_lengths=padded_lengths(config, None),
             label_check=None if num_classes is None else (config.label_column, num_classes),
             drop_last=training,
         )

@@ -16,7 +16,7 @@ from typing import Any
 
 from zoo.data.chat.conversations import FORMATS, check_roles
 from zoo.data.chat.template import ChatTemplate
-from zoo.data.options import bucket_lengths
+from zoo.data.options import AUTO, check_buckets
 
 CHAT_FORMATS = ("auto", *FORMATS)
 # auto: completion for prompt/completion rows, assistant otherwise; assistant: every assistant
@@ -45,7 +45,9 @@ class ChatDataConfig:
     train_split: str = "train"  # the split of conversations to train on
     validation_split: str | None = None  # None: validation/valid/dev/val when present, else holdout
     holdout: float = 0.1  # fraction of train conversations held out when there is no validation
-    buckets: Sequence[int] | None = None  # unpacked: padded lengths; None: 16, 32, ... to max_len
+    buckets: Sequence[int] | str | None = (
+        AUTO  # unpacked: padded lengths; auto: fitted; None: 16, 32, ...
+    )
     truncate: bool = True  # cut over-long conversations (and log how many); False raises instead
     tokenizer_options: Mapping[str, Any] | None = None  # for build_tokenizer, e.g. {"min_freq": 2}
     roles: Mapping[str, str] | None = None  # speaker names -> roles, e.g. {"human": "user"}
@@ -98,9 +100,11 @@ class ChatDataConfig:
                 f"holdout must be a fraction in (0, 1), got {self.holdout}: e.g. 0.1 holds out "
                 "one conversation in ten"
             )
-        if self.buckets is not None:
-            bucket_lengths(self.max_len, self.buckets)  # raises for a bad or too long bucket
+        if self.buckets is not None and not isinstance(self.buckets, str):
+            check_buckets(self.max_len, self.buckets)  # raises for a bad or too long bucket
             object.__setattr__(self, "buckets", tuple(int(length) for length in self.buckets))
+        else:
+            check_buckets(self.max_len, self.buckets)
         if isinstance(self.template, str) and not self.template.strip():
             raise ValueError(
                 "template is empty: pass Jinja text, a ChatTemplate, or None for the model's own"
