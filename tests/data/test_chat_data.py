@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+from dataclasses import replace
 
 import datasets
 import numpy as np
@@ -87,10 +88,12 @@ def test_unpacked_batches_pad_each_conversation_to_a_bucket():
     examples = encode_conversations([HI] * 4, TOKENIZER)
     source = chat_batches(examples, pad_id=0, config=unpacked(2))
     batch = source.batch(0)
-    assert set(batch) == {"tokens", "loss_mask"}
+    assert set(batch) == {"tokens", "loss_mask", "loss_positions"}
     assert batch["tokens"].shape == (2, 33)  # 26 tokens: the bucket of 32 (+1 target)
     assert batch["tokens"][0].tolist() == HI_IDS + [0] * 7
     assert batch["loss_mask"][0].tolist() == HI_MASK + [0] * 7
+    # "Yo<eos>" are tokens 22-24: predicted at target positions 21-23; 3 rounds up to 8
+    assert batch["loss_positions"].tolist() == [[21, 22, 23] + [-1] * 5] * 2
     with pytest.raises(DataError, match="4 conversations, fewer than batch_size=8"):
         chat_batches(examples, pad_id=0, config=unpacked(8))
     with pytest.raises(DataError, match="pack into 2 rows of 65 tokens, fewer than"):
@@ -267,3 +270,25 @@ def test_the_older_keywords_of_chat_batches_and_chat_evaluation_still_work():
     assert sum(len(batch["tokens"]) for batch in every_batch(packed.batches)) == 5
     with pytest.raises(TypeError, match="unexpected keyword argument 'pack'"):
         chat_evaluation({"train": train}, TOKENIZER, pack=False)
+
+
+def test_unpacked_conversations_pad_to_lengths_fitted_to_them():
+    # HI is 26 tokens (25 read by the model, a bucket of 32), one with a longer question 32
+    # tokens (31 read: also 32); so one fitted length, then max_len, rows one token wider
+    longer = [{"role": "user", "content": "Hi" * 4}, {"role": "assistant", "content": "Yo"}]
+    examples = encode_conversations([HI, longer] * 4, TOKENIZER)
+    source = chat_batches(examples, pad_id=0, config=unpacked(2))
+    assert source.lengths == (33, 65)
+    assert {source.batch(step)["tokens"].shape for step in range(len(source))} == {(2, 33)}
+    powers = chat_batches(examples, pad_id=0, config=replace(unpacked(2), buckets=None))
+    assert powers.lengths == (17, 33, 65)
+
+
+def test_packed_rows_list_the_positions_they_score_where_few():
+    examples = encode_conversations([HI] * 4, TOKENIZER)
+    packed = chat_batches(examples, pad_id=0, config=ChatDataConfig(max_len=63, batch_size=2))
+    batch = packed.batch(0)  # two conversations a row of 64: targets 21-23 and 47-49
+    assert batch["loss_positions"].tolist() == [[21, 22, 23, 47, 48, 49, -1, -1]] * 2
+    # every token trained: the head runs on every position, no list
+    every = encode_conversations([HI] * 4, TOKENIZER, train_on="all")
+    assert "loss_positions" not in chat_batches(every, pad_id=0, config=unpacked(2)).batch(0)

@@ -10,7 +10,7 @@ all, and every epoch has `num_examples // batch_size` batches.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -31,6 +31,8 @@ class BucketedBatches:
             order.
         seed: the shuffling seed.
         drop_last: drop the last, smaller batch of an epoch (False keeps it, for evaluation).
+        finish: a function of each padded batch that returns it with more keys (e.g.
+            `zoo.data.positions.WithLossPositions`); the same for every batch of a length.
     """
 
     def __init__(
@@ -44,6 +46,7 @@ class BucketedBatches:
         shuffle: bool = True,
         seed: int = 0,
         drop_last: bool = True,
+        finish: Callable[[Batch], Batch] | None = None,
     ):
         sizes = {name: len(rows) for name, rows in sequences.items()}
         sizes |= {name: len(values) for name, values in (extras or {}).items()}
@@ -64,6 +67,7 @@ class BucketedBatches:
         self.shuffle = shuffle
         self.seed = seed
         self.drop_last = drop_last
+        self.finish = finish
         self.num_examples = num
         self.num_batches = num // batch_size if drop_last else -(-num // batch_size)
         self._plan_cache: tuple[int, list[tuple[int, np.ndarray]]] | None = None
@@ -99,7 +103,7 @@ class BucketedBatches:
             for name, seqs in self.sequences.items()
         }
         out |= {name: values[rows].astype(np.int32) for name, values in self.extras.items()}
-        return out
+        return out if self.finish is None else self.finish(out)
 
     def __iter__(self) -> Iterator[Batch]:
         """One epoch, in order of steps 0..len-1."""

@@ -46,6 +46,12 @@ def ids_checked_on_host(checked: bool = True) -> Iterator[None]:
         _IDS_CHECKED_ON_HOST.reset(token)
 
 
+def checked_on_host() -> bool:
+    """Whether the code being traced runs inside `ids_checked_on_host()`: its caller checks each
+    batch on the host, so checks on the device (host callbacks) are left out."""
+    return _IDS_CHECKED_ON_HOST.get()
+
+
 def check_token_ids(tokens: Int[Array, " seq"], vocab_size: int, what: str = "token") -> Array:
     """Raise (also under jit) if a token id is outside `[0, vocab_size)`.
 

@@ -15,6 +15,7 @@ the default, is `completion` for prompt/completion rows and `assistant` otherwis
 | `tokens` | `[batch, width]` | the model reads `tokens[:, :-1]` and predicts `tokens[:, 1:]` |
 | `loss_mask` | `[batch, width]` | 1 where the token is scored as a target; 0 on padding |
 | `segments` | `[batch, width]` | packed only: conversation number in the row (1, 2, ...), 0 on padding |
+| `loss_positions` | `[batch, capacity]` | the scored target positions, then -1, where they are few (`zoo.data.positions`) |
 
 Packed (the default), conversations are placed whole into rows of `max_len + 1` tokens, best
 fit, longest first; each attends only to itself, with positions from 0 (`GPT(tokens,
@@ -41,7 +42,14 @@ from zoo.data.chat.options import BATCHING_OPTIONS, TRAIN_ON, ChatDataConfig
 from zoo.data.chat.template import ChatTemplate
 from zoo.data.chat.tokens import encode_chat
 from zoo.data.errors import DataError
-from zoo.data.options import bucket_lengths
+from zoo.data.options import resolve_buckets
+from zoo.data.positions import (
+    LOSS_POSITIONS,
+    WithLossPositions,
+    capacity_for,
+    largest_count,
+    loss_positions,
+)
 from zoo.data.ragged import Ragged
 from zoo.data.tokenizers.base import Tokenizer
 from zoo.records import legacy_keywords
@@ -74,6 +82,18 @@ class ChatExamples:
         starts = self.loss_mask.offsets[:-1]
         first = self.loss_mask.flat[starts[self.loss_mask.lengths > 0]]
         return int(self.loss_mask.flat.sum() - first.sum())
+
+    @property
+    def most_trained(self) -> int:
+        """The most targets any one conversation scores (its first token is never one)."""
+        flat = np.asarray(self.loss_mask.flat) != 0
+        offsets = self.loss_mask.offsets
+        running = np.concatenate([[0], np.cumsum(flat)])
+        per_row = running[offsets[1:]] - running[offsets[:-1]]
+        nonempty = offsets[1:] > offsets[:-1]
+        first = np.zeros(len(per_row), np.int64)
+        first[nonempty] = flat[offsets[:-1][nonempty]]
+        return int((per_row - first).max(initial=0))
 
 
 def encode_conversations(
@@ -231,7 +251,8 @@ def chat_batches(
     """Batches of the conversations for `zoo.tasks.LanguageModeling` (see the module doc).
 
     Packed: rows of `max_len + 1` tokens. Unpacked: each conversation padded to a bucket
-    length + 1 (`buckets`, default 16, 32, ... up to `max_len`). Training batches are
+    length + 1 (`buckets`: by default at most four lengths fitted to the conversations'
+    lengths, see `zoo.data.options.fit_buckets`). Training batches are
     reshuffled every epoch from `(seed, epoch)`.
 
     Args:
@@ -258,6 +279,11 @@ def chat_batches(
                 "batch_size) or max_len, or give "
                 "more conversations"
             )
+        capacity = capacity_for(largest_count(arrays["loss_mask"], arrays["segments"]), max_len)
+        if capacity is not None:
+            arrays[LOSS_POSITIONS] = loss_positions(
+                arrays["loss_mask"], capacity, arrays["segments"]
+            )
         return ArrayBatches(arrays, batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last)
     if drop_last and len(examples) < batch_size:
         raise DataError(
@@ -265,7 +291,8 @@ def chat_batches(
             f"batch_size={batch_size}; lower the batch size (--batch-size, batch_size) or give "
             "more conversations"
         )
-    widths = [length + 1 for length in bucket_lengths(max_len, config.buckets)]
+    needed = examples.tokens.lengths - 1  # a row holds one token more than the model reads
+    widths = [length + 1 for length in resolve_buckets(max_len, config.buckets, needed)]
     return BucketedBatches(
         {"tokens": examples.tokens, "loss_mask": examples.loss_mask},
         pad_ids={"tokens": pad_id, "loss_mask": 0},
@@ -274,4 +301,5 @@ def chat_batches(
         shuffle=shuffle,
         seed=seed,
         drop_last=drop_last,
+        finish=WithLossPositions(examples.most_trained),
     )
