@@ -122,10 +122,10 @@ def test_resume_with_other_optimizer_settings_is_refused(tmp_path, capsys):
         assert folder_bytes(out) == before
 
 
-def test_a_run_recorded_without_buckets_resumes_with_powers_of_two(tmp_path):
+def test_a_run_recorded_before_buckets_resumes_with_powers_of_two_and_full_heads(tmp_path):
     import argparse
 
-    from zoo.cli._run_dir import run_buckets
+    from zoo.cli._run_dir import run_buckets, run_loss_positions
 
     out = tmp_path / "run"
     out.mkdir()
@@ -136,6 +136,9 @@ def test_a_run_recorded_without_buckets_resumes_with_powers_of_two(tmp_path):
     assert given() == "auto"  # a new run
     (out / "train_args.json").write_text(json.dumps({"seed": 0}))  # before --buckets existed
     assert (given(), given(resume=False), given("48,64")) == ("pow2", "auto", "48,64")
+    # nor listed the positions its chat batches score: its losses are summed as they were
+    assert not run_loss_positions(argparse.Namespace(resume=True), out)
+    assert run_loss_positions(argparse.Namespace(resume=False), out)
     (out / "train_args.json").write_text(json.dumps({"seed": 0, "buckets": "auto"}))
     assert given() == "auto"
 

@@ -202,6 +202,7 @@ def chat_config(options: Any, *, template: str | None, **overrides: Any) -> Any:
         "seed": options.seed,
         "tokenizer_options": tokenizer_options,
         "buckets": getattr(options, "buckets", "auto"),
+        "loss_positions": getattr(options, "loss_positions", True),
     }
     if options.max_len is not None:
         chosen["max_len"] = options.max_len

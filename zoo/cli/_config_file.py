@@ -22,7 +22,8 @@ from typing import Any
 
 CONFIG_RECORD = "train_config.yaml"  # the resolved config a run records in its folder
 # namespace entries that are not options of the run
-NOT_OPTIONS = ("run", "command", "config")
+# `loss_positions` is decided by `zoo train` itself (`zoo.cli._run_dir.run_loss_positions`)
+NOT_OPTIONS = ("run", "command", "config", "loss_positions")
 # where the namespace keeps the file's FLAVOR (a positional, given on the command line too)
 CONFIG_FLAVOR = "_config_flavor"
 # options that name files: recorded as absolute paths so the config reruns from anywhere

@@ -60,6 +60,8 @@ class DataOptions:
     max_completion_len: int | None = None  # preference rows: most answer tokens (start kept)
     # --buckets: padded lengths of unpacked rows; auto: fitted to the data, None: powers of two
     buckets: str | tuple[int, ...] | None = "auto"
+    # chat data: batches list the positions they score (False: resuming a run recorded before)
+    loss_positions: bool = True
 
     def __post_init__(self) -> None:
         check_holdout(self.holdout)

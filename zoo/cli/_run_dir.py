@@ -22,7 +22,7 @@ RECORDED = ("flavor", "preset", "init", "data", "seed", "schedule", "lr", "warmu
             "train_on", "pack", "template", "messages_column", "role", "holdout",
             # preference runs: `zoo eval` scores with the run's own loss and reference
             "objective", "beta", "reference", "dpo_label_smoothing", "simpo_gamma",
-            "max_prompt_len", "max_completion_len", "buckets")  # fmt: skip
+            "max_prompt_len", "max_completion_len", "buckets", "loss_positions")  # fmt: skip
 # Options --resume must not change, and why (a record without one, from an older run, is not
 # checked for it).
 FIXED_ON_RESUME = {
@@ -87,12 +87,21 @@ def run_buckets(args: argparse.Namespace, out: Path) -> str:
     powers of two: "pow2", so its batches go on as they were."""
     if args.buckets is not None:
         return args.buckets
+    return "pow2" if _recorded_without(args, out, "buckets") else "auto"
+
+
+def run_loss_positions(args: argparse.Namespace, out: Path) -> bool:
+    """Whether chat batches list the positions they score (`zoo.data.positions`): yes, but on
+    `--resume` of a run recorded before they did, whose losses it then sums as it did."""
+    return not _recorded_without(args, out, "loss_positions")
+
+
+def _recorded_without(args: argparse.Namespace, out: Path, name: str) -> bool:
+    """Whether this is a `--resume` of a run whose `train_args.json` has no `name`."""
     path = out / RUN_ARGS_FILE
-    if getattr(args, "resume", False) and path.is_file():
-        saved = read_json_object(path, fix="it records how the run was started")
-        if "buckets" not in saved:
-            return "pow2"
-    return "auto"
+    if not (getattr(args, "resume", False) and path.is_file()):
+        return False
+    return name not in read_json_object(path, fix="it records how the run was started")
 
 
 def record_run(

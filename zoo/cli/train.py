@@ -40,6 +40,7 @@ from zoo.cli._run_dir import (
     record_run,
     resumed_tokenizer,
     run_buckets,
+    run_loss_positions,
 )
 from zoo.cli._samples import with_samples
 from zoo.data.tokenizers.base import Tokenizer
@@ -210,6 +211,7 @@ def plan(args: argparse.Namespace) -> TrainPlan:
     out = check_out_dir(args.out) if args.out is not None else Path()  # --show-data: unused
     tokenizer_given = args.tokenizer is not None  # before the preset's default fills it
     args.buckets = run_buckets(args, out)
+    args.loss_positions = run_loss_positions(args, out)
     filled = fill_defaults(args, args.preset or "", args.flavor)
     return TrainPlan(
         args=args,

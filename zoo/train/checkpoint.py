@@ -3,7 +3,9 @@
 A checkpoint is a directory `step_00000400/` inside the checkpoint directory
 (`zoo.train.checkpoint_folder` says how it is named, completed, pruned and set aside):
 
-- `model.safetensors`: the model's arrays, named by their path (as `zoo.save` names them)
+- `model.safetensors`: the model's arrays, named by their path (as `zoo.save` names them); of a
+  run that trains part of its model (LoRA, `--freeze`), the trained arrays only: the frozen rest
+  is rebuilt on resume and recognised by its fingerprint (`zoo.train.frozen`)
 - `optimizer.safetensors`: the optimizer state's arrays, named by their path in the state
 - `state.json`: step, data position, RNG key, model flavor and config, anything extra, and the
   sha256 of each arrays file (`checksums`: a file changed after it was written is damaged)
@@ -57,6 +59,7 @@ from zoo.train.checkpoint_folder import (
     verify_checksums,
     write_state,
 )
+from zoo.train.frozen import FROZEN, FrozenArrays, check_frozen, frozen_extra, saved_arrays
 from zoo.train.sharded import (
     ARRAYS_DIR,
     ShardedWriter,
@@ -111,6 +114,7 @@ def save_checkpoint(
     extra: State | None = None,
     keep: int | None = 3,
     layout: Layout | None = None,
+    frozen: FrozenArrays | None = None,
 ) -> Path:
     """Write checkpoint `step` atomically into `directory`, then keep only the newest `keep`.
 
@@ -127,10 +131,13 @@ def save_checkpoint(
         extra: more JSON-able settings for `state.json` (the trainer's: task, precision, ...).
         keep: how many checkpoints to keep, the newest (None: all).
         layout: the mesh the arrays are sharded on (None: one device).
+        frozen: the arrays the run does not train (`zoo.train.frozen.frozen_arrays`), left out
+            and recorded by name and fingerprint (None: every array is saved).
     """
     if layout is not None:
         with ShardedWriter(directory, keep=keep, background=False) as writer:
-            return writer.save(step=step, model=model, opt_state=opt_state, key=key, extra=extra)
+            return writer.save(step=step, model=model, opt_state=opt_state, key=key, extra=extra,
+                               frozen=frozen)  # fmt: skip
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     final = directory / checkpoint_name(step)
@@ -138,10 +145,10 @@ def save_checkpoint(
     shutil.rmtree(staging, ignore_errors=True)  # left by a crash
     try:
         staging.mkdir()
-        save_safetensors(_host_arrays(named_arrays(model)), staging / MODEL_FILE)
+        save_safetensors(_host_arrays(saved_arrays(model, frozen)), staging / MODEL_FILE)
         save_safetensors(_host_arrays(state_arrays(opt_state)), staging / OPTIMIZER_FILE)
         sums = {CHECKSUMS: checksums(staging, (MODEL_FILE, OPTIMIZER_FILE))}
-        write_state(staging, checkpoint_state(step, model, key, extra) | sums)
+        write_state(staging, checkpoint_state(step, model, key, frozen_extra(extra, frozen)) | sums)
         publish(staging, final)
     except BaseException as error:
         shutil.rmtree(staging, ignore_errors=True)
@@ -192,7 +199,7 @@ def load_checkpoint(
     else:
         model_arrays, optimizer_arrays = _read_arrays(model_file), _read_arrays(optimizer_file)
         verify_checksums(path, meta)  # files that parse, yet changed after they were written
-    filled_model = fill(model, model_arrays, str(model_file))
+    filled_model = _fill_model(path, meta, model, model_arrays, str(model_file))
     try:
         filled_state = fill(opt_state, optimizer_arrays, str(optimizer_file))
     except ValueError as error:
@@ -205,6 +212,20 @@ def load_checkpoint(
     return Checkpoint(
         path=path, step=step, model=filled_model, opt_state=filled_state, key=saved_key, meta=meta
     )
+
+
+def _fill_model(
+    path: Path, meta: State, model: eqx.Module, arrays: Mapping[str, Slot], source: str
+) -> eqx.Module:
+    """`model` with the saved arrays; a checkpoint of the trained arrays only keeps the frozen
+    rest of `model`, once its fingerprint says it is the run's own (`zoo.train.frozen`)."""
+    if FROZEN not in meta:
+        return fill(model, arrays, source)
+    frozen = set(check_frozen(path, meta[FROZEN], model))
+    missing = sorted(set(named_arrays(model)) - frozen - set(arrays))
+    if missing:
+        raise CorruptCheckpoint(f"{Path(source).name} lacks the trained arrays {missing[:5]}")
+    return fill(model, arrays, source, partial=True)
 
 
 def _check_config(path: Path, meta: State, model: eqx.Module) -> None:

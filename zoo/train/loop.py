@@ -26,6 +26,7 @@ from zoo.serialize import model_config_dict
 from zoo.tasks.base import Stats
 from zoo.train import checkpoint as ckpt
 from zoo.train.evaluation import Summary, evaluate, summarise
+from zoo.train.frozen import FrozenArrays, frozen_arrays
 from zoo.train.history import History, MetricsLog, Progress, Row, clean
 from zoo.train.interrupts import HeldInterrupts, Terminated
 from zoo.train.loggers import Logger, LoggerSpec, open_loggers
@@ -128,6 +129,10 @@ class TrainingRun:
         # with many processes, process 0 alone writes the files the run shares
         self.writes = is_writer()
         self.arrays_writer: ShardedWriter | None = None  # on a mesh, made by the first save
+        # the arrays the optimizer leaves alone, left out of checkpoints (zoo.train.frozen)
+        self.frozen: FrozenArrays | None = None
+        if self.checkpoint_dir is not None:
+            self.frozen = frozen_arrays(trainer.optimizer, self.model)
         if resume:
             self._resume()
         self.log = MetricsLog(
@@ -345,6 +350,7 @@ class TrainingRun:
                 key=self.key,
                 extra=self._settings(),
                 keep=self.loop.keep,
+                frozen=self.frozen,
             )
         else:  # the arrays are in host memory now; they reach the disk while training goes on
             if self.arrays_writer is None:
@@ -355,6 +361,7 @@ class TrainingRun:
                 opt_state=self.opt_state,
                 key=self.key,
                 extra=self._settings(),
+                frozen=self.frozen,
             )
         # Only now: a write cut short (a second Ctrl-C) is written again by _save_on_interrupt.
         self.last_saved = self.done

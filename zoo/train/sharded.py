@@ -38,8 +38,8 @@ from zoo.train.checkpoint_folder import (
     state_arrays,
     write_state,
 )
+from zoo.train.frozen import FrozenArrays, frozen_extra, saved_arrays
 from zoo.train.pending import PendingWrite
-from zoo.tree import named_arrays
 
 ARRAYS_DIR = "arrays"  # the model's and the optimizer's arrays, written by orbax
 # array name -> where it goes (a sharding), for "model" and "optimizer"
@@ -88,8 +88,11 @@ class ShardedWriter:
         opt_state: PyTree,
         key: PRNGKeyArray,
         extra: State | None = None,
+        frozen: FrozenArrays | None = None,
     ) -> Path:
-        """Start writing checkpoint `step`; returns the path it will have once published."""
+        """Start writing checkpoint `step`; returns the path it will have once published.
+        `frozen` arrays are left out and recorded (`zoo.train.checkpoint.save_checkpoint`)."""
+
         self.wait_published()
         final = self.directory / checkpoint_name(step)
         # the same name on every process: they all write into it (orbax first waits for all)
@@ -98,11 +101,13 @@ class ShardedWriter:
             shutil.rmtree(staging, ignore_errors=True)  # left by a crash
             try:
                 staging.mkdir(parents=True)
-                write_state(staging, checkpoint_state(step, model, key, extra))
+                write_state(
+                    staging, checkpoint_state(step, model, key, frozen_extra(extra, frozen))
+                )
             except OSError as error:
                 shutil.rmtree(staging, ignore_errors=True)
                 raise disk_error(error, final) from None
-        arrays = {"model": named_arrays(model), "optimizer": state_arrays(opt_state)}
+        arrays = {"model": saved_arrays(model, frozen), "optimizer": state_arrays(opt_state)}
         self._checkpointer.save(staging / ARRAYS_DIR, arrays)
         self.pending = PendingWrite(final, lambda: self._finish(staging, final))
         if not self.background:

@@ -280,7 +280,7 @@ def chat_batches(
                 "more conversations"
             )
         capacity = capacity_for(largest_count(arrays["loss_mask"], arrays["segments"]), max_len)
-        if capacity is not None:
+        if capacity is not None and config.loss_positions:
             arrays[LOSS_POSITIONS] = loss_positions(
                 arrays["loss_mask"], capacity, arrays["segments"]
             )
@@ -301,5 +301,5 @@ def chat_batches(
         shuffle=shuffle,
         seed=seed,
         drop_last=drop_last,
-        finish=WithLossPositions(examples.most_trained),
+        finish=WithLossPositions(examples.most_trained) if config.loss_positions else None,
     )

@@ -24,7 +24,7 @@ CHAT_FORMATS = ("auto", *FORMATS)
 # all: every token.
 TRAIN_ON = ("auto", "assistant", "completion", "last", "all")
 # The old loose keywords of `chat_batches` that `ChatDataConfig` now carries.
-BATCHING_OPTIONS = ("batch_size", "max_len", "pack", "buckets", "seed")
+BATCHING_OPTIONS = ("batch_size", "max_len", "pack", "buckets", "seed")  # the legacy keywords
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,6 +49,9 @@ class ChatDataConfig:
         AUTO  # unpacked: padded lengths; auto: fitted; None: 16, 32, ...
     )
     truncate: bool = True  # cut over-long conversations (and log how many); False raises instead
+    loss_positions: bool = (
+        True  # batches list the positions they score where few (the head runs there)
+    )
     tokenizer_options: Mapping[str, Any] | None = None  # for build_tokenizer, e.g. {"min_freq": 2}
     roles: Mapping[str, str] | None = None  # speaker names -> roles, e.g. {"human": "user"}
     messages_column: str | None = (
