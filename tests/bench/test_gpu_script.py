@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.data.shared_paths import SHARED_DATA, needs_shared_data
 from zoo.bench.report import new_row
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -102,6 +103,29 @@ def test_dry_run_writes_rows_logs_failures_and_ends_with_the_table(tmp_path):
         .splitlines()[-1]
         .endswith(f"results in {tmp_path}, packed in {archive}")
     )
+
+
+@pytest.mark.slow
+@needs_shared_data
+@pytest.mark.skipif(importlib.util.find_spec("trl") is None, reason="needs trl (zoo[bench])")
+def test_the_finetune_row_runs_zoo_and_trl_on_random_weights(tmp_path):
+    data = str(SHARED_DATA / "rotten_tomatoes")
+    rows = "finetune 2 128 --random-preset llama-tiny --steps 2"
+    done = run_script("--dry-run", str(tmp_path / "gpu"), ZOO_GPU_PRESETS=rows, ZOO_GPU_DATA=data)
+    assert done.returncode == 0, done.stdout + done.stderr
+    results = tmp_path / "gpu"
+    found = steps(results)
+    assert found["finetune-2x128"] == ("ok", "")
+    (path,) = results.glob("finetune_peer-*-cpu.json")
+    measured = json.loads(path.read_text())
+    assert (measured["meta"]["weights"], measured["meta"]["precision"]) == (
+        "random llama-tiny", "fp32"
+    )  # fmt: skip
+    for side in ("zoo", "trl"):
+        assert measured[side]["seconds_per_step"] > 0 and measured[side]["peak_rss_mb"] > 0
+        assert measured[side]["device_peak_mb"] is None  # a CPU reports no device peak
+    summary = json.loads((results / "summary.json").read_text())
+    assert summary["finetune"][0].startswith("2x128 fp32, random llama-tiny: s/step zoo")
 
 
 def test_every_step_is_skipped_when_the_budget_is_spent(tmp_path):

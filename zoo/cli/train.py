@@ -437,4 +437,13 @@ def _summary(args: argparse.Namespace, model: eqx.Module, history: History) -> d
         "wall_seconds": info["wall_seconds"],
         "out": str(Path(args.out)),
         "checkpoint": info["checkpoint"],
+        # the accelerator's peak memory, where the device reports it (a GPU; None on a CPU)
+        "device_peak_mb": _device_peak_mb(),
     }
+
+
+def _device_peak_mb() -> float | None:
+    from zoo.bench.hardware import peak_memory
+
+    peak, _ = peak_memory()
+    return None if peak is None else round(peak / 2**20, 1)
