@@ -215,7 +215,11 @@ def load_checkpoint(
 
 
 def _fill_model(
-    path: Path, meta: State, model: eqx.Module, arrays: Mapping[str, Slot], source: str
+    path: Path,
+    meta: State,
+    model: eqx.Module,
+    arrays: Mapping[str, jax.Array | np.ndarray],
+    source: str,
 ) -> eqx.Module:
     """`model` with the saved arrays; a checkpoint of the trained arrays only keeps the frozen
     rest of `model`, once its fingerprint says it is the run's own (`zoo.train.frozen`)."""
