@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -193,3 +194,38 @@ def test_batch_errors_say_what_is_missing():
     bad["loss_mask"][1, 0] = 0
     with pytest.raises(ValueError, match="pair 1 of the batch has no chosen answer token"):
         Preference(PreferenceLoss(kind="orpo")).check_batch(bad, model)
+
+
+def test_answer_positions_give_the_same_log_probabilities_and_loss():
+    # long prompts, short answers: the batch lists the answers' positions (capacity 8 of 21)
+    pairs = [
+        PreferencePair([1, *range(3, 21)], [20, 2], [21, 22, 2]),
+        PreferencePair([1, *range(13, 19)], [23, 24, 25, 2], [26, 2]),
+    ]
+    model = zoo.create("llama-tiny", key=jax.random.key(0), vocab_size=32, max_positions=32)
+    listed = pair_arrays(pairs, pad_id=0)
+    full = pair_arrays(pairs, pad_id=0, positions=False)
+    assert listed["loss_positions"].shape == (2, 2, 8) and "loss_positions" not in full
+    # pair 0's chosen answer is tokens 19-20 of its row: predicted at target positions 18-19
+    assert listed["loss_positions"][0, 0].tolist() == [18, 19, -1, -1, -1, -1, -1, -1]
+    for a, b in zip(answer_logps(model, listed), answer_logps(model, full), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6)
+    task = Preference(PreferenceLoss(beta=0.3), reference="adapters")
+    adapted = zoo.lora.apply(model, rank=2, key=jax.random.key(3))
+
+    def gradients(batch):
+        def loss(model):
+            return task.statistics(model, batch).loss_sum
+
+        return eqx.filter_grad(loss)(adapted)
+
+    for a, b in zip(
+        jax.tree_util.tree_leaves(gradients(listed)), jax.tree_util.tree_leaves(gradients(full)),
+        strict=True,
+    ):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+    Preference(PreferenceLoss(), reference="adapters").check_batch(listed, model)
+    broken = {**listed, "loss_positions": listed["loss_positions"].copy()}
+    broken["loss_positions"][1, 0, 0] = -1
+    with pytest.raises(ValueError, match="leaves out target position 6 of row 2"):
+        Preference(PreferenceLoss(), reference="adapters").check_batch(broken, model)

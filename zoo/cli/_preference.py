@@ -111,6 +111,7 @@ def preference_run_data(dataset: Any, flavor: str, options: Any) -> tuple[Any, A
         max_completion_len=options.max_completion_len,
         batch_size=options.batch_size,
         seed=options.seed,
+        loss_positions=options.loss_positions,
     )
     tokenizer = options.tokenizer
     data = preference_data(dataset, tokenizer=tokenizer, config=config)

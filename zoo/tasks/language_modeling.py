@@ -9,10 +9,10 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray
+from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
-from zoo.nn.embedding import checked_on_host
 from zoo.tasks.base import Stats, Task, check_ids, example_keys, target_weights
+from zoo.tasks.positions import check_loss_positions, scored_only
 from zoo.tasks.router_losses import add_router_losses
 from zoo.tasks.vocab_loss import CHUNK_BYTES, vocab_statistics
 
@@ -95,62 +95,18 @@ class LanguageModeling(Task):
         config = model.config  # type: ignore[attr-defined]
         check_ids("tokens", batch["tokens"], config.vocab_size, config.max_positions, shifted=True)
         if "loss_positions" in batch:
-            check_loss_positions(batch, config.pad_id)
+            targets = batch["tokens"][:, 1:]
+            scored = (
+                np.ones(targets.shape, bool) if config.pad_id is None else targets != config.pad_id
+            )
+            if "segments" in batch:
+                scored &= batch["segments"][:, 1:] == batch["segments"][:, :-1]
+            if "loss_mask" in batch:
+                scored &= batch["loss_mask"][:, 1:] != 0
+            check_loss_positions(batch["loss_positions"], scored)
         for name in ("loss_mask", "segments"):
             if name in batch and batch[name].shape != batch["tokens"].shape:
                 raise ValueError(
                     f"batch[{name!r}] must have the shape of batch['tokens'] "
                     f"{batch['tokens'].shape}, got {batch[name].shape}"
                 )
-
-
-def scored_only(
-    features: Float[Array, "batch seq d_model"],
-    targets: Int[Array, "batch seq"],
-    weight: Bool[Array, "batch seq"],
-    positions: Int[Array, "batch capacity"],
-) -> tuple[Float[Array, "batch capacity d_model"], Int[Array, "batch capacity"], Array]:
-    """The features, targets and weights at `positions` (-1: none, weight 0). Refused on the
-    device (where the batch was not checked on the host) when a scored position is missing."""
-    listed = positions >= 0
-    index = jnp.where(listed, positions, 0)
-    picked = jnp.take_along_axis(weight, index, axis=1) & listed
-    if not checked_on_host():
-        picked = eqx.error_if(
-            picked,
-            jnp.sum(picked) != jnp.sum(weight),
-            "loss_positions leaves out a target position the loss scores; build it with "
-            "zoo.data.positions.loss_positions from the batch's loss_mask (and segments)",
-        )
-    return (
-        jnp.take_along_axis(features, index[..., None], axis=1),
-        jnp.take_along_axis(targets, index, axis=1),
-        picked,
-    )
-
-
-def check_loss_positions(batch: Mapping[str, np.ndarray], pad_id: int | None) -> None:
-    """Refuse `loss_positions` that leave out a target the loss scores (see `scored_only`)."""
-    tokens, positions = batch["tokens"], batch["loss_positions"]
-    targets = tokens[:, 1:]
-    scored = np.ones(targets.shape, bool) if pad_id is None else targets != pad_id
-    if "segments" in batch:
-        scored &= batch["segments"][:, 1:] == batch["segments"][:, :-1]
-    if "loss_mask" in batch:
-        scored &= batch["loss_mask"][:, 1:] != 0
-    if positions.max(initial=-1) >= targets.shape[1]:
-        raise ValueError(
-            f"batch['loss_positions'] holds {int(positions.max())}, past the last target "
-            f"position {targets.shape[1] - 1}; list target positions t (predicting token t + 1)"
-        )
-    listed = np.zeros(targets.shape, bool)
-    rows = np.broadcast_to(np.arange(len(positions))[:, None], positions.shape)
-    listed[rows[positions >= 0], positions[positions >= 0]] = True
-    missing = scored & ~listed
-    if missing.any():
-        row, column = np.argwhere(missing)[0]
-        raise ValueError(
-            f"batch['loss_positions'] leaves out target position {column} of row {row}, which "
-            "the loss scores; build it with zoo.data.positions.loss_positions from the batch's "
-            "loss_mask (and segments)"
-        )

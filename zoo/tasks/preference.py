@@ -8,10 +8,12 @@ A batch holds pairs of answers to one prompt, the chosen one first:
 | `loss_mask` | `int32[batch, 2, seq]` | 1 on the answer's tokens |
 | `lengths` | `int32[batch, 2]` | real tokens of each row (the rest is padding) |
 | `reference_logps` | `float32[batch, 2]` | optional: the reference model's answer log-probabilities |
+| `loss_positions` | `int32[batch, 2, capacity]` | optional: the answer's target positions, then -1 (`zoo.tasks.positions`) |
 
 Chosen and rejected rows go through the model as one batch of `2 * batch` rows (chosen rows
 first), and their answers' log-probabilities come from `zoo.tasks.vocab_loss` row by row, so no
-float32 `[tokens, vocab]` array is made. The loss is `zoo.tasks.PreferenceLoss`.
+float32 `[tokens, vocab]` array is made; with `loss_positions` the output head runs on the
+answers' positions only (the same log-probabilities). The loss is `zoo.tasks.PreferenceLoss`.
 
 Where the reference log-probabilities come from (`reference=`):
 
@@ -39,6 +41,7 @@ from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from zoo.nn.lora import is_lora
 from zoo.tasks.base import Stats, Task, check_ids, example_keys
+from zoo.tasks.positions import check_loss_positions, scored_only
 from zoo.tasks.preference_loss import PreferenceLoss, pair_losses
 from zoo.tasks.vocab_loss import vocab_statistics
 
@@ -89,9 +92,10 @@ def _row_statistics(
 
     features = jax.vmap(one)(inputs, example_keys(key, tokens.shape[0]))
     head = model.output_head  # type: ignore[attr-defined]
-    per_row = jax.vmap(lambda f, t, w: vocab_statistics(head, f, t, w))(
-        features, targets, answer & real
-    )
+    scored = (features, targets, answer & real)
+    if "loss_positions" in batch:
+        scored = scored_only(*scored, _rows(jnp.asarray(batch["loss_positions"])))
+    per_row = jax.vmap(lambda f, t, w: vocab_statistics(head, f, t, w))(*scored)
     chosen_nll = None
     if orpo:  # TRL's ORPO: the chosen rows' NLL over every real token, prompt included
         half = tokens.shape[0] // 2
@@ -122,6 +126,7 @@ class Preference(Task):
         "loss_mask": "[batch, 2, seq]",
         "lengths": "[batch, 2]",
     }
+    optional: ClassVar[dict[str, str]] = {"loss_positions": "[batch, 2, capacity]"}
 
     def __init__(self, loss: PreferenceLoss | None = None, *, reference: str = "batch"):
         if loss is not None and not isinstance(loss, PreferenceLoss):
@@ -218,6 +223,9 @@ class Preference(Task):
                 f"batch['lengths'] must be in [2, {tokens.shape[-1]}] (a prompt token and an "
                 f"answer token at least), got [{lengths.min()}, {lengths.max()}]"
             )
+        if "loss_positions" in batch:
+            real = np.arange(tokens.shape[-1] - 1) + 1 < lengths[..., None]
+            check_loss_positions(batch["loss_positions"], (batch["loss_mask"][..., 1:] != 0) & real)
         positions = np.arange(tokens.shape[-1])
         scored = (batch["loss_mask"] != 0) & (positions > 0) & (positions < lengths[..., None])
         empty = np.argwhere(~scored.any(axis=-1))

@@ -34,6 +34,7 @@ from zoo.data.chat.files import chat_template_for
 from zoo.data.chat.template import ChatTemplate
 from zoo.data.chat.tokens import encode_chat, encode_prompt
 from zoo.data.errors import DataError
+from zoo.data.positions import LOSS_POSITIONS, capacity_for, largest_count, loss_positions
 from zoo.data.tokenizers.base import Tokenizer
 from zoo.data.tokenizers.build import build_tokenizer
 
@@ -53,6 +54,9 @@ class PreferenceDataConfig:
     holdout: float = 0.1  # share of train pairs held out when there is no validation split
     train_split: str = "train"  # the split to train on
     validation_split: str | None = None  # the split to evaluate on (None: found or held out)
+    loss_positions: bool = (
+        True  # batches list the answers' positions where few (the head runs there)
+    )
 
     def __post_init__(self) -> None:
         for name in ("max_len", "max_prompt_len", "max_completion_len"):
@@ -192,9 +196,12 @@ def encode_pair(
     return PreferencePair(list(prompt), list(chosen), list(rejected))
 
 
-def pair_arrays(pairs: Sequence[PreferencePair], pad_id: int) -> dict[str, np.ndarray]:
+def pair_arrays(
+    pairs: Sequence[PreferencePair], pad_id: int, *, positions: bool = True
+) -> dict[str, np.ndarray]:
     """`tokens`, `loss_mask` (`int32[pairs, 2, seq]`) and `lengths` (`int32[pairs, 2]`), padded
-    on the right with `pad_id` to the longest row."""
+    on the right with `pad_id` to the longest row; with `positions`, also `loss_positions`
+    (`int32[pairs, 2, capacity]`, `zoo.data.positions`) where the answers are short enough."""
     length = max(len(p.prompt) + max(len(p.chosen), len(p.rejected)) for p in pairs)
     tokens = np.full((len(pairs), 2, length), pad_id, np.int32)
     mask = np.zeros((len(pairs), 2, length), np.int32)
@@ -205,7 +212,13 @@ def pair_arrays(pairs: Sequence[PreferencePair], pad_id: int) -> dict[str, np.nd
             tokens[row, side, : len(ids)] = ids
             mask[row, side, len(pair.prompt) : len(ids)] = 1
             lengths[row, side] = len(ids)
-    return {"tokens": tokens, "loss_mask": mask, "lengths": lengths}
+    arrays = {"tokens": tokens, "loss_mask": mask, "lengths": lengths}
+    rows = mask.reshape(-1, length)
+    capacity = capacity_for(largest_count(rows), length - 1)
+    if positions and capacity is not None:
+        listed = loss_positions(rows, capacity)
+        arrays[LOSS_POSITIONS] = listed.reshape(len(pairs), 2, capacity)
+    return arrays
 
 
 @dataclass(frozen=True)
@@ -281,10 +294,13 @@ def preference_data(
         validation = encode_rows(validation_rows, chosen_tokenizer, template=template,
                                  config=config)  # fmt: skip
     pad = chosen_tokenizer.pad_id
-    train_batches = ArrayBatches(pair_arrays(train, pad), config.batch_size, seed=config.seed)
+    listed = config.loss_positions
+    train_batches = ArrayBatches(pair_arrays(train, pad, positions=listed), config.batch_size,
+                                 seed=config.seed)  # fmt: skip
     validation_batches = None
     if validation:
-        validation_batches = ArrayBatches(pair_arrays(validation, pad), config.batch_size,
+        validation_batches = ArrayBatches(pair_arrays(validation, pad, positions=listed),
+                                          config.batch_size,
                                           shuffle=False, drop_last=False)  # fmt: skip
     counts = {config.train_split: len(train), validation_name: len(validation)}
     name = kind + (" (implicit prompt)" if implicit else "")
