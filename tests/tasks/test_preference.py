@@ -220,7 +220,8 @@ def test_answer_positions_give_the_same_log_probabilities_and_loss():
         return eqx.filter_grad(loss)(adapted)
 
     for a, b in zip(
-        jax.tree_util.tree_leaves(gradients(listed)), jax.tree_util.tree_leaves(gradients(full)),
+        jax.tree_util.tree_leaves(gradients(listed)),
+        jax.tree_util.tree_leaves(gradients(full)),
         strict=True,
     ):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)

@@ -57,7 +57,11 @@ def test_resume_onto_another_base_is_refused(tmp_path):
 
 def test_a_frozen_layer_is_left_out_of_the_checkpoint(tmp_path, tiny_gpt):
     optimizer = freeze(adamw(3e-3, warmup=1), "embeddings,layers:0")
-    trainer, data, key = Trainer(zoo.tasks.LanguageModeling(), optimizer, loop=LOOP), lm_batches(), jax.random.key(1)
+    trainer, data, key = (
+        Trainer(zoo.tasks.LanguageModeling(), optimizer, loop=LOOP),
+        lm_batches(),
+        jax.random.key(1),
+    )
     straight, _ = trainer.fit(tiny_gpt, data, steps=4, key=key, outputs=Outputs(tmp_path / "full"))
     run = tmp_path / "run"
     trainer.fit(tiny_gpt, data, steps=2, key=key, outputs=Outputs(run))
