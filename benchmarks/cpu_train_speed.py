@@ -106,6 +106,52 @@ def layer_study(rounds: int, layers: int = 4) -> dict[str, Any]:
     return found
 
 
+def matmul_study(tokens: int, rounds: int) -> dict[str, Any]:
+    """The train step's matrix products alone, XLA against PyTorch on the same threads: GFLOP/s
+    of `[tokens, in] x [in, out]` for smollm2-135m's projection and head shapes (weights stored
+    `[out, in]` and read transposed, as zoo's `Linear` and torch's `F.linear` both do), the best
+    of `rounds` rounds of 10 calls each. The ceiling a step made of these products can reach."""
+    import numpy as np
+    import torch
+
+    shapes = {"q/o proj": (576, 576), "k/v proj": (576, 192), "gate/up": (576, 1536),
+              "down": (1536, 576), "head": (576, 49152)}  # fmt: skip
+    found: dict[str, Any] = {}
+    product = jax.jit(lambda x, w: x @ w.T)
+    for name, (d_in, d_out) in shapes.items():
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((tokens, d_in), dtype=np.float32)
+        w = rng.standard_normal((d_out, d_in), dtype=np.float32)
+        flops = 2 * tokens * d_in * d_out
+        jx, jw, tx, tw = (
+            jax.numpy.asarray(x),
+            jax.numpy.asarray(w),
+            torch.from_numpy(x),
+            torch.from_numpy(w),
+        )
+        jax.block_until_ready(product(jx, jw))
+        torch.nn.functional.linear(tx, tw)
+        best = {"xla": float("inf"), "torch": float("inf")}
+        for _ in range(rounds):
+            start = time.perf_counter()
+            for _ in range(10):
+                jax.block_until_ready(product(jx, jw))
+            best["xla"] = min(best["xla"], (time.perf_counter() - start) / 10)
+            start = time.perf_counter()
+            for _ in range(10):
+                torch.nn.functional.linear(tx, tw)
+            best["torch"] = min(best["torch"], (time.perf_counter() - start) / 10)
+        found[name] = {
+            "shape": [tokens, d_in, d_out],
+            "xla_gflops": round(flops / best["xla"] / 1e9, 1),
+            "torch_gflops": round(flops / best["torch"] / 1e9, 1),
+        }
+        found[name]["xla_over_torch"] = round(
+            found[name]["xla_gflops"] / found[name]["torch_gflops"], 3
+        )
+    return found
+
+
 def load() -> float:
     return os.getloadavg()[0]
 
@@ -142,6 +188,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--layer-study", action="store_true", help="also time one SwiGLU layer's variants"
     )
+    parser.add_argument(
+        "--matmul-study", action="store_true",
+        help="also time the step's matrix products alone, XLA against PyTorch",
+    )  # fmt: skip
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     if (args.peer or args.profile) and not args.variants:
@@ -221,6 +271,11 @@ def main(argv: list[str] | None = None) -> None:
         results["layer_study"] = layer_study(args.rounds)
         for name, entry in results["layer_study"].items():
             print(f"layer study {name:>12}: {entry['median_s'] * 1e3:.0f} ms")
+    if args.matmul_study:
+        results["matmul_study"] = matmul_study(args.batch * args.seq, args.rounds)
+        for name, entry in results["matmul_study"].items():
+            print(f"matmul {name:>9} {entry['shape']}: XLA {entry['xla_gflops']} GFLOP/s, "
+                  f"torch {entry['torch_gflops']} ({entry['xla_over_torch']:.2f}x)")  # fmt: skip
     record = dict(
         benchmark="cpu_train_speed",
         date=started.isoformat(timespec="seconds"),
@@ -238,7 +293,7 @@ def main(argv: list[str] | None = None) -> None:
         results=results,
     )
     for name, result in results.items():
-        if name == "layer_study":
+        if name in ("layer_study", "matmul_study"):
             continue
         line = ", ".join(
             f"{kind} {value['median_s'] * 1e3:.0f} ms"

@@ -75,6 +75,8 @@ RUN = {
     ),
     # docs/benchmarks.md: the wheels a GPU machine lacks
     "mkdir -p .whl && cp ../shared/gpu-wheels/*.whl .whl/": (".whl",),
+    # docs/benchmarks.md: the data of the GPU suite's finetune row
+    "mkdir -p .gpu-data && cp -r ../shared/data/rotten_tomatoes .gpu-data/": (".gpu-data",),
 }
 
 CI = ".ci/run runs it (test_ci_runs_the_readme_commands_first)"
@@ -89,6 +91,8 @@ GGUF = "needs a real .gguf file, which a clone does not hold"
 TRANSCRIPT = "a transcript's record of the machine's load while it measured"
 
 NOT_RUN = {
+    # docs/benchmarks.md: TRL's wheel for the GPU machine (a download, used there only)
+    ".venv/bin/pip download --no-deps trl -d .whl": GPU,
     # docs/preference.md and its measured row in docs/results.md
     "zoo train gpt --init runs/sft --data json:pairs/ --objective dpo --beta 0.1 --steps 200 "
     "--batch-size 8 --lr 5e-6 --out runs/dpo": TRAINS,
