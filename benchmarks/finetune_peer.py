@@ -148,7 +148,8 @@ def run_zoo(args: argparse.Namespace, hf_dir: Path, work: Path) -> dict:
                "--steps", str(args.steps), "--batch-size", str(args.batch), "--lr", str(args.lr),
                "--schedule", "constant", "--warmup", "0", "--weight-decay", "0",
                "--max-len", str(args.max_len), "--precision", args.precision, "--eval-limit", "1",
-               "--log-every", "1", "--no-progress", "--json", "--out", str(out)]  # fmt: skip
+               "--log-every", "1", "--no-progress", "--json", "--out", str(out),
+               "--seed", str(args.seed), *args.zoo_option]  # fmt: skip
     if args.compile_cache:
         command += ["--compile-cache", args.compile_cache]
     done = timed_command(command)
@@ -220,7 +221,7 @@ def run_trl(args: argparse.Namespace, hf_dir: Path, work: Path) -> dict:
                str(work / "trl-run"), "--timings", str(timings), "--steps", str(args.steps),
                "--batch", str(args.batch), "--lr", str(args.lr), "--rank", str(args.rank),
                "--max-len", str(args.max_len), "--eval", str(args.eval), "--data", str(DATA),
-               "--precision", args.precision]  # fmt: skip
+               "--precision", args.precision, "--seed", str(args.seed)]  # fmt: skip
     done = timed_command(command)
     measured = json.loads(timings.read_text())
     split = {"load": measured["load"], "data": measured["data"], "compile": 0.0,
@@ -253,7 +254,7 @@ def trl_worker(args: argparse.Namespace) -> None:
                        max_length=args.max_len, packing=False, completion_only_loss=True,
                        save_strategy="no", report_to=[], logging_steps=10,
                        use_cpu=not torch.cuda.is_available(), bf16=args.precision == "bf16",
-                       dataloader_num_workers=0, seed=0)  # fmt: skip
+                       dataloader_num_workers=0, seed=args.seed)  # fmt: skip
     lora = LoraConfig(r=args.rank, lora_alpha=2 * args.rank, lora_dropout=0.0,
                       target_modules=TARGETS, task_type="CAUSAL_LM")  # fmt: skip
     trainer = SFTTrainer(model=model, args=config, train_dataset=datasets.Dataset.from_list(rows),
@@ -321,6 +322,9 @@ def main() -> None:
                         help="random weights of this zoo preset instead of the real checkpoint "
                         "(speed only; e.g. smollm2-135m)")  # fmt: skip
     parser.add_argument("--data", type=Path, default=DATA, help="the rotten_tomatoes folder")
+    parser.add_argument("--seed", type=int, default=0, help="both sides' seed (data order, init)")
+    parser.add_argument("--zoo-option", action="append", default=[], metavar="OPTION",
+                        help="one more zoo train option, e.g. --zoo-option=--buckets=pow2")  # fmt: skip
     parser.add_argument("--results", type=Path, default=RESULTS, help="where the JSON goes")
     parser.add_argument("--note", default="", help="recorded in the JSON (e.g. the machine)")
     parser.add_argument("--worker", choices=("trl", "zoo-accuracy"), help=argparse.SUPPRESS)
@@ -347,6 +351,7 @@ def main() -> None:
         "load_average_at_start": [round(value, 2) for value in load_average],
         "steps": args.steps, "batch": args.batch, "lr": args.lr, "rank": args.rank,
         "max_len": args.max_len, "eval_reviews": args.eval, "precision": args.precision,
+        "seed": args.seed, "zoo_options": args.zoo_option,
         "weights": f"random {args.random_preset}" if args.random_preset else "SmolLM2-135M-Instruct",
         "note": args.note, "versions": versions()}}  # fmt: skip
     with tempfile.TemporaryDirectory() as scratch:
