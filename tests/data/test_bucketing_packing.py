@@ -18,6 +18,7 @@ from zoo.data import (
     packed_batches,
     unpack_blocks,
 )
+from zoo.data.bucketing import drawn_batch_longest
 from zoo.data.options import fit_buckets, resolve_buckets
 
 
@@ -190,3 +191,26 @@ def test_random_blocks_are_windows_seeded_by_step():
     assert tokens.tolist() != source.batch(10)["tokens"].tolist()
     with pytest.raises(DataError, match="fewer than one block"):
         RandomBlocks(stream[:10], block_size=16, batch_size=4)
+
+
+def test_drawn_batches_mix_lengths_and_pad_to_their_longest_bucket():
+    rows = random_rows(203, 100)
+    source = bucketed(rows, group_by_length=False)
+    assert len(source) == 203 // 8
+    seen, mixed = [], 0
+    for step in range(len(source)):
+        batch = source.batch(step)
+        lengths = [len(rows.row(int(i))) for i in batch["labels"]]
+        width = batch["tokens"].shape[1]
+        assert width == min(b for b in (16, 32, 64, 100) if b >= max(lengths))
+        mixed += len({min(b for b in (16, 32, 64, 100) if b >= n) for n in lengths}) > 1
+        seen.extend(batch["labels"].tolist())
+    assert len(seen) == len(set(seen)) == 25 * 8 and mixed > 20  # one draw, most batches mixed
+    again = bucketed(rows, group_by_length=False)
+    np.testing.assert_array_equal(again.batch(30)["tokens"], source.batch(30)["tokens"])
+    assert not np.array_equal(source.batch(0)["labels"], source.batch(25)["labels"])  # epoch 2
+    # the buckets fitted to drawn batches hold their longest examples
+    longest = drawn_batch_longest(rows.lengths, 8, seed=3)
+    first = np.random.default_rng((3, 0)).permutation(203)[:8]  # epoch 0's first batch
+    assert len(longest) == 4 * 25 and longest[0] == rows.lengths[first].max()
+    assert [len(rows.row(int(i))) for i in source.batch(0)["labels"]] == rows.lengths[first].tolist()

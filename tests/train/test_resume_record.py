@@ -110,10 +110,12 @@ def test_resume_with_other_optimizer_settings_is_refused(tmp_path, capsys):
     before = folder_bytes(out)
     changes = [("--lr", "0.1", "0.1", "0.003"), ("--warmup", "5", "5", "1"),
                ("--weight-decay", "0.5", "0.5", str(recorded["weight_decay"])),
-               ("--clip-norm", "0", "0.0", "1.0"), ("--buckets", "pow2", "pow2", "auto")]  # fmt: skip
+               ("--clip-norm", "0", "0.0", "1.0"), ("--buckets", "pow2", "pow2", "auto"),
+               ("--group-by-length", None, "True", "False")]  # fmt: skip
     for flag, value, shown, started in changes:
         capsys.readouterr()
-        assert main(command(data, out, 4, "--resume", flag, value)) == 2
+        given = (flag,) if value is None else (flag, value)
+        assert main(command(data, out, 4, "--resume", *given)) == 2
         err = capsys.readouterr().err
         assert (
             f"--resume with {flag} {shown}, but the run in {out} was started with {flag} "
@@ -125,7 +127,7 @@ def test_resume_with_other_optimizer_settings_is_refused(tmp_path, capsys):
 def test_a_run_recorded_before_buckets_resumes_with_powers_of_two_and_full_heads(tmp_path):
     import argparse
 
-    from zoo.cli._run_dir import run_buckets, run_loss_positions
+    from zoo.cli._run_dir import run_buckets, run_group_by_length, run_loss_positions
 
     out = tmp_path / "run"
     out.mkdir()
@@ -139,6 +141,10 @@ def test_a_run_recorded_before_buckets_resumes_with_powers_of_two_and_full_heads
     # nor listed the positions its chat batches score: its losses are summed as they were
     assert not run_loss_positions(argparse.Namespace(resume=True), out)
     assert run_loss_positions(argparse.Namespace(resume=False), out)
+    # and grouped its batches by length
+    grouping = [run_group_by_length(argparse.Namespace(group_by_length=given, resume=resume), out)
+                for given, resume in ((None, True), (None, False), (False, True))]  # fmt: skip
+    assert grouping == [True, False, False]
     (out / "train_args.json").write_text(json.dumps({"seed": 0, "buckets": "auto"}))
     assert given() == "auto"
 

@@ -203,6 +203,7 @@ def chat_config(options: Any, *, template: str | None, **overrides: Any) -> Any:
         "tokenizer_options": tokenizer_options,
         "buckets": getattr(options, "buckets", "auto"),
         "loss_positions": getattr(options, "loss_positions", True),
+        "group_by_length": getattr(options, "group_by_length", False),
     }
     if options.max_len is not None:
         chosen["max_len"] = options.max_len

@@ -62,6 +62,8 @@ class DataOptions:
     buckets: str | tuple[int, ...] | None = "auto"
     # chat data: batches list the positions they score (False: resuming a run recorded before)
     loss_positions: bool = True
+    # unpacked rows: batches of one bucket's examples (--group-by-length) or drawn at random
+    group_by_length: bool = False
 
     def __post_init__(self) -> None:
         check_holdout(self.holdout)
@@ -79,6 +81,7 @@ class DataOptions:
         roles = parse_roles(getattr(args, "role", None))
         given["roles"] = None if roles is None else tuple(roles.items())
         given["buckets"] = bucket_choice(getattr(args, "buckets", None))
+        given["group_by_length"] = bool(getattr(args, "group_by_length", None))
         return cls(**(given | resolved))
 
 
@@ -236,6 +239,13 @@ def add_data_options(parser: argparse.ArgumentParser) -> None:
         "or list them (e.g. 48,64,96)",
     )
     group.add_argument(
+        "--group-by-length",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="unpacked rows: batches of examples of one bucket's length (less padding, less "
+        "random batches); default: batches drawn at random, padded to their longest's bucket",
+    )
+    group.add_argument(
         "--holdout",
         type=float,
         metavar="FRACTION",
@@ -280,6 +290,7 @@ def from_hf_options(options: DataOptions, flavor: str) -> dict[str, Any]:
         "holdout": options.holdout,
     }
     from_hf["buckets"] = options.buckets
+    from_hf["group_by_length"] = options.group_by_length
     from_hf.update({name: value for name, value in columns.items() if value is not None})
     if flavor != "translator" and (options.source or options.target):
         raise ValueError("--source/--target name translation columns; use --text-column")

@@ -22,7 +22,7 @@ RECORDED = ("flavor", "preset", "init", "data", "seed", "schedule", "lr", "warmu
             "train_on", "pack", "template", "messages_column", "role", "holdout",
             # preference runs: `zoo eval` scores with the run's own loss and reference
             "objective", "beta", "reference", "dpo_label_smoothing", "simpo_gamma",
-            "max_prompt_len", "max_completion_len", "buckets", "loss_positions")  # fmt: skip
+            "max_prompt_len", "max_completion_len", "buckets", "loss_positions", "group_by_length")  # fmt: skip
 # Options --resume must not change, and why (a record without one, from an older run, is not
 # checked for it).
 FIXED_ON_RESUME = {
@@ -34,6 +34,7 @@ FIXED_ON_RESUME = {
     "weight_decay": "the optimizer would change part way through the run",
     "clip_norm": "the optimizer would change part way through the run",
     "buckets": "the batches would be padded and grouped differently part way through the run",
+    "group_by_length": "the batches would be drawn differently part way through the run",
 }
 
 
@@ -88,6 +89,14 @@ def run_buckets(args: argparse.Namespace, out: Path) -> str:
     if args.buckets is not None:
         return args.buckets
     return "pow2" if _recorded_without(args, out, "buckets") else "auto"
+
+
+def run_group_by_length(args: argparse.Namespace, out: Path) -> bool:
+    """`--group-by-length` as the run uses it: as given, else False, except on `--resume` of a
+    run recorded before the option existed, which grouped its batches by length: True."""
+    if args.group_by_length is not None:
+        return bool(args.group_by_length)
+    return _recorded_without(args, out, "group_by_length")
 
 
 def run_loss_positions(args: argparse.Namespace, out: Path) -> bool:

@@ -40,6 +40,7 @@ from zoo.cli._run_dir import (
     record_run,
     resumed_tokenizer,
     run_buckets,
+    run_group_by_length,
     run_loss_positions,
 )
 from zoo.cli._samples import with_samples
@@ -212,6 +213,7 @@ def plan(args: argparse.Namespace) -> TrainPlan:
     tokenizer_given = args.tokenizer is not None  # before the preset's default fills it
     args.buckets = run_buckets(args, out)
     args.loss_positions = run_loss_positions(args, out)
+    args.group_by_length = run_group_by_length(args, out)
     filled = fill_defaults(args, args.preset or "", args.flavor)
     return TrainPlan(
         args=args,

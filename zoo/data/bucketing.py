@@ -1,11 +1,19 @@
 """Length bucketing: batches padded to one of a few lengths, so XLA compiles a few times.
 
-Every example goes to the shortest bucket that holds it (for a pair, its longer side decides and
-both sides pad to that length). Each epoch shuffles the examples inside every bucket, cuts the
-buckets into batches, and shuffles the order of the batches, all from `(seed, epoch)`: the batch
-at a step is a pure function of the step. The examples a bucket cannot fill a batch with move up
-to the next bucket (padded a little more), so an epoch drops fewer than `batch_size` examples in
-all, and every epoch has `num_examples // batch_size` batches.
+Two ways to form the batches, both a pure function of `(seed, epoch)` and the step:
+
+- `group_by_length=False` (the data configs' default): each epoch shuffles every example and
+  cuts the order into batches, as PyTorch's samplers do; a batch pads to the shortest bucket
+  that holds its longest example.
+- `group_by_length=True`: every example goes to the shortest bucket that holds it (for a pair,
+  its longer side decides and both sides pad to that length); each epoch shuffles the examples
+  inside every bucket, cuts the buckets into batches, and shuffles the order of the batches. The
+  examples a bucket cannot fill a batch with move up to the next bucket (padded a little more).
+  Less padding, but each batch holds examples of one length: on short fine-tunes this measured
+  worse held-out accuracy ([results](../docs/results.md)).
+
+Either way an epoch drops fewer than `batch_size` examples in all, and every epoch has
+`num_examples // batch_size` batches.
 """
 
 from __future__ import annotations
@@ -33,6 +41,8 @@ class BucketedBatches:
         drop_last: drop the last, smaller batch of an epoch (False keeps it, for evaluation).
         finish: a function of each padded batch that returns it with more keys (e.g.
             `zoo.data.positions.WithLossPositions`); the same for every batch of a length.
+        group_by_length: batches of one bucket's examples (True), or of examples drawn at
+            random, padded to their longest's bucket (False; see the module doc).
     """
 
     def __init__(
@@ -47,6 +57,7 @@ class BucketedBatches:
         seed: int = 0,
         drop_last: bool = True,
         finish: Callable[[Batch], Batch] | None = None,
+        group_by_length: bool = True,
     ):
         sizes = {name: len(rows) for name, rows in sequences.items()}
         sizes |= {name: len(values) for name, values in (extras or {}).items()}
@@ -58,6 +69,8 @@ class BucketedBatches:
                 f"an example has {int(longest.max())} tokens, more than the longest bucket "
                 f"({self.lengths[-1]}); truncate the examples or add a longer bucket"
             )
+        self.longest = longest
+        self.group_by_length = group_by_length
         bucket_of = np.searchsorted(np.asarray(self.lengths), longest, side="left")
         self.members = [np.flatnonzero(bucket_of == b) for b in range(len(self.lengths))]
         self.sequences = sequences
@@ -81,6 +94,10 @@ class BucketedBatches:
             return self._plan_cache[1]
         rng = np.random.default_rng((self.seed, epoch))
         batches: list[tuple[int, np.ndarray]] = []
+        if not self.group_by_length:
+            batches = self._drawn(rng)
+            self._plan_cache = (epoch, batches)
+            return batches
         carried = np.zeros(0, dtype=np.int64)
         for length, members in zip(self.lengths, self.members):
             pool = np.concatenate([carried, rng.permutation(members) if self.shuffle else members])
@@ -93,6 +110,17 @@ class BucketedBatches:
         if self.shuffle:
             batches = [batches[i] for i in rng.permutation(len(batches))]
         self._plan_cache = (epoch, batches)
+        return batches
+
+    def _drawn(self, rng: np.random.Generator) -> list[tuple[int, np.ndarray]]:
+        """One epoch of batches of examples in a random order (in order without `shuffle`),
+        each padded to the shortest bucket that holds its longest example."""
+        order = rng.permutation(len(self.longest)) if self.shuffle else np.arange(len(self.longest))
+        batches = []
+        for index in range(self.num_batches):
+            rows = order[index * self.batch_size : (index + 1) * self.batch_size]
+            where = int(np.searchsorted(np.asarray(self.lengths), self.longest[rows].max()))
+            batches.append((self.lengths[where], rows))
         return batches
 
     def batch(self, step: int) -> Batch:
@@ -108,3 +136,17 @@ class BucketedBatches:
     def __iter__(self) -> Iterator[Batch]:
         """One epoch, in order of steps 0..len-1."""
         return (self.batch(step) for step in range(self.num_batches))
+
+
+def drawn_batch_longest(
+    longest: np.ndarray, batch_size: int, seed: int, *, epochs: int = 4
+) -> np.ndarray:
+    """The longest example of each batch of `epochs` epochs drawn at random (as
+    `BucketedBatches(group_by_length=False)` draws them): what buckets fitted to such batches
+    should hold (`zoo.data.options.fit_buckets`)."""
+    found = []
+    for epoch in range(epochs):
+        order = np.random.default_rng((seed, epoch)).permutation(len(longest))
+        usable = len(order) // batch_size * batch_size or len(order)
+        found.append(longest[order[:usable]].reshape(-1, min(batch_size, usable)).max(axis=1))
+    return np.concatenate(found)

@@ -49,10 +49,9 @@ class DataConfig:
     train_split: str = "train"  # split to train on
     validation_split: str | None = None  # None: validation/valid/dev when present, else holdout
     holdout: float = 0.1  # fraction held out for validation when the data has no such split
-    buckets: Sequence[int] | str | None = (
-        AUTO  # padded lengths; auto: fitted to the data; None: 16, 32, 64, ...
-    )
+    buckets: Sequence[int] | str | None = AUTO  # padded lengths (auto: fitted; None: 16, 32, ...)
     packing: bool = True  # LM: concatenate documents into blocks of max_len + 1 tokens
+    group_by_length: bool = False  # unpacked: batches of one bucket (True) or drawn at random
     random_blocks: bool = False  # LM: nanoGPT-style random offsets instead of shuffled blocks
     truncate: bool = True  # cut over-long examples (and log how many); False raises instead
     seed: int = 0  # shuffling and holdout seed

@@ -22,7 +22,7 @@ import datasets
 import numpy as np
 
 from zoo.data.batches import Batch, BatchSource
-from zoo.data.bucketing import BucketedBatches
+from zoo.data.bucketing import BucketedBatches, drawn_batch_longest
 from zoo.data.checks import DataError, check_labels, class_count, column_values, label_values
 from zoo.data.encode import Encoder, Field, encode_split
 from zoo.data.options import DataConfig, resolve_buckets
@@ -91,6 +91,8 @@ def padded_lengths(config: DataConfig, encoded: dict[str, Ragged] | None) -> tup
     needed = None
     if encoded is not None:
         needed = np.max(np.stack([rows.lengths for rows in encoded.values()]), axis=0) - extra
+        if not config.group_by_length:  # random batches pad to their longest: fit to those
+            needed = drawn_batch_longest(needed, config.batch_size, config.seed)
     lengths = resolve_buckets(config.max_len, config.buckets, needed)
     return tuple(length + extra for length in lengths)
 
@@ -185,6 +187,7 @@ def memory_source(
         pad_ids={field.name: field.tokenizer.pad_id for field in fields},
         batch_size=config.batch_size,
         bucket_lengths=padded_lengths(config, encoded),
+        group_by_length=config.group_by_length,
         extras=extras,
         shuffle=training,
         seed=config.seed,

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from zoo.data.batches import ArrayBatches, BatchSource
-from zoo.data.bucketing import BucketedBatches
+from zoo.data.bucketing import BucketedBatches, drawn_batch_longest
 from zoo.data.chat.options import BATCHING_OPTIONS, TRAIN_ON, ChatDataConfig
 from zoo.data.chat.template import ChatTemplate
 from zoo.data.chat.tokens import encode_chat
@@ -292,6 +292,8 @@ def chat_batches(
             "more conversations"
         )
     needed = examples.tokens.lengths - 1  # a row holds one token more than the model reads
+    if not config.group_by_length:  # random batches pad to their longest: fit to those
+        needed = drawn_batch_longest(needed, batch_size, seed)
     widths = [length + 1 for length in resolve_buckets(max_len, config.buckets, needed)]
     return BucketedBatches(
         {"tokens": examples.tokens, "loss_mask": examples.loss_mask},
@@ -302,4 +304,5 @@ def chat_batches(
         seed=seed,
         drop_last=drop_last,
         finish=WithLossPositions(examples.most_trained) if config.loss_positions else None,
+        group_by_length=config.group_by_length,
     )

@@ -45,13 +45,10 @@ class ChatDataConfig:
     train_split: str = "train"  # the split of conversations to train on
     validation_split: str | None = None  # None: validation/valid/dev/val when present, else holdout
     holdout: float = 0.1  # fraction of train conversations held out when there is no validation
-    buckets: Sequence[int] | str | None = (
-        AUTO  # unpacked: padded lengths; auto: fitted; None: 16, 32, ...
-    )
+    buckets: Sequence[int] | str | None = AUTO  # unpacked: padded lengths (auto: fitted)
     truncate: bool = True  # cut over-long conversations (and log how many); False raises instead
-    loss_positions: bool = (
-        True  # batches list the positions they score where few (the head runs there)
-    )
+    loss_positions: bool = True  # list the positions scored, where few (the head runs there)
+    group_by_length: bool = False  # unpacked: batches of one bucket (True) or drawn at random
     tokenizer_options: Mapping[str, Any] | None = None  # for build_tokenizer, e.g. {"min_freq": 2}
     roles: Mapping[str, str] | None = None  # speaker names -> roles, e.g. {"human": "user"}
     messages_column: str | None = (

@@ -54,9 +54,7 @@ class PreferenceDataConfig:
     holdout: float = 0.1  # share of train pairs held out when there is no validation split
     train_split: str = "train"  # the split to train on
     validation_split: str | None = None  # the split to evaluate on (None: found or held out)
-    loss_positions: bool = (
-        True  # batches list the answers' positions where few (the head runs there)
-    )
+    loss_positions: bool = True  # list the answers' positions, where few (the head runs there)
 
     def __post_init__(self) -> None:
         for name in ("max_len", "max_prompt_len", "max_completion_len"):
