@@ -91,8 +91,6 @@ GGUF = "needs a real .gguf file, which a clone does not hold"
 TRANSCRIPT = "a transcript's record of the machine's load while it measured"
 
 NOT_RUN = {
-    # docs/benchmarks.md: TRL's wheel for the GPU machine (a download, used there only)
-    ".venv/bin/pip download --no-deps trl -d .whl": GPU,
     # docs/preference.md and its measured row in docs/results.md
     "zoo train gpt --init runs/sft --data json:pairs/ --objective dpo --beta 0.1 --steps 200 "
     "--batch-size 8 --lr 5e-6 --out runs/dpo": TRAINS,

@@ -18,7 +18,7 @@ from zoo.data import (
     packed_batches,
     unpack_blocks,
 )
-from zoo.data.bucketing import drawn_batch_longest
+from zoo.data.bucketing import DrawnBatches, drawn_batch_longest
 from zoo.data.options import fit_buckets, resolve_buckets
 
 
@@ -29,7 +29,7 @@ def random_rows(num, longest, seed=0):
     )
 
 
-def bucketed(rows, **overrides):
+def bucketed(rows, source=BucketedBatches, **overrides):
     options = dict(
         pad_ids={"tokens": 0},
         batch_size=8,
@@ -37,7 +37,7 @@ def bucketed(rows, **overrides):
         extras={"labels": np.arange(len(rows))},
         seed=3,
     )
-    return BucketedBatches({"tokens": rows}, **(options | overrides))
+    return source({"tokens": rows}, **(options | overrides))
 
 
 def test_default_buckets_are_powers_of_two():
@@ -195,7 +195,7 @@ def test_random_blocks_are_windows_seeded_by_step():
 
 def test_drawn_batches_mix_lengths_and_pad_to_their_longest_bucket():
     rows = random_rows(203, 100)
-    source = bucketed(rows, group_by_length=False)
+    source = bucketed(rows, DrawnBatches)
     assert len(source) == 203 // 8
     seen, mixed = [], 0
     for step in range(len(source)):
@@ -206,11 +206,13 @@ def test_drawn_batches_mix_lengths_and_pad_to_their_longest_bucket():
         mixed += len({min(b for b in (16, 32, 64, 100) if b >= n) for n in lengths}) > 1
         seen.extend(batch["labels"].tolist())
     assert len(seen) == len(set(seen)) == 25 * 8 and mixed > 20  # one draw, most batches mixed
-    again = bucketed(rows, group_by_length=False)
+    again = bucketed(rows, DrawnBatches)
     np.testing.assert_array_equal(again.batch(30)["tokens"], source.batch(30)["tokens"])
     assert not np.array_equal(source.batch(0)["labels"], source.batch(25)["labels"])  # epoch 2
     # the buckets fitted to drawn batches hold their longest examples
     longest = drawn_batch_longest(rows.lengths, 8, seed=3)
     first = np.random.default_rng((3, 0)).permutation(203)[:8]  # epoch 0's first batch
     assert len(longest) == 4 * 25 and longest[0] == rows.lengths[first].max()
-    assert [len(rows.row(int(i))) for i in source.batch(0)["labels"]] == rows.lengths[first].tolist()
+    assert [len(rows.row(int(i))) for i in source.batch(0)["labels"]] == rows.lengths[
+        first
+    ].tolist()

@@ -1,7 +1,7 @@
 """Tokenizers and data: text -> token ids -> fixed-shape batches.
 
 Tokenizers (`zoo.data.tokenizers`: `CharTokenizer`, `WordTokenizer`, `TiktokenTokenizer`,
-`PairTokenizer`, `build_tokenizer`), batch sources (`ArrayBatches`, `BucketedBatches`, packing,
+`PairTokenizer`, `build_tokenizer`), batch sources (`ArrayBatches`, `BucketedBatches`, `DrawnBatches`, packing,
 streaming), HuggingFace datasets in (`load_spec`, `from_hf`, options in `DataConfig`),
 conversations for instruction tuning (`zoo.data.chat`: chat templates, `encode_chat`,
 `chat_data`, options in `ChatDataConfig`) and evaluation metrics. The parts that need `datasets`
@@ -15,7 +15,7 @@ import importlib
 from typing import Any
 
 from zoo.data.batches import ArrayBatches, Batch, BatchSource
-from zoo.data.bucketing import BucketedBatches
+from zoo.data.bucketing import BucketedBatches, DrawnBatches
 from zoo.data.chat.batches import ChatExamples, chat_batches, encode_conversations
 from zoo.data.chat.conversations import conversation_messages, conversations, detect_format
 from zoo.data.chat.files import chat_template_for
@@ -66,6 +66,7 @@ __all__ = [
     "Batch",
     "BatchSource",
     "BucketedBatches",
+    "DrawnBatches",
     "CharTokenizer",
     "ChatDataConfig",
     "ChatExamples",

@@ -2,10 +2,10 @@
 
 Two ways to form the batches, both a pure function of `(seed, epoch)` and the step:
 
-- `group_by_length=False` (the data configs' default): each epoch shuffles every example and
-  cuts the order into batches, as PyTorch's samplers do; a batch pads to the shortest bucket
-  that holds its longest example.
-- `group_by_length=True`: every example goes to the shortest bucket that holds it (for a pair,
+- `DrawnBatches` (`group_by_length=False`, the data configs' default): each epoch shuffles every
+  example and cuts the order into batches, as PyTorch's samplers do; a batch pads to the
+  shortest bucket that holds its longest example.
+- `BucketedBatches` (`group_by_length=True`): every example goes to the shortest bucket that holds it (for a pair,
   its longer side decides and both sides pad to that length); each epoch shuffles the examples
   inside every bucket, cuts the buckets into batches, and shuffles the order of the batches. The
   examples a bucket cannot fill a batch with move up to the next bucket (padded a little more).
@@ -18,7 +18,7 @@ Either way an epoch drops fewer than `batch_size` examples in all, and every epo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
@@ -39,11 +39,12 @@ class BucketedBatches:
             order.
         seed: the shuffling seed.
         drop_last: drop the last, smaller batch of an epoch (False keeps it, for evaluation).
-        finish: a function of each padded batch that returns it with more keys (e.g.
-            `zoo.data.positions.WithLossPositions`); the same for every batch of a length.
-        group_by_length: batches of one bucket's examples (True), or of examples drawn at
-            random, padded to their longest's bucket (False; see the module doc).
+
+    The batches hold one bucket's examples each (`group_by_length=True`); `DrawnBatches` draws
+    them at random instead (see the module doc).
     """
+
+    group_by_length = True
 
     def __init__(
         self,
@@ -56,8 +57,6 @@ class BucketedBatches:
         shuffle: bool = True,
         seed: int = 0,
         drop_last: bool = True,
-        finish: Callable[[Batch], Batch] | None = None,
-        group_by_length: bool = True,
     ):
         sizes = {name: len(rows) for name, rows in sequences.items()}
         sizes |= {name: len(values) for name, values in (extras or {}).items()}
@@ -70,7 +69,6 @@ class BucketedBatches:
                 f"({self.lengths[-1]}); truncate the examples or add a longer bucket"
             )
         self.longest = longest
-        self.group_by_length = group_by_length
         bucket_of = np.searchsorted(np.asarray(self.lengths), longest, side="left")
         self.members = [np.flatnonzero(bucket_of == b) for b in range(len(self.lengths))]
         self.sequences = sequences
@@ -80,7 +78,6 @@ class BucketedBatches:
         self.shuffle = shuffle
         self.seed = seed
         self.drop_last = drop_last
-        self.finish = finish
         self.num_examples = num
         self.num_batches = num // batch_size if drop_last else -(-num // batch_size)
         self._plan_cache: tuple[int, list[tuple[int, np.ndarray]]] | None = None
@@ -131,11 +128,19 @@ class BucketedBatches:
             for name, seqs in self.sequences.items()
         }
         out |= {name: values[rows].astype(np.int32) for name, values in self.extras.items()}
-        return out if self.finish is None else self.finish(out)
+        return out
 
     def __iter__(self) -> Iterator[Batch]:
         """One epoch, in order of steps 0..len-1."""
         return (self.batch(step) for step in range(self.num_batches))
+
+
+class DrawnBatches(BucketedBatches):
+    """`BucketedBatches` whose batches are drawn at random from every example each epoch (in
+    order without `shuffle`), each padded to the shortest bucket that holds its longest example
+    (`group_by_length=False`, see the module doc). The same arguments."""
+
+    group_by_length = False
 
 
 def drawn_batch_longest(

@@ -16,6 +16,9 @@ the task also checks that every position it scores is listed).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 import numpy as np
 
 from zoo.data.batches import Batch
@@ -64,16 +67,30 @@ def loss_positions(
     return np.where(listed, order, -1).astype(np.int32)
 
 
-class WithLossPositions:
-    """A finishing step for `BucketedBatches`: adds `loss_positions` to each padded batch, with
-    a capacity fixed per padded length (the most scored targets of any row, `most`)."""
+class ListedPositions:
+    """The batches of `source` (padded language-modelling rows: `tokens`, `loss_mask`) with
+    `loss_positions` added, its capacity fixed per padded length from `most`, the most scored
+    targets of any row. Everything else (`len`, `lengths`, ...) is the source's."""
 
-    def __init__(self, most: int):
+    def __init__(self, source: Any, most: int):
+        self.source = source
         self.most = most
 
-    def __call__(self, batch: Batch) -> Batch:
+    def batch(self, step: int) -> Batch:
+        batch = self.source.batch(step)
         mask = batch["loss_mask"]
         capacity = capacity_for(self.most, mask.shape[1] - 1)
         if capacity is None:
             return batch
         return {**batch, LOSS_POSITIONS: loss_positions(mask, capacity, batch.get("segments"))}
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def __iter__(self) -> Iterator[Batch]:
+        return (self.batch(step) for step in range(len(self)))
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("source", "most"):  # not set yet (copying, unpickling)
+            raise AttributeError(name)
+        return getattr(self.source, name)

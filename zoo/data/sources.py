@@ -22,7 +22,7 @@ import datasets
 import numpy as np
 
 from zoo.data.batches import Batch, BatchSource
-from zoo.data.bucketing import BucketedBatches, drawn_batch_longest
+from zoo.data.bucketing import BucketedBatches, DrawnBatches, drawn_batch_longest
 from zoo.data.checks import DataError, check_labels, class_count, column_values, label_values
 from zoo.data.encode import Encoder, Field, encode_split
 from zoo.data.options import DataConfig, resolve_buckets
@@ -182,12 +182,12 @@ def memory_source(
     )  # fmt: skip
     if config.task == "language_modeling" and config.packing:
         return _packed(encoded["tokens"].flat, tokenizer, config, training, split_name)
-    return BucketedBatches(
+    batches = BucketedBatches if config.group_by_length else DrawnBatches
+    return batches(
         encoded,
         pad_ids={field.name: field.tokenizer.pad_id for field in fields},
         batch_size=config.batch_size,
         bucket_lengths=padded_lengths(config, encoded),
-        group_by_length=config.group_by_length,
         extras=extras,
         shuffle=training,
         seed=config.seed,

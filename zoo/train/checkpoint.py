@@ -59,7 +59,7 @@ from zoo.train.checkpoint_folder import (
     verify_checksums,
     write_state,
 )
-from zoo.train.frozen import FROZEN, FrozenArrays, check_frozen, frozen_extra, saved_arrays
+from zoo.train.frozen import FROZEN, check_frozen, saved_arrays
 from zoo.train.sharded import (
     ARRAYS_DIR,
     ShardedWriter,
@@ -114,7 +114,6 @@ def save_checkpoint(
     extra: State | None = None,
     keep: int | None = 3,
     layout: Layout | None = None,
-    frozen: FrozenArrays | None = None,
 ) -> Path:
     """Write checkpoint `step` atomically into `directory`, then keep only the newest `keep`.
 
@@ -131,13 +130,13 @@ def save_checkpoint(
         extra: more JSON-able settings for `state.json` (the trainer's: task, precision, ...).
         keep: how many checkpoints to keep, the newest (None: all).
         layout: the mesh the arrays are sharded on (None: one device).
-        frozen: the arrays the run does not train (`zoo.train.frozen.frozen_arrays`), left out
-            and recorded by name and fingerprint (None: every array is saved).
+
+    Where `extra` holds a `frozen` record (`zoo.train.frozen.frozen_extra`: the arrays the run
+    does not train, by name and fingerprint), those arrays are left out of `model.safetensors`.
     """
     if layout is not None:
         with ShardedWriter(directory, keep=keep, background=False) as writer:
-            return writer.save(step=step, model=model, opt_state=opt_state, key=key, extra=extra,
-                               frozen=frozen)  # fmt: skip
+            return writer.save(step=step, model=model, opt_state=opt_state, key=key, extra=extra)
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     final = directory / checkpoint_name(step)
@@ -145,10 +144,10 @@ def save_checkpoint(
     shutil.rmtree(staging, ignore_errors=True)  # left by a crash
     try:
         staging.mkdir()
-        save_safetensors(_host_arrays(saved_arrays(model, frozen)), staging / MODEL_FILE)
+        save_safetensors(_host_arrays(saved_arrays(model, extra)), staging / MODEL_FILE)
         save_safetensors(_host_arrays(state_arrays(opt_state)), staging / OPTIMIZER_FILE)
         sums = {CHECKSUMS: checksums(staging, (MODEL_FILE, OPTIMIZER_FILE))}
-        write_state(staging, checkpoint_state(step, model, key, frozen_extra(extra, frozen)) | sums)
+        write_state(staging, checkpoint_state(step, model, key, extra) | sums)
         publish(staging, final)
     except BaseException as error:
         shutil.rmtree(staging, ignore_errors=True)

@@ -107,12 +107,11 @@ def _take_flat(arrays: dict[str, jax.Array], picks: dict[str, jax.Array]) -> dic
     return {name: array.reshape(-1)[picks[name]] for name, array in arrays.items()}
 
 
-def saved_arrays(model: eqx.Module, frozen: FrozenArrays | None) -> dict[str, Slot]:
-    """The arrays of `model` a checkpoint holds: all, or those not `frozen`."""
+def saved_arrays(model: eqx.Module, extra: Mapping[str, Any] | None) -> dict[str, Slot]:
+    """The arrays of `model` a checkpoint holds: all, or those the `frozen` record of its state
+    (`extra`, see `frozen_extra`) does not name."""
     arrays = named_arrays(model)
-    if frozen is None:
-        return arrays
-    skipped = set(frozen.names)
+    skipped = set(((extra or {}).get(FROZEN) or {}).get("names") or ())
     return {name: array for name, array in arrays.items() if name not in skipped}
 
 

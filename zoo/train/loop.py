@@ -26,7 +26,7 @@ from zoo.serialize import model_config_dict
 from zoo.tasks.base import Stats
 from zoo.train import checkpoint as ckpt
 from zoo.train.evaluation import Summary, evaluate, summarise
-from zoo.train.frozen import FrozenArrays, frozen_arrays
+from zoo.train.frozen import FrozenArrays, frozen_arrays, frozen_extra
 from zoo.train.history import History, MetricsLog, Progress, Row, clean
 from zoo.train.interrupts import HeldInterrupts, Terminated
 from zoo.train.loggers import Logger, LoggerSpec, open_loggers
@@ -348,9 +348,8 @@ class TrainingRun:
                 model=self.model,
                 opt_state=self.opt_state,
                 key=self.key,
-                extra=self._settings(),
+                extra=frozen_extra(self._settings(), self.frozen),
                 keep=self.loop.keep,
-                frozen=self.frozen,
             )
         else:  # the arrays are in host memory now; they reach the disk while training goes on
             if self.arrays_writer is None:
@@ -360,8 +359,7 @@ class TrainingRun:
                 model=self.model,
                 opt_state=self.opt_state,
                 key=self.key,
-                extra=self._settings(),
-                frozen=self.frozen,
+                extra=frozen_extra(self._settings(), self.frozen),
             )
         # Only now: a write cut short (a second Ctrl-C) is written again by _save_on_interrupt.
         self.last_saved = self.done

@@ -38,7 +38,7 @@ from zoo.train.checkpoint_folder import (
     state_arrays,
     write_state,
 )
-from zoo.train.frozen import FrozenArrays, frozen_extra, saved_arrays
+from zoo.train.frozen import saved_arrays
 from zoo.train.pending import PendingWrite
 
 ARRAYS_DIR = "arrays"  # the model's and the optimizer's arrays, written by orbax
@@ -88,10 +88,9 @@ class ShardedWriter:
         opt_state: PyTree,
         key: PRNGKeyArray,
         extra: State | None = None,
-        frozen: FrozenArrays | None = None,
     ) -> Path:
         """Start writing checkpoint `step`; returns the path it will have once published.
-        `frozen` arrays are left out and recorded (`zoo.train.checkpoint.save_checkpoint`)."""
+        The frozen arrays `extra` names are left out (`zoo.train.checkpoint.save_checkpoint`)."""
 
         self.wait_published()
         final = self.directory / checkpoint_name(step)
@@ -101,13 +100,11 @@ class ShardedWriter:
             shutil.rmtree(staging, ignore_errors=True)  # left by a crash
             try:
                 staging.mkdir(parents=True)
-                write_state(
-                    staging, checkpoint_state(step, model, key, frozen_extra(extra, frozen))
-                )
+                write_state(staging, checkpoint_state(step, model, key, extra))
             except OSError as error:
                 shutil.rmtree(staging, ignore_errors=True)
                 raise disk_error(error, final) from None
-        arrays = {"model": saved_arrays(model, frozen), "optimizer": state_arrays(opt_state)}
+        arrays = {"model": saved_arrays(model, extra), "optimizer": state_arrays(opt_state)}
         self._checkpointer.save(staging / ARRAYS_DIR, arrays)
         self.pending = PendingWrite(final, lambda: self._finish(staging, final))
         if not self.background:

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from zoo.data.batches import ArrayBatches, BatchSource
-from zoo.data.bucketing import BucketedBatches, drawn_batch_longest
+from zoo.data.bucketing import BucketedBatches, DrawnBatches, drawn_batch_longest
 from zoo.data.chat.options import BATCHING_OPTIONS, TRAIN_ON, ChatDataConfig
 from zoo.data.chat.template import ChatTemplate
 from zoo.data.chat.tokens import encode_chat
@@ -45,7 +45,7 @@ from zoo.data.errors import DataError
 from zoo.data.options import resolve_buckets
 from zoo.data.positions import (
     LOSS_POSITIONS,
-    WithLossPositions,
+    ListedPositions,
     capacity_for,
     largest_count,
     loss_positions,
@@ -295,7 +295,7 @@ def chat_batches(
     if not config.group_by_length:  # random batches pad to their longest: fit to those
         needed = drawn_batch_longest(needed, batch_size, seed)
     widths = [length + 1 for length in resolve_buckets(max_len, config.buckets, needed)]
-    return BucketedBatches(
+    batches = (BucketedBatches if config.group_by_length else DrawnBatches)(
         {"tokens": examples.tokens, "loss_mask": examples.loss_mask},
         pad_ids={"tokens": pad_id, "loss_mask": 0},
         batch_size=batch_size,
@@ -303,6 +303,5 @@ def chat_batches(
         shuffle=shuffle,
         seed=seed,
         drop_last=drop_last,
-        finish=WithLossPositions(examples.most_trained) if config.loss_positions else None,
-        group_by_length=config.group_by_length,
     )
+    return ListedPositions(batches, examples.most_trained) if config.loss_positions else batches
