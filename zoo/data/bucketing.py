@@ -113,12 +113,12 @@ class BucketedBatches:
         """One epoch of batches of examples in a random order (in order without `shuffle`),
         each padded to the shortest bucket that holds its longest example."""
         order = rng.permutation(len(self.longest)) if self.shuffle else np.arange(len(self.longest))
-        batches = []
-        for index in range(self.num_batches):
-            rows = order[index * self.batch_size : (index + 1) * self.batch_size]
-            where = int(np.searchsorted(np.asarray(self.lengths), self.longest[rows].max()))
-            batches.append((self.lengths[where], rows))
-        return batches
+        cuts = [
+            order[i * self.batch_size : (i + 1) * self.batch_size] for i in range(self.num_batches)
+        ]
+        longest = [self.longest[rows].max() for rows in cuts]
+        where = np.searchsorted(np.asarray(self.lengths), longest)
+        return [(self.lengths[int(w)], rows) for w, rows in zip(where, cuts, strict=True)]
 
     def batch(self, step: int) -> Batch:
         epoch, index = divmod(step, self.num_batches)

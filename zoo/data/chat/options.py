@@ -100,11 +100,9 @@ class ChatDataConfig:
                 f"holdout must be a fraction in (0, 1), got {self.holdout}: e.g. 0.1 holds out "
                 "one conversation in ten"
             )
+        check_buckets(self.max_len, self.buckets)  # raises for a bad or too long bucket
         if self.buckets is not None and not isinstance(self.buckets, str):
-            check_buckets(self.max_len, self.buckets)  # raises for a bad or too long bucket
             object.__setattr__(self, "buckets", tuple(int(length) for length in self.buckets))
-        else:
-            check_buckets(self.max_len, self.buckets)
         if isinstance(self.template, str) and not self.template.strip():
             raise ValueError(
                 "template is empty: pass Jinja text, a ChatTemplate, or None for the model's own"
