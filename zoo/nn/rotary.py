@@ -185,8 +185,8 @@ class Rope:
         if kind in ("linear", "llama3"):
             fields["factor"] = float(params["factor"])
         if fields["scaling"] == "longrope":
-            fields["short_factor"] = tuple(params["short_factor"])
-            fields["long_factor"] = tuple(params["long_factor"])
+            fields["short_factor"] = tuple(float(v) for v in params["short_factor"])
+            fields["long_factor"] = tuple(float(v) for v in params["long_factor"])
             original = int(params["original_max_position_embeddings"])
             fields["original_max_positions"] = original
             # transformers: the factor defaults to max_position_embeddings / original
