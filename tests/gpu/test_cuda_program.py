@@ -6,8 +6,8 @@ and each path (bf16 train step, forward, greedy decoding, beam search, a step on
 program is lowered for CUDA as an H100 would compile it (`cuda_program.py`), and the test reads
 the cuDNN fused-attention calls in it: forward and backward, each causal, padded or both, and
 no mask turned into an additive bias. Where cuDNN cannot serve a call (a window after a cache
-fill known only at run time, T5's bias on a single query), the call runs XLA's attention and
-the log says so once.
+fill known only at run time), the call runs XLA's attention and the log says so once. Odd
+lengths, which cuDNN's training rule refuses, are padded to even ones.
 
 These are the checks that would have caught the first H100 run's crash (main at ddc6d28: a
 boolean mask handed to cuDNN under `jax.vmap` raised a TypeError for every masked model);
@@ -38,7 +38,8 @@ from zoo.decoding.beam import beam_search, repeat_rows
 from zoo.decoding.generate import gpt_step, start_gpt_decoding
 from zoo.decoding.loop import Stopping
 from zoo.decoding.translate import start_translation, translator_step
-from zoo.nn import kernel
+from zoo.nn import KernelOptions, Mask, kernel
+from zoo.nn.attention import dot_product_attention
 from zoo.train import cast_floating
 
 reason = lowering_unavailable()
@@ -216,8 +217,8 @@ DECODE_KINDS = {
     "llama-gqa-window": ({"CAUSAL"}, True),
     # self-attention over the filled cache, cross-attention over the real source tokens
     "translator-padded": ({"PADDING"}, False),
-    # T5's bias on a single query (an odd length) is refused: self-attention runs XLA's
-    "t5": ({"PADDING"}, True),
+    # T5's bias on a single query: padded to two queries, so cuDNN serves it too
+    "t5": ({"PADDING"}, False),
 }
 
 
@@ -242,6 +243,38 @@ def test_decoding_runs_cudnn_where_it_can_and_says_where_it_cannot(family, beams
     messages = [record.getMessage() for record in caplog.records]
     assert bool(messages) == falls_back, messages
     assert all("running XLA's attention" in message for message in messages)
+
+
+# (queries, keys, mask) whose odd lengths JAX's cuDNN training rule refuses ("Unsupported
+# sequence length"): the second H200 run's failure (a decoding step differentiated)
+ODD_LENGTHS = {
+    "causal-7": (7, 7, lambda: Mask(causal=True), "CAUSAL"),
+    "causal-7-padded": (7, 7, lambda: Mask(causal=True, key_length=jnp.int32(5)), "PADDING_CAUSAL"),
+    "decode-1-over-192": (1, 192, lambda: Mask(causal=True, offset=jnp.int32(100)), "PADDING"),
+    "cross-8-over-9": (8, 9, lambda: Mask(key_length=jnp.int32(5)), "PADDING"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ODD_LENGTHS))
+def test_odd_lengths_train_with_cudnn(case):
+    """The gradient of a cuDNN call of odd lengths lowers, forward and backward on cuDNN: the
+    operands are padded to even lengths and the key lengths leave the added key out."""
+    seq, kv_seq, mask, mask_type = ODD_LENGTHS[case]
+
+    def one(query, key, value):
+        output, _ = dot_product_attention(query, key, value, mask(), options=KernelOptions("cudnn"))
+        return output
+
+    def loss(query, key, value):
+        return jnp.sum(jax.vmap(one)(query, key, value).astype(jnp.float32))
+
+    query = jax.ShapeDtypeStruct((2, seq, 4, 64), jnp.bfloat16)
+    key = jax.ShapeDtypeStruct((2, kv_seq, 4, 64), jnp.bfloat16)
+    text = cuda_text(jax.grad(loss, argnums=(0, 1, 2)), query, key, key)
+    assert {call.kind for call in fused_calls(text)} == {
+        (FORWARD, mask_type),
+        (BACKWARD, mask_type),
+    }
 
 
 @pytest.mark.distributed

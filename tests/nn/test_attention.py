@@ -207,3 +207,57 @@ def test_kv_cache_write_places_rows():
     stacked = KVCache.empty(5, 1, 2, layers=3)
     assert stacked.keys.shape == (3, 5, 1, 2) and stacked.capacity == 5
     assert stacked.layer(1).keys.shape == (5, 1, 2)
+
+
+@pytest.mark.parametrize(
+    "seq, kv_seq, causal, key_length, with_bias",
+    [
+        (7, 7, True, None, False),  # a causal batch of odd length
+        (1, 9, False, 6, False),  # a decoding step over a cache of odd size
+        (6, 9, False, 4, True),  # cross-attention with T5's bias
+        (5, 8, False, None, True),  # odd queries only
+        (4, 9, False, None, False),  # odd keys, no lengths: the added key must be left out
+    ],
+)
+def test_the_padding_to_even_lengths_keeps_outputs_and_gradients(
+    seq, kv_seq, causal, key_length, with_bias
+):
+    """cuDNN's training rule needs even lengths; `_even_lengths` pads the operands and the
+    key lengths leave the added key out. The padded call (XLA's kernel, sliced back) gives the
+    unpadded call's outputs and gradients."""
+    from zoo.nn.kernel import _even_lengths
+
+    keys = jax.random.split(jax.random.key(3), 5)
+    query = jax.random.normal(keys[0], (seq, 2, 8))
+    key = jax.random.normal(keys[1], (kv_seq, 2, 8))
+    value = jax.random.normal(keys[2], (kv_seq, 2, 8))
+    bias = jax.random.normal(keys[3], (2, seq, kv_seq)) if with_bias else None
+    cotangent = jax.random.normal(keys[4], (seq, 2, 8))
+    lengths = None if key_length is None else jnp.array([key_length], jnp.int32)
+
+    def attend(query, key, value, bias, lengths):
+        return jax.nn.dot_product_attention(
+            query[None],
+            key[None],
+            value[None],
+            bias=None if bias is None else bias[None],
+            is_causal=causal,
+            key_value_seq_lengths=lengths,
+            implementation="xla",
+        )[0]
+
+    def plain(query, key, value, bias):
+        return jnp.sum(attend(query, key, value, bias, lengths) * cotangent)
+
+    def padded(query, key, value, bias):
+        q, k, v, b, n = _even_lengths(query, key, value, bias, lengths, causal=causal)
+        assert q.shape[0] % 2 == 0 and k.shape[0] % 2 == 0
+        return jnp.sum(attend(q, k, v, b, n)[:seq] * cotangent)
+
+    for expected, found in zip(
+        jax.value_and_grad(plain, argnums=(0, 1, 2))(query, key, value, bias),
+        jax.value_and_grad(padded, argnums=(0, 1, 2))(query, key, value, bias),
+        strict=True,
+    ):
+        for want, got in zip(jax.tree.leaves(expected), jax.tree.leaves(found), strict=True):
+            np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5, rtol=1e-5)

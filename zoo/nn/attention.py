@@ -166,7 +166,6 @@ def dot_product_attention(
         query=query,
         key=key,
         mask_arguments=arguments,
-        has_score_bias=score_bias is not None,
         return_weights=return_weights,
         dropout_active=options.dropout_active,
         softcap=options.softcap is not None,

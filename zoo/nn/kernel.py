@@ -105,7 +105,6 @@ def choose_kernel(
     query: jax.Array,
     key: jax.Array,
     mask_arguments: KernelArguments | None,
-    has_score_bias: bool,
     return_weights: bool = False,
     dropout_active: bool = False,
     softcap: bool = False,
@@ -119,10 +118,9 @@ def choose_kernel(
             for bf16/fp16 on a GPU where it can serve the call, else XLA), "explicit", "xla" or
             "cudnn" ask for one.
         query: the call's queries (their dtype and head size decide for cuDNN).
-        key: the call's keys (their length, with a score bias).
+        key: the call's keys.
         mask_arguments: the mask in the kernels' terms, or None where it needs an array
             (`zoo.nn.Mask.kernel_arguments`).
-        has_score_bias: whether a score bias is added (T5's relative positions).
         return_weights: whether the call returns the attention weights.
         dropout_active: whether the call drops attention weights.
         softcap: whether the scores are soft-capped (Gemma 2), which no fused kernel does.
@@ -150,24 +148,20 @@ def choose_kernel(
         if implementation == "cudnn":
             say_once(f"cuDNN attention needs an NVIDIA GPU; running XLA's attention on {platform}")
         return "xla"
-    refusal = cudnn_refusal(query, key, mask_arguments, has_score_bias)
+    refusal = cudnn_refusal(query, mask_arguments)
     if refusal is None:
         return "cudnn"
     say_once(f"cuDNN attention cannot serve this call ({refusal}); running XLA's attention")
     return "xla"
 
 
-def cudnn_refusal(
-    query: jax.Array,
-    key: jax.Array,
-    mask_arguments: KernelArguments | None,
-    has_score_bias: bool,
-) -> str | None:
+def cudnn_refusal(query: jax.Array, mask_arguments: KernelArguments | None) -> str | None:
     """Why cuDNN's fused attention cannot run this call, or None if it can.
 
     The limits are cuDNN's flash attention as JAX calls it: bf16 or fp16, a head size that is
     a multiple of 8 up to 128 (256 on Hopper and later), a mask said in lengths, causal order
-    and a left window, and even lengths where a score bias is trained.
+    and a left window. (Its training rule also wants even lengths: `fused_attention` pads odd
+    ones.)
     """
     if query.dtype not in CUDNN_DTYPES:
         return f"it takes bf16 or fp16, not {query.dtype}"
@@ -180,11 +174,6 @@ def cudnn_refusal(
     window = mask_arguments.local_window_size
     if window is not None and window[1] > 0:
         return f"its window is two-sided {window}; cuDNN takes a left (causal) window only"
-    if has_score_bias and (query.shape[0] % 2 != 0 or key.shape[0] % 2 != 0):
-        return (
-            f"a score bias needs even query and key lengths, got {query.shape[0]} and "
-            f"{key.shape[0]}"
-        )
     if not _cudnn_available():
         return "no cuDNN was found"
     return None
@@ -252,6 +241,9 @@ def fused_attention(
         # a query with no key is zeroed below; the kernel always gets one key to read
         key_lengths = jnp.maximum(key_lengths, 1)
     if kernel == "cudnn":
+        query, key, value, score_bias, key_lengths = _even_lengths(
+            query, key, value, score_bias, key_lengths, causal=arguments.is_causal
+        )
         if key_lengths is not None and query_lengths is None:
             query_lengths = jnp.full((1,), num_queries, jnp.int32)
         if query_lengths is not None and key_lengths is None:
@@ -274,9 +266,45 @@ def fused_attention(
             local_window_size=arguments.local_window_size,
             implementation=kernel,
         )
+    output = output[:num_queries]  # without the row `_even_lengths` may have added
     if answered is None:
         return output
     return jnp.where(answered[:, None, None], output, jnp.zeros_like(output))
+
+
+def _even_lengths(
+    query: Array,
+    key: Array,
+    value: Array,
+    score_bias: Array | None,
+    key_lengths: Array | None,
+    *,
+    causal: bool,
+) -> tuple[Array, Array, Array, Array | None, Array | None]:
+    """The operands padded to even query and key lengths, for cuDNN.
+
+    JAX's cuDNN training rule refuses an odd query or key length (a decoding step's single
+    query, a 127-token batch), and whether a call will be differentiated is not known when it
+    is traced. One zero row goes after the last query (its output is dropped) and after the
+    last key, which the key lengths then leave out. In causal order over as many keys as
+    queries (counted from the top left) only the added query sees the added key, so the plain
+    causal mask stays.
+    """
+    num_queries, num_keys = query.shape[0], key.shape[0]
+    add_query, add_key = num_queries % 2, num_keys % 2
+    if add_query == 0 and add_key == 0:
+        return query, key, value, score_bias, key_lengths
+    if add_key:
+        if key_lengths is None and not (causal and num_queries == num_keys):
+            key_lengths = jnp.full((1,), num_keys, jnp.int32)
+        if key_lengths is not None:
+            key_lengths = jnp.minimum(key_lengths, num_keys)
+        key = jnp.pad(key, ((0, 1), (0, 0), (0, 0)))
+        value = jnp.pad(value, ((0, 1), (0, 0), (0, 0)))
+    query = jnp.pad(query, ((0, add_query), (0, 0), (0, 0)))
+    if score_bias is not None:
+        score_bias = jnp.pad(score_bias, ((0, 0), (0, add_query), (0, add_key)))
+    return query, key, value, score_bias, key_lengths
 
 
 def _batched_like(query: Array, *operands: Any) -> list[Any]:
