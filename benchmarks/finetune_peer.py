@@ -33,10 +33,12 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import itertools
 import json
 import os
 import platform
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -156,7 +158,8 @@ def run_zoo(args: argparse.Namespace, hf_dir: Path, work: Path) -> dict:
     summary = json.loads(done["stdout"].strip().splitlines()[-1])
     rows = [json.loads(line) for line in (out / "metrics.jsonl").open()]
     steps = [row for row in rows if row["split"] == "train" and row["tokens_per_s"]]
-    per_step = sum(row["tokens"] / row["tokens_per_s"] for row in steps) / len(steps)
+    step_times = [row["tokens"] / row["tokens_per_s"] for row in steps]
+    per_step = sum(step_times) / len(step_times)
     evals = [row for row in rows if row["split"] == "eval" and row["tokens_per_s"]]
     evaluate = sum(row["tokens"] / row["tokens_per_s"] for row in evals)
     model_done = first_line(done["lines"], r"zoo train: LoRA trains")
@@ -172,13 +175,22 @@ def run_zoo(args: argparse.Namespace, hf_dir: Path, work: Path) -> dict:
             [sys.executable, __file__, "--worker", "zoo-accuracy", "--run", str(out), "--eval",
              str(args.eval), "--data", str(DATA)],
             check=True, capture_output=True, text=True).stdout)  # fmt: skip
-    return report(done, per_step, split, accuracy, summary.get("device_peak_mb"))
+    return report(done, (per_step, step_times), split, accuracy, summary.get("device_peak_mb"))
 
 
 def report(
-    done: dict, per_step: float, split: dict, accuracy: dict, device_peak_mb: float | None
+    done: dict,
+    per_step: tuple[float, list[float]],
+    split: dict,
+    accuracy: dict,
+    device_peak_mb: float | None,
 ) -> dict:
-    return {"seconds_per_step": round(per_step, 3), "wall_seconds": round(done["wall"], 1),
+    """One side's numbers; `per_step` is the mean step time and the steps' own times (the
+    median leaves out a step that waited for a compile or a warm-up)."""
+    mean, times = per_step
+    return {"seconds_per_step": round(mean, 3),
+            "median_seconds_per_step": round(statistics.median(times), 3) if times else None,
+            "wall_seconds": round(done["wall"], 1),
             "split_seconds": {name: round(value, 1) for name, value in split.items()},
             "peak_rss_mb": done["peak_rss_mb"], "device_peak_mb": device_peak_mb,
             **accuracy}  # fmt: skip
@@ -229,7 +241,8 @@ def run_trl(args: argparse.Namespace, hf_dir: Path, work: Path) -> dict:
     # the accuracy is measured in the same process after the timed part: the wall and the
     # peak memory are those of the process up to the end of the save
     done["wall"] = measured["command"]
-    return report(done, measured["train"] / args.steps, split, measured["accuracy"],
+    per_step = (measured["train"] / args.steps, measured["step_seconds"])
+    return report(done, per_step, split, measured["accuracy"],
                   measured["device_peak_mb"])  # fmt: skip
 
 
@@ -257,15 +270,31 @@ def trl_worker(args: argparse.Namespace) -> None:
                        dataloader_num_workers=0, seed=args.seed)  # fmt: skip
     lora = LoraConfig(r=args.rank, lora_alpha=2 * args.rank, lora_dropout=0.0,
                       target_modules=TARGETS, task_type="CAUSAL_LM")  # fmt: skip
+    # the first step's start, then every step's end: each step's time includes its data, as
+    # zoo's logged steps do
+    step_ends: list[float] = []
+
+    class StepTimes(transformers.TrainerCallback):
+        def on_step_begin(self, *unused, **also_unused):
+            if not step_ends:
+                step_ends.append(time.perf_counter())
+
+        def on_step_end(self, *unused, **also_unused):
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            step_ends.append(time.perf_counter())
+
     trainer = SFTTrainer(model=model, args=config, train_dataset=datasets.Dataset.from_list(rows),
-                         processing_class=tokenizer, peft_config=lora)  # fmt: skip
+                         processing_class=tokenizer, peft_config=lora,
+                         callbacks=[StepTimes()])  # fmt: skip
     prepared = time.perf_counter()
     trainer.train()
     trained = time.perf_counter()
     trainer.save_model(args.run)
     saved = time.perf_counter()
     timings = {"load": loaded - started, "data": prepared - loaded, "train": trained - prepared,
-               "save": saved - trained, "command": saved - started}  # fmt: skip
+               "save": saved - trained, "command": saved - started,
+               "step_seconds": [end - begin for begin, end in itertools.pairwise(step_ends)]}  # fmt: skip
     timings["device_peak_mb"] = None
     if torch.cuda.is_available():
         timings["device_peak_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
@@ -378,7 +407,9 @@ def main() -> None:
 
 def print_table(result: dict) -> None:
     sides = [side for side in ("zoo", "trl") if "seconds_per_step" in result.get(side, {})]
-    rows = [("seconds per step", "seconds_per_step"), ("whole command, wall s", "wall_seconds"),
+    rows = [("seconds per step", "seconds_per_step"),
+            ("median seconds per step", "median_seconds_per_step"),
+            ("whole command, wall s", "wall_seconds"),
             ("peak resident memory, MB", "peak_rss_mb"), ("device peak memory, MB", "device_peak_mb"),
             ("held-out accuracy", "accuracy")]  # fmt: skip
     print("| | " + " | ".join(sides) + " |\n| --- |" + " --- |" * len(sides))

@@ -90,19 +90,21 @@ PYTHON="${PYTHON:-python3}"
 # defaults: the options below choose what is measured (shapes, the peer, a profile), never how
 # zoo runs. GPU: the published shapes in bf16 against the peer (sdpa; eager and torch.compile,
 # bf16 autocast); nanoGPT's bench.py right after zoo's gpt2 row, on the same GPU in the same
-# call ("nanogpt BATCH SEQ"); batch-1 decoding for the weight-bandwidth floor; smollm2-135m last
-# (its peer is LlamaForCausalLM, compiled: fewer timed steps keep the row within its limit).
+# call ("nanogpt BATCH SEQ"); the LoRA fine-tune against TRL; batch-1 decoding for the
+# weight-bandwidth floor; smollm2-135m (its peer is LlamaForCausalLM, compiled: fewer timed
+# steps keep the row within its limit).
 # The mixture of experts: OLMoE-1B-7B's widths (64 experts, top-8) cut to 2 layers, zoo's
 # ragged (grouped matmul) and dense paths against transformers' OlmoeForCausalLM (eager).
-# The training rows also profile zoo's step (PROFILE is replaced by RESULTS_DIR/profile).
+# The training rows also profile zoo's step (PROFILE is replaced by RESULTS_DIR/profile): a
+# short call of its own after the timed row, zoo alone, with XLA's command buffers off.
 GPU_PRESETS="
 gpt2 16 1024 --peer torch --peer-compile --profile PROFILE
 nanogpt 16 1024
+finetune 16 512 --random-preset smollm2-135m --steps 30
 bert-base 32 512 --peer torch --peer-compile --profile PROFILE
 transformer-base 32 128 --peer torch --peer-compile
 gpt2 1 128 --decode-prompt 128 --decode-tokens 256 --steps 5 --peer torch
 smollm2-135m 16 1024 --peer torch --peer-compile --steps 6 --rounds 3 --warmup 1
-finetune 16 512 --random-preset smollm2-135m --steps 30
 olmoe-1b-7b 8 1024 --num-layers 2 --moe-path ragged,dense --peer torch --decode-tokens 0 --steps 6 --rounds 3 --warmup 1
 "
 GPU_BENCH_ARGS="--precision bf16 --steps 10 --warmup 2 --rounds 5"
@@ -254,6 +256,20 @@ run_finetune() {
     step "$name" "$row_limit" "$PYTHON" benchmarks/finetune_peer.py --batch "$batch" \
         --max-len "$seq" --eval 0 --data "$data" --results "$results" "$@"
 }
+# without_peer WORDS...: the words less the peer's options (--peer NAME, --peer-compile,
+# --sequential), into the array `alone`
+without_peer() {
+    alone=()
+    local skip=0 word
+    for word in "$@"; do
+        if [ "$skip" = 1 ]; then skip=0; continue; fi
+        case "$word" in
+            --peer) skip=1 ;;
+            --peer-compile|--sequential) ;;
+            *) alone+=("$word") ;;
+        esac
+    done
+}
 while IFS= read -r line; do
     read -r -a words <<< "$line"
     [ "${#words[@]}" -eq 0 ] && continue
@@ -267,6 +283,14 @@ while IFS= read -r line; do
         run_finetune "$batch" "$seq" "${extra[@]}"
         continue
     fi
+    # --profile DIR comes out of the timed row: the profile is its own short call (below)
+    timed=() profile_dir="" skip=0
+    for word in "${extra[@]}"; do
+        if [ "$skip" = 1 ]; then profile_dir="$word"; skip=0; continue; fi
+        if [ "$word" = --profile ]; then skip=1; continue; fi
+        timed+=("$word")
+    done
+    extra=("${timed[@]}")
     name="bench-$preset-${batch}x$seq"
     if ! known "$preset"; then
         printf '%s\tskipped\t0\tpreset %s is not in zoo presets\n' "$name" "$preset" >> "$results/steps.tsv"
@@ -280,19 +304,23 @@ while IFS= read -r line; do
     # a peer that cannot run this preset must not cost zoo's numbers: again, zoo alone
     if [ "$status" != 0 ] && [ "$status" != 124 ] && [ "$status" != 137 ] \
         && [[ " ${extra[*]} " == *" --peer "* ]]; then
-        alone=()
-        skip=0
-        for word in "${extra[@]}"; do
-            if [ "$skip" = 1 ]; then skip=0; continue; fi
-            case "$word" in
-                --peer) skip=1 ;;
-                --peer-compile|--sequential) ;;
-                *) alone+=("$word") ;;
-            esac
-        done
+        without_peer "${extra[@]}"
         # shellcheck disable=SC2086
         step "$name-alone" "$row_limit" "$PYTHON" -m zoo bench --preset "$preset" \
             --batch "$batch" --seq "$seq" $bench_args "${alone[@]}" --out "$results"
+    fi
+    # the profile: zoo alone, a few traced steps, its JSON row kept in the profile folder. On
+    # a GPU XLA runs a step's kernels as CUDA graphs (command buffers), which a trace shows as
+    # one op each; the profile call turns them off so that every kernel shows by name.
+    if [ -n "$profile_dir" ]; then
+        flags="${XLA_FLAGS:-}"
+        [ "$dry_run" = 1 ] || flags="${flags:+$flags }--xla_gpu_enable_command_buffer="
+        without_peer "${extra[@]}"
+        # shellcheck disable=SC2086
+        step "profile-$preset-${batch}x$seq" "$row_limit" env XLA_FLAGS="$flags" "$PYTHON" \
+            -m zoo bench --preset "$preset" --batch "$batch" --seq "$seq" $bench_args \
+            "${alone[@]}" --steps 3 --warmup 1 --rounds 1 --decode-tokens 0 \
+            --profile "$profile_dir" --out "$profile_dir"
     fi
 done <<< "$(printf '%s\n' "$presets" | tr ';' '\n')"
 

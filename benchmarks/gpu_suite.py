@@ -343,9 +343,16 @@ def finetune_lines(results: Path) -> list[str]:
             lines.append(f"{head}: failed ({', '.join(failed) or 'no result'}; see {path.name})")
             continue
         ratio = trl["seconds_per_step"] / zoo["seconds_per_step"]
+        median = ""
+        if zoo.get("median_seconds_per_step") and trl.get("median_seconds_per_step"):
+            zoo_median, trl_median = zoo["median_seconds_per_step"], trl["median_seconds_per_step"]
+            median = (
+                f", median zoo {_cell(zoo_median)} TRL {_cell(trl_median)} "
+                f"({trl_median / zoo_median:.2f}x)"
+            )
         lines.append(
             f"{head}: s/step zoo {_cell(zoo['seconds_per_step'])} TRL "
-            f"{_cell(trl['seconds_per_step'])} ({ratio:.2f}x); whole command zoo "
+            f"{_cell(trl['seconds_per_step'])} ({ratio:.2f}x){median}; whole command zoo "
             f"{_cell(zoo['wall_seconds'])} s TRL {_cell(trl['wall_seconds'])} s; device peak MB "
             f"zoo {_cell(zoo.get('device_peak_mb'))} TRL {_cell(trl.get('device_peak_mb'))}"
         )

@@ -81,9 +81,14 @@ def test_dry_run_writes_rows_logs_failures_and_ends_with_the_table(tmp_path):
     assert summary["rows"] == 1 and len(summary["targets"]) == 8
     assert {target["met"] for target in summary["targets"]} == {None}  # no GPU rows here
     assert "gpt-tiny" in (tmp_path / "logs" / "bench-gpt-tiny-2x16.log").read_text()
-    # the row's profile, its line in the closing table, and one archive of it all
+    # the row's profile (its own call, zoo alone), its line in the closing table, and one
+    # archive of it all
+    assert row["profile"] is None
+    assert found["profile-gpt-tiny-2x16"] == ("ok", "")
     profile = json.loads((tmp_path / "profile" / "gpt-tiny-2x16-bf16.profile.json").read_text())
-    assert row["profile"] == str(tmp_path / "profile" / "gpt-tiny-2x16-bf16.profile.json")
+    (profiled,) = json.loads(next((tmp_path / "profile").glob("bench-*.json")).read_text())["rows"]
+    assert profiled["profile"] == str(tmp_path / "profile" / "gpt-tiny-2x16-bf16.profile.json")
+    assert profiled["steps"] == 3 and profiled["decode_tokens_per_s"] is None
     assert summary["profiles"][0].startswith(
         f"gpt-tiny 2x16: wall {profile['wall_ms_per_step']:,.3g}"
     )
@@ -123,9 +128,11 @@ def test_the_finetune_row_runs_zoo_and_trl_on_random_weights(tmp_path):
     )  # fmt: skip
     for side in ("zoo", "trl"):
         assert measured[side]["seconds_per_step"] > 0 and measured[side]["peak_rss_mb"] > 0
+        assert measured[side]["median_seconds_per_step"] > 0
         assert measured[side]["device_peak_mb"] is None  # a CPU reports no device peak
     summary = json.loads((results / "summary.json").read_text())
     assert summary["finetune"][0].startswith("2x128 fp32, random llama-tiny: s/step zoo")
+    assert ", median zoo " in summary["finetune"][0]
 
 
 def test_every_step_is_skipped_when_the_budget_is_spent(tmp_path):
