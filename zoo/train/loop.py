@@ -25,6 +25,7 @@ from zoo.distributed.mesh import mesh_string
 from zoo.serialize import model_config_dict
 from zoo.tasks.base import Stats
 from zoo.train import checkpoint as ckpt
+from zoo.train.ahead import compile_ahead
 from zoo.train.evaluation import Summary, evaluate, summarise
 from zoo.train.frozen import FrozenArrays, frozen_arrays, frozen_extra
 from zoo.train.history import History, MetricsLog, Progress, Row, clean
@@ -252,6 +253,15 @@ class TrainingRun:
         self.shapes.add(signature)
         tokens = self.task.num_tokens(batch)
         first = step == self.start
+        if first:  # every bucket's step compiles now, side by side (zoo.train.ahead)
+            compile_ahead(
+                self.trainer.train_step,
+                self.model,
+                self.opt_state,
+                self.train_batches,
+                self.key,
+                (step, self.steps),
+            )
         self.model, self.opt_state, output = self.trainer.train_step(
             self.model, self.opt_state, batch, self.key, step
         )
