@@ -53,8 +53,10 @@ def test_a_source_of_one_shape_compiles_nothing_ahead():
     assert first_step_of_each_length(one, 0, 10) == []
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_the_steps_of_the_compiled_lengths_do_not_compile_again(precision):
+# 2 cores: one compile after another; 16: three side by side in threads
+@pytest.mark.parametrize(("precision", "cores"), [("fp32", 2), ("bf16", 16)])
+def test_the_steps_of_the_compiled_lengths_do_not_compile_again(precision, cores, monkeypatch):
+    monkeypatch.setattr("zoo.train.ahead.os.cpu_count", lambda: cores)
     model = zoo.create("gpt-tiny", key=jax.random.key(0))
     trainer = Trainer(
         zoo.tasks.LanguageModeling(), adamw(1e-3), precision=precision,

@@ -63,9 +63,17 @@ def compile_ahead(
     found = first_step_of_each_length(source, *steps)
     if len(found) < 2 or not isinstance(train_step, TrainStep):
         return 0
+
+    def lowered(step: int) -> Any:
+        return train_step.lower(model, opt_state, source.batch(step), key, step)
+
+    workers = max(1, min(len(found), (os.cpu_count() or 1) // CORES_PER_COMPILE))
+    if workers == 1:  # one at a time: no lowered program is held while another compiles
+        for step in found:
+            lowered(step).compile()
+        return len(found)
     # tracing and lowering stay on this thread; only XLA's compiles run side by side
-    lowered = [train_step.lower(model, opt_state, source.batch(step), key, step) for step in found]
-    workers = max(1, min(len(lowered), (os.cpu_count() or 1) // CORES_PER_COMPILE))
+    programs = [lowered(step) for step in found]
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        list(pool.map(lambda program: program.compile(), lowered))
-    return len(lowered)
+        list(pool.map(lambda program: program.compile(), programs))
+    return len(found)
