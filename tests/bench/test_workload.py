@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 import pytest
 
+from zoo import tasks
+from zoo.bench.hardware import Peak
+from zoo.bench.run_zoo import ZooRun, make_forward, model_inputs
 from zoo.bench.suite import Workload, attention_for, plan
 from zoo.bench.workload import BenchSpec, make_batch, make_prompts
+from zoo.train import adamw
+from zoo.train.step import make_train_step
 
 
 def test_batches_have_the_task_formats_and_no_padding():
@@ -113,3 +119,20 @@ def test_attention_choice():
     assert attention_for("auto", "gpu", "fp32") is None
     assert attention_for("auto", "cpu", "bf16") is None
     assert attention_for("xla", "gpu", "bf16") == "xla"
+
+
+@pytest.mark.parametrize("preset", ["gpt-tiny", "classifier-tiny", "translator-tiny"])
+def test_the_timed_programs_are_the_trainers_without_a_check_inside(preset):
+    """zoo bench times the program `zoo train` runs: the batch's ids are checked once on the
+    host, so neither the train step nor the forward holds the in-program id check (a branch
+    to a host callback on every call, which a step made without host checks holds)."""
+    run = ZooRun(BenchSpec(preset=preset, batch=2, seq=8, decode_tokens=0), Peak(None, None, ""))
+    model, opt_state, _ = run.train.state
+    inputs = model_inputs(run.spec.flavor, run.batch)
+    with jax.numpy_dtype_promotion("standard"):
+        timed = run.train_step.lower(model, opt_state, run.batch, run.key, 0).as_text()
+        forward = make_forward(run.spec.precision).lower(model, inputs).as_text()
+        checking = make_train_step(tasks.for_flavor(run.spec.flavor), adamw(1e-4))
+        inside = checking.lower(model, opt_state, run.batch, run.key, 0).as_text()
+    assert "callback" in inside
+    assert "callback" not in timed and "callback" not in forward

@@ -15,6 +15,7 @@ from zoo.bench.flops import train_flops
 from zoo.bench.hardware import Peak, mfu, peak_memory, xla_settings
 from zoo.bench.timing import Timed
 from zoo.bench.workload import BenchSpec, make_batch, make_prompts
+from zoo.nn.embedding import ids_checked_on_host
 from zoo.train import PRECISIONS, adamw, cast_floating
 from zoo.train.step import make_train_step
 
@@ -29,12 +30,16 @@ def model_inputs(flavor: str, batch: dict[str, jax.Array]) -> tuple[jax.Array, .
 
 
 def make_forward(precision: str) -> Callable[..., jax.Array]:
-    """A jitted batched forward: fp32 weights cast to the compute dtype, `jax.vmap` over examples."""
+    """A jitted batched forward: fp32 weights cast to the compute dtype, `jax.vmap` over examples.
+
+    Its inputs' token ids are checked on the host before it runs (the bench checks its one
+    batch once), as the trainer's eval step does: no check inside the program."""
     compute = PRECISIONS[precision]
 
     @eqx.filter_jit
     def forward(model, inputs):
-        return jax.vmap(cast_floating(model, compute))(*inputs)
+        with ids_checked_on_host():
+            return jax.vmap(cast_floating(model, compute))(*inputs)
 
     return forward
 
@@ -96,10 +101,14 @@ class ZooRun:
 
             layout = Layout.of(spec.mesh)
             model, opt_state = layout.place(model), layout.place(opt_state)
+        # the program `zoo train` runs: the batch's ids are checked on the host (once: the same
+        # batch every step), not by a check inside the program (a branch each step)
+        task = tasks.for_flavor(spec.flavor)
         train_step = make_train_step(
-            tasks.for_flavor(spec.flavor), optimizer, precision=spec.precision, layout=layout
+            task, optimizer, precision=spec.precision, layout=layout, host_checks=True
         )
         host_batch = make_batch(spec)
+        task.check_batch(host_batch, model)
         batch = (
             {name: jnp.asarray(value) for name, value in host_batch.items()}
             if layout is None
@@ -110,7 +119,7 @@ class ZooRun:
 
         def train(state):
             model, opt_state, _ = state
-            return train_step(model, opt_state, batch, key, next(step_numbers))
+            return train_step(model, opt_state, batch, key, next(step_numbers), checked=True)
 
         self.train = Timed(train, (model, opt_state, None))
         self.decode_error: str | None = None

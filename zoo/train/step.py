@@ -205,12 +205,22 @@ class TrainStep:
         return dict(batch), key, step_index
 
     def __call__(
-        self, model: eqx.Module, opt_state: PyTree, batch: Batch, key: PRNGKeyArray, step: int
+        self,
+        model: eqx.Module,
+        opt_state: PyTree,
+        batch: Batch,
+        key: PRNGKeyArray,
+        step: int,
+        *,
+        checked: bool = False,
     ) -> tuple[eqx.Module, PyTree, StepOutput]:
+        """One step. `checked=True`: the caller has checked this batch with the task's
+        `check_batch` already (a batch used again and again, as `zoo bench` does), so it is not
+        read back to the host again."""
         # a batch traced by an outer transformation has no values to check on the host: the
         # step then checks its ids on the device
-        on_host = self.checks is not None and _concrete(batch)
-        if on_host:
+        on_host = self.checks is not None and (checked or _concrete(batch))
+        if on_host and not checked:
             self.checks.check_batch(batch, model)  # type: ignore[union-attr]
         with promotion_scope(self.precision):
             return self._jitted(self._inputs(batch, key, step), model, opt_state, on_host)
