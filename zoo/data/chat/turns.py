@@ -138,12 +138,14 @@ def turn_end(
         template: the chat template.
         messages: the conversation.
         turn: the index of the assistant turn in `messages`.
-        full: the whole conversation as `template` renders it.
+        full: the whole conversation as `template` renders it (with `variables`).
         start: where the turn starts in `full` (`turn_start`).
         stop_texts: the texts of the tokenizer's stop tokens.
         variables: the template's other variables (`tools`, `date_string`, ...).
     """
-    through = template.render(messages[: turn + 1], **variables)
+    # the conversation ending with the last turn is `full` itself: no second rendering
+    last = turn + 1 == len(messages)
+    through = full if last else template.render(messages[: turn + 1], **variables)
     shared = len(common_prefix([through, full]))
     if shared == len(through):
         end = soft_end = shared
