@@ -24,8 +24,8 @@ from zoo.train.step import TrainStep
 
 LOOKAHEAD = 4096  # steps of the plan searched for lengths not met yet
 # one compile at a time per this many cores: XLA's compiler runs threads of its own, and each
-# compile in flight holds its own working memory (a 30-layer model on a 2-core CPU: 0.4 GB more
-# peak memory for two at once, and no time saved)
+# compile in flight holds its own working memory (two 30-layer compiles at once on a busy 2-core
+# CPU saved no time)
 CORES_PER_COMPILE = 4
 
 
