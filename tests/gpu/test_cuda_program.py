@@ -258,7 +258,9 @@ ODD_LENGTHS = {
 @pytest.mark.parametrize("case", sorted(ODD_LENGTHS))
 def test_odd_lengths_train_with_cudnn(case):
     """The gradient of a cuDNN call of odd lengths lowers, forward and backward on cuDNN: the
-    operands are padded to even lengths and the key lengths leave the added key out."""
+    operands are padded to even lengths and the key lengths leave the added key out. The call
+    alone (inference: a decoding step over its cache) runs cuDNN on the operands as they are,
+    with no padded copy."""
     seq, kv_seq, mask, mask_type = ODD_LENGTHS[case]
 
     def one(query, key, value):
@@ -271,10 +273,14 @@ def test_odd_lengths_train_with_cudnn(case):
     query = jax.ShapeDtypeStruct((2, seq, 4, 64), jnp.bfloat16)
     key = jax.ShapeDtypeStruct((2, kv_seq, 4, 64), jnp.bfloat16)
     text = cuda_text(jax.grad(loss, argnums=(0, 1, 2)), query, key, key)
-    assert {call.kind for call in fused_calls(text)} == {
-        (FORWARD, mask_type),
-        (BACKWARD, mask_type),
-    }
+    calls = fused_calls(text)
+    assert {call.kind for call in calls} == {(FORWARD, mask_type), (BACKWARD, mask_type)}
+    even = f"tensor<2x{seq + seq % 2}x4x64xbf16>, tensor<2x{kv_seq + kv_seq % 2}x4x64xbf16>"
+    assert all(call.operands.startswith(f"({even}") for call in calls), calls[0].operands
+    alone = fused_calls(cuda_text(jax.vmap(one), query, key, key))
+    assert [call.kind[0] for call in alone] == [FORWARD]
+    given = f"tensor<2x{seq}x4x64xbf16>, tensor<2x{kv_seq}x4x64xbf16>"
+    assert alone[0].operands.startswith(f"({given}"), alone[0].operands
 
 
 @pytest.mark.distributed

@@ -1,3 +1,5 @@
+from functools import partial
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -223,9 +225,10 @@ def test_the_padding_to_even_lengths_keeps_outputs_and_gradients(
     seq, kv_seq, causal, key_length, with_bias
 ):
     """cuDNN's training rule needs even lengths; `_even_lengths` pads the operands and the
-    key lengths leave the added key out. The padded call (XLA's kernel, sliced back) gives the
-    unpadded call's outputs and gradients."""
-    from zoo.nn.kernel import _even_lengths
+    key lengths leave the added key out. The padded call (XLA's kernel, sliced back), and the
+    call that pads only where differentiated, give the unpadded call's outputs and gradients."""
+    from zoo.nn.kernel import _call_kernel, _even_lengths, _even_when_differentiated
+    from zoo.nn.mask import KernelArguments
 
     keys = jax.random.split(jax.random.key(3), 5)
     query = jax.random.normal(keys[0], (seq, 2, 8))
@@ -254,10 +257,16 @@ def test_the_padding_to_even_lengths_keeps_outputs_and_gradients(
         assert q.shape[0] % 2 == 0 and k.shape[0] % 2 == 0
         return jnp.sum(attend(q, k, v, b, n)[:seq] * cotangent)
 
-    for expected, found in zip(
-        jax.value_and_grad(plain, argnums=(0, 1, 2))(query, key, value, bias),
-        jax.value_and_grad(padded, argnums=(0, 1, 2))(query, key, value, bias),
-        strict=True,
-    ):
+    # the call as `fused_attention` makes it: padded only where differentiated
+    arguments = KernelArguments(causal, None, lengths, None)
+    kernel = partial(_call_kernel, mask_array=None, arguments=arguments, scale=True, kernel="xla")
+    wrapped = _even_when_differentiated(lambda *operands: kernel(operands), causal)
+
+    def through_the_wrapper(query, key, value, bias):
+        return jnp.sum(wrapped(query, key, value, bias, None, lengths) * cotangent)
+
+    expected = jax.value_and_grad(plain, argnums=(0, 1, 2))(query, key, value, bias)
+    for variant in (padded, through_the_wrapper):
+        found = jax.value_and_grad(variant, argnums=(0, 1, 2))(query, key, value, bias)
         for want, got in zip(jax.tree.leaves(expected), jax.tree.leaves(found), strict=True):
             np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5, rtol=1e-5)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Literal, NamedTuple
 
 import jax
@@ -240,20 +240,48 @@ def fused_attention(
     if key_lengths is not None:
         # a query with no key is zeroed below; the kernel always gets one key to read
         key_lengths = jnp.maximum(key_lengths, 1)
-    if kernel == "cudnn":
-        query, key, value, score_bias, key_lengths = _even_lengths(
-            query, key, value, score_bias, key_lengths, causal=arguments.is_causal
+
+    def call(query, key, value, score_bias, query_lengths, key_lengths):
+        return _call_kernel(
+            (query, key, value, score_bias, query_lengths, key_lengths),
+            mask_array=mask_array,
+            arguments=arguments,
+            scale=scale,
+            kernel=kernel,
         )
+
+    operands = (query, key, value, score_bias, query_lengths, key_lengths)
+    if kernel == "cudnn" and (num_queries % 2 or num_keys % 2):
+        output = _even_when_differentiated(call, arguments.is_causal)(*operands)
+    else:
+        output = call(*operands)
+    if answered is None:
+        return output
+    return jnp.where(answered[:, None, None], output, jnp.zeros_like(output))
+
+
+def _call_kernel(
+    operands: tuple[Array, Array, Array, Array | None, Array | None, Array | None],
+    *,
+    mask_array: Array | None,
+    arguments: KernelArguments,
+    scale: bool | float,
+    kernel: Literal["xla", "cudnn"],
+) -> Array:
+    """`jax.nn.dot_product_attention` on (query, key, value, score bias, query lengths, key
+    lengths); for cuDNN, lengths on both sides or neither, with the queries' batch axis."""
+    query, key, value, score_bias, query_lengths, key_lengths = operands
+    if kernel == "cudnn":
         if key_lengths is not None and query_lengths is None:
-            query_lengths = jnp.full((1,), num_queries, jnp.int32)
+            query_lengths = jnp.full((1,), query.shape[0], jnp.int32)
         if query_lengths is not None and key_lengths is None:
-            key_lengths = jnp.full((1,), num_keys, jnp.int32)
+            key_lengths = jnp.full((1,), key.shape[0], jnp.int32)
         key, value, query_lengths, key_lengths = _batched_like(
             query, key, value, query_lengths, key_lengths
         )
     # jax's own kernel mixes bf16 and f32 internally, which strict promotion would reject.
     with jax.numpy_dtype_promotion("standard"):
-        output = jax.nn.dot_product_attention(
+        return jax.nn.dot_product_attention(
             query,
             key,
             value,
@@ -266,10 +294,39 @@ def fused_attention(
             local_window_size=arguments.local_window_size,
             implementation=kernel,
         )
-    output = output[:num_queries]  # without the row `_even_lengths` may have added
-    if answered is None:
-        return output
-    return jnp.where(answered[:, None, None], output, jnp.zeros_like(output))
+
+
+def _even_when_differentiated(call: Callable[..., Array], causal: bool) -> Callable[..., Array]:
+    """`call` as it is, but padded to even lengths (`_even_lengths`) where it is differentiated.
+
+    JAX's cuDNN training rule refuses an odd query or key length (a 127-token batch), while its
+    inference rule takes them (a decoding step's single query over the cache). Whether a call
+    will be differentiated is not known when it is traced, so the call is a `jax.custom_vjp`:
+    its forward runs the operands as they are (no copy of a KV cache per decoding step), and the
+    rule that runs only under differentiation runs the padded call and its backward.
+    """
+
+    def padded(query, key, value, score_bias, query_lengths, key_lengths):
+        num_queries = query.shape[0]
+        query, key, value, score_bias, key_lengths = _even_lengths(
+            query, key, value, score_bias, key_lengths, causal=causal
+        )
+        if query_lengths is None and key_lengths is not None:  # the added query reads nothing
+            query_lengths = jnp.full((1,), num_queries, jnp.int32)
+        return call(query, key, value, score_bias, query_lengths, key_lengths)[:num_queries]
+
+    @jax.custom_vjp
+    def attend(*operands):
+        return call(*operands)
+
+    def forward(*operands):
+        return jax.vjp(padded, *operands)  # the output and its backward (residuals in it)
+
+    def backward(pullback, cotangent):
+        return pullback(cotangent)
+
+    attend.defvjp(forward, backward)
+    return attend
 
 
 def _even_lengths(
