@@ -1,8 +1,9 @@
 """Tokenizers and data: text -> token ids -> fixed-shape batches.
 
 Tokenizers (`zoo.data.tokenizers`: `CharTokenizer`, `WordTokenizer`, `TiktokenTokenizer`,
-`PairTokenizer`, `build_tokenizer`), batch sources (`ArrayBatches`, `BucketedBatches`, `DrawnBatches`, packing,
-streaming), HuggingFace datasets in (`load_spec`, `from_hf`, options in `DataConfig`),
+`PairTokenizer`, `build_tokenizer`), batch sources (`ArrayBatches`, `BucketedBatches`,
+`DrawnBatches`, packing, streaming), HuggingFace datasets in (`load_spec`, `from_hf`, options
+in `DataConfig`),
 conversations for instruction tuning (`zoo.data.chat`: chat templates, `encode_chat`,
 `chat_data`, options in `ChatDataConfig`) and evaluation metrics. The parts that need `datasets`
 are imported on first use, so `import zoo.data` stays quick. Every name is also importable from

@@ -5,12 +5,12 @@ Two ways to form the batches, both a pure function of `(seed, epoch)` and the st
 - `DrawnBatches` (`group_by_length=False`, the data configs' default): each epoch shuffles every
   example and cuts the order into batches, as PyTorch's samplers do; a batch pads to the
   shortest bucket that holds its longest example.
-- `BucketedBatches` (`group_by_length=True`): every example goes to the shortest bucket that holds it (for a pair,
-  its longer side decides and both sides pad to that length); each epoch shuffles the examples
-  inside every bucket, cuts the buckets into batches, and shuffles the order of the batches. The
-  examples a bucket cannot fill a batch with move up to the next bucket (padded a little more).
-  Less padding, but each batch holds examples of one length: on short fine-tunes this measured
-  worse held-out accuracy ([results](../docs/results.md)).
+- `BucketedBatches` (`group_by_length=True`): every example goes to the shortest bucket that
+  holds it (for a pair, its longer side decides and both sides pad to that length); each epoch
+  shuffles the examples inside every bucket, cuts the buckets into batches, and shuffles the
+  order of the batches. The examples a bucket cannot fill a batch with move up to the next
+  bucket (padded a little more). Less padding, but each batch holds examples of one length: on
+  short fine-tunes this measured worse held-out accuracy ([results](../docs/results.md)).
 
 Either way an epoch drops fewer than `batch_size` examples in all, and every epoch has
 `num_examples // batch_size` batches.
@@ -89,7 +89,7 @@ class BucketedBatches:
         """The epoch's batches as (padded length, example indices), in step order."""
         if self._plan_cache is not None and self._plan_cache[0] == epoch:
             return self._plan_cache[1]
-        rng = np.random.default_rng((self.seed, epoch))
+        rng = _epoch_rng(self.seed, epoch)
         batches: list[tuple[int, np.ndarray]] = []
         if not self.group_by_length:
             batches = self._drawn(rng)
@@ -112,7 +112,8 @@ class BucketedBatches:
     def _drawn(self, rng: np.random.Generator) -> list[tuple[int, np.ndarray]]:
         """One epoch of batches of examples in a random order (in order without `shuffle`),
         each padded to the shortest bucket that holds its longest example."""
-        order = rng.permutation(len(self.longest)) if self.shuffle else np.arange(len(self.longest))
+        count = len(self.longest)
+        order = rng.permutation(count) if self.shuffle else np.arange(count)
         cuts = [
             order[i * self.batch_size : (i + 1) * self.batch_size] for i in range(self.num_batches)
         ]
@@ -143,15 +144,33 @@ class DrawnBatches(BucketedBatches):
     group_by_length = False
 
 
+def batches_of(group_by_length: bool) -> type[BucketedBatches]:
+    """`BucketedBatches` (batches of one bucket) or `DrawnBatches` (drawn at random)."""
+    return BucketedBatches if group_by_length else DrawnBatches
+
+
+def lengths_to_fit(
+    longest: np.ndarray, *, group_by_length: bool, batch_size: int, seed: int
+) -> np.ndarray:
+    """The lengths the buckets must fit (`zoo.data.options.fit_buckets`): each example's when
+    batches are grouped by length, each drawn batch's longest otherwise."""
+    return longest if group_by_length else drawn_batch_longest(longest, batch_size, seed)
+
+
+def _epoch_rng(seed: int, epoch: int) -> np.random.Generator:
+    """The random numbers of one epoch's batches."""
+    return np.random.default_rng((seed, epoch))
+
+
 def drawn_batch_longest(
     longest: np.ndarray, batch_size: int, seed: int, *, epochs: int = 4
 ) -> np.ndarray:
     """The longest example of each batch of `epochs` epochs drawn at random (as
-    `BucketedBatches(group_by_length=False)` draws them): what buckets fitted to such batches
-    should hold (`zoo.data.options.fit_buckets`)."""
+    `DrawnBatches` draws them): what buckets fitted to such batches should hold
+    (`zoo.data.options.fit_buckets`)."""
     found = []
     for epoch in range(epochs):
-        order = np.random.default_rng((seed, epoch)).permutation(len(longest))
+        order = _epoch_rng(seed, epoch).permutation(len(longest))
         usable = len(order) // batch_size * batch_size or len(order)
         found.append(longest[order[:usable]].reshape(-1, min(batch_size, usable)).max(axis=1))
     return np.concatenate(found)

@@ -22,7 +22,7 @@ import datasets
 import numpy as np
 
 from zoo.data.batches import Batch, BatchSource
-from zoo.data.bucketing import BucketedBatches, DrawnBatches, drawn_batch_longest
+from zoo.data.bucketing import batches_of, lengths_to_fit
 from zoo.data.checks import DataError, check_labels, class_count, column_values, label_values
 from zoo.data.encode import Encoder, Field, encode_split
 from zoo.data.options import DataConfig, resolve_buckets
@@ -91,8 +91,8 @@ def padded_lengths(config: DataConfig, encoded: dict[str, Ragged] | None) -> tup
     needed = None
     if encoded is not None:
         needed = np.max(np.stack([rows.lengths for rows in encoded.values()]), axis=0) - extra
-        if not config.group_by_length:  # random batches pad to their longest: fit to those
-            needed = drawn_batch_longest(needed, config.batch_size, config.seed)
+        needed = lengths_to_fit(needed, group_by_length=config.group_by_length,
+                                batch_size=config.batch_size, seed=config.seed)  # fmt: skip
     lengths = resolve_buckets(config.max_len, config.buckets, needed)
     return tuple(length + extra for length in lengths)
 
@@ -182,8 +182,7 @@ def memory_source(
     )  # fmt: skip
     if config.task == "language_modeling" and config.packing:
         return _packed(encoded["tokens"].flat, tokenizer, config, training, split_name)
-    batches = BucketedBatches if config.group_by_length else DrawnBatches
-    return batches(
+    return batches_of(config.group_by_length)(
         encoded,
         pad_ids={field.name: field.tokenizer.pad_id for field in fields},
         batch_size=config.batch_size,

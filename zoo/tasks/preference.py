@@ -223,11 +223,10 @@ class Preference(Task):
                 f"batch['lengths'] must be in [2, {tokens.shape[-1]}] (a prompt token and an "
                 f"answer token at least), got [{lengths.min()}, {lengths.max()}]"
             )
-        if "loss_positions" in batch:
-            real = np.arange(tokens.shape[-1] - 1) + 1 < lengths[..., None]
-            check_loss_positions(batch["loss_positions"], (batch["loss_mask"][..., 1:] != 0) & real)
         positions = np.arange(tokens.shape[-1])
         scored = (batch["loss_mask"] != 0) & (positions > 0) & (positions < lengths[..., None])
+        if "loss_positions" in batch:  # target position t predicts token t + 1
+            check_loss_positions(batch["loss_positions"], scored[..., 1:])
         empty = np.argwhere(~scored.any(axis=-1))
         if len(empty):
             row, side = empty[0]

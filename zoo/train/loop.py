@@ -351,6 +351,7 @@ class TrainingRun:
         if self.checkpoint_dir is None:
             self.last_saved = self.done
             return
+        extra = frozen_extra(self._settings(), self.frozen)
         if self.trainer.layout is None:
             self.last_checkpoint = ckpt.save_checkpoint(
                 self.checkpoint_dir,
@@ -358,7 +359,7 @@ class TrainingRun:
                 model=self.model,
                 opt_state=self.opt_state,
                 key=self.key,
-                extra=frozen_extra(self._settings(), self.frozen),
+                extra=extra,
                 keep=self.loop.keep,
             )
         else:  # the arrays are in host memory now; they reach the disk while training goes on
@@ -369,7 +370,7 @@ class TrainingRun:
                 model=self.model,
                 opt_state=self.opt_state,
                 key=self.key,
-                extra=frozen_extra(self._settings(), self.frozen),
+                extra=extra,
             )
         # Only now: a write cut short (a second Ctrl-C) is written again by _save_on_interrupt.
         self.last_saved = self.done

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from zoo.data.batches import ArrayBatches, BatchSource
-from zoo.data.bucketing import BucketedBatches, DrawnBatches, drawn_batch_longest
+from zoo.data.bucketing import batches_of, lengths_to_fit
 from zoo.data.chat.options import BATCHING_OPTIONS, TRAIN_ON, ChatDataConfig
 from zoo.data.chat.template import ChatTemplate
 from zoo.data.chat.tokens import encode_chat
@@ -292,10 +292,11 @@ def chat_batches(
             "more conversations"
         )
     needed = examples.tokens.lengths - 1  # a row holds one token more than the model reads
-    if not config.group_by_length:  # random batches pad to their longest: fit to those
-        needed = drawn_batch_longest(needed, batch_size, seed)
+    needed = lengths_to_fit(
+        needed, group_by_length=config.group_by_length, batch_size=batch_size, seed=seed
+    )
     widths = [length + 1 for length in resolve_buckets(max_len, config.buckets, needed)]
-    batches = (BucketedBatches if config.group_by_length else DrawnBatches)(
+    batches = batches_of(config.group_by_length)(
         {"tokens": examples.tokens, "loss_mask": examples.loss_mask},
         pad_ids={"tokens": pad_id, "loss_mask": 0},
         batch_size=batch_size,

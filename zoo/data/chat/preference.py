@@ -212,8 +212,8 @@ def pair_arrays(
             lengths[row, side] = len(ids)
     arrays = {"tokens": tokens, "loss_mask": mask, "lengths": lengths}
     rows = mask.reshape(-1, length)
-    capacity = capacity_for(largest_count(rows), length - 1)
-    if positions and capacity is not None:
+    capacity = capacity_for(largest_count(rows), length - 1) if positions else None
+    if capacity is not None:
         listed = loss_positions(rows, capacity)
         arrays[LOSS_POSITIONS] = listed.reshape(len(pairs), 2, capacity)
     return arrays
