@@ -205,6 +205,7 @@ def run_spec(
     """
     device = device_info()
     config = spec.config()
+    experts = config.experts()
     row = new_row(
         flavor=spec.flavor,
         preset=spec.preset,
@@ -214,9 +215,9 @@ def run_spec(
         precision=spec.precision,
         layers="scan" if scans(config.scan_layers) else "unroll",
         num_layers=config.num_layers,
-        moe_path=config.moe_implementation if getattr(config, "num_experts", 0) else None,
+        moe_path=None if experts is None else experts.implementation,
         remat=config.remat or "none",
-        attention=config.attention_implementation,
+        attention=config.layers.block.attention.implementation,
         vocab_size=config.vocab_size,
         dropout=spec.dropout,
         mesh=spec.mesh,

@@ -87,7 +87,7 @@ def load_state_dict(
     dtype = stored_dtype(arrays)
     if dtype is not None:
         fields["dtype"] = dtype
-    zoo_config = arch.zoo_config_class(**fields).replace(**overrides)
+    zoo_config = arch.zoo_config(fields).replace(**overrides)
     skeleton = abstract_model(lambda: build(zoo_config, key=jax.random.key(0)))
     state, fresh = hf_to_zoo(
         arrays, arch.key_map(zoo_config, shapes), zoo_shapes(skeleton), what=what
@@ -109,7 +109,7 @@ def check_layers_in_weights(
     if not indices:
         return
     numbered = max(indices) + 1
-    for name in ("num_layers", "num_decoder_layers"):
+    for name in ("num_layers", "layers.num_layers", "decoder.num_layers"):
         claimed = fields.get(name)
         if isinstance(claimed, int) and claimed > numbered:
             raise CheckpointMismatch(
