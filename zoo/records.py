@@ -26,20 +26,18 @@ import warnings
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any, Protocol, TypeVar, Union, runtime_checkable
+from typing import TYPE_CHECKING, Any, TypeVar, Union
 
 # What a record holds and what its JSON form is made of.
 JSONData = object
 
 
-@runtime_checkable
-class Record(Protocol):
-    """A dataclass instance (its fields are what `dataclasses.fields` lists)."""
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
-    __dataclass_fields__: typing.ClassVar[dict[str, dataclasses.Field[object]]]
-
-
-R = TypeVar("R", bound=Record)
+    R = TypeVar("R", bound=DataclassInstance)  # a record: a dataclass instance
+else:
+    R = TypeVar("R")
 
 TYPE_KEY = "type"  # the key naming a record's class in its JSON form
 
@@ -157,7 +155,8 @@ def _replaced(record: object, changes: Mapping[str, object]) -> object:
                 f"(e.g. {name}={{...}})"
             )
         direct[name] = _replaced(inner, inner_changes)
-    return dataclasses.replace(record, **direct)  # type: ignore[type-var]
+    assert dataclasses.is_dataclass(record) and not isinstance(record, type)
+    return dataclasses.replace(record, **direct)
 
 
 def _union_members(hint: object) -> tuple[object, ...]:

@@ -30,7 +30,7 @@ from zoo.nn.linear import Init
 from zoo.nn.moe import MoESettings
 from zoo.nn.norm import Norm
 from zoo.nn.plan import LayerPlan
-from zoo.records import field_types, from_data, replace_paths, to_data
+from zoo.records import field_types, from_data, get_path, replace_paths, to_data
 
 DTYPES = ("float32", "bfloat16", "float16")
 C = TypeVar("C", bound="TransformerConfig")
@@ -180,11 +180,18 @@ class TransformerConfig:
         found = tuple(path for short in given for path in self._full(short) if self._has(path))
         if found:
             return found
-        if name not in self.aliases and name.split(".")[0] not in field_types(type(self)):
+        head = name.split(".")[0]
+        if name in self.aliases:
+            raise ValueError(f"{type(self).__name__} has nothing that {name!r} sets")
+        if head in BLOCK_FIELDS:  # the error of the base block, naming the wrong field
+            get_path(self.layers.block, name)
+        elif head in field_types(type(self)):
+            get_path(self, name)
+        else:
             from zoo.models.flat import unknown_name
 
             raise unknown_name(type(self), name, tuple(self.aliases))
-        raise ValueError(f"{type(self).__name__} has nothing at {name!r}")
+        raise ValueError(f"{type(self).__name__} has nothing at {name!r} (it is None)")
 
     def _full(self, path: str) -> tuple[str, ...]:
         """A short block path in every plan (`attention.x` -> `layers.block.attention.x`), or

@@ -12,16 +12,9 @@ from __future__ import annotations
 import dataclasses
 import difflib
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, TypeVar
-
 from zoo.nn.block import BlockSettings
 from zoo.nn.rotary import Rope
-from zoo.records import from_data, replace_paths
-
-if TYPE_CHECKING:
-    from zoo.models.config import TransformerConfig
-
-Config = TypeVar("Config", bound="TransformerConfig")
+from zoo.records import R, from_data, replace_paths
 
 # 0.1's fields every flavor had, with their defaults
 SHARED: dict[str, object] = dict(
@@ -273,7 +266,7 @@ def _plan(
     return dict(block=block, num_layers=num_layers, overrides=overrides)
 
 
-def config_from_flat(cls: type[Config], data: Mapping[str, object]) -> Config:
+def config_from_flat(cls: type[R], data: Mapping[str, object]) -> R:
     """The config of class `cls` that a 0.1 flat config (`data`) describes."""
     kind = cls.__name__
     if kind not in FLAVOR:
