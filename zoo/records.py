@@ -40,6 +40,9 @@ class Record(Protocol):
 
 
 R = TypeVar("R", bound=Record)
+# a record class passed as a value: unbounded, since the runtime type checkers would test it
+# with `issubclass`, which a protocol with data members (`Record`) refuses
+RecordClass = TypeVar("RecordClass")
 
 TYPE_KEY = "type"  # the key naming a record's class in its JSON form
 
@@ -221,7 +224,7 @@ def _record_from(classes: list[type], data: Mapping[str, object], name: str) -> 
     raise ValueError(f"{name} needs {TYPE_KEY!r}: one of {names}, got {kind!r}")
 
 
-def from_data(cls: type[R], data: Mapping[str, object]) -> R:
+def from_data(cls: type[RecordClass], data: Mapping[str, object]) -> RecordClass:
     """The record of class `cls` that `data` (its JSON form, `to_data`) describes."""
     custom = cls.__dict__.get("from_data")
     if isinstance(custom, classmethod):
