@@ -22,8 +22,9 @@ from zoo.models import flavor_of
 from zoo.models.classifier import Classifier
 from zoo.tasks.base import Task
 
-# a config field's value, as `--set FIELD=VALUE` and the data give it
-FieldValue = int | float | str | bool | list | None
+# a config field's value, as `--set FIELD=VALUE` and the data give it (a JSON object for a
+# record: `--set head.pooler={}`)
+FieldValue = int | float | str | bool | list | dict | None
 
 
 @dataclass(frozen=True)
