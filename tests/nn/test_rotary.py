@@ -136,16 +136,24 @@ def per_layer_extend(model, tokens, cache: KVCache):
     """`GPT.extend`'s logits with each layer making its table from the cache index."""
     positions = cache.index + jnp.arange(tokens.shape[0])
     mask = Mask(causal=True, offset=cache.index)
+    params, static = eqx.partition(model.layers.blocks, eqx.is_array)
+
+    def body(carry, layer_params):  # the stack's cached scan, with each layer making its table
+        h, keys, values, layer = carry
+        block = eqx.combine(layer_params, static)
+        layer_cache = KVCache(keys[layer], values[layer], cache.index)
+        h, extras = block(h, BlockInputs(mask=mask, cache=layer_cache))
+        keys = keys.at[layer].set(extras.cache.keys)
+        values = values.at[layer].set(extras.cache.values)
+        return (h, keys, values, layer + 1), None
+
     x = model.embedder(tokens, positions)
-    for index in range(model.config.num_layers):  # each layer makes its table, writes its cache
-        block = model.layers.layer(index)
-        x, extras = block(x, BlockInputs(mask=mask, cache=cache.layer(index)))
-        assert extras.cache is not None
-        cache = KVCache(
-            cache.keys.at[index].set(extras.cache.keys),
-            cache.values.at[index].set(extras.cache.values),
-            cache.index,
-        )
+    if scans(model.config.scan_layers):
+        first = jnp.zeros((), jnp.int32)
+        (x, _, _, _), _ = jax.lax.scan(body, (x, cache.keys, cache.values, first), params)
+    else:
+        for index in range(model.config.num_layers):
+            x, _ = model.layers.layer(index)(x, BlockInputs(mask=mask, cache=cache.layer(index)))
     return model._logits(x)
 
 

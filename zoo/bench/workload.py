@@ -97,7 +97,7 @@ class BenchSpec:
         if self.moe_path is not None:
             if self.moe_path not in MOE_PATHS:
                 raise ValueError(f"moe_path must be one of {MOE_PATHS}, got {self.moe_path!r}")
-            if not getattr(base, "num_experts", 0):
+            if base.experts() is None:
                 raise ValueError(
                     f"--moe-path chooses how a mixture of experts runs, and preset "
                     f"{self.preset!r} has no experts; drop --moe-path or pick an MoE preset "

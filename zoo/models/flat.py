@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 from collections.abc import Mapping
+
 from zoo.nn.block import BlockSettings
 from zoo.nn.rotary import Rope
 from zoo.records import R, from_data, replace_paths

@@ -66,6 +66,7 @@ class FeedForward(eqx.Module):
     output: Linear
     dropout: Dropout
     activation: str = eqx.field(static=True)
+    d_ff: int = eqx.field(static=True, default=0)  # the hidden width
 
     def __init__(
         self,
@@ -85,6 +86,7 @@ class FeedForward(eqx.Module):
         self.output = init.linear(s.d_ff, d_model, bias, key=output_key)
         self.dropout = Dropout(s.dropout)
         self.activation = s.activation
+        self.d_ff = s.d_ff
 
     def __call__(
         self, x: Float[Array, "seq d_model"], *, key: PRNGKeyArray | None = None
