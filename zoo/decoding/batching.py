@@ -124,21 +124,15 @@ PromptBatch = TokenBatch | Mapping[str, Any]
 
 
 def encoding_parts(
-    prompts: PromptBatch, attention_mask: np.ndarray | Sequence[Sequence[int]] | None = None
+    prompts: PromptBatch,
 ) -> tuple[TokenBatch, np.ndarray | Sequence[Sequence[int]] | None]:
     """`(ids, attention_mask or None)` of `prompts`: a mapping (what a HuggingFace tokenizer
-    returns) gives its `input_ids` and `attention_mask`; a batch gives itself and
-    `attention_mask` (the older keyword of `generate`)."""
+    returns) gives its `input_ids` and `attention_mask`; a batch gives itself and None."""
     if not isinstance(prompts, Mapping):
-        return prompts, attention_mask
+        return prompts, None
     if "input_ids" not in prompts:
         raise ValueError(
             f"prompts given as a mapping need 'input_ids' (and 'attention_mask' when padded on "
             f"the left), as a tokenizer returns them; got the keys {sorted(prompts)}"
-        )
-    if attention_mask is not None:
-        raise TypeError(
-            "attention_mask= beside prompts that are a mapping: put the mask in the mapping "
-            "as 'attention_mask'"
         )
     return prompts["input_ids"], prompts.get("attention_mask")
