@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from zoo.data.tokenizers.base import Tokenizer
 from zoo.train.loggers import LoggerSpec, check_loggers
 
-__all__ = ["LOOP_FIELDS", "OUTPUT_FIELDS", "LoopSettings", "Outputs", "StepCallback"]
+__all__ = ["LoopSettings", "Outputs", "StepCallback"]
 
 
 @runtime_checkable
@@ -135,8 +135,3 @@ class Outputs:
         """The folder of the metrics and the final model: `out_dir`, else `checkpoint_dir`."""
         chosen = self.checkpoint_dir if self.out_dir is None else self.out_dir
         return None if chosen is None else Path(chosen)
-
-
-# the keywords `Trainer` and `Trainer.fit` took before these records, still accepted
-LOOP_FIELDS = tuple(field.name for field in fields(LoopSettings))
-OUTPUT_FIELDS = tuple(field.name for field in fields(Outputs))
