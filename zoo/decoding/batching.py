@@ -7,7 +7,6 @@ batch gets a clear message instead of a wrong answer.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import numpy as np
 from jaxtyping import Array, Int
@@ -63,7 +62,7 @@ def pad_batch(
 
 def compact_left(
     batch: np.ndarray,
-    attention_mask: np.ndarray | Sequence[Sequence[int]],
+    attention_mask: TokenBatch,
     *,
     what: str = "prompts",
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -120,12 +119,10 @@ def sequence_lengths(
 
 
 # a batch of prompts, or a tokenizer's encoding of one: {"input_ids": ..., "attention_mask": ...}
-PromptBatch = TokenBatch | Mapping[str, Any]
+PromptBatch = TokenBatch | Mapping[str, TokenBatch]
 
 
-def encoding_parts(
-    prompts: PromptBatch,
-) -> tuple[TokenBatch, np.ndarray | Sequence[Sequence[int]] | None]:
+def encoding_parts(prompts: PromptBatch) -> tuple[TokenBatch, TokenBatch | None]:
     """`(ids, attention_mask or None)` of `prompts`: a mapping (what a HuggingFace tokenizer
     returns) gives its `input_ids` and `attention_mask`; a batch gives itself and None."""
     if not isinstance(prompts, Mapping):

@@ -15,7 +15,9 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
+
+import equinox as eqx
 
 from zoo.data.tokenizers.base import Tokenizer
 from zoo.train.loggers import LoggerSpec, check_loggers
@@ -29,7 +31,7 @@ class StepCallback(Protocol):
 
     every: int
 
-    def __call__(self, step: int, model: Any) -> None: ...
+    def __call__(self, step: int, model: eqx.Module) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -111,7 +113,8 @@ class Outputs:
     out_dir: str | os.PathLike | None = None
     tokenizer: Tokenizer | None = None
     plot: bool = False
-    chat_template: Any = None  # Jinja text or a ChatTemplate: DIR/chat_template.jinja
+    # Jinja text or a ChatTemplate, kept as its text (any other value is refused by name)
+    chat_template: object = None
 
     def __post_init__(self) -> None:
         if self.plot and self.folder is None:
@@ -124,6 +127,11 @@ class Outputs:
                     f"chat_data(...).template), got {type(self.chat_template).__name__}"
                 )
             object.__setattr__(self, "chat_template", text)
+
+    @property
+    def chat_template_text(self) -> str | None:
+        """The chat template's Jinja text, written as DIR/chat_template.jinja (None: none)."""
+        return self.chat_template if isinstance(self.chat_template, str) else None
 
     @property
     def checkpoints(self) -> Path | None:
