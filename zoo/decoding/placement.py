@@ -5,8 +5,8 @@ The decoding functions take `mesh=`: a `jax.sharding.Mesh` or a string like
 partition rules: `Layout.of(mesh, rules)` for rules other than `zoo.distributed.RULES`). The
 model goes onto the shardings of the partition rules (`zoo.distributed.Layout.place`; a model
 already there is used as it is), the prompts or sources are split by rows over `data x fsdp`
-when their number divides it and copied whole to every device otherwise. The models never see the mesh: this is
-all at the `jit` boundary.
+when their number divides it and copied whole to every device otherwise. The models never see
+the mesh: this is all at the `jit` boundary.
 
 The KV cache needs no sharding constraint: XLA's propagation from the placed model and prompts
 keeps it split inside the compiled loop, with the prompts' rows and its key/value heads over
@@ -36,7 +36,7 @@ def decoding_layout(mesh: Mesh | str | Layout | None) -> Layout | None:
 
 
 Model = TypeVar("Model", bound=eqx.Module)
-Rows = np.ndarray | jax.Array  # a `[batch, ...]` array, on the host or on devices
+RowArray = np.ndarray | jax.Array  # a `[batch, ...]` array, on the host or on devices
 
 
 def place_model(layout: Layout | None, model: Model) -> Model:
@@ -56,15 +56,15 @@ def place_model(layout: Layout | None, model: Model) -> Model:
 
 
 @overload
-def place_rows(layout: Layout | None, *arrays: Rows) -> tuple[jax.Array, ...]: ...
+def place_rows(layout: Layout | None, *arrays: RowArray) -> tuple[jax.Array, ...]: ...
 @overload
-def place_rows(layout: Layout | None, *arrays: Rows | None) -> tuple[jax.Array | None, ...]: ...
-def place_rows(layout: Layout | None, *arrays: Rows | None) -> tuple[jax.Array | None, ...]:
+def place_rows(layout: Layout | None, *arrays: RowArray | None) -> tuple[jax.Array | None, ...]: ...
+def place_rows(layout: Layout | None, *arrays: RowArray | None) -> tuple[jax.Array | None, ...]:
     """Each `[batch, ...]` array split by rows over `data x fsdp` when `batch` divides it,
     else copied whole to every device (without a layout: onto the default device); a None
     stays None."""
 
-    def place(array: Rows | None) -> jax.Array | None:
+    def place(array: RowArray | None) -> jax.Array | None:
         if array is None or layout is None:
             return None if array is None else jax.numpy.asarray(array)
         return layout.place_batch({"rows": np.asarray(array)}, even=False)["rows"]

@@ -9,16 +9,14 @@ from there both call `decode`.
 
 from __future__ import annotations
 
-from typing import NamedTuple, TypeVar
+from typing import NamedTuple
 
-import equinox as eqx
 import jax
-import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from zoo.decoding.beam import beam_search
 from zoo.decoding.loop import State, StepFn, Stopping, sample_loop
-from zoo.decoding.placement import place_model, place_rows
+from zoo.decoding.placement import Model, RowArray, place_model, place_rows
 from zoo.distributed.layout import Layout
 
 
@@ -29,9 +27,6 @@ class Beam(NamedTuple):
     length_penalty: float
 
 
-Model = TypeVar("Model", bound=eqx.Module)
-
-
 def positive(name: str, value: object) -> None:
     """Refuse a count (`max_new_tokens`, `max_len`, `beam_size`) that is not an integer >= 1."""
     if not isinstance(value, int) or value < 1:
@@ -39,7 +34,7 @@ def positive(name: str, value: object) -> None:
 
 
 def placed(
-    layout: Layout | None, model: Model, *rows: np.ndarray | jax.Array
+    layout: Layout | None, model: Model, *rows: RowArray
 ) -> tuple[Model, tuple[jax.Array, ...]]:
     """The model on `layout`'s shardings, and each `[batch, ...]` array split by rows (see
     `zoo.decoding.placement`); without a layout, on the default device."""
