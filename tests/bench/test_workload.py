@@ -78,18 +78,18 @@ def test_plan_uses_the_device_defaults():
     assert plan("cpu", preset_names=["gpt2"], workload=Workload(seq=32, steps=2))[0].steps == 2
 
 
-def test_plan_takes_the_older_workload_keywords_with_a_warning():
+def test_plan_takes_the_workload_as_one_record():
     shape = Workload(batch=4, seq=32, precision="bf16", attention="xla", decode_prompt=8,
                      decode_tokens=4, steps=2, warmup=0)  # fmt: skip
-    recorded = plan("gpu", flavors=["gpt"], workload=shape, dropout=0.1, rounds=2)
-    with pytest.warns(DeprecationWarning, match=r"plan\(batch=, .*pass workload=Workload"):
-        loose = plan("gpu", flavors=["gpt"], batch=4, seq=32, precision="bf16",
-                     attention="xla", decode_prompt=8, decode_tokens=4, steps=2, warmup=0,
-                     dropout=0.1, rounds=2)  # fmt: skip
-    assert loose == recorded
-    assert recorded[0].attention == "xla" and recorded[0].dropout == 0.1
-    with pytest.raises(TypeError, match="unexpected keyword argument 'batches'"):
-        plan("cpu", batches=4)
+    [spec] = plan("gpu", flavors=["gpt"], workload=shape, dropout=0.1, rounds=2)
+    assert (spec.batch, spec.seq, spec.precision, spec.attention) == (4, 32, "bf16", "xla")
+    assert (spec.decode_prompt, spec.decode_tokens, spec.steps, spec.warmup) == (8, 4, 2, 0)
+    assert (spec.dropout, spec.rounds) == (0.1, 2)
+    for name in ("batch", "seq", "precision", "warmup", "batches"):
+        with pytest.raises(
+            TypeError, match=f"^plan\\(\\) got an unexpected keyword argument '{name}'$"
+        ):
+            plan("cpu", **{name: 4})
 
 
 @pytest.mark.parametrize(

@@ -219,7 +219,7 @@ _OPENING_CHECKED: set[tuple[str, str]] = set()
 
 
 def check_generation_prompt(
-    template: ChatTemplate, messages: Sequence[Mapping[str, Any]], **variables: Any
+    template: ChatTemplate, messages: Sequence[Mapping[str, Any]], /, **variables: Any
 ) -> None:
     """A `ValueError` when `template` ignores `add_generation_prompt`: the conversation up to
     its first assistant reply (or up to its last user turn, with a probe reply) renders the same
