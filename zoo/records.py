@@ -19,14 +19,10 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import sys
 import types
 import typing
-import warnings
-from collections.abc import Collection, Iterator, Mapping, Sequence
-from pathlib import Path
-from types import FrameType
-from typing import TYPE_CHECKING, Any, TypeVar, Union
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, TypeVar, Union
 
 # What a record holds and what its JSON form is made of.
 JSONData = object
@@ -278,47 +274,3 @@ def type_at(cls: type, path: str) -> object:
         hint = fields[name]
         walked.append(name)
     return hint
-
-
-# -- the older loose keywords (removed as their callers move to records) ---------------------
-
-# frames that stand between the user's call and this module: zoo itself, and the runtime type
-# checkers that wrap zoo's functions under test (jaxtyping, beartype)
-_PASSED_OVER = (str(Path(__file__).resolve().parent), "jaxtyping", "beartype")
-
-
-def legacy_keywords(
-    function: str, legacy: Mapping[str, Any], names: Collection[str], instead: str
-) -> dict[str, Any]:
-    """The old keywords of `function` found in `legacy` (a call's `**legacy`).
-
-    Args:
-        function: the function's name, as the messages show it.
-        legacy: the keywords the call passed beyond its signature.
-        names: the old keyword names still accepted.
-        instead: how to write the same call today, e.g. "sampling=SamplingSettings(...)".
-
-    Raises:
-        TypeError: for a keyword that is neither in the signature nor in `names`.
-    """
-    unknown = sorted(set(legacy) - set(names))
-    if unknown:
-        raise TypeError(f"{function}() got an unexpected keyword argument {unknown[0]!r}")
-    if legacy:
-        warnings.warn(
-            f"{function}({', '.join(f'{name}=' for name in legacy)}) is the older spelling; "
-            f"pass {instead}",
-            DeprecationWarning,
-            stacklevel=_caller_level(),
-        )
-    return dict(legacy)
-
-
-def _caller_level() -> int:
-    """The `stacklevel` of the first frame outside zoo (and the type checkers' wrappers) above
-    the call of `legacy_keywords`: the warning names the user's line."""
-    level = 1  # the frame that calls warnings.warn
-    frame: FrameType | None = sys._getframe(1)
-    while frame is not None and any(part in frame.f_code.co_filename for part in _PASSED_OVER):
-        level, frame = level + 1, frame.f_back
-    return level
