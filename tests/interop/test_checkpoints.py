@@ -21,12 +21,13 @@ from zoo.interop import (
     from_pretrained,
     save_hf,
 )
-from zoo.interop.architecture import HFConfig
+from zoo.interop.architecture import HFConfig, activation_dropout
 from zoo.interop.architectures import architecture_of
 from zoo.interop.convert import expected_hf_shapes
 from zoo.interop.weights import read_safetensors, read_weights, write_safetensors
 from zoo.interop.zoo_keys import abstract_model, zoo_shapes
 from zoo.presets import build
+from zoo.records import get_path
 
 CONFIGS = {
     "gpt2-tied": dict(
@@ -93,7 +94,7 @@ def random_checkpoint(folder, config: dict, seed: int = 0) -> dict[str, np.ndarr
     arch = architecture_of(config)
     present = {"bert.pooler.dense.weight": ()}  # BERT: a pooler, as a full checkpoint has
     fields = arch.zoo_fields(HFConfig(config, arch.hf_defaults(), arch.name), present)
-    zoo_config = arch.zoo_config_class(**fields)
+    zoo_config = arch.zoo_config(fields)
     skeleton = abstract_model(lambda: build(zoo_config, key=jax.random.key(0)))
     key_map = arch.key_map(zoo_config)
     shapes = expected_hf_shapes(key_map, zoo_shapes(skeleton))
@@ -289,7 +290,9 @@ def test_unknown_model_types_are_refused():
 
 
 def test_export_refuses_models_gpt2_cannot_express():
-    model = zoo.presets.abstract("gpt-tiny", norm_first=False, positions="sinusoidal")
+    model = zoo.presets.abstract(
+        "gpt-tiny", **{"norm_first": False, "embedder.positions": "sinusoidal"}
+    )
     with pytest.raises(UnsupportedExport, match="norm_first=False") as error:
         zoo.interop.to_state_dict(model)
     assert "positions='sinusoidal'" in str(error.value)
@@ -307,7 +310,7 @@ def test_dropout_on_the_feed_forward_hidden_follows_the_checkpoint(tmp_path, nam
     random_checkpoint(tmp_path, {**CONFIGS[name], "dropout": 0.2, **extra})
     model = from_pretrained(tmp_path)
     stack = model.layers if name.startswith("gpt2") else model.encoder
-    assert model.config.activation_dropout == rate
+    assert activation_dropout(model.config) == rate
     assert stack.blocks.feed_forward.dropout.rate == rate
 
 
@@ -327,8 +330,9 @@ def test_loading_and_saving_a_folder_never_imports_torch(tmp_path):
 def test_overrides_change_zoo_fields_and_misspelt_ones_are_named(tmp_path):
     random_checkpoint(tmp_path, CONFIGS["bert"])
     model = from_pretrained(tmp_path, dropout=0.0, layer_loop="unroll")
-    assert model.config.dropout == 0.0 and not model.encoder.scan
-    with pytest.raises(TypeError, match="num_clases"):
+    dropouts = [get_path(model.config, path) for path in model.config.paths("dropout")]
+    assert dropouts and all(rate == 0.0 for rate in dropouts) and not model.encoder.scan
+    with pytest.raises(ValueError, match="num_clases"):
         from_pretrained(tmp_path, num_clases=2)
 
 
