@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array
 
-from zoo.nn.block import TransformerBlock
+from zoo.nn.block import BlockExtras, TransformerBlock
+from zoo.nn.cache import KVCache
 from zoo.nn.kernel import current_platform
 
 # What the backward pass recomputes instead of keeping (`jax.checkpoint` policies per layer):
@@ -44,19 +45,34 @@ def scans(scan: bool | None) -> bool:
 LayerArrays = tuple[TransformerBlock, Array | None, tuple[Array, Array] | None]
 
 
+Carry = tuple[Array, KVCache | None]  # the hidden states and the stacked cache (decoding)
+Step = Callable[..., tuple[Carry, BlockExtras]]  # `step(carry, arrays, *, layer, call)`
+
+
 def loop_layers(
-    step,
-    carry,
+    step: Step,
+    carry: Carry,
     arrays: LayerArrays,
     first: int,
     calls: Sequence[int],
     *,
     scan: bool,
     policy: str | None,
-):
-    """`step` over the layers `first, first + 1, ...` of a run (each with its call): one
-    `lax.scan`, or unrolled (layer numbers and calls then known while tracing); each layer
-    recomputed in the backward as `policy` says (`REMAT_POLICIES`)."""
+) -> tuple[Carry, BlockExtras]:
+    """`step` over the layers `first, first + 1, ...` of a run, each with its call: one
+    `lax.scan`, or unrolled (layer numbers and calls then known while tracing).
+
+    Args:
+        step: one layer, `step(carry, arrays, *, layer, call) -> (carry, extras)`.
+        carry: the hidden states and the stacked KV cache (None without one).
+        arrays: the run's weights, dropout keys and cross keys/values, stacked by layer.
+        first: the run's first layer number (its row of the stacked cache).
+        calls: each layer's call, an index the step reads.
+        scan: True scans the layers, False unrolls them.
+        policy: what the backward recomputes of each layer (`REMAT_POLICIES` key), or None.
+
+    Returns the final carry and the layers' extras stacked on a leading `layers` axis.
+    """
 
     def remat(function):
         return (
