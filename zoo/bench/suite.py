@@ -143,7 +143,7 @@ def plan(
     specs = []
     for name in names:
         preset = presets.get(name)
-        has_experts = bool(getattr(preset.config, "num_experts", 0))
+        has_experts = preset.config.experts() is not None
         paths: list[str | None] = list(moe_paths) if moe_paths and has_experts else [None]
         max_positions = preset.config.max_positions
         prompt = shape.decode_prompt or min(defaults.decode_prompt, max_positions // 2)
