@@ -24,6 +24,8 @@ from hf_helpers import transformers as hf_transformers
 import zoo
 from zoo.interop import UnsupportedConfig, from_hf, from_pretrained, load_state_dict, save_hf, to_hf
 from zoo.interop.weights import write_safetensors
+from zoo.nn.multihead import QKNorm
+from zoo.records import get_path
 
 pytestmark = pytest.mark.hf
 
@@ -99,40 +101,53 @@ def test_logits_match_on_a_padded_batch(run, layer_loop):
     assert diff < LOGIT_TOL
 
 
+def global_layers(config) -> tuple[int, ...]:
+    """The layers that attend to every position (Gemma's full layers)."""
+    return tuple(i for i, s in enumerate(config.layers.layers()) if s.attention.window is None)
+
+
+def local_rope_theta(config) -> float | None:
+    """The sliding layers' rotary base where it is not the full layers', else None."""
+    layers = config.layers.layers()
+    local = {s.attention.rope.theta for s in layers if s.attention.window is not None}
+    full = {s.attention.rope.theta for s in layers if s.attention.window is None}
+    return None if local == full else local.pop()
+
+
 def test_the_zoo_config_says_what_each_gemma_is(run):
     variant, hf, _ = run
     c = from_hf(hf).config
-    shared = dict(
-        norm_weight_offset=1.0,
-        output_norm=True,
-        norm_first=True,
-        scale_embeddings=True,
-        activation="gelu_tanh",
-        feed_forward="gated",
-        query_pre_attn_scalar=20.0,
-        sliding_window=3,
-    )
+    shared = {
+        "norm.weight_offset": 1.0,
+        "output_norm": True,
+        "norm_first": True,
+        "embedder.scale": True,
+        "feed_forward.activation": "gelu_tanh",
+        "feed_forward.kind": "gated",
+        "attention.scale_dim": 20.0,
+        "attention.window": 3,
+    }
     expected = {
-        "gemma2-softcap": dict(
-            global_layers=(1,),
-            attention_softcap=2.0,
-            final_logit_softcap=3.0,
-            qk_norm=False,
-            local_rope_theta=None,
-            tie_embeddings=True,
-        ),
-        "gemma3-pattern3": dict(
-            global_layers=(2,),
-            attention_softcap=None,
-            final_logit_softcap=None,
-            qk_norm=True,
-            local_rope_theta=100.0,
-            tie_embeddings=False,
-            qkv_bias=True,
-        ),
+        "gemma2-softcap": {
+            "attention.softcap": 2.0,
+            "head.softcap": 3.0,
+            "attention.qk_norm": None,
+            "head.tie": True,
+        },
+        "gemma3-pattern3": {
+            "attention.softcap": None,
+            "head.softcap": None,
+            "attention.qk_norm": QKNorm(eps=1e-6, weight_offset=1.0),
+            "head.tie": False,
+            "attention.qkv_bias": True,
+        },
     }[variant]
-    assert {name: getattr(c, name) for name in {**shared, **expected}} == {**shared, **expected}
-    assert c.rope.theta == (10000.0 if variant == "gemma2-softcap" else 100000.0)
+    wanted = {**shared, **expected}
+    assert {path: get_path(c, c.paths(path)[0]) for path in wanted} == wanted
+    layers = {"gemma2-softcap": ((1,), None), "gemma3-pattern3": ((2,), 100.0)}[variant]
+    assert (global_layers(c), local_rope_theta(c)) == layers
+    full_rope = c.layers.layer(global_layers(c)[0]).attention.rope
+    assert full_rope.theta == (10000.0 if variant == "gemma2-softcap" else 100000.0)
 
 
 @pytest.mark.parametrize(
@@ -251,7 +266,8 @@ def test_a_sharded_bf16_gemma3_hub_folder_loads_as_transformers_reads_it(tmp_pat
     model = from_pretrained(tmp_path)
     c = model.config
     assert c.dtype == "bfloat16" and model.embedder.token_weight.dtype == jnp.bfloat16
-    assert (c.global_layers, c.local_rope_theta, c.rope.theta) == ((5,), 10000.0, 1e6)
+    full_theta = c.layers.layer(5).attention.rope.theta
+    assert (global_layers(c), local_rope_theta(c), full_theta) == ((5,), 10000.0, 1e6)
     assert (c.eos_id, c.stop_ids, c.bos_id, c.pad_id) == (1, (6,), 2, 0)
     reference = hf_transformers.AutoModelForCausalLM.from_pretrained(
         tmp_path, dtype=torch.float32, attn_implementation="eager"
