@@ -22,9 +22,20 @@ from hf_helpers import LOGIT_TOL, check_preset_count, max_diff, randomize, recor
 from hf_helpers import transformers as hf_transformers
 
 import zoo
-from zoo.interop import UnsupportedConfig, from_hf, from_pretrained, load_state_dict, save_hf, to_hf
+from zoo.interop import (
+    UnsupportedConfig,
+    UnsupportedExport,
+    from_hf,
+    from_pretrained,
+    load_state_dict,
+    save_hf,
+    to_hf,
+)
+from zoo.interop.architectures import architecture_for
 from zoo.interop.weights import write_safetensors
 from zoo.nn.multihead import QKNorm
+from zoo.nn.plan import LayerOverride
+from zoo.nn.rotary import Rope
 from zoo.records import get_path
 
 pytestmark = pytest.mark.hf
@@ -313,6 +324,19 @@ def test_the_tiny_gemma3_preset_exports_and_matches_transformers():
     tokens = np.array([[3, 9, 27, 4, 50, 11, 8, 33, 21, 5, 6]])  # past the window of 8
     real = np.ones_like(tokens)
     assert max_diff(zoo_logits(model, tokens, real), hf_logits(again, tokens, real)) < LOGIT_TOL
+
+
+def test_export_refuses_layers_gemma_cannot_express():
+    gemma3 = zoo.presets.config("gemma-3-tiny")
+    differs = LayerOverride(changes={"attention.qkv_bias": True}, layers=(0,))
+    config = gemma3.replace(**{"layers.overrides": (*gemma3.layers.overrides, differs)})
+    with pytest.raises(UnsupportedExport, match="layer 0 differs .* window and rotary base"):
+        architecture_for(config).hf_config(config)
+    gemma2 = zoo.presets.config("gemma-2-tiny")
+    local = LayerOverride(changes={"attention.rope": Rope(theta=100.0)}, start=0, step=2)
+    config = gemma2.replace(**{"layers.overrides": (*gemma2.layers.overrides, local)})
+    with pytest.raises(UnsupportedExport, match="one rotary base for every layer"):
+        architecture_for(config).hf_config(config)
 
 
 def test_bf16_logits_are_no_further_from_fp32_than_transformers_bf16():
