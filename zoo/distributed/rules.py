@@ -28,6 +28,7 @@ import numpy as np
 from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec
 
 from zoo.distributed.mesh import axis_size, mesh_string
+from zoo.models.config import TransformerConfig
 from zoo.tree import path_name
 
 Spec = tuple[str | None, ...]
@@ -141,13 +142,14 @@ def check_experts(tree: Any, mesh: Mesh | AbstractMesh) -> None:
     config = getattr(tree, "config", None)
     if expert == 1 or config is None:
         return
-    experts = getattr(config, "num_experts", 0)
+    settings = config.experts() if isinstance(config, TransformerConfig) else None
+    experts = 0 if settings is None else settings.num_experts
     if not experts or experts % expert:
-        have = f"{experts} experts" if experts else "no experts (num_experts=0)"
+        have = f"{experts} experts" if experts else "no experts (no MoESettings feed-forward)"
         raise ValueError(
             f"mesh {mesh_string(mesh)}: expert={expert} splits a mixture of experts' experts "
             f"over devices, but the model has {have}; choose expert among the divisors of "
-            "num_experts, or put the devices on data or fsdp"
+            "feed_forward.num_experts, or put the devices on data or fsdp"
         )
 
 
