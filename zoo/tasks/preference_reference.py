@@ -23,7 +23,7 @@ from zoo.tasks.preference import REFERENCE_KEY, answer_logps
 
 
 @eqx.filter_jit
-def _reference_logps(model: GPT, batch: Mapping[str, np.ndarray]) -> jax.Array:
+def _reference_logps(model: GPT, batch: Mapping[str, ArrayLike]) -> jax.Array:
     logps, _ = answer_logps(model, batch)
     return logps
 
