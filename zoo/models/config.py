@@ -190,7 +190,9 @@ class TransformerConfig:
         else:
             from zoo.models.flat import unknown_name
 
-            raise unknown_name(type(self), name, tuple(self.aliases))
+            # a field of another flavor is named as that flavor's (a GPT's `relative`)
+            flavors = TransformerConfig.__subclasses__()
+            raise unknown_name(type(self), name, tuple(self.aliases), flavors)
         raise ValueError(f"{type(self).__name__} has nothing at {name!r} (it is None)")
 
     def _full(self, path: str) -> tuple[str, ...]:

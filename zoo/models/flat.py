@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from zoo.nn.block import BlockSettings
 from zoo.nn.rotary import Rope
@@ -100,14 +100,29 @@ RENAMED = {
 }  # fmt: skip
 
 
-def unknown_name(cls: type, name: str, aliases: tuple[str, ...]) -> ValueError:
+def unknown_name(
+    cls: type, name: str, aliases: tuple[str, ...], flavors: Sequence[type] = ()
+) -> ValueError:
     """The error for a name `replace` does not know: its place in the tree if it is a flat
-    name of 0.1, else the closest names."""
+    name of 0.1, the flavors among `flavors` that have it, else the closest names."""
     if name in RENAMED:
         return ValueError(
             f"{cls.__name__} has no field {name!r}: since 0.2 the config is the tree of its "
             f"parts' settings, and {name} is {RENAMED[name]} (a short path such as "
             "'attention.num_kv_heads' changes every block; see docs/configs.md)"
+        )
+    first = name.split(".")[0]
+    owners = [
+        flavor
+        for flavor in flavors
+        if flavor is not cls and first in {one.name for one in dataclasses.fields(flavor)}
+    ]
+    if owners:
+        models = " and ".join(f"zoo.{owner.__name__.removesuffix('Config')}" for owner in owners)
+        return ValueError(
+            f"{cls.__name__} has no field {name!r}: it is a field of "
+            f"{' and '.join(owner.__name__ for owner in owners)}, implemented for {models} "
+            f"only, not {cls.__name__}"
         )
     fields = [field.name for field in dataclasses.fields(cls)]
     blocks = [f"{field.name}." for field in dataclasses.fields(BlockSettings)]
