@@ -296,6 +296,17 @@ def test_config_eos_ids_outside_the_vocabulary_are_left_out_with_a_warning(tmp_p
     assert "eos_token_id 151645 is outside the vocabulary [0, 403); left out" in caplog.text
 
 
+def test_a_t5_decoder_start_that_is_no_id_names_the_config(tmp_path):
+    mistral_folder(tmp_path)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "t5", "decoder_start_token_id": "0"}))
+    with pytest.raises(ValueError, match=r"decoder_start_token_id is '0', not a token id"):
+        pretrained_tokenizer(tmp_path)
+    path.write_text(json.dumps({"model_type": "t5", "pad_token_id": [0]}))
+    with pytest.raises(ValueError, match=rf"{path} is damaged \(pad_token_id is \[0\]"):
+        pretrained_tokenizer(tmp_path)
+
+
 def test_missing_tokenizers_library_names_the_extra(folders, monkeypatch):
     monkeypatch.setitem(sys.modules, "tokenizers", None)
     with pytest.raises(
