@@ -370,3 +370,31 @@ def test_a_config_claiming_more_layers_than_its_weights_is_refused_before_buildi
     (tmp_path / "config.json").write_text(json.dumps({**CONFIGS["gpt2-tied"], "n_layer": 10**6}))
     with pytest.raises(CheckpointMismatch, match=r"claims 1000000 layers .* layers 0\.\.1 at most"):
         from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize("shard", [["model.safetensors"], 3, None])
+def test_a_shard_name_that_is_no_file_name_names_the_index(tmp_path, shard):
+    random_checkpoint(tmp_path, CONFIGS["gpt2-tied"])
+    index = tmp_path / "model.safetensors.index.json"
+    (tmp_path / "model.safetensors").rename(tmp_path / "model-00001-of-00001.safetensors")
+    weight_map = {"a": "model-00001-of-00001.safetensors", "b": shard}
+    index.write_text(json.dumps({"weight_map": weight_map}))
+    with pytest.raises(ValueError, match="its weight_map names a shard") as caught:
+        from_pretrained(tmp_path)
+    assert str(caught.value).startswith(f"{index} is damaged")
+
+
+def test_generation_config_end_ids_follow_the_config_and_bad_ones_name_the_file(tmp_path):
+    from zoo.interop.loading import with_generation_end_ids
+
+    generation = tmp_path / "generation_config.json"
+    generation.write_text(json.dumps({"eos_token_id": [9, 2, 13]}))
+    config = {"model_type": "llama", "eos_token_id": 2}
+    assert with_generation_end_ids(config, tmp_path)["eos_token_id"] == [2, 9, 13]
+    generation.write_text(json.dumps({"eos_token_id": "9"}))
+    with pytest.raises(ValueError, match=r"eos_token_id is '9', not a token id") as caught:
+        with_generation_end_ids(config, tmp_path)
+    assert str(caught.value).startswith(f"{generation} is damaged")
+    generation.write_text(json.dumps({"eos_token_id": 9}))
+    with pytest.raises(ValueError, match=r"config\.json is damaged \(eos_token_id is True"):
+        with_generation_end_ids({**config, "eos_token_id": True}, tmp_path)

@@ -281,6 +281,12 @@ def test_a_broken_tokenizer_is_refused_by_name(tmp_path):
         gguf_tokenizer(file(model="gpt2", tokens=["a", "b", "ab"], merges=["ab"]))
     with pytest.raises(GGUFError, match=r"its tokenizer is inconsistent"):
         gguf_tokenizer(file(model="gpt2", tokens=["a", "b"], merges=["a c"]))
+    with pytest.raises(GGUFError, match=r"t.gguf: tokenizer.ggml.scores is not a list of numbers"):
+        gguf_tokenizer(file(model="llama", tokens=["a", "b", "ab"], scores=["0", "-1", "-2"]))
+    with pytest.raises(GGUFError, match=r"t.gguf: tokenizer.ggml.token_type is not a list"):
+        gguf_tokenizer(file(model="gpt2", tokens=["a", "b", "ab"], merges=["a b"], token_type=3))
+    with pytest.raises(GGUFError, match=r"t.gguf: tokenizer.ggml.model \['gpt2'\] is not"):
+        gguf_tokenizer(file(model=["gpt2"], tokens=["a"]))
 
 
 def write_tiny_phi3(path, *, rotary: int, longrope: dict | None = None) -> None:
