@@ -41,6 +41,12 @@ def _gpt2(d_model: int, num_layers: int, num_heads: int) -> GPTConfig:
     return sized(GPT2, shape)
 
 
+def _smollm2(**sizes: int) -> GPTConfig:
+    """SmolLM2: Llama's parts, a 49k vocabulary, 8k positions, rotary base 100000."""
+    shape = Shape(vocab_size=49152, max_positions=8192, **sizes)
+    return sized(LLAMA, shape, bos_id=0, eos_id=0, **{"attention.rope": Rope(theta=100000.0)})
+
+
 def _phi_longrope(short: tuple[float, ...], long: tuple[float, ...], **fields: float) -> Rope:
     """LongRoPE past 4096 positions to 131072 (factor 32), from the hub's factors."""
     return Rope(
@@ -97,39 +103,11 @@ def presets() -> dict[str, tuple[GPTConfig, str]]:
             "2-layer Llama-style decoder (RMSNorm, rotary, SwiGLU, 2 kv heads) for tests",
         ),
         "smollm2-135m": (
-            sized(
-                LLAMA,
-                Shape(
-                    vocab_size=49152,
-                    d_model=576,
-                    num_layers=30,
-                    num_heads=9,
-                    num_kv_heads=3,
-                    d_ff=1536,
-                    max_positions=8192,
-                ),
-                bos_id=0,
-                eos_id=0,
-                **{"attention.rope": Rope(theta=100000.0)},
-            ),
+            _smollm2(d_model=576, num_layers=30, num_heads=9, num_kv_heads=3, d_ff=1536),
             "SmolLM2-135M shapes (Llama architecture, tied head)",
         ),
         "smollm2-360m": (
-            sized(
-                LLAMA,
-                Shape(
-                    vocab_size=49152,
-                    d_model=960,
-                    num_layers=32,
-                    num_heads=15,
-                    num_kv_heads=5,
-                    d_ff=2560,
-                    max_positions=8192,
-                ),
-                bos_id=0,
-                eos_id=0,
-                **{"attention.rope": Rope(theta=100000.0)},
-            ),
+            _smollm2(d_model=960, num_layers=32, num_heads=15, num_kv_heads=5, d_ff=2560),
             "SmolLM2-360M shapes (Llama architecture, tied head)",
         ),
         "qwen2.5-0.5b": (
