@@ -14,13 +14,22 @@ import re
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypeAlias
 
 import numpy as np
 
 # JSON nested deeper than this is refused: every file zoo reads is a few levels deep, and a
 # crafted file of 100,000 levels would otherwise exhaust Python's recursion
 MAX_JSON_DEPTH = 64
+
+# What `json.loads` gives: objects, arrays, strings, numbers, booleans and null, nested.
+if TYPE_CHECKING:
+    JSONValue: TypeAlias = (
+        dict[str, "JSONValue"] | list["JSONValue"] | str | int | float | bool | None
+    )
+else:  # beartype cannot follow a recursive alias: at run time the first level is checked
+    JSONValue: TypeAlias = dict[str, object] | list[object] | str | int | float | bool | None
+JSONObject: TypeAlias = dict[str, JSONValue]  # a JSON object, such as a whole config file
 
 
 def write_atomic(path: Path, write: Callable[[Path], object]) -> None:
@@ -48,7 +57,7 @@ def damaged(path: Path, detail: str, fix: str) -> ValueError:
     return ValueError(f"{path} is damaged ({detail}); {fix}")
 
 
-def read_json_object(path: Path, *, fix: str, missing_ok: bool = False) -> dict[str, Any]:
+def read_json_object(path: Path, *, fix: str, missing_ok: bool = False) -> JSONObject:
     """The JSON object in `path`; a truncated or garbled file is reported as damaged, with `fix`.
 
     With `missing_ok`, a file that is not there reads as `{}` (an optional file of a folder)."""

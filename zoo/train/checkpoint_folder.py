@@ -108,7 +108,11 @@ def read_state(path: Path) -> tuple[State, int, PRNGKeyArray]:
         raise FileNotFoundError(f"{path} is not a complete checkpoint (no {STATE_FILE})")
     try:
         state = read_json_object(state_file, fix="the run resumes from an older checkpoint")
-        return state, int(state["step"]), _key_from_json(state["key"])
+        step, key = state["step"], state["key"]
+        if not isinstance(step, int | float | str) or not isinstance(key, dict):
+            kinds = f"{type(step).__name__} and {type(key).__name__}"
+            raise TypeError(f"'step' and 'key' are {kinds}, not a number and an object")
+        return state, int(step), _key_from_json(key)
     except (ValueError, KeyError, TypeError) as error:
         raise CorruptCheckpoint(f"{STATE_FILE} is unreadable ({error!r})") from None
 
