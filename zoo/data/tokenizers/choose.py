@@ -41,7 +41,7 @@ def choose_tokenizer(
     if isinstance(tokenizer, Tokenizer):
         return tokenizer
     kind = DEFAULT_TOKENIZERS[config.task] if tokenizer is None else tokenizer
-    options = dict(config.tokenizer_options or {})
+    options = config.tokenizer_options or {}
     if kind.startswith("tiktoken"):
         return build_tokenizer(kind, **options)
     sample = config.tokenizer_sample
