@@ -6,7 +6,6 @@ The zoo and its peer get the same `BenchSpec` and the same numpy batch.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -148,7 +147,9 @@ class BenchSpec:
     def config(self) -> TransformerConfig:
         """The preset's config with this spec's dropout, vocabulary, layers and attention."""
         base = presets.get(self.preset).config
-        changes: dict[str, Any] = dict(dropout=self.dropout, attention_dropout=self.dropout)
+        changes: dict[str, float | int | str | None] = dict(
+            dropout=self.dropout, attention_dropout=self.dropout
+        )
         if self.flavor == "classifier":
             changes["classifier_dropout"] = None
         if self.pad_vocab:
