@@ -113,7 +113,7 @@ def add_ratios(row: BenchRow) -> BenchRow:
 
 def number(value: JSONValue) -> float | None:
     """A measured number of a row (None for a null, or for a field that holds no number)."""
-    return value if isinstance(value, int | float) and not isinstance(value, bool) else None
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def _count(value: float | None) -> str:
