@@ -20,6 +20,10 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+# DatasetDict is declared as dict[str, "Dataset"]: the runtime type checker resolves that
+# name in the module that annotates with it.
+from datasets import Dataset  # noqa: F401
+
 from zoo.data.chat.batches import ChatExamples, encode_conversations, pack_conversations
 from zoo.data.chat.conversations import Conversation
 from zoo.data.chat.datasets import chat_data, split_conversations
