@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import json
 import os
 import re
 import shlex
@@ -274,12 +275,30 @@ class Checks:
         for preset in presets if isinstance(presets, list) else [presets]:
             if preset not in zoo.presets.names():
                 self.problems.append(f"--preset {preset}: not a preset (zoo presets)")
+            elif options.get("set"):
+                self.settings(preset, options["set"])
         for option, read in (("mesh", parse_mesh), ("lora", parse_lora), ("freeze", parse_freeze)):
             try:
                 if options.get(option):
                     read(options[option])
             except ValueError as error:
                 self.problems.append(f"--{option}: {error}")
+
+    def settings(self, preset: str, settings: list[str]) -> None:
+        """`--set NAME=VALUE` changes the preset's config as `zoo train` changes it."""
+        import zoo
+
+        overrides: dict[str, object] = {}
+        for setting in settings:  # as `zoo train` reads them: JSON, else the text
+            name, _, text = setting.partition("=")
+            try:
+                overrides[name.strip()] = json.loads(text)
+            except json.JSONDecodeError:
+                overrides[name.strip()] = text
+        try:
+            zoo.presets.config(preset, **overrides)
+        except ValueError as error:
+            self.problems.append(f"--preset {preset} --set {' '.join(settings)}: {error}")
 
     def data(self, spec: str) -> None:
         from zoo.data import synthetic

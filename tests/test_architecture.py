@@ -238,3 +238,47 @@ def test_the_limit_checks_see_what_they_should():
     assert parameter_count(method) == 4
     crowded = ast.parse("def f(a, b, c, d, e, f, g, h, i): ...").body[0]
     assert parameter_count(crowded) == 9
+
+
+# Limits of the config tree and the typed core (docs/architecture.md, docs/configs.md).
+MAX_CONFIG_FIELDS = 15  # TransformerConfig's own fields: the model's, beside its parts' records
+MAX_STACK_LINES = 300
+MAX_ANY_LINES = 300  # lines of zoo/ that name typing.Any
+
+
+def test_the_config_keeps_few_fields_of_its_own():
+    import dataclasses
+
+    from zoo.models.config import TransformerConfig
+
+    assert len(dataclasses.fields(TransformerConfig)) <= MAX_CONFIG_FIELDS
+
+
+def test_the_stack_is_small_and_only_nn_reads_its_groups():
+    stack = PACKAGE / "nn" / "stack.py"
+    assert len(stack.read_text(encoding="utf-8").splitlines()) <= MAX_STACK_LINES
+    for path in PACKAGE.rglob("*.py"):
+        if path.parent.name == "nn":
+            continue
+        text = path.read_text(encoding="utf-8")
+        assert "group_layers" not in text and "stack_groups" not in text, path
+
+
+def test_no_call_takes_loose_keywords_and_tasks_need_no_type_ignore():
+    """Every public call's keywords are its signature's (no `**legacy` catch-all); the tasks read
+    models through typed calls."""
+    for path in PACKAGE.rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        assert "**legacy" not in text and "legacy_keywords" not in text, path
+        if path.parent.name == "tasks":
+            assert "type: ignore" not in text, path
+
+
+def test_few_lines_name_any():
+    lines = [
+        line
+        for path in PACKAGE.rglob("*.py")
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if re.search(r"\bAny\b", line)
+    ]
+    assert len(lines) < MAX_ANY_LINES

@@ -66,8 +66,10 @@ def test_every_preset_builds_abstractly_with_its_flavor(name):
 def test_overrides_change_config_fields(key):
     clf = zoo.create("classifier-tiny", num_classes=7, key=key)
     assert clf.config.num_classes == 7 and clf.head.weight.shape == (7, 64)
-    with pytest.raises(TypeError, match="no field"):
+    with pytest.raises(ValueError, match="no field 'num_clases'.*did you mean 'num_classes'"):
         zoo.create("classifier-tiny", num_clases=7, key=key)
+    with pytest.raises(ValueError, match="AttentionSettings has no field 'num_kv_head'"):
+        zoo.create("classifier-tiny", key=key, **{"attention.num_kv_head": 2})
 
 
 def test_unknown_preset_lists_close_names():

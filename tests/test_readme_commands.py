@@ -124,9 +124,12 @@ NOT_RUN = {
     "zoo train classifier --preset classifier-small --data json:../shared/data/rotten_tomatoes "
     "--steps 400 --batch-size 32 --eval-every 400 --out runs/bert": TRAINS,
     "zoo train classifier --preset modernbert-tiny --set d_model=128 --set num_layers=2 "
-    "--set num_heads=4 --set d_ff=172 --set global_layers=[0] --set max_positions=64 --max-len 64 "
+    "--set num_heads=4 --set d_ff=172 --set max_positions=64 --max-len 64 "
     "--min-freq 2 --data json:../shared/data/rotten_tomatoes --steps 400 --batch-size 32 "
     "--eval-every 400 --out runs/modernbert": TRAINS,
+    # docs/configs.md: --set by alias and by short path (checked as zoo train reads it)
+    "zoo train gpt --preset llama-tiny --set num_layers=4 --set attention.window=64 "
+    "--data synthetic:addition --steps 20 --out runs/window": TRAINS,
     # docs/moe.md: LoRA and int8 on the experts (tests/nn/test_moe_lora.py runs these options)
     "zoo train gpt --preset mixtral-tiny --data synthetic:addition --steps 200 --out runs/moe-lora "
     "--lora rank=8,alpha=16,targets=experts,attention --quantize int8": TRAINS,
@@ -136,7 +139,7 @@ NOT_RUN = {
     "--decode-tokens 0": BENCH,
     # docs/results.md, the mixture of experts against a dense model
     "zoo train gpt --preset mixtral-tiny --set d_model=128 --set num_layers=4 --set d_ff=256 "
-    "--set num_experts=8 --set num_experts_per_tok=2 --set max_positions=256 --out runs/moe "
+    "--set feed_forward.num_experts=8 --set feed_forward.top_k=2 --set max_positions=256 --out runs/moe "
     "--data text:../shared/data/tiny_shakespeare --tokenizer char --steps 300 "
     "--batch-size 16 --max-len 128 --eval-every 100 --lr 0.003 --warmup 30 --log-every 25": TRAINS,
     "zoo train gpt --preset llama-tiny --set d_model=128 --set num_layers=4 --set d_ff=512 "

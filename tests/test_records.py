@@ -1,34 +1,100 @@
-"""The older loose keywords of a call that now takes a record: accepted, warned about at the
-user's own line (past zoo's frames and the type checkers' wrappers), unknown ones refused."""
+"""Records as trees: a field by its dotted path, copies with fields changed (all at once, JSON
+data made into the declared types), and the JSON form with the record's class where a field may
+hold several."""
 
 from __future__ import annotations
 
-import warnings
+import json
+from dataclasses import dataclass, field
 
-import jax
-import numpy as np
 import pytest
 
-from zoo.nn import Init, Linear
-from zoo.records import legacy_keywords
+from zoo.records import (
+    FrozenMap,
+    from_data,
+    get_path,
+    replace_path,
+    replace_paths,
+    to_data,
+    type_at,
+)
 
 
-def test_the_old_spelling_warns_at_the_callers_line_and_builds_the_same():
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        old = Linear(3, 4, init_std=0.5, key=jax.random.key(0))  # two zoo frames below this one
-    new = Linear(3, 4, init=Init(0.5), key=jax.random.key(0))
-    assert np.array_equal(old.weight, new.weight)
-    [warning] = caught
-    assert warning.category is DeprecationWarning
-    assert (
-        str(warning.message)
-        == "Linear(init_std=) is the older spelling; pass init=Init(std, dtype)"
-    )
-    assert warning.filename == __file__
+@dataclass(frozen=True, kw_only=True)
+class Leaf:
+    size: int = 1
+    rate: float = 0.5
+    sizes: tuple[int, ...] = ()
 
 
-def test_an_unknown_keyword_is_refused_as_python_would():
-    with pytest.raises(TypeError, match=r"^f\(\) got an unexpected keyword argument 'colour'$"):
-        legacy_keywords("f", {"colour": 1, "temperature": 0.5}, ("temperature",), "sampling=...")
-    assert legacy_keywords("f", {}, ("temperature",), "sampling=...") == {}
+@dataclass(frozen=True, kw_only=True)
+class Other:
+    name: str = "other"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pair:
+    low: int = 0
+    high: int = 1
+
+    def __post_init__(self) -> None:
+        if self.low > self.high:
+            raise ValueError(f"low={self.low} exceeds high={self.high}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Root:
+    leaf: Leaf = field(default_factory=Leaf)
+    either: Leaf | Other = field(default_factory=Other)
+    maybe: Pair | None = None
+    pair: Pair = field(default_factory=Pair)
+
+
+def test_a_field_by_its_path():
+    root = Root()
+    assert get_path(root, "leaf.rate") == 0.5
+    with pytest.raises(
+        ValueError, match=r"Leaf has no field 'rat' \(in leaf\); did you mean 'rate'"
+    ):
+        get_path(root, "leaf.rat")
+    assert type_at(Root, "leaf.sizes") == tuple[int, ...]
+
+
+def test_a_copy_with_a_field_changed_rebuilds_each_record_on_the_way():
+    root = Root()
+    changed = replace_path(root, "leaf.size", 3)
+    assert changed.leaf.size == 3 and root.leaf.size == 1 and changed.either is root.either
+    assert replace_path(root, "leaf.sizes", [1, 2]).leaf.sizes == (1, 2)  # JSON list -> tuple
+    assert replace_path(root, "maybe", {"low": 2, "high": 5}).maybe == Pair(low=2, high=5)
+    with pytest.raises(ValueError, match="maybe is None, so low cannot be set inside it"):
+        replace_path(root, "maybe.low", 1)
+    with pytest.raises(ValueError, match="size=True is a bool; size takes a number"):
+        replace_path(root, "leaf.size", True)
+
+
+def test_changes_to_one_record_are_made_together():
+    """low=5 alone exceeds high=1; with high=9 in the same call the record is valid."""
+    with pytest.raises(ValueError, match="low=5 exceeds high=1"):
+        replace_path(Root(), "pair.low", 5)
+    both = replace_paths(Root(), {"pair.low": 5, "pair.high": 9})
+    assert both.pair == Pair(low=5, high=9)
+
+
+def test_a_field_of_several_record_classes_names_the_class_in_its_json_form():
+    root = Root(either=Leaf(size=4), maybe=Pair(low=1, high=2))
+    data = to_data(root)
+    assert data["either"] == {"type": "Leaf", "size": 4, "rate": 0.5, "sizes": []}
+    assert data["maybe"] == {"low": 1, "high": 2}  # one class: no name needed
+    assert from_data(Root, json.loads(json.dumps(data))) == root
+    with pytest.raises(ValueError, match=r"either needs 'type': one of \['Leaf', 'Other'\]"):
+        from_data(Root, {"either": {"size": 4}})
+    with pytest.raises(ValueError, match="Root has no field 'leef'; did you mean 'leaf'"):
+        from_data(Root, {"leef": {}})
+
+
+def test_a_frozen_map_is_a_mapping_that_hashes():
+    changes = FrozenMap({"a.b": 1, "c": None})
+    assert dict(changes) == {"a.b": 1, "c": None} and changes == {"c": None, "a.b": 1}
+    assert hash(changes) == hash(FrozenMap([("a.b", 1), ("c", None)]))
+    with pytest.raises(ValueError, match="a key is given twice"):
+        FrozenMap([("a", 1), ("a", 2)])

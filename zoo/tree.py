@@ -7,6 +7,8 @@ named `layers.blocks.self_attention.query_proj.weight`: the names of saved files
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import TypeVar
 
@@ -86,3 +88,19 @@ def fill(
     return eqx.combine(
         jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(slots), leaves), rest
     )
+
+
+Module = TypeVar("Module", bound=eqx.Module)
+
+
+def with_fields(module: Module, **changes: object) -> Module:
+    """A copy of the Equinox `module` with the named fields set, static ones included (which
+    `eqx.tree_at` cannot reach): the same arrays, another configuration of them."""
+    names = {field.name for field in dataclasses.fields(module)}
+    unknown = sorted(set(changes) - names)
+    if unknown:
+        raise TypeError(f"{type(module).__name__} has no field(s) {unknown}")
+    changed = copy.copy(module)
+    for name, value in changes.items():
+        object.__setattr__(changed, name, value)
+    return changed

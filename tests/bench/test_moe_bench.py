@@ -26,7 +26,7 @@ def test_moe_paths_give_an_moe_preset_one_row_each_and_leave_the_rest_alone():
         ("mixtral-tiny", "dense"),
         ("gpt-tiny", None),
     ]
-    assert [s.config().moe_implementation for s in specs[:2]] == ["ragged", "dense"]
+    assert [s.config().experts().implementation for s in specs[:2]] == ["ragged", "dense"]
     assert plan("cpu", preset_names=["olmoe-tiny"], workload=SHAPE, num_layers=1)[0].config(
     ).num_layers == 1  # fmt: skip
 

@@ -260,9 +260,14 @@ def test_zoo_bench_profile_on_gpt_tiny(tmp_path, capsys):
     assert sum(slot["share"] for slot in summary["categories"].values()) == pytest.approx(1.0)
     matmuls = {span["op"] for span in spans if program.category(span["op"]) == "matmul"}
     sources = {program.source(op).split(" < ")[-1].split(":")[0] for op in matmuls}
-    # the layers' projections and attention products, and the tied head's logits (made by the
-    # loss from the model's features: zoo.tasks.vocab_loss)
-    assert sources == {"nn/feedforward.py", "nn/attention.py", "tasks/vocab_loss.py"}
+    # the layers' projections (the attention's in zoo.nn.multihead) and attention products, and
+    # the tied head's logits (made by the loss from the model's features: zoo.tasks.vocab_loss)
+    assert sources == {
+        "nn/feedforward.py",
+        "nn/multihead.py",
+        "nn/attention.py",
+        "tasks/vocab_loss.py",
+    }
     assert zoo.cli.main([*argv, "--profile-steps", "0"]) == 2
     assert "--profile-steps must be >= 1" in capsys.readouterr().err
 

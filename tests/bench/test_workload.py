@@ -11,6 +11,7 @@ from zoo.bench.hardware import Peak
 from zoo.bench.run_zoo import ZooRun, make_forward, model_inputs
 from zoo.bench.suite import Workload, attention_for, plan
 from zoo.bench.workload import BenchSpec, make_batch, make_prompts
+from zoo.records import get_path
 from zoo.train import adamw
 from zoo.train.step import make_train_step
 
@@ -35,7 +36,9 @@ def test_spec_changes_the_config():
     config = spec.config()
     assert config.vocab_size == 50304  # 50257 rounded up to a multiple of 64
     assert config.layer_loop == "unroll"
-    assert config.dropout == config.attention_dropout == 0.1
+    rates = [get_path(config, path) for name in ("dropout", "attention_dropout")
+             for path in config.paths(name)]  # fmt: skip
+    assert len(rates) > 2 and all(rate == 0.1 for rate in rates)
     # the data still uses the preset's own ids
     assert make_batch(spec)["tokens"].max() < 50257
     assert BenchSpec(preset="translator-tiny", batch=2, seq=8).tokens_per_step() == 2 * 2 * 8
@@ -78,18 +81,18 @@ def test_plan_uses_the_device_defaults():
     assert plan("cpu", preset_names=["gpt2"], workload=Workload(seq=32, steps=2))[0].steps == 2
 
 
-def test_plan_takes_the_older_workload_keywords_with_a_warning():
+def test_plan_takes_the_workload_as_one_record():
     shape = Workload(batch=4, seq=32, precision="bf16", attention="xla", decode_prompt=8,
                      decode_tokens=4, steps=2, warmup=0)  # fmt: skip
-    recorded = plan("gpu", flavors=["gpt"], workload=shape, dropout=0.1, rounds=2)
-    with pytest.warns(DeprecationWarning, match=r"plan\(batch=, .*pass workload=Workload"):
-        loose = plan("gpu", flavors=["gpt"], batch=4, seq=32, precision="bf16",
-                     attention="xla", decode_prompt=8, decode_tokens=4, steps=2, warmup=0,
-                     dropout=0.1, rounds=2)  # fmt: skip
-    assert loose == recorded
-    assert recorded[0].attention == "xla" and recorded[0].dropout == 0.1
-    with pytest.raises(TypeError, match="unexpected keyword argument 'batches'"):
-        plan("cpu", batches=4)
+    [spec] = plan("gpu", flavors=["gpt"], workload=shape, dropout=0.1, rounds=2)
+    assert (spec.batch, spec.seq, spec.precision, spec.attention) == (4, 32, "bf16", "xla")
+    assert (spec.decode_prompt, spec.decode_tokens, spec.steps, spec.warmup) == (8, 4, 2, 0)
+    assert (spec.dropout, spec.rounds) == (0.1, 2)
+    for name in ("batch", "seq", "precision", "warmup", "batches"):
+        with pytest.raises(
+            TypeError, match=f"^plan\\(\\) got an unexpected keyword argument '{name}'$"
+        ):
+            plan("cpu", **{name: 4})
 
 
 @pytest.mark.parametrize(

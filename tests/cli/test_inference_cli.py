@@ -71,10 +71,8 @@ def test_generate_samples_with_the_seed_as_the_python_api(gpt_dir, capsys):
     expected = generate_texts(model, TOKENIZER, ["hello"], max_new_tokens=7, sampling=sampling,
                               key=key)  # fmt: skip
     assert row["output"] == expected[0]
-    with pytest.warns(DeprecationWarning, match=r"generate_texts\(temperature=, top_k=\)"):
-        older = generate_texts(model, TOKENIZER, ["hello"], max_new_tokens=7, temperature=0.9,
-                               top_k=5, key=key)  # fmt: skip
-    assert older == expected
+    with pytest.raises(TypeError, match="unexpected keyword argument 'temperature'"):
+        generate_texts(model, TOKENIZER, ["hello"], max_new_tokens=7, temperature=0.9, key=key)
     assert main([*args, "--temperature", "-1"]) == 2
     assert "temperature must be a finite number >= 0" in capsys.readouterr().err
 

@@ -24,7 +24,7 @@ def test_pretrain_with_mlm_then_finetune(tmp_path, capsys, review_dir):
     text.write_text("\n".join(row["text"] for row in reviews(64, seed=5)) + "\n")
     pretrained = tmp_path / "mlm"
     argv = ["train", "classifier", "--preset", "classifier-tiny", "--objective", "mlm"]
-    argv += ["--set", "pooler=true"]  # BERT's shape: a pooler, which masked LM never trains
+    argv += ["--set", "head.pooler={}"]  # BERT's shape: a pooler, which masked LM never trains
     assert main([*argv, "--data", f"text:{text}", "--out", str(pretrained), *FAST]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["steps"] == 2 and summary["metric_name"] == "accuracy"

@@ -216,60 +216,34 @@ def every_batch(source) -> list[dict]:
     return [source.batch(step) for step in range(len(source))]
 
 
-def assert_same_batches(one, other):
-    assert len(one) == len(other)
-    for a, b in zip(every_batch(one), every_batch(other), strict=True):
-        assert sorted(a) == sorted(b)
-        for key in a:
-            np.testing.assert_array_equal(a[key], b[key])
-
-
-@pytest.mark.parametrize("pack", [True, False])
-def test_the_older_keywords_of_chat_data_give_the_same_batches_with_a_warning(pack):
+@pytest.mark.parametrize("loose", [dict(max_len=32), dict(batch_size=2), dict(pack=False),
+                                   dict(train_on="all"), dict(max_length=32)])  # fmt: skip
+def test_chat_data_takes_its_options_in_the_config_alone(loose):
     dataset = datasets.Dataset.from_list(rows(*[(f"q{i}", "a") for i in range(20)]))
-    old = dict(max_len=32, batch_size=2, seed=3, pack=pack, train_on="all", holdout=0.2,
-               tokenizer_options={"min_freq": 1})  # fmt: skip
-    with pytest.warns(DeprecationWarning, match=r"chat_data\(max_len=, .*pass config="):
-        loose = chat_data(dataset, tokenizer="word", **old)
-    recorded = chat_data(dataset, tokenizer="word", config=ChatDataConfig(**old))
-    assert loose.counts == recorded.counts and loose.format == recorded.format
-    assert loose.tokenizer.words == recorded.tokenizer.words
-    assert_same_batches(loose.train, recorded.train)
-    assert_same_batches(loose.validation, recorded.validation)
-    # the older keywords go over the record's fields
-    with pytest.warns(DeprecationWarning):
-        over = chat_data(dataset, tokenizer="word", config=ChatDataConfig(seed=3), **old)
-    assert_same_batches(over.train, recorded.train)
-    with pytest.raises(TypeError, match="unexpected keyword argument 'max_length'"):
-        chat_data(dataset, max_length=32)
+    [name] = loose
+    with pytest.raises(TypeError, match=f"unexpected keyword argument '{name}'"):
+        chat_data(dataset, tokenizer="word", **loose)
 
 
-def test_the_older_keywords_of_chat_batches_and_chat_evaluation_still_work():
+def test_chat_batches_and_chat_evaluation_take_their_options_in_the_config():
     examples = encode_conversations([HI] * 4, TOKENIZER)
-    with pytest.warns(DeprecationWarning, match="chat_batches"):
-        loose = chat_batches(examples, batch_size=2, max_len=64, pad_id=0, pack=False, seed=1)
-    config = ChatDataConfig(batch_size=2, max_len=64, pack=False, seed=1)
-    assert_same_batches(loose, chat_batches(examples, pad_id=0, config=config))
-    with pytest.raises(TypeError, match="unexpected keyword argument 'train_split'"):
-        chat_batches(examples, pad_id=0, train_split="train")
+    for name in ("batch_size", "max_len", "train_split"):
+        with pytest.raises(TypeError, match=f"unexpected keyword argument '{name}'"):
+            chat_batches(examples, pad_id=0, **{name: 2})
 
     train = datasets.Dataset.from_list(rows(*[(f"q{i}", "a") for i in range(20)]))
-    old = dict(max_len=32, batch_size=3, seed=2, holdout=0.25, train_on="all")
-    with pytest.warns(DeprecationWarning, match="chat_evaluation"):
-        loose = chat_evaluation({"train": train}, TOKENIZER, **old)
-    recorded = chat_evaluation({"train": train}, TOKENIZER, config=ChatDataConfig(**old))
-    assert loose.name == recorded.name == "validation (held out of train)"
-    assert (loose.conversations, loose.tokens, loose.trained_tokens) == (
-        recorded.conversations, recorded.tokens, recorded.trained_tokens
-    )  # fmt: skip
+    options = dict(max_len=32, batch_size=3, seed=2, holdout=0.25, train_on="all")
+    recorded = chat_evaluation({"train": train}, TOKENIZER, config=ChatDataConfig(**options))
+    assert recorded.name == "validation (held out of train)"
     assert recorded.conversations == 5  # a quarter of 20, as chat_data holds out with seed 2
-    assert_same_batches(loose.batches, recorded.batches)
     # one conversation per row, whatever the record says about packing
-    packed = chat_evaluation({"train": train}, TOKENIZER, config=ChatDataConfig(**old, pack=True))
+    packed = chat_evaluation({"train": train}, TOKENIZER,
+                             config=ChatDataConfig(**options, pack=True))  # fmt: skip
     assert "segments" not in packed.batches.batch(0)
     assert sum(len(batch["tokens"]) for batch in every_batch(packed.batches)) == 5
-    with pytest.raises(TypeError, match="unexpected keyword argument 'pack'"):
-        chat_evaluation({"train": train}, TOKENIZER, pack=False)
+    for name in ("max_len", "pack"):
+        with pytest.raises(TypeError, match=f"unexpected keyword argument '{name}'"):
+            chat_evaluation({"train": train}, TOKENIZER, **{name: 32})
 
 
 def test_unpacked_conversations_pad_to_lengths_fitted_to_them():

@@ -58,15 +58,14 @@ def stub_greedy():
     )[0]
 
 
-def stub_beam(beam_size, alpha, **older):
+def stub_beam(beam_size, alpha):
     state = jnp.zeros((1,), jnp.int32)
     search = jax.jit(
-        beam_search, static_argnums=0, static_argnames=("stopping", "beam_size", "alpha", *older)
+        beam_search, static_argnums=0, static_argnames=("stopping", "beam_size", "alpha")
     )
-    stopping = {} if older else {"stopping": STOPPING}
     tokens, scores, _ = search(
         stub_step, state, jnp.full((1,), BOS, jnp.int32), beam_size=beam_size, alpha=alpha,
-        **stopping, **older,
+        stopping=STOPPING,
     )  # fmt: skip
     return tokens[0].tolist(), float(scores[0])
 
@@ -89,20 +88,17 @@ def test_beam_of_one_is_greedy_on_the_stub():
     np.testing.assert_allclose(score, log_prob / float(length_penalty(3, 0.6)), rtol=1e-6)
 
 
-def test_the_older_loose_stopping_keywords_still_work():
-    with pytest.warns(DeprecationWarning, match="stopping=Stopping"):
-        older = stub_beam(2, 0.6, max_len=MAX_LEN, eos_id=EOS, fill_id=PAD)
-    assert older == stub_beam(2, 0.6)
-    with pytest.warns(DeprecationWarning, match="stopping=Stopping"):
-        tokens, _ = jax.jit(
-            lambda: sample_loop(
-                stub_step, jnp.zeros((1,), jnp.int32), jnp.full((1,), BOS, jnp.int32),
-                max_new_tokens=MAX_LEN, values=None, key=None, eos_id=EOS, fill_id=PAD,
-            )
-        )()  # fmt: skip
-    np.testing.assert_array_equal(tokens, stub_greedy())
-    with pytest.raises(TypeError, match="missing the keyword argument stopping"):
-        sample_loop(stub_step, jnp.zeros((1,), jnp.int32), jnp.full((1,), BOS, jnp.int32))
+def test_the_loops_take_their_stopping_as_one_record():
+    state, first = jnp.zeros((1,), jnp.int32), jnp.full((1,), BOS, jnp.int32)
+    loose = dict(max_len=MAX_LEN, eos_id=EOS, fill_id=PAD)  # spelled out before `Stopping`
+    for name, value in loose.items():
+        with pytest.raises(TypeError, match=f"unexpected keyword argument '{name}'"):
+            sample_loop(stub_step, state, first, stopping=STOPPING, **{name: value})
+        with pytest.raises(TypeError, match=f"unexpected keyword argument '{name}'"):
+            beam_search(stub_step, state, first, stopping=STOPPING, beam_size=2, alpha=0.6,
+                        **{name: value})  # fmt: skip
+    with pytest.raises(TypeError, match="stopping"):
+        sample_loop(stub_step, state, first)
     with pytest.raises(ValueError, match="max_len must be a positive integer"):
         Stopping(0)
 

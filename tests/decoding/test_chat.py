@@ -129,34 +129,50 @@ def test_chat_on_a_one_device_mesh_answers_as_without(chat_gpt):
     )
 
 
-def test_the_older_stream_keywords_give_the_same_tokens(gpt):
-    key = jax.random.key(3)
-    expected = streamed(gpt, PROMPTS, max_new_tokens=5, sampling=SamplingSettings(0.9), key=key)
-    with pytest.warns(DeprecationWarning, match=r"stream_tokens\(temperature=\)"):
-        older = streamed(gpt, PROMPTS, max_new_tokens=5, temperature=0.9, key=key)
-    np.testing.assert_array_equal(older, expected)
+def test_stream_tokens_takes_sampling_as_one_record(gpt):
+    for loose in (dict(temperature=0.9), dict(top_k=5), dict(top_p=0.5), dict(rules=())):
+        [name] = loose
+        with pytest.raises(TypeError, match=f"unexpected keyword argument '{name}'"):
+            streamed(gpt, PROMPTS, max_new_tokens=5, key=jax.random.key(3), **loose)
+
+
+# the variables `system` and `template`, each on a line: the chat calls' own keywords once had
+# these names (now `ChatFormat`'s fields)
+WITH_VARIABLES = (
+    "{{ system }}\n{{ template }}\n{% for m in messages %}{{ m['role'] }} {{ m['content'] }}\n"
+    "{% endfor %}{% if add_generation_prompt %}assistant {% endif %}"
+)
 
 
 @needs_jinja
-def test_the_older_chat_keywords_give_the_same_reply_with_a_warning(chat_gpt):
-    template = (
-        "{% for m in messages %}{{ m['role'] }} {{ m['content'] }}\n{% endfor %}"
-        "{% if add_generation_prompt %}assistant {% endif %}"
+def test_template_variables_named_system_and_template_reach_the_template(chat_gpt):
+    by_variables = ChatFormat(TOKENIZER, template=WITH_VARIABLES)
+    written = ChatFormat(TOKENIZER, template=WITH_VARIABLES.replace(
+        "{{ system }}", "be brief").replace("{{ template }}", "plain"))  # fmt: skip
+    variables = {"system": "be brief", "template": "plain"}
+    expected = reply(chat_gpt, written, "hello", max_new_tokens=6)
+    # "be brief\nplain\nuser hello\nassistant ": the variables' text is in the prompt
+    assert expected.prompt_tokens == len("be brief\nplain\nuser hello\nassistant ")
+    assert reply(chat_gpt, by_variables, "hello", max_new_tokens=6, **variables) == expected
+    assert replies(chat_gpt, by_variables, ["hello"], max_new_tokens=6, **variables) == [expected]
+    assert zoo.chat(chat_gpt, by_variables, "hello", max_new_tokens=6, **variables) == (
+        expected.text
     )
-    brief = ChatFormat(TOKENIZER, template=template, system="be brief")
-    options = {"max_new_tokens": 6, "key": jax.random.key(4)}
-    sampled = SamplingSettings(0.8, top_k=9)
-    expected = reply(chat_gpt, brief, "hello", sampling=sampled, **options)
-    older = {"system": "be brief", "template": template, "temperature": 0.8, "top_k": 9}
+    without = reply(chat_gpt, by_variables, "hello", max_new_tokens=6)
+    assert without.prompt_tokens == len("\n\nuser hello\nassistant ")
+
+
+@needs_jinja
+@pytest.mark.parametrize("loose", [dict(temperature=0.8), dict(top_k=9), dict(rules=()),
+                                   dict(system="be brief"), dict(template="{{ messages }}")])  # fmt: skip
+def test_a_keyword_the_template_does_not_read_is_refused(chat_gpt, loose):
+    """The chat calls' older keywords (now `sampling`, a `Layout` and `ChatFormat`), or any
+    misspelled option, would be a template variable that nothing reads: refused."""
+    [name] = loose
     for call in (reply, replies, zoo.chat):
-        with pytest.warns(DeprecationWarning, match="ChatFormat") as caught:
-            found = call(chat_gpt, TOKENIZER, ["hello"] if call is replies else "hello",
-                         **older, **options)  # fmt: skip
-        assert "sampling=SamplingSettings" in str(caught[0].message)
-        found = found[0] if call is replies else found
-        assert (found if call is zoo.chat else found.text) == expected.text
-    with pytest.raises(TypeError, match="system= beside a ChatFormat"), pytest.deprecated_call():
-        zoo.chat(chat_gpt, brief, "hello", system="again", max_new_tokens=2)
+        conversation = ["hello"] if call is replies else "hello"
+        with pytest.raises(TypeError, match=f"unexpected keyword argument '{name}'"):
+            call(chat_gpt, TOKENIZER, conversation, max_new_tokens=2, **loose)
 
 
 @needs_jinja

@@ -176,44 +176,24 @@ def test_bad_requests_raise_clear_errors(gpt, prompts, kwargs, error, message):
 
 
 @pytest.mark.parametrize(
-    ("older", "message"),
+    "removed",
     [
-        (dict(temperature=-1.0), "temperature"),
-        (dict(temperature=1.0, top_k=0), "top_k"),
-        (dict(temperature=1.0, top_p=1.2), "top_p"),
-        (dict(temperature=1.0), "key"),
-        (dict(beam_size=0), "beam_size"),
-        (dict(beam_size=2, temperature=1.0), "beam search is deterministic"),
+        dict(temperature=1.3),
+        dict(top_k=20),
+        dict(top_p=0.9),
+        dict(attention_mask=[[1, 1, 1]] * 3),
+        dict(beam_size=3),
+        dict(length_penalty=0.2),
+        dict(rules=()),
+        dict(temprature=1.0),
     ],
 )
-def test_the_older_keywords_are_still_checked(gpt, older, message):
-    with pytest.deprecated_call(), pytest.raises(ValueError, match=message):
-        zoo.generate(gpt, PROMPTS, max_new_tokens=2, **older)
-
-
-def test_the_older_keywords_give_the_same_tokens_with_a_warning(gpt):
-    key = jax.random.key(7)
-    settings = SamplingSettings(temperature=1.3, top_k=20, top_p=0.9)
-    expected = zoo.generate(gpt, PROMPTS, max_new_tokens=NEW, sampling=settings, key=key)
-    with pytest.warns(DeprecationWarning, match=r"generate\(temperature=, top_k=, top_p=\)"):
-        older = zoo.generate(
-            gpt, PROMPTS, max_new_tokens=NEW, temperature=1.3, top_k=20, top_p=0.9, key=key
-        )
-    np.testing.assert_array_equal(older, expected)
-    width = max(map(len, PROMPTS))
-    left = np.array([[PAD] * (width - len(p)) + p for p in PROMPTS], np.int32)
-    mask = (left != PAD).astype(np.int32)
-    with pytest.warns(DeprecationWarning, match="attention_mask"):
-        older = zoo.generate(gpt, left, attention_mask=mask, max_new_tokens=NEW)
-    np.testing.assert_array_equal(older, zoo.generate(gpt, PROMPTS, max_new_tokens=NEW))
-    with pytest.warns(DeprecationWarning, match="beam_generate"):
-        older = zoo.generate(gpt, PROMPTS, max_new_tokens=NEW, beam_size=3, length_penalty=0.2)
-    beams, _ = beam_generate(gpt, PROMPTS, max_new_tokens=NEW, beam_size=3, length_penalty=0.2)
-    np.testing.assert_array_equal(older, beams)
-    with pytest.deprecated_call(), pytest.raises(TypeError, match="got sampling= and temper"):
-        zoo.generate(gpt, PROMPTS, max_new_tokens=2, sampling=settings, temperature=1.0)
-    with pytest.raises(TypeError, match="unexpected keyword argument 'temprature'"):
-        zoo.generate(gpt, PROMPTS, max_new_tokens=2, temprature=1.0)
+def test_a_keyword_outside_the_signature_is_refused(gpt, removed):
+    """The older spellings (`sampling=`, a prompts mapping, `beam_generate`, a `Layout`) are
+    refused like any other unknown keyword."""
+    [name] = removed
+    with pytest.raises(TypeError, match=f"unexpected keyword argument '{name}'"):
+        zoo.generate(gpt, PROMPTS, max_new_tokens=2, **removed)
 
 
 def test_generate_refuses_other_models(translator):

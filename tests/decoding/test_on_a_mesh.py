@@ -45,10 +45,9 @@ def test_classify_on_a_mesh_gives_the_same_probabilities():
     classifier = zoo.create("classifier-tiny", key=jax.random.key(4))
     alone = zoo.classify(classifier, PROMPTS)
     np.testing.assert_array_equal(zoo.classify(classifier, PROMPTS, mesh=ONE), alone)
-    with pytest.warns(DeprecationWarning, match=r"classify\(rules=\)"):
-        np.testing.assert_array_equal(
-            zoo.classify(classifier, PROMPTS, mesh=ONE, rules=RULES), alone
-        )
+    np.testing.assert_array_equal(
+        zoo.classify(classifier, PROMPTS, mesh=Layout.of(ONE, RULES)), alone
+    )
 
 
 def test_a_model_already_on_the_mesh_is_not_copied(gpt):
@@ -59,24 +58,41 @@ def test_a_model_already_on_the_mesh_is_not_copied(gpt):
     assert nothing is None and rows.sharding.mesh == ONE
 
 
-def test_a_layout_carries_the_rules_and_the_older_rules_keyword_still_works(gpt, translator):
+def test_a_layout_carries_the_rules(gpt, translator):
     rules = ((r"lm_head", (None, None)), *RULES)  # any rule table: one device splits nothing
     layout = Layout.of(ONE, rules)
     alone = zoo.generate(gpt, PROMPTS, max_new_tokens=4)
     np.testing.assert_array_equal(zoo.generate(gpt, PROMPTS, max_new_tokens=4, mesh=layout), alone)
-    with pytest.warns(DeprecationWarning, match=r"Layout.of\(mesh, rules\)"):
-        older = zoo.generate(gpt, PROMPTS, max_new_tokens=4, mesh=ONE, rules=rules)
-    np.testing.assert_array_equal(older, alone)
-    with pytest.warns(DeprecationWarning, match=r"translate\(rules=\)"):
-        older = zoo.translate(translator, PROMPTS, max_len=4, mesh="data=1", rules=rules)
-    np.testing.assert_array_equal(older, zoo.translate(translator, PROMPTS, max_len=4, mesh=layout))
-    with pytest.deprecated_call(), pytest.raises(ValueError, match="rules= beside a Layout"):
-        zoo.generate(gpt, PROMPTS, max_new_tokens=2, mesh=layout, rules=rules)
+    np.testing.assert_array_equal(
+        zoo.translate(translator, PROMPTS, max_len=4, mesh=layout),
+        zoo.translate(translator, PROMPTS, max_len=4),
+    )
 
 
-def test_rules_without_a_mesh_and_a_mesh_that_does_not_fit_are_refused(gpt):
-    with pytest.deprecated_call(), pytest.raises(ValueError, match="rules= only applies on a mesh"):
-        zoo.generate(gpt, PROMPTS, max_new_tokens=2, rules=zoo.distributed.RULES)
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda gpt, translator: zoo.generate(gpt, PROMPTS, max_new_tokens=2, mesh=ONE, rules=RULES),
+        lambda gpt, translator: zoo.decoding.beam_generate(
+            gpt, PROMPTS, max_new_tokens=2, beam_size=2, mesh=ONE, rules=RULES
+        ),
+        lambda gpt, translator: zoo.translate(translator, PROMPTS, max_len=4, rules=RULES),
+        lambda gpt, translator: zoo.decoding.beam_translate(
+            translator, PROMPTS, max_len=4, beam_size=2, rules=RULES
+        ),
+        lambda gpt, translator: zoo.classify(
+            zoo.create("classifier-tiny", key=jax.random.key(4)), PROMPTS, rules=RULES
+        ),
+    ],
+)
+def test_rules_beside_the_mesh_are_refused(gpt, translator, call):
+    """The rules travel in the `Layout` (`mesh=Layout.of(mesh, rules)`); `rules=` is no
+    keyword of the decoding calls."""
+    with pytest.raises(TypeError, match="unexpected keyword argument 'rules'"):
+        call(gpt, translator)
+
+
+def test_a_mesh_that_does_not_fit_is_refused(gpt):
     with pytest.raises(ValueError, match="needs 2 devices but there are 1 cpu devices"):
         zoo.generate(gpt, PROMPTS, max_new_tokens=2, mesh="data=2")
 

@@ -22,7 +22,7 @@ from jax.sharding import PartitionSpec as P
 from zoo.distributed import Layout
 
 assert jax.device_count() == 8
-model = zoo.create("qwen2-moe-tiny", key=jax.random.key(0), router_z_loss_coef=1e-3)
+model = zoo.create("qwen2-moe-tiny", key=jax.random.key(0), **{"feed_forward.z_loss_coef": 1e-3})
 task = zoo.tasks.LanguageModeling()
 rng = np.random.default_rng(0)
 tokens = rng.integers(3, 60, (24, 12)).astype(np.int32)

@@ -17,6 +17,10 @@ from zoo.distributed import (
     sharding_table,
     shardings,
 )
+from zoo.models.classifier import ClassifierHead
+from zoo.models.gpt import LMHead
+from zoo.models.translator import TranslatorHead
+from zoo.nn import QKNorm
 
 
 def shapes(preset, **overrides):
@@ -31,7 +35,7 @@ def specs(model, mesh=CUBE):
 
 
 def test_llama_parts_split_heads_and_width_over_tensor_and_rows_over_fsdp():
-    table = specs(shapes("llama-tiny", qk_norm=True))
+    table = specs(shapes("llama-tiny", **{"attention.qk_norm": QKNorm()}))
     blocks = "layers.blocks."
     assert table == {
         "embedder.token_weight": P("tensor", "fsdp"),
@@ -54,10 +58,13 @@ def test_llama_parts_split_heads_and_width_over_tensor_and_rows_over_fsdp():
 @pytest.mark.parametrize(
     ("preset", "overrides"),
     [
-        ("gpt-tiny", {"tie_embeddings": False}),
-        ("llama-tiny", {"qk_norm": True}),
-        ("classifier-tiny", {"pooler": True, "type_vocab_size": 2}),
-        ("translator-tiny", {"share_embeddings": False, "tie_output": False, "output_bias": True}),
+        ("gpt-tiny", {"head": LMHead(tie=False)}),
+        ("llama-tiny", {"attention.qk_norm": QKNorm()}),
+        ("classifier-tiny", {"head": ClassifierHead(), "embedder.type_vocab_size": 2}),
+        (
+            "translator-tiny",
+            {"share_embeddings": False, "head": TranslatorHead(tie=False, bias=True)},
+        ),
     ],
 )
 def test_every_parameter_of_every_flavor_has_a_rule(preset, overrides):
@@ -67,7 +74,7 @@ def test_every_parameter_of_every_flavor_has_a_rule(preset, overrides):
 
 def test_heads_and_biases_of_the_other_flavors():
     translator = specs(
-        shapes("translator-tiny", share_embeddings=False, tie_output=False, output_bias=True)
+        shapes("translator-tiny", share_embeddings=False, head=TranslatorHead(tie=False, bias=True))
     )
     assert translator["output_proj.weight"] == P("tensor", "fsdp")
     assert translator["output_bias"] == P("tensor")
@@ -75,7 +82,9 @@ def test_heads_and_biases_of_the_other_flavors():
         None, "fsdp", "tensor"
     )
     assert translator["decoder.blocks.cross_attention.key_proj.bias"] == P(None, "tensor")
-    classifier = specs(shapes("classifier-tiny", pooler=True, type_vocab_size=2))
+    classifier = specs(
+        shapes("classifier-tiny", head=ClassifierHead(), **{"embedder.type_vocab_size": 2})
+    )
     assert classifier["embedder.token_type_weight"] == P(None, "fsdp")
     assert classifier["pooler.weight"] == P(None, "fsdp")
     assert classifier["head.weight"] == P("tensor", "fsdp")  # 2 classes split over tensor=2
@@ -105,7 +114,8 @@ def test_tensor_must_divide_heads_kv_heads_and_width():
         "and feed-forward width, but num_kv_heads=2 is not divisible by 4; choose tensor among "
         "[1, 2] (put the other devices on data or fsdp)"
     )
-    with pytest.raises(ValueError, match="but num_heads=4 is not divisible by 8; choose tensor "
+    with pytest.raises(ValueError, match="but num_heads=4, num_kv_heads=4 is not divisible by 8; "
+                       "choose tensor "
                        r"among \[1, 2, 4\]"):  # fmt: skip
         sharding_table(shapes("gpt-tiny"), abstract_mesh("tensor=8", 8))
     with pytest.raises(ValueError, match="but d_ff=12 is not divisible by 8"):

@@ -56,7 +56,7 @@ def test_the_ragged_path_multiplies_the_routed_rows_with_grouped_matmuls():
     grouped = re.findall(r"chlo\.ragged_dot[^\n]*", text)
     # gate, up and down per layer forward, each with two products in the backward
     assert len(grouped) >= 3 * 3 * LAYERS, len(grouped)
-    rows = BATCH * SEQ * config.num_experts_per_tok  # 65,536 rows of top-8 routing
+    rows = BATCH * SEQ * config.experts().top_k  # 65,536 rows of top-8 routing
     assert any(f"tensor<{rows}x2048xbf16>" in line for line in grouped), grouped[:3]
     assert kinds(text) == {("forward", "PADDING_CAUSAL"), ("backward", "PADDING_CAUSAL")}
 
@@ -65,5 +65,5 @@ def test_the_dense_reference_runs_every_expert_without_grouped_matmuls():
     text, config = lowered_step("dense")
     assert "ragged_dot" not in text
     # every token through all 64 experts: [batch, experts, seq, width] hidden activations
-    assert f"tensor<{BATCH}x{config.num_experts}x{SEQ}x1024xbf16>" in text
+    assert f"tensor<{BATCH}x{config.experts().num_experts}x{SEQ}x1024xbf16>" in text
     assert kinds(text) == {("forward", "PADDING_CAUSAL"), ("backward", "PADDING_CAUSAL")}

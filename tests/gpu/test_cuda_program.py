@@ -53,7 +53,7 @@ FORWARD, BACKWARD = "forward", "backward"
 FAMILIES = {
     "gpt2-like": ("gpt-tiny", dict(pad_id=None)),
     "gpt-padded": ("gpt-tiny", dict()),
-    "llama-gqa-window": ("llama-tiny", dict(sliding_window=8)),
+    "llama-gqa-window": ("llama-tiny", {"attention.window": 8}),
     "classifier-padded": ("classifier-tiny", dict()),
     "translator-padded": ("translator-tiny", dict()),
     "t5": (
@@ -62,10 +62,10 @@ FAMILIES = {
             vocab_size=64,
             d_model=64,
             num_heads=4,
-            attention_head_dim=16,
             num_layers=2,
             d_ff=128,
             max_positions=64,
+            **{"attention.head_dim": 16, "cross_attention.head_dim": 16},
         ),
     ),
 }

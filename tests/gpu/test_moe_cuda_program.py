@@ -43,6 +43,6 @@ def test_the_bf16_train_step_runs_grouped_matmuls_and_cudnn():
     # 3 products per layer forward (gate, up, down), each with 2 in the backward
     assert len(grouped) >= 3 * 3 * model.config.num_layers, len(grouped)
     # the batch's rows in one call: BATCH * SEQ tokens, top-2 each, in bf16
-    rows = BATCH * SEQ * model.config.num_experts_per_tok
+    rows = BATCH * SEQ * model.config.experts().top_k
     assert any(f"tensor<{rows}x64xbf16>" in line for line in grouped), grouped[:3]
     assert kinds(text) == {("forward", "PADDING_CAUSAL"), ("backward", "PADDING_CAUSAL")}

@@ -117,7 +117,8 @@ def test_logits_match_on_a_padded_batch(run):
     record("bert", diff)
     assert diff <= LOGIT_TOL, f"{name}: {diff}"
     assert model.config.num_classes == hf.config.num_labels
-    assert model.config.layer_norm_eps == 1e-12 and not model.config.norm_first
+    block = model.config.layers.block
+    assert block.norm.eps == 1e-12 and not block.norm_first
 
 
 @pytest.mark.parametrize("part", [1, 2, 3], ids=["embeddings", "attention", "block"])
@@ -143,7 +144,7 @@ def test_bare_bert_model_gets_a_fresh_head(tmp_path, caplog):
 def test_bert_model_without_pooler_loads_without_pooler():
     hf = make_hf(cls=transformers.BertModel, add_pooling_layer=False)
     model = from_hf(hf, num_classes=4)
-    assert model.pooler is None and not model.config.pooler
+    assert model.pooler is None and model.config.head.pooler is None
     with torch.no_grad():
         expected = hf(tensor(TOKENS), tensor(REAL.astype(int))).last_hidden_state
     hidden, pooled = zoo_encode(model, jnp_int(TOKENS), jnp.asarray(REAL))

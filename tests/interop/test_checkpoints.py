@@ -21,12 +21,13 @@ from zoo.interop import (
     from_pretrained,
     save_hf,
 )
-from zoo.interop.architecture import HFConfig
+from zoo.interop.architecture import HFConfig, activation_dropout
 from zoo.interop.architectures import architecture_of
 from zoo.interop.convert import expected_hf_shapes
 from zoo.interop.weights import read_safetensors, read_weights, write_safetensors
 from zoo.interop.zoo_keys import abstract_model, zoo_shapes
 from zoo.presets import build
+from zoo.records import get_path
 
 CONFIGS = {
     "gpt2-tied": dict(
@@ -93,7 +94,7 @@ def random_checkpoint(folder, config: dict, seed: int = 0) -> dict[str, np.ndarr
     arch = architecture_of(config)
     present = {"bert.pooler.dense.weight": ()}  # BERT: a pooler, as a full checkpoint has
     fields = arch.zoo_fields(HFConfig(config, arch.hf_defaults(), arch.name), present)
-    zoo_config = arch.zoo_config_class(**fields)
+    zoo_config = arch.zoo_config(fields)
     skeleton = abstract_model(lambda: build(zoo_config, key=jax.random.key(0)))
     key_map = arch.key_map(zoo_config)
     shapes = expected_hf_shapes(key_map, zoo_shapes(skeleton))
@@ -289,7 +290,9 @@ def test_unknown_model_types_are_refused():
 
 
 def test_export_refuses_models_gpt2_cannot_express():
-    model = zoo.presets.abstract("gpt-tiny", norm_first=False, positions="sinusoidal")
+    model = zoo.presets.abstract(
+        "gpt-tiny", **{"norm_first": False, "embedder.positions": "sinusoidal"}
+    )
     with pytest.raises(UnsupportedExport, match="norm_first=False") as error:
         zoo.interop.to_state_dict(model)
     assert "positions='sinusoidal'" in str(error.value)
@@ -307,7 +310,7 @@ def test_dropout_on_the_feed_forward_hidden_follows_the_checkpoint(tmp_path, nam
     random_checkpoint(tmp_path, {**CONFIGS[name], "dropout": 0.2, **extra})
     model = from_pretrained(tmp_path)
     stack = model.layers if name.startswith("gpt2") else model.encoder
-    assert model.config.activation_dropout == rate
+    assert activation_dropout(model.config) == rate
     assert stack.blocks.feed_forward.dropout.rate == rate
 
 
@@ -327,8 +330,9 @@ def test_loading_and_saving_a_folder_never_imports_torch(tmp_path):
 def test_overrides_change_zoo_fields_and_misspelt_ones_are_named(tmp_path):
     random_checkpoint(tmp_path, CONFIGS["bert"])
     model = from_pretrained(tmp_path, dropout=0.0, layer_loop="unroll")
-    assert model.config.dropout == 0.0 and not model.encoder.scan
-    with pytest.raises(TypeError, match="num_clases"):
+    dropouts = [get_path(model.config, path) for path in model.config.paths("dropout")]
+    assert dropouts and all(rate == 0.0 for rate in dropouts) and not model.encoder.scan
+    with pytest.raises(ValueError, match="num_clases"):
         from_pretrained(tmp_path, num_clases=2)
 
 
@@ -366,3 +370,31 @@ def test_a_config_claiming_more_layers_than_its_weights_is_refused_before_buildi
     (tmp_path / "config.json").write_text(json.dumps({**CONFIGS["gpt2-tied"], "n_layer": 10**6}))
     with pytest.raises(CheckpointMismatch, match=r"claims 1000000 layers .* layers 0\.\.1 at most"):
         from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize("shard", [["model.safetensors"], 3, None])
+def test_a_shard_name_that_is_no_file_name_names_the_index(tmp_path, shard):
+    random_checkpoint(tmp_path, CONFIGS["gpt2-tied"])
+    index = tmp_path / "model.safetensors.index.json"
+    (tmp_path / "model.safetensors").rename(tmp_path / "model-00001-of-00001.safetensors")
+    weight_map = {"a": "model-00001-of-00001.safetensors", "b": shard}
+    index.write_text(json.dumps({"weight_map": weight_map}))
+    with pytest.raises(ValueError, match="its weight_map names a shard") as caught:
+        from_pretrained(tmp_path)
+    assert str(caught.value).startswith(f"{index} is damaged")
+
+
+def test_generation_config_end_ids_follow_the_config_and_bad_ones_name_the_file(tmp_path):
+    from zoo.interop.loading import with_generation_end_ids
+
+    generation = tmp_path / "generation_config.json"
+    generation.write_text(json.dumps({"eos_token_id": [9, 2, 13]}))
+    config = {"model_type": "llama", "eos_token_id": 2}
+    assert with_generation_end_ids(config, tmp_path)["eos_token_id"] == [2, 9, 13]
+    generation.write_text(json.dumps({"eos_token_id": "9"}))
+    with pytest.raises(ValueError, match=r"eos_token_id is '9', not a token id") as caught:
+        with_generation_end_ids(config, tmp_path)
+    assert str(caught.value).startswith(f"{generation} is damaged")
+    generation.write_text(json.dumps({"eos_token_id": 9}))
+    with pytest.raises(ValueError, match=r"config\.json is damaged \(eos_token_id is True"):
+        with_generation_end_ids({**config, "eos_token_id": True}, tmp_path)

@@ -40,6 +40,8 @@ from zoo.interop import (
 from zoo.interop.weights import write_safetensors
 from zoo.models.common import token_positions
 from zoo.nn import BlockInputs, Mask
+from zoo.nn.multihead import QKNorm
+from zoo.records import get_path
 
 pytestmark = pytest.mark.hf
 
@@ -150,7 +152,8 @@ def run(request):
 def hidden_states(model, tokens, real):
     """The embeddings and every layer's output, one example (the blocks run one by one)."""
     positions = token_positions(real, tokens.shape[0])
-    mask = Mask.keys(real, tokens.shape[0], causal=True, window=model.config.sliding_window)
+    window = model.config.layers.block.attention.window
+    mask = Mask.keys(real, tokens.shape[0], causal=True, window=window)
     x = model.embedder(tokens, positions)
     states = [x]
     for index in range(model.config.num_layers):
@@ -176,20 +179,47 @@ def test_logits_and_every_layer_match_on_a_padded_batch(run):
 def test_the_zoo_config_says_what_each_family_is(run):
     variant, _, model, _ = run
     c = model.config
-    assert (c.norm, c.positions, c.feed_forward, c.activation) == (
+    block = c.layers.block
+    rotary = c.embedder.positions == "none" and block.attention.rope is not None
+    assert (block.norm.kind, rotary, block.feed_forward.kind, block.feed_forward.activation) == (
         "rmsnorm",
-        "rotary",
+        True,
         "gated",
         "silu",
     )
     expected = {
-        "llama-gqa2-tied-llama3": dict(kv_heads=2, head_dim=8, tie_embeddings=True, qk_norm=False),
-        "llama-mqa-bias": dict(kv_heads=1, head_dim=8, qkv_bias=True, feed_forward_bias=True),
-        "mistral-window3": dict(kv_heads=4, sliding_window=3, tie_embeddings=False),
-        "qwen2-gqa3-bias-tied": dict(qkv_bias=True, attention_output_bias=False, kv_heads=2),
-        "qwen3-headdim12": dict(head_dim=12, qk_norm=True, tie_embeddings=False),
+        "llama-gqa2-tied-llama3": {
+            "kv_heads": 2,
+            "head_dim": 8,
+            "head.tie": True,
+            "attention.qk_norm": None,
+        },
+        "llama-mqa-bias": {
+            "kv_heads": 1,
+            "head_dim": 8,
+            "attention.qkv_bias": True,
+            "feed_forward.bias": True,
+        },
+        "mistral-window3": {"kv_heads": 4, "attention.window": 3, "head.tie": False},
+        "qwen2-gqa3-bias-tied": {
+            "attention.qkv_bias": True,
+            "attention.output_bias": False,
+            "kv_heads": 2,
+        },
+        "qwen3-headdim12": {
+            "head_dim": 12,
+            "attention.qk_norm": QKNorm(eps=1e-6),
+            "head.tie": False,
+        },
     }[variant]
-    assert {name: getattr(c, name) for name in expected} == expected
+
+    def value(name):
+        if "." not in name:  # a derived size
+            return getattr(c, name)
+        (path,) = c.paths(name)
+        return get_path(c, path)
+
+    assert {name: value(name) for name in expected} == expected
 
 
 def test_greedy_generation_with_left_padding_matches_transformers(run):

@@ -131,11 +131,12 @@ def test_logits_match_on_padded_batches(run):
 def test_each_family_is_its_parts(run):
     family, _, model = run
     c = model.config
+    parts = (c.embedder.type_vocab_size, c.head.pooler.activation, c.embedder.position_offset)
     if family == "distilbert":
-        assert (c.type_vocab_size, c.pooler_activation, c.position_offset) == (0, "relu", 0)
-        assert c.classifier_dropout == 0.2 and c.layer_norm_eps == 1e-12
+        assert parts == (0, "relu", 0)
+        assert c.head.dropout == 0.2 and c.layers.block.norm.eps == 1e-12
     else:
-        assert (c.type_vocab_size, c.pooler_activation, c.position_offset) == (1, "tanh", 2)
+        assert parts == (1, "tanh", 2)
         assert c.pad_id == 1 and c.max_tokens == 22
 
 
@@ -216,6 +217,6 @@ def test_export_refuses_what_the_family_cannot_express():
     roberta = zoo.presets.abstract("roberta-base", pad_id=3)  # offset 2 no longer pad_id + 1
     with pytest.raises(UnsupportedExport, match="position_offset=2"):
         to_hf(roberta)
-    distil = zoo.presets.abstract("distilbert-base", layer_norm_eps=1e-5)
-    with pytest.raises(UnsupportedExport, match="layer_norm_eps"):
+    distil = zoo.presets.abstract("distilbert-base", **{"norm.eps": 1e-5})
+    with pytest.raises(UnsupportedExport, match="norm.eps"):
         to_hf(distil)

@@ -296,6 +296,44 @@ def test_config_eos_ids_outside_the_vocabulary_are_left_out_with_a_warning(tmp_p
     assert "eos_token_id 151645 is outside the vocabulary [0, 403); left out" in caplog.text
 
 
+@pytest.mark.parametrize(
+    ("name", "value"), [("generation_config.json", "2"), ("config.json", [2, "</s>"])]
+)
+def test_config_eos_ids_that_are_no_ids_name_the_file(tmp_path, name, value):
+    mistral_folder(tmp_path)
+    path = tmp_path / name
+    path.write_text(json.dumps({**json.loads(path.read_text()), "eos_token_id": value}))
+    with pytest.raises(ValueError, match="eos_token_id is") as caught:
+        pretrained_tokenizer(tmp_path)
+    assert str(caught.value).startswith(f"{path} is damaged (eos_token_id is ")
+
+
+def test_a_t5_decoder_start_that_is_no_id_names_the_config(tmp_path):
+    mistral_folder(tmp_path)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "t5", "decoder_start_token_id": "0"}))
+    with pytest.raises(ValueError, match=r"decoder_start_token_id is '0', not a token id"):
+        pretrained_tokenizer(tmp_path)
+    path.write_text(json.dumps({"model_type": "t5", "pad_token_id": [0]}))
+    with pytest.raises(ValueError, match=rf"{path} is damaged \(pad_token_id is \[0\]"):
+        pretrained_tokenizer(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("entry", "value"),
+    [("bos_id", "1"), ("eos_ids", 2), ("eos_ids", [2, None]), ("adds_bos", 1), ("extra", 0)],
+)
+def test_a_saved_state_of_the_wrong_type_names_the_file(folders, tmp_path, entry, value):
+    pretrained_tokenizer(folders["mistral"]).save(tmp_path)
+    path = tmp_path / "zoo_tokenizer.json"
+    saved = json.loads(path.read_text())
+    saved["state"][entry] = value
+    path.write_text(json.dumps(saved))
+    with pytest.raises(ValueError, match=rf"{entry}") as caught:
+        load_tokenizer(tmp_path)
+    assert str(caught.value).startswith(f"{path} is damaged (missing or wrong entry ")
+
+
 def test_missing_tokenizers_library_names_the_extra(folders, monkeypatch):
     monkeypatch.setitem(sys.modules, "tokenizers", None)
     with pytest.raises(

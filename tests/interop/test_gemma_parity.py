@@ -22,8 +22,21 @@ from hf_helpers import LOGIT_TOL, check_preset_count, max_diff, randomize, recor
 from hf_helpers import transformers as hf_transformers
 
 import zoo
-from zoo.interop import UnsupportedConfig, from_hf, from_pretrained, load_state_dict, save_hf, to_hf
+from zoo.interop import (
+    UnsupportedConfig,
+    UnsupportedExport,
+    from_hf,
+    from_pretrained,
+    load_state_dict,
+    save_hf,
+    to_hf,
+)
+from zoo.interop.architectures import architecture_for
 from zoo.interop.weights import write_safetensors
+from zoo.nn.multihead import QKNorm
+from zoo.nn.plan import LayerOverride
+from zoo.nn.rotary import Rope
+from zoo.records import get_path
 
 pytestmark = pytest.mark.hf
 
@@ -99,40 +112,53 @@ def test_logits_match_on_a_padded_batch(run, layer_loop):
     assert diff < LOGIT_TOL
 
 
+def global_layers(config) -> tuple[int, ...]:
+    """The layers that attend to every position (Gemma's full layers)."""
+    return tuple(i for i, s in enumerate(config.layers.layers()) if s.attention.window is None)
+
+
+def local_rope_theta(config) -> float | None:
+    """The sliding layers' rotary base where it is not the full layers', else None."""
+    layers = config.layers.layers()
+    local = {s.attention.rope.theta for s in layers if s.attention.window is not None}
+    full = {s.attention.rope.theta for s in layers if s.attention.window is None}
+    return None if local == full else local.pop()
+
+
 def test_the_zoo_config_says_what_each_gemma_is(run):
     variant, hf, _ = run
     c = from_hf(hf).config
-    shared = dict(
-        norm_weight_offset=1.0,
-        output_norm=True,
-        norm_first=True,
-        scale_embeddings=True,
-        activation="gelu_tanh",
-        feed_forward="gated",
-        query_pre_attn_scalar=20.0,
-        sliding_window=3,
-    )
+    shared = {
+        "norm.weight_offset": 1.0,
+        "output_norm": True,
+        "norm_first": True,
+        "embedder.scale": True,
+        "feed_forward.activation": "gelu_tanh",
+        "feed_forward.kind": "gated",
+        "attention.scale_dim": 20.0,
+        "attention.window": 3,
+    }
     expected = {
-        "gemma2-softcap": dict(
-            global_layers=(1,),
-            attention_softcap=2.0,
-            final_logit_softcap=3.0,
-            qk_norm=False,
-            local_rope_theta=None,
-            tie_embeddings=True,
-        ),
-        "gemma3-pattern3": dict(
-            global_layers=(2,),
-            attention_softcap=None,
-            final_logit_softcap=None,
-            qk_norm=True,
-            local_rope_theta=100.0,
-            tie_embeddings=False,
-            qkv_bias=True,
-        ),
+        "gemma2-softcap": {
+            "attention.softcap": 2.0,
+            "head.softcap": 3.0,
+            "attention.qk_norm": None,
+            "head.tie": True,
+        },
+        "gemma3-pattern3": {
+            "attention.softcap": None,
+            "head.softcap": None,
+            "attention.qk_norm": QKNorm(eps=1e-6, weight_offset=1.0),
+            "head.tie": False,
+            "attention.qkv_bias": True,
+        },
     }[variant]
-    assert {name: getattr(c, name) for name in {**shared, **expected}} == {**shared, **expected}
-    assert c.rope.theta == (10000.0 if variant == "gemma2-softcap" else 100000.0)
+    wanted = {**shared, **expected}
+    assert {path: get_path(c, c.paths(path)[0]) for path in wanted} == wanted
+    layers = {"gemma2-softcap": ((1,), None), "gemma3-pattern3": ((2,), 100.0)}[variant]
+    assert (global_layers(c), local_rope_theta(c)) == layers
+    full_rope = c.layers.layer(global_layers(c)[0]).attention.rope
+    assert full_rope.theta == (10000.0 if variant == "gemma2-softcap" else 100000.0)
 
 
 @pytest.mark.parametrize(
@@ -251,7 +277,8 @@ def test_a_sharded_bf16_gemma3_hub_folder_loads_as_transformers_reads_it(tmp_pat
     model = from_pretrained(tmp_path)
     c = model.config
     assert c.dtype == "bfloat16" and model.embedder.token_weight.dtype == jnp.bfloat16
-    assert (c.global_layers, c.local_rope_theta, c.rope.theta) == ((5,), 10000.0, 1e6)
+    full_theta = c.layers.layer(5).attention.rope.theta
+    assert (global_layers(c), local_rope_theta(c), full_theta) == ((5,), 10000.0, 1e6)
     assert (c.eos_id, c.stop_ids, c.bos_id, c.pad_id) == (1, (6,), 2, 0)
     reference = hf_transformers.AutoModelForCausalLM.from_pretrained(
         tmp_path, dtype=torch.float32, attn_implementation="eager"
@@ -297,6 +324,19 @@ def test_the_tiny_gemma3_preset_exports_and_matches_transformers():
     tokens = np.array([[3, 9, 27, 4, 50, 11, 8, 33, 21, 5, 6]])  # past the window of 8
     real = np.ones_like(tokens)
     assert max_diff(zoo_logits(model, tokens, real), hf_logits(again, tokens, real)) < LOGIT_TOL
+
+
+def test_export_refuses_layers_gemma_cannot_express():
+    gemma3 = zoo.presets.config("gemma-3-tiny")
+    differs = LayerOverride(changes={"attention.qkv_bias": True}, layers=(0,))
+    config = gemma3.replace(**{"layers.overrides": (*gemma3.layers.overrides, differs)})
+    with pytest.raises(UnsupportedExport, match="layer 0 differs .* window and rotary base"):
+        architecture_for(config).hf_config(config)
+    gemma2 = zoo.presets.config("gemma-2-tiny")
+    local = LayerOverride(changes={"attention.rope": Rope(theta=100.0)}, start=0, step=2)
+    config = gemma2.replace(**{"layers.overrides": (*gemma2.layers.overrides, local)})
+    with pytest.raises(UnsupportedExport, match="one rotary base for every layer"):
+        architecture_for(config).hf_config(config)
 
 
 def test_bf16_logits_are_no_further_from_fp32_than_transformers_bf16():

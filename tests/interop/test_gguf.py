@@ -221,7 +221,7 @@ def test_logits_equal_transformers(tiny):
     ours = np.asarray(model(jnp.asarray(ids)))
     assert np.abs(theirs).max() > 0.5
     np.testing.assert_allclose(ours, theirs, atol=1e-4, rtol=0)
-    assert model.config.tie_embeddings == (hf.config.tie_word_embeddings is True)
+    assert model.config.head.tie == (hf.config.tie_word_embeddings is True)
 
 
 def test_tokenizer_ids_equal_transformers(tiny):
@@ -281,6 +281,12 @@ def test_a_broken_tokenizer_is_refused_by_name(tmp_path):
         gguf_tokenizer(file(model="gpt2", tokens=["a", "b", "ab"], merges=["ab"]))
     with pytest.raises(GGUFError, match=r"its tokenizer is inconsistent"):
         gguf_tokenizer(file(model="gpt2", tokens=["a", "b"], merges=["a c"]))
+    with pytest.raises(GGUFError, match=r"t.gguf: tokenizer.ggml.scores is not a list of numbers"):
+        gguf_tokenizer(file(model="llama", tokens=["a", "b", "ab"], scores=["0", "-1", "-2"]))
+    with pytest.raises(GGUFError, match=r"t.gguf: tokenizer.ggml.token_type is not a list"):
+        gguf_tokenizer(file(model="gpt2", tokens=["a", "b", "ab"], merges=["a b"], token_type=3))
+    with pytest.raises(GGUFError, match=r"t.gguf: tokenizer.ggml.model \['gpt2'\] is not"):
+        gguf_tokenizer(file(model=["gpt2"], tokens=["a"]))
 
 
 def write_tiny_phi3(path, *, rotary: int, longrope: dict | None = None) -> None:
@@ -354,7 +360,7 @@ def test_phi3_partial_rotary_is_read(tmp_path):
     # transformers' GGUF loading ignores phi3.rope.dimension_count; llama.cpp rotates that many
     path = tmp_path / "phi4-mini.gguf"
     write_tiny_phi3(path, rotary=6)
-    rope = zoo.from_pretrained(path).config.rope
+    rope = zoo.from_pretrained(path).config.layers.block.attention.rope
     assert rope.partial_rotary_factor == 0.75
 
 
@@ -370,7 +376,7 @@ def test_phi3_longrope_factors_are_read_as_transformers_computes_them(tmp_path):
     write_tiny_phi3(plain, rotary=D_MODEL // HEADS)
     write_tiny_phi3(scaled, rotary=D_MODEL // HEADS, longrope=longrope)
     model = zoo.from_pretrained(scaled)
-    rope = model.config.rope
+    rope = model.config.layers.block.attention.rope
     assert (rope.scaling, rope.short_factor, rope.long_factor) == (
         "longrope",
         tuple(longrope["short"]),
@@ -482,7 +488,8 @@ def test_gemma_logits_equal_transformers(tmp_path, arch):
         str(tmp_path), gguf_file=path.name, dtype=torch.float32
     ).eval()
     model, tokenizer = zoo.from_pretrained(path, return_tokenizer=True)
-    assert model.config.sliding_window == 4 and model.config.norm_weight_offset == 1.0
+    block = model.config.layers.block
+    assert block.attention.window == 4 and block.norm.weight_offset == 1.0
     hf_tokenizer = transformers.AutoTokenizer.from_pretrained(str(tmp_path), gguf_file=path.name)
     for text in TEXTS:
         assert tokenizer.encode(text) == hf_tokenizer(text, add_special_tokens=False).input_ids

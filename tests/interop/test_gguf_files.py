@@ -215,6 +215,44 @@ def test_unsupported_architecture_and_tensors(tmp_path):
         hf_config(file)
 
 
+def u32(key: str, value: int) -> bytes:
+    return entry(key, U32, struct.pack("<I", value))
+
+
+LLAMA_SHAPE = [
+    u32("llama.attention.head_count", 2),
+    u32("llama.feed_forward_length", 16),
+    u32("llama.block_count", 1),
+]
+
+
+def config_of(tmp_path, entries, dims=(4, 8)):
+    """`hf_config` of a file with `entries` and a float32 token_embd.weight of GGUF `dims`."""
+    embedding = info("token_embd.weight", dims, 0, 0)
+    data = np.zeros(int(np.prod(dims)), np.float32).tobytes()
+    return hf_config(read_gguf(write(tmp_path, gguf_bytes(entries, [embedding], data))))
+
+
+def test_metadata_of_the_wrong_type_is_refused_by_its_key(tmp_path):
+    config = config_of(tmp_path, [ARCH, *LLAMA_SHAPE])
+    assert (config["vocab_size"], config["hidden_size"], config["head_dim"]) == (8, 4, 2)
+    wrong = [
+        ("llama.attention.head_count", STRING, string("2"), "is '2', not an integer"),
+        ("llama.attention.head_count", U32, struct.pack("<I", 0), "is 0, not a number of heads"),
+        ("llama.rope.freq_base", STRING, string("high"), "is 'high', not a number"),
+        ("tokenizer.ggml.bos_token_id", F32, struct.pack("<f", 0.5), "is 0.5, not an integer"),
+    ]
+    for key, code, payload, message in wrong:
+        kept = [e for e in LLAMA_SHAPE if not e.startswith(string(key))]  # the entry replaced
+        with pytest.raises(GGUFError, match=rf"{key} {message}"):
+            config_of(tmp_path, [ARCH, *kept, entry(key, code, payload)])
+    listed = entry("general.architecture", ARRAY, struct.pack("<IQ", STRING, 1) + string("llama"))
+    with pytest.raises(GGUFError, match=r"general.architecture is \['llama'\], not a string"):
+        config_of(tmp_path, [listed, *LLAMA_SHAPE])
+    with pytest.raises(GGUFError, match=r"token_embd.weight has shape \(32,\), not \(vocab"):
+        config_of(tmp_path, [ARCH, *LLAMA_SHAPE], dims=(32,))
+
+
 def test_a_missing_file_is_named_not_looked_up_on_the_hub(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"absent.gguf: no such GGUF file"):
         zoo.from_pretrained(tmp_path / "absent.gguf")

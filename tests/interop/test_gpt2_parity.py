@@ -85,8 +85,8 @@ def test_logits_match_on_a_padded_batch(run):
     diff = max_diff(ours[0], theirs[0], REAL)
     record("gpt2", diff)
     assert diff <= LOGIT_TOL, f"{name}: {diff}"
-    assert model.config.tie_embeddings == hf.config.tie_word_embeddings
-    assert (model.head is None) == model.config.tie_embeddings
+    assert model.config.head.tie == hf.config.tie_word_embeddings
+    assert (model.head is None) == model.config.head.tie
 
 
 @pytest.mark.parametrize("part", [1, 2, 3], ids=["embeddings", "attention", "block"])

@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 from hf_helpers import randomize, torch, transformers
+from test_modernbert_parity import global_layers
 from test_modernbert_tokenizer import modernbert_folder
 
 import zoo
@@ -69,4 +70,4 @@ def test_classify_and_finetune_a_modernbert_folder(tmp_path, capsys):
     summary = json.loads(capsys.readouterr().out)
     assert summary["steps"] == 2 and np.isfinite(summary["eval_loss"])
     tuned = zoo.load(out)
-    assert tuned.config.pooler_norm and tuned.config.global_layers == (0,)
+    assert tuned.config.head.pooler.norm and global_layers(tuned.config) == (0,)

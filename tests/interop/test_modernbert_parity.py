@@ -22,6 +22,7 @@ from hf_helpers import transformers as hf_transformers
 from zoo.interop import from_hf, from_pretrained, to_hf
 from zoo.interop.loading import FreshWeightsWarning
 from zoo.interop.weights import write_safetensors
+from zoo.models import ClassifierConfig
 
 pytestmark = pytest.mark.hf
 
@@ -63,6 +64,11 @@ def make_hf(variant: str, class_name: str = "ModernBertForSequenceClassification
     return randomize(getattr(hf_transformers, class_name)(config))
 
 
+def global_layers(config: ClassifierConfig) -> tuple[int, ...]:
+    """The layers without a window (ModernBERT's global layers)."""
+    return tuple(i for i, s in enumerate(config.layers.layers()) if s.attention.window is None)
+
+
 def hf_logits(hf) -> np.ndarray:
     with torch.no_grad():
         return hf(tensor(TOKENS), attention_mask=tensor(REAL)).logits.float().numpy()
@@ -78,13 +84,13 @@ def test_sequence_classification_logits_match(variant, layer_loop):
     hf = make_hf(variant)
     model = from_hf(hf, layer_loop=layer_loop)
     c = model.config
-    assert (c.pooling, c.first_attention_norm, c.norm_bias) == (
+    assert (c.head.pooling, c.layers.layer(0).attention_norm, c.layers.block.norm.bias) == (
         "first" if variant == "cls" else "mean",
         False,
         variant != "cls",
     )
-    assert c.sliding_window == 3  # |i - j| <= local_attention // 2
-    assert c.global_layers == ((0, 3) if variant == "cls" else (0, 2))
+    assert c.layers.block.attention.window == 3  # |i - j| <= local_attention // 2
+    assert global_layers(c) == ((0, 3) if variant == "cls" else (0, 2))
     diff = max_diff(zoo_logits(model), hf_logits(hf))
     record(f"modernbert-{variant}", diff)
     assert diff < LOGIT_TOL
@@ -94,7 +100,7 @@ def test_the_window_matters_and_is_two_sided():
     """A model whose local layers saw every position would compute other logits."""
     hf = make_hf("cls")
     model = from_hf(hf)
-    wide = from_hf(hf, sliding_window=64)
+    wide = from_hf(hf, **{"attention.window": 64})
     assert max_diff(zoo_logits(wide), hf_logits(hf)) > 1e-3
     assert max_diff(zoo_logits(model), hf_logits(hf)) < LOGIT_TOL
 
@@ -156,7 +162,8 @@ def test_hub_shaped_folder_loads(tmp_path):
     state = {k: v.numpy() for k, v in hf.state_dict().items()}
     write_safetensors(state, tmp_path / "model.safetensors")
     model = from_pretrained(tmp_path)
-    assert model.config.num_classes == 3 and model.config.local_rope_theta == 10000.0
+    local_rope = model.config.layers.block.attention.rope  # the local layers' (the base block's)
+    assert model.config.num_classes == 3 and local_rope.theta == 10000.0
     diff = max_diff(zoo_logits(model), hf_logits(hf))
     record("modernbert-hub", diff)
     assert diff < LOGIT_TOL

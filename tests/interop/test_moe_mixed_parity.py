@@ -18,7 +18,7 @@ from hf_helpers import LOGIT_TOL, max_diff, randomize, record, tensor, torch, tr
 
 import zoo
 from zoo.interop import from_pretrained, save_hf
-from zoo.nn.moe import router_losses
+from zoo.nn.moe import MoESettings, router_losses
 from zoo.presets import count_params
 
 pytestmark = pytest.mark.hf
@@ -81,7 +81,8 @@ def run(request, tmp_path_factory):
 def test_dense_layers_are_a_group_of_their_own(run):
     case, hf, model, _ = run
     routed = CASES[case][3]
-    assert model.config.routed_layers() == routed
+    layers = model.config.layers.layers()
+    assert tuple(isinstance(s.feed_forward, MoESettings) for s in layers) == routed
     stack = model.layers
     assert len(stack.groups) == 2
     for index, routes in enumerate(routed):

@@ -85,7 +85,7 @@ def test_logits_match_transformers(run):
 
 def test_load_balancing_loss_matches_transformers_aux_loss(run):
     _, hf, model, outputs = run
-    assert model.config.router_aux_loss_coef == hf.config.router_aux_loss_coef
+    assert model.config.experts().aux_loss_coef == hf.config.router_aux_loss_coef
     _, router = jax.vmap(model.features_and_router)(jnp.asarray(TOKENS))
     balance, _ = router_losses(router)
     np.testing.assert_allclose(balance, outputs.aux_loss.item(), rtol=1e-5)

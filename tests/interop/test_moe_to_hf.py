@@ -11,7 +11,10 @@ import pytest
 from hf_helpers import LOGIT_TOL, max_diff, tensor, torch, transformers
 
 import zoo
-from zoo.interop import to_hf
+from zoo.interop import UnsupportedExport, to_hf
+from zoo.interop.architectures import architecture_for
+from zoo.nn.feedforward import FeedForwardSettings
+from zoo.nn.plan import LayerOverride
 
 pytestmark = pytest.mark.hf
 
@@ -57,3 +60,23 @@ def test_the_fused_experts_hold_each_expert_gate_rows_first():
     np.testing.assert_array_equal(gate_up[3, width:], np.asarray(experts.up[1, 3]).T)
     down = state_dict["model.layers.1.mlp.experts.down_proj"].numpy()
     np.testing.assert_array_equal(down[2], np.asarray(experts.down[1, 2]).T)
+
+
+def test_dense_layers_export_as_the_largest_sparse_step_and_those_it_misses_listed():
+    config = zoo.presets.config("qwen3-moe-mixed-tiny")  # dense layers 0, 2 and 3
+    out = architecture_for(config).hf_config(config)
+    assert (out["decoder_sparse_step"], out["mlp_only_layers"]) == (2, [3])
+
+
+def test_layers_a_family_cannot_tell_apart_are_refused_by_name():
+    dense = FeedForwardSettings(d_ff=64, kind="gated", activation="silu", bias=False)
+    mixtral = zoo.presets.config("mixtral-tiny").replace(
+        **{"layers.overrides": (LayerOverride(changes={"feed_forward": dense}, layers=(0,)),)}
+    )
+    with pytest.raises(UnsupportedExport, match=r"routes every layer; layers \[0\] are dense"):
+        architecture_for(mixtral).hf_config(mixtral)
+    qwen = zoo.presets.config("qwen3-moe-tiny").replace(
+        **{"layers.overrides": (LayerOverride(changes={"attention.window": 4}, layers=(1,)),)}
+    )
+    with pytest.raises(UnsupportedExport, match="layer 1 differs .* beyond its feed-forward"):
+        architecture_for(qwen).hf_config(qwen)

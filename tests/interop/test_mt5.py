@@ -56,8 +56,9 @@ def test_an_mt5_folder_gives_the_logits_of_transformers(tmp_path, tie_in_config)
     model = from_pretrained(tmp_path)
     ours = np.asarray(jax.vmap(model)(jnp_int(SOURCE), jnp_int(TARGET)))
     assert max_diff(ours, hf_logits(hf)) <= LOGIT_TOL
-    assert (model.config.tie_output, model.config.scale_output) == (False, False)
-    assert model.config.feed_forward == "gated" and model.config.num_decoder_layers == 2
+    c = model.config
+    assert (c.head.tie, c.head.scale) == (False, False)
+    assert c.layers.block.feed_forward.kind == "gated" and c.decoder.num_layers == 2
     # exported as T5: the same network, no rescale, the head kept
     state_dict, exported_config = to_hf(model)
     assert exported_config.model_type == "t5" and not exported_config.scale_decoder_outputs

@@ -76,8 +76,9 @@ def hf():
 
 def test_logits_match_and_the_config_says_olmo2(hf):
     model = from_hf(hf)
-    c = model.config
-    assert (c.norm_first, c.output_norm, c.qk_norm, c.qk_norm_scope) == (
+    block = model.config.layers.block
+    qk_norm = block.attention.qk_norm
+    assert (block.norm_first, block.output_norm, qk_norm is not None, qk_norm.scope) == (
         False,
         True,
         True,
@@ -124,7 +125,10 @@ def test_a_sharded_bf16_hub_folder_loads_as_transformers_reads_it(hf, tmp_path):
     index = {"metadata": {"total_size": 0}, "weight_map": weight_map}
     (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
     model = from_pretrained(tmp_path)
-    assert model.config.dtype == "bfloat16" and model.config.rope.theta == 500000.0
+    assert (
+        model.config.dtype == "bfloat16"
+        and model.config.layers.block.attention.rope.theta == 500000.0
+    )
     reference = hf_transformers.AutoModelForCausalLM.from_pretrained(
         tmp_path, dtype=torch.float32, attn_implementation="eager"
     ).eval()

@@ -116,7 +116,7 @@ def test_a_padded_batch_matches(run):
 
 def test_the_zoo_config_reads_longrope_and_partial_rotary():
     c = from_hf(make_hf("longrope-partial-gqa-tied")).config
-    rope = c.rope
+    rope = c.layers.block.attention.rope
     assert (rope.scaling, rope.short_factor, rope.long_factor) == (
         "longrope",
         (1.0, 1.5, 2.0),
@@ -127,7 +127,7 @@ def test_the_zoo_config_reads_longrope_and_partial_rotary():
         64 / 6,
         0.75,
     )
-    assert rope.rotary_dim(c.head_dim) == 6 and c.sliding_window == 262144
+    assert rope.rotary_dim(c.head_dim) == 6 and c.layers.block.attention.window == 262144
 
 
 def test_the_fused_projections_split_into_zoo_layers(run):

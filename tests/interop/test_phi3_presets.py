@@ -66,7 +66,7 @@ def test_the_export_says_what_the_hub_config_says(name):
 def test_the_hub_config_loads_to_the_presets_rope(name):
     fields = PHI3.zoo_fields(HFConfig(hub_config(name), PHI3.hf_defaults(), "phi3"), {})
     config = zoo.presets.config(name)
-    assert fields["rope"] == config.rope
+    assert fields["attention.rope"] == config.layers.block.attention.rope
     assert fields["max_positions"] == config.max_positions == 131072
 
 
@@ -82,8 +82,9 @@ def test_the_frequencies_equal_transformers_for_the_hub_config(name, length):
     hf_config = transformers.Phi3Config(**{k: v for k, v in hub.items() if k != "model_type"})
     longrope = transformers.modeling_rope_utils.ROPE_INIT_FUNCTIONS["longrope"]
     theirs, attention_factor = longrope(hf_config, None, seq_len=length)
-    ours = config.rope.frequencies_at(config.head_dim, jnp.arange(length))
+    rope = config.layers.block.attention.rope
+    ours = rope.frequencies_at(config.head_dim, jnp.arange(length))
     # float32 powers: numpy's and torch's differ in the last bit at most
     np.testing.assert_allclose(np.asarray(ours), theirs.numpy(), rtol=3e-7, atol=0)
-    assert config.rope.table_scale == pytest.approx(attention_factor, rel=1e-12)
+    assert rope.table_scale == pytest.approx(attention_factor, rel=1e-12)
     assert attention_factor == pytest.approx(np.sqrt(1 + np.log(32) / np.log(4096)))

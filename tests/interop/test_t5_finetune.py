@@ -107,8 +107,14 @@ def test_finetune_a_t5_folder_from_the_cli(tmp_path, capsys, folder):
     assert summary["steps"] == 3 and np.isfinite(summary["eval_loss"])
     model = zoo.load(out)
     c = model.config
-    assert (c.positions, c.feed_forward, c.tie_output, c.bos_id, c.pad_id) == (
-        "relative",
+    assert (
+        c.relative is not None,
+        c.layers.block.feed_forward.kind,
+        c.head.tie,
+        c.bos_id,
+        c.pad_id,
+    ) == (
+        True,
         "gated",
         False,
         0,

@@ -18,6 +18,7 @@ import zoo
 from zoo.decoding.beam import length_penalty
 from zoo.decoding.translate import beam_translate
 from zoo.interop import UnsupportedConfig, from_pretrained, load_state_dict, save_hf, to_hf
+from zoo.nn import RelativePositions
 
 pytestmark = pytest.mark.hf
 
@@ -92,14 +93,16 @@ def test_logits_match_with_a_padded_source(run):
     record("t5", diff)
     assert diff <= LOGIT_TOL, f"{name}: {diff}"
     c = model.config
-    assert (c.positions, c.scale_scores, c.norm, c.bos_id, c.pad_id) == (
-        "relative",
-        False,
-        "rmsnorm",
+    for block in (c.layers.block, c.decoder.block):
+        assert (block.attention.scale_dim, block.norm.kind) == (1.0, "rmsnorm")
+    assert c.decoder.block.cross_attention.scale_dim == 1.0  # unscaled scores
+    assert (c.embedder.positions, c.relative, c.bos_id, c.pad_id) == (
+        "none",
+        RelativePositions(num_buckets=8, max_distance=12),
         0,
         0,
     )
-    assert (c.tie_output, c.scale_output) == ((True, True) if name == "v1.0" else (False, False))
+    assert (c.head.tie, c.head.scale) == ((True, True) if name == "v1.0" else (False, False))
 
 
 def test_cached_decoding_equals_the_full_decoder(run):
@@ -175,15 +178,15 @@ def test_preset_parameter_counts_equal_transformers(name):
         vocab_size=c.vocab_size,
         d_model=c.d_model,
         d_kv=c.head_dim,
-        d_ff=c.d_ff,
+        d_ff=c.layers.block.feed_forward.d_ff,
         num_layers=c.num_layers,
         num_heads=c.num_heads,
-        feed_forward_proj="relu" if c.feed_forward == "dense" else "gated-gelu",
-        tie_word_embeddings=c.tie_output,
+        feed_forward_proj="relu" if c.layers.block.feed_forward.kind == "dense" else "gated-gelu",
+        tie_word_embeddings=c.head.tie,
     )
     with torch.device("meta"):
         hf = transformers.T5ForConditionalGeneration(config)
-        if not c.tie_output:  # FLAN-T5's own lm_head (transformers 5 ties it until loading)
+        if not c.head.tie:  # FLAN-T5's own lm_head (transformers 5 ties it until loading)
             hf.lm_head.weight = torch.nn.Parameter(torch.empty(c.vocab_size, c.d_model))
     expected = sum(p.numel() for p in hf.parameters())
     assert zoo.presets.param_count(name) == expected
@@ -205,9 +208,13 @@ def test_unsupported_variants_are_refused_by_name(fields, message):
 
 
 def test_a_gated_exact_gelu_is_not_exported():
+    parts = {
+        "attention.head_dim": 4, "cross_attention.head_dim": 4, "feed_forward.kind": "gated",
+        "feed_forward.activation": "gelu",
+    }  # fmt: skip
     model = zoo.create(
-        "t5-small", vocab_size=40, d_model=8, num_heads=2, attention_head_dim=4, d_ff=8,
-        num_layers=1, feed_forward="gated", activation="gelu", key=jax.random.key(0),
+        "t5-small", vocab_size=40, d_model=8, num_heads=2, d_ff=8, num_layers=1,
+        key=jax.random.key(0), **parts,
     )  # fmt: skip
     with pytest.raises(ValueError, match="use activation='gelu_tanh'"):
         to_hf(model)

@@ -5,6 +5,8 @@ import numpy as np
 import pytest
 
 import zoo
+from zoo.models.classifier import ClassifierHead, Pooler
+from zoo.nn import NormSettings
 
 TOKENS = jnp.array([7, 12, 30, 4, 9])
 
@@ -12,9 +14,9 @@ TOKENS = jnp.array([7, 12, 30, 4, 9])
 @pytest.mark.parametrize(
     "overrides",
     [
-        dict(pooling="mean"),
-        dict(pooling="first", pooler=True),
-        dict(norm_first=False, embedding_norm=True, pooler=True),
+        {"head.pooling": "mean"},
+        {"head": ClassifierHead(pooling="first")},
+        {"norm_first": False, "embedder.norm": NormSettings(), "head": ClassifierHead()},
     ],
 )
 def test_appending_padding_leaves_output_unchanged(key, overrides):
@@ -71,7 +73,7 @@ def test_token_types(key):
 
 def test_position_offset_counts_real_tokens_from_the_offset(key):
     """RoBERTa: real tokens sit at offset, offset + 1, ...; left padding shifts nothing."""
-    model = zoo.create("classifier-tiny", position_offset=2, pad_id=1, key=key)
+    model = zoo.create("classifier-tiny", pad_id=1, key=key, **{"embedder.position_offset": 2})
     plain = zoo.create("classifier-tiny", pad_id=1, key=key)  # the same weights, offset 0
     table = plain.embedder.position_weight
     shifted = eqx.tree_at(lambda m: m.embedder.position_weight, plain, jnp.roll(table, -2, 0))
@@ -87,8 +89,8 @@ def test_position_offset_counts_real_tokens_from_the_offset(key):
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
-        ("position_offset", 128, "position_offset must be in"),
-        ("pooler_activation", "sigmoid", "pooler_activation must be one of"),
+        ("embedder.position_offset", 128, "position_offset must be in"),
+        ("head.pooler", {"activation": "sigmoid"}, "pooler activation must be one of"),
     ],
 )
 def test_bad_encoder_fields_are_refused(field, value, message):
@@ -97,7 +99,8 @@ def test_bad_encoder_fields_are_refused(field, value, message):
 
 
 def test_relu_pooler_is_distilberts_head(key):
-    model = zoo.create("classifier-tiny", pooler=True, pooler_activation="relu", key=key)
+    head = ClassifierHead(pooling="mean", pooler=Pooler(activation="relu"))
+    model = zoo.create("classifier-tiny", head=head, key=key)
     hidden = jnp.ones((3, 64)) * jnp.arange(64.0)[None] / 64 - 0.5
     expected = jax.nn.relu(model.pooler(jnp.mean(hidden, axis=0)))
     assert jnp.allclose(model.pool(hidden, None), expected)

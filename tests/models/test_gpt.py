@@ -8,6 +8,7 @@ import pytest
 
 import zoo
 from zoo.models.common import check_tokens
+from zoo.models.gpt import LMHead
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +47,7 @@ def test_tied_head_is_the_token_embedding(gpt):
 
 
 def test_untied_head(key):
-    model = zoo.create("gpt-tiny", tie_embeddings=False, key=key)
+    model = zoo.create("gpt-tiny", head=LMHead(tie=False), key=key)
     assert model.head is not None and model.head.weight.shape == (64, 64)
     assert model.head.bias is None
 
@@ -127,8 +128,9 @@ def test_the_fused_kernel_gets_the_mask_as_flags_and_lengths(monkeypatch, key):
     monkeypatch.setattr(jax.nn, "dot_product_attention", recording)
     tokens = jnp.array([5, 9, 17, 3, 44, 8])
     for name in ("gpt-tiny", "llama-tiny"):
-        plain = zoo.create(name, pad_id=None, attention_implementation="xla", key=key)
-        padded = zoo.create(name, attention_implementation="xla", key=key)  # pad_id 0
+        xla = {"attention.implementation": "xla"}
+        plain = zoo.create(name, pad_id=None, key=key, **xla)
+        padded = zoo.create(name, key=key, **xla)  # pad_id 0
         seen.clear()
         causal_logits = plain(tokens)
         assert seen and set(seen) == {(True, True, False)}  # per layer (once, scanned)

@@ -37,7 +37,7 @@ def test_segment_positions_by_hand():
 
 @pytest.mark.parametrize(
     "preset, overrides",
-    [("gpt-tiny", {}), ("llama-tiny", {}), ("llama-tiny", {"sliding_window": 2})],
+    [("gpt-tiny", {}), ("llama-tiny", {}), ("llama-tiny", {"attention.window": 2})],
     ids=["learned-positions", "rotary", "rotary-window"],
 )
 def test_each_packed_document_sees_only_itself_from_position_zero(preset, overrides):

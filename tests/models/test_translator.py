@@ -5,6 +5,8 @@ import numpy as np
 import pytest
 
 import zoo
+from zoo.models.translator import TranslatorHead
+from zoo.nn import RelativePositions
 
 SRC = jnp.array([5, 8, 13, 21, 2])
 TGT = jnp.array([1, 9, 10, 11])
@@ -12,20 +14,24 @@ TGT = jnp.array([1, 9, 10, 11])
 
 # T5's parts on translator-tiny's shapes: relative positions (few buckets, so that this short
 # a sequence reaches the logarithmic ones), unscaled scores, RMSNorm, no biases, gated GELU
-T5_PARTS = dict(
-    positions="relative",
-    relative_buckets=8,
-    relative_max_distance=8,
-    scale_scores=False,
-    norm="rmsnorm",
-    use_bias=False,
-    feed_forward="gated",
-    activation="gelu_tanh",
-    scale_embeddings=False,
-    tie_output=False,
-    final_dropout=True,
-    init_std=0.1,
-)
+T5_PARTS = {
+    "embedder.positions": "none",
+    "relative": RelativePositions(num_buckets=8, max_distance=8),
+    "attention.scale_dim": 1.0,
+    "cross_attention.scale_dim": 1.0,
+    "norm.kind": "rmsnorm",
+    "attention.qkv_bias": False,
+    "attention.output_bias": False,
+    "cross_attention.qkv_bias": False,
+    "cross_attention.output_bias": False,
+    "feed_forward.bias": False,
+    "feed_forward.kind": "gated",
+    "feed_forward.activation": "gelu_tanh",
+    "embedder.scale": False,
+    "head.tie": False,
+    "final_dropout": True,
+    "init_std": 0.1,
+}
 
 
 @pytest.fixture(scope="module", params=["paper", "t5"])
@@ -71,7 +77,7 @@ def test_shared_and_separate_vocabularies(key):
     assert separate(SRC, TGT).shape == (4, 40)
     with pytest.raises(Exception, match=r"tgt id outside \[0, 40\)"):
         separate(SRC, TGT.at[1].set(50))
-    untied = zoo.create("translator-tiny", tie_output=False, output_bias=True, key=key)
+    untied = zoo.create("translator-tiny", head=TranslatorHead(tie=False, bias=True), key=key)
     assert untied.output_proj is not None and untied.output_bias.shape == (64,)
 
 
@@ -117,7 +123,7 @@ def test_relative_positions_are_a_shared_score_bias():
 
 def test_scale_output_rescales_a_tied_head_by_d_model():
     plain = zoo.create("translator-tiny", key=jax.random.key(0))
-    scaled = zoo.create("translator-tiny", scale_output=True, key=jax.random.key(0))
+    scaled = zoo.create("translator-tiny", **{"head.scale": True}, key=jax.random.key(0))
     np.testing.assert_allclose(scaled(SRC, TGT), plain(SRC, TGT) / 8.0, rtol=1e-5, atol=1e-7)
 
 
@@ -137,18 +143,18 @@ def test_final_dropout_acts_only_with_a_key():
     [
         (
             "gpt-tiny",
-            dict(positions="relative"),
+            dict(relative=dict(num_buckets=32)),
             "implemented for zoo.Translator only, not GPTConfig",
         ),
         ("translator-tiny", dict(final_dropout=True, norm_first=False), "set norm_first=True"),
         (
             "translator-tiny",
-            dict(positions="relative", relative_buckets=2),
+            {"embedder.positions": "none", "relative": dict(num_buckets=2)},
             "num_buckets=2 is too few",
         ),
         (
             "translator-tiny",
-            dict(positions="relative", relative_buckets=32, relative_max_distance=8),
+            {"embedder.positions": "none", "relative": dict(num_buckets=32, max_distance=8)},
             "max_distance=8 must exceed the exact buckets",
         ),
     ],

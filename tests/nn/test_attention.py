@@ -99,16 +99,15 @@ def test_fully_masked_rows_are_finite_in_value_and_gradient(key, return_weights)
     assert all(bool(jnp.all(jnp.isfinite(g))) for g in leaves)
 
 
-def test_the_older_loose_keywords_still_work_with_a_warning():
+def test_the_kernel_options_are_one_record():
+    """0.2 takes `options=KernelOptions(...)` only: the loose keywords of 0.1 are refused."""
     q = jax.random.normal(jax.random.key(0), (3, 2, 4))
     k, v = (jax.random.normal(jax.random.key(seed), (5, 2, 4)) for seed in (1, 2))
-    options = KernelOptions("xla", scale=False)
-    expected, _ = dot_product_attention(q, k, v, options=options)
-    with pytest.warns(DeprecationWarning, match=r"options=KernelOptions\(\.\.\.\)"):
-        found, _ = dot_product_attention(q, k, v, implementation="xla", scale=False)
-    np.testing.assert_array_equal(found, expected)
-    with pytest.raises(TypeError, match="unexpected keyword argument 'scales'"):
-        dot_product_attention(q, k, v, scales=False)
+    unscaled, _ = dot_product_attention(q, k, v, options=KernelOptions("xla", scale=False))
+    scaled, _ = dot_product_attention(q, k, v, options=KernelOptions("xla"))
+    assert not np.allclose(unscaled, scaled)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'implementation'"):
+        dot_product_attention(q, k, v, implementation="xla")  # type: ignore[call-arg]
 
 
 def test_fused_and_explicit_paths_agree(key):
@@ -184,7 +183,7 @@ def test_one_query_after_a_cache_sees_the_filled_prefix(key, implementation):
 
 
 def test_attention_dropout_needs_key_and_respects_inference_mode(key):
-    mha = MultiHeadAttention(8, AttentionSettings(num_heads=2, attention_dropout=0.5), key=key)
+    mha = MultiHeadAttention(8, AttentionSettings(num_heads=2, dropout=0.5), key=key)
     x = jax.random.normal(key, (4, 8))
     plain = mha(x)
     assert np.allclose(plain, mha(x))  # no key: deterministic

@@ -4,7 +4,26 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from zoo.nn import BlockInputs, BlockSettings, CrossInputs, LayerNorm, TransformerBlock
+from zoo.nn import (
+    AttentionSettings,
+    BlockInputs,
+    BlockSettings,
+    CrossInputs,
+    FeedForwardSettings,
+    LayerNorm,
+    TransformerBlock,
+)
+
+
+def basic(num_heads: int, d_ff: int, *, cross_attention: bool = False, **fields) -> BlockSettings:
+    """A block of `num_heads` heads and a dense GELU feed-forward of width `d_ff`."""
+    attention = AttentionSettings(num_heads=num_heads)
+    return BlockSettings(
+        attention=attention,
+        feed_forward=FeedForwardSettings(d_ff=d_ff),
+        cross_attention=attention if cross_attention else None,
+        **fields,
+    )
 
 
 def zero_sublayers(block):
@@ -16,18 +35,14 @@ def zero_sublayers(block):
 
 
 def test_pre_ln_with_zero_sublayers_is_identity(key):
-    block = zero_sublayers(
-        TransformerBlock(8, BlockSettings.basic(2, 16, norm_first=True), key=key)
-    )
+    block = zero_sublayers(TransformerBlock(8, basic(2, 16, norm_first=True), key=key))
     x = jax.random.normal(key, (3, 8))
     out, _ = block(x)
     np.testing.assert_allclose(out, x, atol=1e-6)
 
 
 def test_post_ln_with_zero_sublayers_is_layernorm(key):
-    block = zero_sublayers(
-        TransformerBlock(8, BlockSettings.basic(2, 16, norm_first=False), key=key)
-    )
+    block = zero_sublayers(TransformerBlock(8, basic(2, 16, norm_first=False), key=key))
     x = jax.random.normal(key, (3, 8))
     out, _ = block(x)
     x_np = np.asarray(x)
@@ -37,8 +52,8 @@ def test_post_ln_with_zero_sublayers_is_layernorm(key):
 
 def test_post_ln_output_is_normalised_and_pre_ln_is_not(key):
     x = 3.0 * jax.random.normal(key, (4, 16))
-    post, _ = TransformerBlock(16, BlockSettings.basic(2, 32, norm_first=False), key=key)(x)
-    pre, _ = TransformerBlock(16, BlockSettings.basic(2, 32, norm_first=True), key=key)(x)
+    post, _ = TransformerBlock(16, basic(2, 32, norm_first=False), key=key)(x)
+    pre, _ = TransformerBlock(16, basic(2, 32, norm_first=True), key=key)(x)
     np.testing.assert_allclose(np.asarray(post).std(-1), 1.0, atol=1e-3)
     assert abs(float(np.asarray(pre).std(-1).mean()) - 1.0) > 0.5
 
@@ -51,7 +66,7 @@ def test_layernorm_matches_numpy():
 
 
 def test_cross_attention_block_needs_memory(key):
-    block = TransformerBlock(8, BlockSettings.basic(2, 16, cross_attention=True), key=key)
+    block = TransformerBlock(8, basic(2, 16, cross_attention=True), key=key)
     with pytest.raises(ValueError, match="pass the memory's cross inputs"):
         block(jnp.ones((2, 8)))
     memory = jax.random.normal(key, (5, 8))

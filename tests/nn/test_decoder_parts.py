@@ -21,6 +21,7 @@ from zoo.nn import (
     KernelOptions,
     Mask,
     MultiHeadAttention,
+    QKNorm,
     RMSNorm,
     Rope,
     RotaryEmbedding,
@@ -153,17 +154,17 @@ def test_a_kv_head_count_that_does_not_divide_the_heads_is_refused(key):
     with pytest.raises(ValueError, match="num_kv_heads=4 must divide num_heads=6"):
         AttentionSettings(num_heads=6, num_kv_heads=4)
     with pytest.raises(ValueError, match="num_kv_heads=4 must divide num_heads=6"):
-        zoo.GPTConfig(d_model=12, num_heads=6, num_kv_heads=4)
+        zoo.GPTConfig().replace(d_model=12, num_heads=6, **{"attention.num_kv_heads": 4})
 
 
 def test_attention_parts_shapes_and_biases(key):
     settings = AttentionSettings(
         num_heads=4,
         num_kv_heads=1,
-        attention_head_dim=6,
+        head_dim=6,
         qkv_bias=True,
-        attention_output_bias=False,
-        qk_norm=True,
+        output_bias=False,
+        qk_norm=QKNorm(),
     )
     mha = MultiHeadAttention(16, settings, key=key)
     assert mha.query_proj.weight.shape == (24, 16)
@@ -174,7 +175,7 @@ def test_attention_parts_shapes_and_biases(key):
 
 
 def test_qk_norm_normalises_each_head_before_rotary(key):
-    settings = AttentionSettings(num_heads=2, qk_norm=True, rope=Rope())
+    settings = AttentionSettings(num_heads=2, qk_norm=QKNorm(), rope=Rope())
     mha = MultiHeadAttention(8, settings, init=Init(std=1.0), key=key)
     x = jax.random.normal(jax.random.key(3), (3, 8))
     query = mha.project_query(x, mha.rotary_table(jnp.arange(3)))
@@ -186,7 +187,7 @@ def test_qk_norm_normalises_each_head_before_rotary(key):
 
 
 def test_gated_feed_forward_is_silu_gate_times_up(key):
-    settings = FeedForwardSettings(d_ff=6, activation="silu", kind="gated", feed_forward_bias=False)
+    settings = FeedForwardSettings(d_ff=6, activation="silu", kind="gated", bias=False)
     ff = FeedForward(4, settings, init=Init(std=0.5), key=key)
     x = jax.random.normal(jax.random.key(1), (3, 4))
     gate = np.asarray(x @ ff.gate.weight.T)
@@ -218,7 +219,7 @@ def test_sliding_window_mask_by_hand():
 
 
 def test_sliding_window_cached_decoding_equals_full_forward():
-    model = zoo.create("llama-tiny", sliding_window=3, key=jax.random.key(0))
+    model = zoo.create("llama-tiny", key=jax.random.key(0), **{"attention.window": 3})
     tokens = jnp.array([5, 9, 3, 12, 7, 30, 4, 8])
     full = model(tokens)
     cache = model.init_cache(8)

@@ -6,7 +6,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from zoo.nn import Embedder, EmbedderSettings, Init, check_token_ids, sinusoidal_positions
+from zoo.nn import (
+    Embedder,
+    EmbedderSettings,
+    Init,
+    NormSettings,
+    check_token_ids,
+    sinusoidal_positions,
+)
 
 
 def test_sinusoidal_values_at_known_positions():
@@ -30,12 +37,15 @@ def test_sinusoidal_matches_paper_formula_for_wide_dim():
     np.testing.assert_allclose(pe[1::2], np.cos(p / 10000 ** (2 * i / d)), atol=1e-4)
 
 
-def settings(**fields) -> EmbedderSettings:
-    return EmbedderSettings(**{"vocab_size": 10, "max_positions": 8, **fields})
+def embedder(d_model: int, key, *, own_tokens: bool = True, init=None, **fields) -> Embedder:
+    """An embedder of 10 tokens and 8 positions with these settings."""
+    return Embedder(
+        10, d_model, 8, EmbedderSettings(**fields), own_tokens=own_tokens, init=init, key=key
+    )
 
 
 def test_scaled_tokens_plus_learned_positions_plus_types(key):
-    emb = Embedder(4, settings(scale_embeddings=True, type_vocab_size=2), key=key)
+    emb = embedder(4, key, scale=True, type_vocab_size=2)
     tokens, types = jnp.array([3, 5]), jnp.array([0, 1])
     out = emb(tokens, jnp.arange(2), types)
     expected = (
@@ -47,7 +57,7 @@ def test_scaled_tokens_plus_learned_positions_plus_types(key):
 
 
 def test_sinusoidal_embedder_has_no_position_table(key):
-    emb = Embedder(4, settings(positions="sinusoidal"), key=key)
+    emb = embedder(4, key, positions="sinusoidal")
     assert emb.position_weight is None
     out = emb(jnp.array([1]), jnp.array([2]))
     expected = (
@@ -57,48 +67,21 @@ def test_sinusoidal_embedder_has_no_position_table(key):
 
 
 def test_embedding_norm_normalises(key):
-    emb = Embedder(16, settings(embedding_norm=True, layer_norm_eps=1e-12), key=key)
+    emb = embedder(16, key, norm=NormSettings(eps=1e-12))
     out = np.asarray(emb(jnp.array([1, 2, 3]), jnp.arange(3)))
     np.testing.assert_allclose(out.mean(-1), 0.0, atol=1e-5)
     np.testing.assert_allclose(out.std(-1), 1.0, atol=1e-3)
 
 
 def test_tables_are_drawn_as_init_says(key):
-    emb = Embedder(16, settings(type_vocab_size=2), init=Init(0.5, jnp.bfloat16), key=key)
+    emb = embedder(16, key, type_vocab_size=2, init=Init(0.5, jnp.bfloat16))
     tables = (emb.token_weight, emb.position_weight, emb.token_type_weight)
     assert all(table.dtype == jnp.bfloat16 for table in tables)
     assert 0.4 < float(jnp.std(emb.token_weight.astype(jnp.float32))) < 0.6
-    shared = Embedder(16, settings(own_tokens=False), key=key)
+    shared = embedder(16, key, own_tokens=False)
     assert shared.token_weight is None
     with pytest.raises(ValueError, match="pass token_weight"):
         shared(jnp.array([1]), jnp.array([0]))
-
-
-def test_the_older_loose_call_builds_the_same_embedder(key):
-    new = Embedder(
-        16,
-        settings(positions="sinusoidal", scale_embeddings=True, embedding_norm=True),
-        init=Init(0.1, jnp.bfloat16),
-        key=key,
-    )
-    with pytest.warns(DeprecationWarning, match=r"EmbedderSettings\(\.\.\.\)"):
-        old = Embedder(
-            10,
-            16,
-            8,
-            position_kind="sinusoidal",
-            scale_tokens=True,
-            use_norm=True,
-            init_std=0.1,
-            dtype=jnp.bfloat16,
-            key=key,
-        )
-    assert eqx.tree_equal(old, new)
-    with pytest.warns(DeprecationWarning):
-        by_name = Embedder(vocab_size=10, d_model=16, max_positions=8, key=key)
-    assert eqx.tree_equal(by_name, Embedder(16, settings(), key=key))
-    with pytest.raises(TypeError, match="unexpected keyword argument 'position'"):
-        Embedder(10, 16, 8, position="learned", key=key)
 
 
 @pytest.mark.parametrize("bad", [[0, 10], [-1, 2]])
@@ -113,12 +96,24 @@ def test_token_ids_outside_vocab_raise_eagerly_and_under_jit(bad):
     ("fields", "message"),
     [
         (dict(positions="alibi"), "positions must be one of"),
+        (dict(positions="rotary"), r"rotary positions are the attention's `rope`"),
         (dict(sinusoid_layout="split"), "sinusoid_layout must be one of"),
-        (dict(vocab_size=0), "vocab_size must be a positive integer, got 0"),
-        (dict(max_positions=-1), "max_positions must be a positive integer, got -1"),
-        (dict(type_vocab_size=-1), "type_vocab_size must be >= 0, got -1"),
+        (dict(type_vocab_size=-1), "type_vocab_size must be an integer >= 0, got -1"),
+        (dict(dropout=1.0), r"embedding dropout must be in \[0, 1\)"),
     ],
 )
 def test_bad_embedder_settings_name_the_field(fields, message):
     with pytest.raises(ValueError, match=message):
-        settings(**fields)
+        EmbedderSettings(**fields)
+
+
+@pytest.mark.parametrize(
+    ("sizes", "message"),
+    [
+        ((0, 4, 8), "vocab_size must be a positive integer, got 0"),
+        ((10, 4, -1), "max_positions must be a positive integer, got -1"),
+    ],
+)
+def test_bad_embedder_sizes_name_the_size(sizes, message, key):
+    with pytest.raises(ValueError, match=message):
+        Embedder(*sizes, key=key)

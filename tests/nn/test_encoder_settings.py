@@ -3,8 +3,6 @@ whose first layer's attention reads its input without the norm."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -12,8 +10,11 @@ import numpy as np
 import pytest
 
 from zoo.nn import LayerNorm
-from zoo.nn.block import BlockInputs, BlockSettings, TransformerBlock
+from zoo.nn.block import BlockInputs, BlockSettings
+from zoo.nn.feedforward import FeedForwardSettings
 from zoo.nn.mask import Mask
+from zoo.nn.multihead import AttentionSettings
+from zoo.nn.plan import LayerOverride, LayerPlan
 from zoo.nn.stack import LayerStack
 
 
@@ -40,18 +41,15 @@ def test_two_sided_window_as_array_and_kernel_arguments():
 
 
 def _stack(scan: bool, first_attention_norm: bool) -> LayerStack:
-    settings = BlockSettings.basic(2, 16, norm_first=True)
-    first = dataclasses.replace(settings, attention_norm=first_attention_norm)
-    return LayerStack(
-        [
-            lambda k: TransformerBlock(8, first, key=k),
-            lambda k: TransformerBlock(8, settings, key=k),
-        ],
-        3,
-        layer_kinds=[0, 1, 1],
-        scan=scan,
-        key=jax.random.key(0),
+    settings = BlockSettings(
+        attention=AttentionSettings(num_heads=2),
+        feed_forward=FeedForwardSettings(d_ff=16),
+        norm_first=True,
     )
+    first = LayerOverride(changes={"attention_norm": False}, layers=(0,))
+    overrides = () if first_attention_norm else (first,)
+    plan = LayerPlan(block=settings, num_layers=3, overrides=overrides)
+    return LayerStack(plan, 8, scan=scan, key=jax.random.key(0))
 
 
 @pytest.mark.parametrize("scan", [True, False])

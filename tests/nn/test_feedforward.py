@@ -44,5 +44,5 @@ def test_dense_has_no_gate_and_gated_has_one(key):
     gated = FeedForward(4, FeedForwardSettings(d_ff=6, kind="gated"), key=key)
     assert dense.gate is None and gated.gate is not None
     assert gated.hidden.bias is not None
-    unbiased = FeedForward(4, FeedForwardSettings(d_ff=6, feed_forward_bias=False), key=key)
+    unbiased = FeedForward(4, FeedForwardSettings(d_ff=6, bias=False), key=key)
     assert unbiased.hidden.bias is None and unbiased.output.bias is None

@@ -2,7 +2,7 @@
 
 `1 + weight` RMSNorm, soft-capped and `query_pre_attn_scalar`-scaled scores, QK-norm over the
 whole projection, the sandwich and output-only norm placements, final logit soft-capping, and
-local/global layers (`LayerPattern`): scanned equals unrolled, an all-global pattern is the
+local/global layers (a `LayerOverride` of the window and rotary base): scanned equals unrolled, an all-global pattern is the
 model without a window, and the local layers rotate by their own base.
 """
 
@@ -15,8 +15,10 @@ import numpy as np
 import pytest
 
 import zoo
-from zoo.nn import BlockInputs, Mask
-from zoo.nn.attention import AttentionSettings, MultiHeadAttention, attention_weights
+from zoo.models.gpt import LMHead
+from zoo.nn import BlockInputs, LayerOverride, Mask, QKNorm
+from zoo.nn.attention import attention_weights
+from zoo.nn.multihead import AttentionSettings, MultiHeadAttention
 from zoo.nn.norm import RMSNorm, make_norm
 from zoo.nn.rotary import Rope, RotaryEmbedding
 
@@ -51,17 +53,15 @@ def test_soft_capped_scores_with_their_own_scale_match_numpy():
 
 
 def test_qk_norm_over_the_whole_projection_normalises_all_heads_at_once():
-    settings = AttentionSettings(
-        num_heads=2, qk_norm=True, qk_norm_scope="projection", qkv_bias=False
-    )
+    settings = AttentionSettings(num_heads=2, qk_norm=QKNorm(scope="projection"), qkv_bias=False)
     attention = MultiHeadAttention(8, settings, key=jax.random.key(0))
     assert attention.query_norm is not None and attention.query_norm.weight.shape == (8,)
     x = jax.random.normal(jax.random.key(1), (3, 8))
     projected = np.asarray(attention.query_proj(x))
     expected = np_rms(projected, 1.0, 1e-6).reshape(3, 2, 4)
     np.testing.assert_allclose(attention.project_query(x), expected, rtol=1e-5, atol=1e-6)
-    with pytest.raises(ValueError, match="qk_norm_scope"):
-        AttentionSettings(num_heads=2, qk_norm_scope="heads")
+    with pytest.raises(ValueError, match="qk_norm scope must be one of"):
+        QKNorm(scope="heads")
 
 
 def with_norm_weights(model, value: float):
@@ -114,7 +114,7 @@ def tiny(preset: str, **overrides):
 
 def test_final_logit_soft_capping_bounds_the_logits():
     capped = logits(tiny("gemma-2-tiny", init_std=1.0))
-    raw = logits(tiny("gemma-2-tiny", init_std=1.0, final_logit_softcap=None))
+    raw = logits(tiny("gemma-2-tiny", init_std=1.0, head=LMHead(softcap=None)))
     np.testing.assert_allclose(capped, 30.0 * np.tanh(np.asarray(raw) / 30.0), rtol=1e-5, atol=1e-4)
     assert float(jnp.max(jnp.abs(raw))) > 30.0 > float(jnp.max(jnp.abs(capped)))
 
@@ -127,8 +127,9 @@ def test_scanned_local_global_layers_equal_unrolled(preset):
 
 
 def test_all_global_layers_are_the_model_without_a_window():
-    all_global = logits(tiny("gemma-2-tiny", global_layers=(0, 1, 2)))
-    no_window = logits(tiny("gemma-2-tiny", sliding_window=None, global_layers=None))
+    every_layer = (LayerOverride(changes={"attention.window": None}),)
+    all_global = logits(tiny("gemma-2-tiny", **{"layers.overrides": every_layer}))
+    no_window = logits(tiny("gemma-2-tiny", **{"attention.window": None, "layers.overrides": ()}))
     np.testing.assert_allclose(all_global, no_window, rtol=1e-5, atol=1e-5)
     # the window of 8 on layers 0 and 2 changes the logits of positions 8 and after only
     alternating = logits(tiny("gemma-2-tiny"))
@@ -138,12 +139,11 @@ def test_all_global_layers_are_the_model_without_a_window():
 
 def test_the_local_layers_rotate_by_their_own_base():
     own_base = logits(tiny("gemma-3-tiny"))
-    same_base = logits(tiny("gemma-3-tiny", local_rope_theta=1_000_000.0))
+    same_base = logits(tiny("gemma-3-tiny", **{"attention.rope": Rope(theta=1_000_000.0)}))
     assert not np.allclose(own_base, same_base, atol=1e-4)
-    with pytest.raises(ValueError, match="set sliding_window"):
-        zoo.presets.config("gemma-3-tiny", sliding_window=None)
-    with pytest.raises(ValueError, match="not layers of a 7-layer stack"):
-        zoo.presets.config("gemma-3-tiny", global_layers=(5, 7))
+    beyond = (LayerOverride(changes={"attention.window": None}, layers=(5, 7)),)
+    with pytest.raises(ValueError, match=r"names layers \[7\], which a 7-layer stack"):
+        zoo.presets.config("gemma-3-tiny", **{"layers.overrides": beyond})
 
 
 def test_partial_rotary_turns_the_first_dimensions_and_passes_the_rest():

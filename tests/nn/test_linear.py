@@ -1,5 +1,5 @@
-"""Every part that draws weights takes one `Init` (std and dtype); the older loose `init_std=` and
-`dtype=` keywords build the same part, with a DeprecationWarning."""
+"""Every part that draws weights takes one `Init` (std and dtype); the loose `init_std=` and
+`dtype=` keywords of 0.1 are refused."""
 
 from __future__ import annotations
 
@@ -31,12 +31,10 @@ def test_linear_draws_its_weight_as_init_says(key):
     ],
     ids=["Linear", "MaskedLMHead", "RelativePositionBias"],
 )
-def test_the_older_init_keywords_build_the_same_part(build, key):
+def test_every_part_draws_as_its_init_says(build, key):
     new = build(key, init=Init(0.3, jnp.float16))
-    with pytest.warns(DeprecationWarning, match=r"init=Init\(std, dtype\)"):
-        old = build(key, init_std=0.3, dtype=jnp.float16)
-    assert eqx.tree_equal(old, new)
     leaves = jax.tree_util.tree_leaves(eqx.filter(new, eqx.is_array))
     assert leaves and all(leaf.dtype == jnp.float16 for leaf in leaves)
-    with pytest.raises(TypeError, match="unexpected keyword argument 'std'"):
-        build(key, std=0.3)
+    assert eqx.tree_equal(new, build(key, init=Init(0.3, jnp.float16)))
+    with pytest.raises(TypeError, match="unexpected keyword argument 'init_std'"):
+        build(key, init_std=0.3)

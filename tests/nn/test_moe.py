@@ -18,9 +18,7 @@ D_MODEL, EXPERTS, WIDTH = 8, 4, 12
 
 
 def make(key, **fields) -> MoEFeedForward:
-    settings = MoESettings(
-        num_experts=EXPERTS, num_experts_per_tok=2, moe_intermediate_size=WIDTH, **fields
-    )
+    settings = MoESettings(num_experts=EXPERTS, top_k=2, d_ff=WIDTH, **fields)
     return MoEFeedForward(D_MODEL, settings, init=Init(std=0.5), key=key)
 
 
@@ -45,14 +43,14 @@ def numpy_moe(moe: MoEFeedForward, x: np.ndarray, *, renormalise: bool) -> np.nd
 
 @pytest.mark.parametrize("renormalise", [True, False])
 def test_moe_matches_a_token_by_token_numpy_loop(key, renormalise):
-    moe = make(key, norm_topk_prob=renormalise)
+    moe = make(key, normalize_top_k=renormalise)
     x = np.asarray(jax.random.normal(jax.random.fold_in(key, 1), (9, D_MODEL)))
     out, _ = moe(jnp.asarray(x))
     np.testing.assert_allclose(out, numpy_moe(moe, x, renormalise=renormalise), atol=1e-4)
 
 
 def test_grouped_path_equals_dense_reference_under_vmap_with_gradients(key):
-    moe = make(key, shared_expert_intermediate_size=6)
+    moe = make(key, shared_d_ff=6)
     x = jax.random.normal(jax.random.fold_in(key, 1), (3, 7, D_MODEL))
 
     def loss(model):
@@ -61,7 +59,7 @@ def test_grouped_path_equals_dense_reference_under_vmap_with_gradients(key):
         return jnp.sum(out**2) + balance + z
 
     ragged_loss, ragged_grads = eqx.filter_value_and_grad(loss)(moe)
-    dense = make(key, shared_expert_intermediate_size=6, implementation="dense")
+    dense = make(key, shared_d_ff=6, implementation="dense")
     dense_loss, dense_grads = eqx.filter_value_and_grad(loss)(dense)
     np.testing.assert_allclose(ragged_loss, dense_loss, rtol=1e-5)
     for a, b in zip(jax.tree.leaves(ragged_grads), jax.tree.leaves(dense_grads), strict=True):
@@ -85,7 +83,7 @@ def test_router_renormalises_top_k_or_not(key):
     x = jax.random.normal(key, (5, D_MODEL))
     _, weights, chosen = moe.route(x)
     np.testing.assert_allclose(weights.sum(-1), 1.0, rtol=1e-6)
-    plain = make(key, norm_topk_prob=False)
+    plain = make(key, normalize_top_k=False)
     logits, raw, same = plain.route(x)
     np.testing.assert_array_equal(chosen, same)
     expected = np.take_along_axis(np.asarray(jax.nn.softmax(logits)), np.asarray(chosen), 1)
@@ -93,7 +91,7 @@ def test_router_renormalises_top_k_or_not(key):
 
 
 def test_sigmoid_router_chooses_with_its_bias_and_weighs_without(key):
-    moe = make(key, router="sigmoid", norm_topk_prob=False)
+    moe = make(key, router="sigmoid", normalize_top_k=False)
     x = jax.random.normal(key, (6, D_MODEL))
     biased = eqx.tree_at(lambda m: m.selection_bias, moe, jnp.array([0.0, 0.0, 0.0, 10.0]))
     logits, weights, chosen = biased.route(x)
@@ -130,9 +128,9 @@ def test_statistics_skip_invalid_tokens_and_count_top_k_slots(key):
 
 
 def test_settings_refuse_bad_values():
-    with pytest.raises(ValueError, match="num_experts_per_tok=3 exceeds num_experts=2"):
-        MoESettings(num_experts=2, num_experts_per_tok=3, moe_intermediate_size=4)
+    with pytest.raises(ValueError, match="top_k=3 exceeds num_experts=2"):
+        MoESettings(num_experts=2, top_k=3, d_ff=4)
     with pytest.raises(ValueError, match="router must be one of"):
-        MoESettings(num_experts=2, moe_intermediate_size=4, router="relu")
-    with pytest.raises(ValueError, match="moe_intermediate_size must be a positive integer"):
-        MoESettings(num_experts=2, moe_intermediate_size=0)
+        MoESettings(num_experts=2, d_ff=4, router="relu")
+    with pytest.raises(ValueError, match="d_ff must be a positive integer"):
+        MoESettings(num_experts=2, d_ff=0)

@@ -117,9 +117,7 @@ def test_merge_equals_the_adapted_forward_and_unmerge_restores(model, adapted):
 
 def _adapted_layer(implementation: str) -> MoEFeedForward:
     """A tiny mixture with int8 experts, adapters on `up` and `down` (random B)."""
-    settings = MoESettings(
-        num_experts=4, num_experts_per_tok=2, moe_intermediate_size=8, implementation=implementation
-    )
+    settings = MoESettings(num_experts=4, top_k=2, d_ff=8, implementation=implementation)
     layer = MoEFeedForward(16, settings, key=jax.random.key(3))
     layer = zoo.lora.apply(layer, rank=2, targets="experts.up,experts.down", key=jax.random.key(4))
     return zoo.lora.quantize(randomize(layer))
@@ -151,7 +149,7 @@ def test_int8_experts_are_close_to_float_and_a_quarter_of_the_bytes(model):
         float_bytes, int8_bytes = w.nbytes, q.weight.nbytes + q.scale.nbytes
         assert int8_bytes <= float_bytes / 4 + q.scale.nbytes
     # one layer's experts: the output moves by at most sum_i |x_i| * step_i / 2 per column
-    settings = MoESettings(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=8)
+    settings = MoESettings(num_experts=4, top_k=2, d_ff=8)
     layer = MoEFeedForward(16, settings, key=jax.random.key(6))
     rows = jax.random.normal(jax.random.key(7), (5, 16))
     sizes = jnp.array([1, 2, 0, 2], jnp.int32)

@@ -31,7 +31,8 @@ def test_the_objective_adds_the_weighted_router_losses(model):
     plain = task.statistics(model, batch)
     _, router = jax.vmap(model.features_and_router)(TOKENS[:, :-1])
     balance, z = router_losses(router)
-    coefs = model.config.router_aux_loss_coef, model.config.router_z_loss_coef
+    experts = model.config.experts()
+    coefs = experts.aux_loss_coef, experts.z_loss_coef
     assert coefs == (0.001, 0.0)
     expected = plain.nll_sum + plain.weight * (coefs[0] * balance)
     np.testing.assert_allclose(plain.loss_sum, expected, rtol=1e-6)
@@ -62,7 +63,7 @@ def test_cached_decoding_equals_the_full_forward(model):
 
 
 def test_training_logs_router_metrics_and_resumes_exactly(tmp_path):
-    model = zoo.create("mixtral-tiny", key=jax.random.key(0), router_z_loss_coef=1e-3)
+    model = zoo.create("mixtral-tiny", key=jax.random.key(0), **{"feed_forward.z_loss_coef": 1e-3})
     trainer = Trainer(
         LanguageModeling(),
         adamw(3e-3, warmup=2),

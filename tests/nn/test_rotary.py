@@ -24,13 +24,14 @@ from zoo.nn import (
     KVCache,
     Mask,
     MultiHeadAttention,
+    QKNorm,
     Rope,
     RotaryEmbedding,
     RotaryTable,
     apply_rotary,
 )
+from zoo.nn.layer_loop import REMAT_POLICIES, scans
 from zoo.nn.rotary import rotate_half
-from zoo.nn.stack import REMAT_POLICIES, scans
 
 TOKENS = jnp.array(
     [[0, 0, 5, 9, 3, 12, 7, 30, 4, 8, 21, 6], [5, 9, 3, 12, 7, 30, 4, 8, 21, 6, 0, 0]]
@@ -76,7 +77,7 @@ def test_a_table_of_other_positions_is_refused(key):
 
 
 def test_a_block_with_the_table_equals_a_block_without(key):
-    model = zoo.create("llama-tiny", qk_norm=True, key=key)
+    model = zoo.create("llama-tiny", key=key, **{"attention.qk_norm": QKNorm()})
     block = model.layers.layer(1)
     x = jax.random.normal(key, (6, model.config.d_model))
     positions = jnp.array([0, 0, 0, 1, 2, 3])  # two left pads
@@ -126,7 +127,7 @@ def per_layer_logits(model, tokens):
     positions = token_positions(key_valid, tokens.shape[0])
     num_tokens = tokens.shape[0]
     explicit = None if key_valid is None else jnp.broadcast_to(key_valid, (num_tokens, num_tokens))
-    mask = Mask(causal=True, window=c.sliding_window, explicit=explicit)
+    mask = Mask(causal=True, explicit=explicit)  # each layer's attention adds its window
     x = model.embedder(tokens, positions)
     return model._logits(own_angles(model, x, mask=mask, positions=positions))
 
@@ -134,21 +135,25 @@ def per_layer_logits(model, tokens):
 def per_layer_extend(model, tokens, cache: KVCache):
     """`GPT.extend`'s logits with each layer making its table from the cache index."""
     positions = cache.index + jnp.arange(tokens.shape[0])
-    mask = Mask(causal=True, offset=cache.index, window=model.config.sliding_window)
+    mask = Mask(causal=True, offset=cache.index)
     params, static = eqx.partition(model.layers.blocks, eqx.is_array)
 
-    def body(h, per_layer):
-        block_params, _, layer_cache, _ = per_layer
-        block = eqx.combine(block_params, static)
-        return block(h, BlockInputs(mask=mask, cache=layer_cache))
+    def body(carry, layer_params):  # the stack's cached scan, with each layer making its table
+        h, keys, values, layer = carry
+        block = eqx.combine(layer_params, static)
+        layer_cache = KVCache(keys[layer], values[layer], cache.index)
+        h, extras = block(h, BlockInputs(mask=mask, cache=layer_cache))
+        keys = keys.at[layer].set(extras.cache.keys)
+        values = values.at[layer].set(extras.cache.values)
+        return (h, keys, values, layer + 1), None
 
     x = model.embedder(tokens, positions)
-    if scans(model.config.scan_layers):  # the stack's own cached scan, with this body
-        x, _ = model.layers._scan_with_cache(body, x, (params, None, None), cache)
+    if scans(model.config.scan_layers):
+        first = jnp.zeros((), jnp.int32)
+        (x, _, _, _), _ = jax.lax.scan(body, (x, cache.keys, cache.values, first), params)
     else:
         for index in range(model.config.num_layers):
-            layer_params = jax.tree_util.tree_map(lambda a, i=index: a[i], params)
-            x, _ = body(x, (layer_params, None, cache.layer(index), None))
+            x, _ = model.layers.layer(index)(x, BlockInputs(mask=mask, cache=cache.layer(index)))
     return model._logits(x)
 
 
@@ -156,14 +161,16 @@ def per_layer_extend(model, tokens, cache: KVCache):
     "overrides",
     [
         {},
-        dict(
-            rope_scaling="llama3",
-            rope_factor=8.0,
-            rope_original_max_positions=8,
-            qk_norm=True,
-            sliding_window=5,
-        ),
-        dict(rope_scaling="linear", rope_factor=2.0, layer_loop="unroll", remat=None),
+        {
+            "attention.rope": Rope(scaling="llama3", factor=8.0, original_max_positions=8),
+            "attention.qk_norm": QKNorm(),
+            "attention.window": 5,
+        },
+        {
+            "attention.rope": Rope(scaling="linear", factor=2.0),
+            "layer_loop": "unroll",
+            "remat": None,
+        },
     ],
     ids=["llama-tiny", "llama3-qknorm-window", "linear-unrolled"],
 )

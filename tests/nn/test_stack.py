@@ -1,14 +1,39 @@
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 import numpy as np
+import pytest
 
-from zoo.nn import BlockInputs, BlockSettings, LayerStack, Mask, TransformerBlock
+from zoo.nn import (
+    AttentionSettings,
+    BlockInputs,
+    BlockSettings,
+    FeedForwardSettings,
+    LayerIndex,
+    LayerOverride,
+    LayerPlan,
+    LayerStack,
+    Mask,
+    Rope,
+    kernel_platform,
+)
+from zoo.nn.layer_loop import remat_policy, scans
 
 
-def make_stack(key, scan):
-    return LayerStack(
-        lambda k: TransformerBlock(8, BlockSettings.basic(2, 16), key=k), 3, scan=scan, key=key
+def small_block(dropout: float = 0.0, **attention: object) -> BlockSettings:
+    """2 heads over width 8, a feed-forward of 16."""
+    return BlockSettings(
+        attention=AttentionSettings(num_heads=2, **attention),  # type: ignore[arg-type]
+        feed_forward=FeedForwardSettings(d_ff=16, dropout=dropout),
+        dropout=dropout,
     )
+
+
+def make_stack(key, scan, *, num_layers=3, dropout=0.0, remat=None, overrides=(), **attention):
+    plan = LayerPlan(
+        block=small_block(dropout, **attention), num_layers=num_layers, overrides=overrides
+    )
+    return LayerStack(plan, 8, scan=scan, remat=remat, key=key)
 
 
 def test_scan_equals_unrolled_equals_block_by_block(key):
@@ -34,9 +59,7 @@ def test_layers_are_initialised_independently(key):
 
 
 def test_dropout_keys_differ_per_layer_and_no_key_is_deterministic(key):
-    stack = LayerStack(
-        lambda k: TransformerBlock(8, BlockSettings.basic(2, 16, dropout=0.5), key=k), 2, key=key
-    )
+    stack = make_stack(key, None, num_layers=2, dropout=0.5)
     x = jax.random.normal(key, (4, 8))
     np.testing.assert_array_equal(stack(x)[0], stack(x)[0])
     a, _ = stack(x, key=jax.random.key(1))
@@ -48,9 +71,6 @@ def test_dropout_keys_differ_per_layer_and_no_key_is_deterministic(key):
 
 def test_remat_changes_neither_outputs_nor_gradients(key):
     """Recomputing in the backward pass is an execution choice: same values, same gradients."""
-    import jax.numpy as jnp
-    import pytest
-
     x = jax.random.normal(key, (4, 8))
     mask = Mask(causal=True)
 
@@ -61,13 +81,7 @@ def test_remat_changes_neither_outputs_nor_gradients(key):
     results = {}
     for remat in (None, "dots", "full"):
         for scan in (True, False):
-            stack = LayerStack(
-                lambda k: TransformerBlock(8, BlockSettings.basic(2, 16, dropout=0.1), key=k),
-                3,
-                scan=scan,
-                remat=remat,
-                key=key,
-            )
+            stack = make_stack(key, scan, dropout=0.1, remat=remat)
             results[remat, scan] = eqx.filter_jit(eqx.filter_value_and_grad(loss))(stack, x)
     value, grads = results[None, True]
     for other_value, other_grads in results.values():
@@ -75,20 +89,12 @@ def test_remat_changes_neither_outputs_nor_gradients(key):
         for a, b in zip(jax.tree_util.tree_leaves(other_grads), jax.tree_util.tree_leaves(grads)):
             np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
     with pytest.raises(ValueError, match="remat must be one of"):
-        LayerStack(
-            lambda k: TransformerBlock(8, BlockSettings.basic(2, 16), key=k),
-            2,
-            remat="most",
-            key=key,
-        )
+        make_stack(key, None, remat="most")
 
 
 def test_by_default_layers_are_unrolled_on_a_gpu_and_scanned_elsewhere(key):
     """`scan=None` decides when traced: one scan over the layers on this CPU, three unrolled
     layers when traced for a GPU (`kernel_platform`), the same numbers either way."""
-    from zoo.nn import kernel_platform
-    from zoo.nn.stack import scans
-
     stack = make_stack(key, None)
     x = jax.random.normal(key, (4, 8))
 
@@ -113,8 +119,6 @@ def test_by_default_layers_are_unrolled_on_a_gpu_and_scanned_elsewhere(key):
 def test_unrolled_decoding_updates_the_stacked_cache_like_the_scan(key):
     """Three positions fed one at a time through the cache: scanned and unrolled stacks write
     the same cache and give the same outputs as attending over all three at once."""
-    import jax.numpy as jnp
-
     x = jax.random.normal(key, (3, 8))
     full, _ = make_stack(key, True)(x, BlockInputs(mask=Mask(causal=True)))
     for scan in (True, False):
@@ -136,16 +140,7 @@ def test_auto_remat_recomputes_elementwise_work_on_a_cpu_only(key):
     for a CPU, and without one when traced for a GPU."""
     import re
 
-    from zoo.nn import kernel_platform
-    from zoo.nn.stack import remat_policy
-
-    stack = LayerStack(
-        lambda k: TransformerBlock(8, BlockSettings.basic(2, 16), key=k),
-        2,
-        scan=True,
-        remat="auto",
-        key=key,
-    )
+    stack = make_stack(key, True, num_layers=2, remat="auto")
     x = jax.random.normal(key, (4, 8))
 
     def checkpoints(platform):
@@ -160,3 +155,76 @@ def test_auto_remat_recomputes_elementwise_work_on_a_cpu_only(key):
         assert remat_policy("auto") is None
     with kernel_platform("cpu"):
         assert remat_policy("auto") == "dots" and remat_policy("full") == "full"
+
+
+# -- layers that differ in their call: a window and a rotary base by layer ----------------------
+
+LOCAL_GLOBAL = (
+    LayerOverride(
+        changes={"attention.window": None, "attention.rope": Rope(theta=1000.0)}, start=1, step=2
+    ),
+)
+
+
+@pytest.mark.parametrize("scan", [True, False])
+def test_layers_that_differ_in_their_call_share_weights_and_run_as_their_settings_say(key, scan):
+    """Layers 0 and 2 see the last 2 positions and rotate by base 10000, layer 1 sees every
+    position and rotates by base 1000: one stacked group, each layer as a block of its own
+    settings would run it, scanned (`lax.switch` between the calls) or unrolled."""
+    stack = make_stack(key, scan, overrides=LOCAL_GLOBAL, rope=Rope(), window=2)
+    assert isinstance(stack.blocks, eqx.Module) and stack.group_of == (0, 0, 0)
+    assert [stack.calls[c] for c in stack.call_of] == [
+        (2, Rope()),
+        (None, Rope(theta=1000.0)),
+        (2, Rope()),
+    ]
+    x = jax.random.normal(key, (6, 8))
+    out, extras = stack(x, BlockInputs(mask=Mask(causal=True)), return_weights=True)
+    manual = x
+    for i in range(3):
+        manual, _ = stack.layer(i)(manual, BlockInputs(mask=Mask(causal=True)))
+    np.testing.assert_allclose(out, manual, atol=1e-5)
+    weights = np.asarray(extras.self_weights)
+    assert np.all(weights[0][:, 5, :4] == 0) and np.all(weights[1][:, 5, :4] > 0)
+    plain = make_stack(key, scan, rope=Rope(), window=2)
+    assert not np.allclose(plain(x, BlockInputs(mask=Mask(causal=True)))[0], out)
+
+
+def test_layers_without_rotary_positions_among_rotary_ones(key):
+    """A layer whose override takes its rotary positions away (SmolLM3's NoPE layers) runs as a
+    block without rotary: a new family's difference is a layer override, not a config field."""
+    no_rope = (LayerOverride(changes={"attention.rope": None}, start=3, step=4),)
+    stack = make_stack(key, True, num_layers=4, overrides=no_rope, rope=Rope())
+    assert [stack.calls[c].rope for c in stack.call_of] == [Rope(), Rope(), Rope(), None]
+    assert stack.layer(3).self_attention.rotary is None
+    x = jax.random.normal(key, (5, 8))
+    out, _ = stack(x, BlockInputs(mask=Mask(causal=True)))
+    manual = x
+    for i in range(4):
+        manual, _ = stack.layer(i)(manual, BlockInputs(mask=Mask(causal=True)))
+    np.testing.assert_allclose(out, manual, atol=1e-5)
+
+
+def test_layers_of_other_weights_go_in_groups_whose_rows_the_index_names(key):
+    """A dense layer among gated ones: two groups (`blocks.0`, `blocks.1`), run in layer order,
+    and `LayerIndex` names each row by its layer number."""
+    dense = FeedForwardSettings(d_ff=4)
+    overrides = (LayerOverride(changes={"feed_forward": dense}, layers=(1,)),)
+    stack = make_stack(key, True, overrides=overrides)
+    assert stack.group_of == (0, 1, 0) and len(stack.groups) == 2
+    assert stack.groups[1].feed_forward.hidden.weight.shape == (1, 4, 8)
+    x = jax.random.normal(key, (4, 8))
+    out, _ = stack(x, BlockInputs(mask=Mask(causal=True)))
+    manual = x
+    for i in range(3):
+        manual, _ = stack.layer(i)(manual, BlockInputs(mask=Mask(causal=True)))
+    np.testing.assert_allclose(out, manual, atol=1e-5)
+    index = LayerIndex({"encoder": stack})
+    assert index.layer_names("encoder.blocks.0.feed_forward.hidden.weight") == [
+        ("encoder.0.feed_forward.hidden.weight", 0),
+        ("encoder.2.feed_forward.hidden.weight", 1),
+    ]
+    assert index.layer_names("encoder.blocks.1.feed_forward.hidden.weight") == [
+        ("encoder.1.feed_forward.hidden.weight", 0)
+    ]
+    assert index.layer_names("embedder.token_weight") is None

@@ -1,9 +1,8 @@
 """A stack of two kinds of layer (two feed-forward widths): a group per kind, applied in layer
-order, scanned or unrolled, with a local/global pattern and a KV cache across the groups."""
+order, scanned or unrolled, with local and global layers and a KV cache across the groups."""
 
 from __future__ import annotations
 
-import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -15,36 +14,43 @@ import numpy as np
 import pytest
 
 from zoo.models import GPTConfig
-from zoo.nn import BlockInputs, BlockSettings, LayerStack, Mask, TransformerBlock
+from zoo.models.flat import config_from_flat
+from zoo.nn import (
+    AttentionSettings,
+    BlockInputs,
+    BlockSettings,
+    LayerOverride,
+    LayerPlan,
+    LayerStack,
+    Mask,
+    MoESettings,
+)
 from zoo.nn.feedforward import FeedForwardSettings
-from zoo.nn.stack import LayerPattern
 
-KINDS = (0, 1, 1, 0, 1)  # width 16, 24, 24, 16, 24
-WINDOW = Mask(causal=True, window=2)
+WIDE = (1, 2, 4)  # layers of width 24; the others 16
+CAUSAL = Mask(causal=True)
 
 
 def make_stack(
-    scan: bool, *, pattern: LayerPattern | None = None, remat: str | None = None
+    scan: bool, *, global_layers: tuple[int, ...] = (), remat: str | None = None
 ) -> LayerStack:
-    narrow = BlockSettings.basic(2, 16)
-    wide = dataclasses.replace(narrow, feed_forward=FeedForwardSettings(d_ff=24))
-    return LayerStack(
-        [lambda k: TransformerBlock(8, narrow, key=k), lambda k: TransformerBlock(8, wide, key=k)],
-        len(KINDS),
-        layer_kinds=KINDS,
-        scan=scan,
-        pattern=pattern,
-        remat=remat,
-        key=jax.random.key(0),
+    """Five layers of two widths; each sees the last 2 positions but the `global_layers`."""
+    narrow = BlockSettings(
+        attention=AttentionSettings(num_heads=2, window=2),
+        feed_forward=FeedForwardSettings(d_ff=16),
     )
+    overrides = [LayerOverride(changes={"feed_forward": FeedForwardSettings(d_ff=24)}, layers=WIDE)]
+    if global_layers:
+        overrides.append(LayerOverride(changes={"attention.window": None}, layers=global_layers))
+    plan = LayerPlan(block=narrow, num_layers=5, overrides=tuple(overrides))
+    return LayerStack(plan, 8, scan=scan, remat=remat, key=jax.random.key(0))
 
 
-def by_hand(stack: LayerStack, x, global_layers=()):
-    """Each layer as a standalone block, the global ones without the window."""
+def by_hand(stack: LayerStack, x):
+    """Each layer as a standalone block, called as that layer (its window or none)."""
     weights = []
     for index in range(stack.num_layers):
-        mask = Mask(causal=True) if index in global_layers else WINDOW
-        x, extras = stack.layer(index)(x, BlockInputs(mask=mask), return_weights=True)
+        x, extras = stack.layer(index)(x, BlockInputs(mask=CAUSAL), return_weights=True)
         weights.append(extras.self_weights)
     return x, np.stack(weights)
 
@@ -62,16 +68,15 @@ def test_groups_hold_the_layers_of_their_kind():
         (1, 2, 4, 5),
     ]
     assert stack.layer(3).feed_forward.hidden.weight.shape == (16, 8)
-    with pytest.raises(ValueError, match="layer_kinds"):
-        LayerStack([stack.layer], 2, layer_kinds=(0, 1), key=jax.random.key(0))
 
 
 @pytest.mark.parametrize("scan", [True, False])
 def test_layers_run_in_order_with_their_pattern(scan):
     x = jax.random.normal(jax.random.key(1), (5, 8))
-    stack = make_stack(scan, pattern=LayerPattern(global_layers=(2, 3)))
-    out, extras = stack(x, BlockInputs(mask=WINDOW), return_weights=True)
-    expected, weights = by_hand(stack, x, global_layers=(2, 3))
+    stack = make_stack(scan, global_layers=(2, 3))
+    assert stack.layer(2).self_attention.window is None and stack.layer(1).self_attention.window
+    out, extras = stack(x, BlockInputs(mask=CAUSAL), return_weights=True)
+    expected, weights = by_hand(stack, x)
     np.testing.assert_allclose(out, expected, atol=1e-5)
     np.testing.assert_allclose(extras.self_weights, weights, atol=1e-6)  # in layer order
 
@@ -79,14 +84,14 @@ def test_layers_run_in_order_with_their_pattern(scan):
 @pytest.mark.parametrize("scan", [True, False])
 def test_cached_decoding_across_groups_equals_the_full_pass(scan):
     x = jax.random.normal(jax.random.key(2), (6, 8))
-    stack = make_stack(scan, pattern=LayerPattern(global_layers=(1,)))
-    full, _ = stack(x, BlockInputs(mask=WINDOW))
+    stack = make_stack(scan, global_layers=(1,))
+    full, _ = stack(x, BlockInputs(mask=CAUSAL))
     cache = stack.init_cache(8)
-    prefix, extras = stack(x[:4], BlockInputs(mask=WINDOW, cache=cache))
+    prefix, extras = stack(x[:4], BlockInputs(mask=CAUSAL, cache=cache))
     cache = extras.cache.advance(4)
     steps = [prefix]
     for position in (4, 5):
-        mask = Mask(causal=True, window=2, offset=jnp.asarray(position))
+        mask = Mask(causal=True, offset=jnp.asarray(position))
         step, extras = stack(x[position : position + 1], BlockInputs(mask=mask, cache=cache))
         cache = extras.cache.advance(1)
         steps.append(step)
@@ -94,19 +99,18 @@ def test_cached_decoding_across_groups_equals_the_full_pass(scan):
     assert int(cache.index) == 6
 
 
-def test_config_dense_layers():
-    moe = dict(num_layers=4, num_experts=4, d_model=16, num_heads=2, vocab_size=32)
-    assert GPTConfig(**moe, decoder_sparse_step=2).routed_layers() == (False, True, False, True)
-    assert GPTConfig(**moe, mlp_only_layers=(0, 2)).routed_layers() == (False, True, False, True)
-    assert GPTConfig(**moe, first_k_dense_replace=1).routed_layers() == (False, True, True, True)
-    with pytest.raises(ValueError, match="set num_experts"):
-        GPTConfig(num_layers=4, mlp_only_layers=(1,))
-    with pytest.raises(ValueError, match="are not layers"):
-        GPTConfig(**moe, mlp_only_layers=(4,))
-    with pytest.raises(ValueError, match="every layer is dense"):
-        GPTConfig(**moe, first_k_dense_replace=4)
-    with pytest.raises(ValueError, match="decoder_sparse_step"):
-        GPTConfig(**moe, decoder_sparse_step=0)
+def test_the_dense_layers_of_a_0_1_config_are_overrides_of_the_plan():
+    """0.1's three ways of making layers dense among experts read as a plan's overrides."""
+
+    def routed(**fields):
+        base = dict(num_layers=4, num_experts=4, d_model=16, num_heads=2, vocab_size=32)
+        plan = config_from_flat(GPTConfig, {**base, **fields}).layers
+        return tuple(isinstance(s.feed_forward, MoESettings) for s in plan.layers())
+
+    assert routed(decoder_sparse_step=2) == (False, True, False, True)
+    assert routed(mlp_only_layers=(0, 2)) == (False, True, False, True)
+    assert routed(first_k_dense_replace=1) == (False, True, True, True)
+    assert routed() == (True, True, True, True)
 
 
 def test_partition_rules_match_the_groups_paths():
@@ -149,7 +153,7 @@ def check_remat_gradients():
 
     def gradients(stack):
         def loss(stack):
-            return jnp.sum(jnp.sin(stack(x, BlockInputs(mask=WINDOW))[0]))
+            return jnp.sum(jnp.sin(stack(x, BlockInputs(mask=CAUSAL))[0]))
 
         return eqx.filter_jit(eqx.filter_grad(loss))(stack)
 

@@ -141,6 +141,40 @@ def test_dpo_losses_equal_trl(models, batch, kind, settings):
         assert metrics[name] == pytest.approx(expected[name], rel=1e-5, abs=1e-6), name
 
 
+def mixtral(seed: int):
+    """A tiny Mixtral whose router losses count (`output_router_logits` on, coefficient 0.02)."""
+    torch.manual_seed(seed)
+    config = transformers.MixtralConfig(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+        num_local_experts=4, num_experts_per_tok=2, router_aux_loss_coef=0.02,
+        output_router_logits=True, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+        attention_dropout=0.0,
+    )  # fmt: skip
+    return transformers.MixtralForCausalLM(config).float().eval()
+
+
+def test_dpo_on_a_mixture_of_experts_adds_the_load_balancing_loss_as_trl(tmp_path, batch):
+    """TRL's DPOTrainer adds `router_aux_loss_coef * aux_loss` of the policy's forward over
+    every real token of the chosen and rejected rows; zoo's Preference adds the same."""
+    torch_models, zoo_models = [], []
+    for seed in (0, 1):
+        model = mixtral(seed)
+        model.save_pretrained(tmp_path / f"mixtral{seed}")
+        torch_models.append(model)
+        zoo_models.append(zoo.from_pretrained(tmp_path / f"mixtral{seed}"))
+    policy, reference = zoo_models
+    experts = policy.config.experts()
+    assert experts is not None and experts.aux_loss_coef == 0.02
+    expected_loss, expected = trl_dpo(*torch_models, batch, "sigmoid", 0.3)
+    loss, metrics = zoo_metrics(PreferenceLoss(beta=0.3), policy, reference, batch)
+    assert 0.02 * metrics["router_aux_loss"] > 1e-3  # a term the comparison below can see
+    assert metrics["router_aux_loss"] == pytest.approx(expected["aux_loss"], rel=1e-5)
+    assert loss == pytest.approx(expected_loss, rel=1e-5)
+    for name in METRICS:
+        assert metrics[name] == pytest.approx(expected[name], rel=1e-5, abs=1e-6), name
+
+
 def test_one_sgd_step_moves_the_loss_as_trl(models, batch):
     """The gradients agree: one plain SGD step gives the same new loss in both."""
     import copy

@@ -106,6 +106,7 @@ def test_refuses_a_model_with_another_config(tmp_path, state):
         tmp_path, step=1, model=model, opt_state=opt_state, key=jax.random.key(0)
     )
     other = zoo.create("gpt-tiny", key=jax.random.key(0), d_ff=128)
-    with pytest.raises(ValueError, match=r"differs .* in \['d_ff'\]; resume with the same preset"):
+    expected = r"differs .* in \['layers.block.feed_forward.d_ff'\]; resume with the same preset"
+    with pytest.raises(ValueError, match=expected):
         load_checkpoint(path, model=other, opt_state=trainer.init_optimizer(other))
     assert checkpoint.checkpoint_name(3) == "step_00000003"

@@ -1,42 +1,32 @@
-"""`LoopSettings` and `Outputs`: each checks its fields once, and the older loose keywords of
-`Trainer` and `Trainer.fit` still work, with a DeprecationWarning, to the same effect."""
+"""`LoopSettings` and `Outputs`: each checks its fields once, and `Trainer` and `Trainer.fit`
+take them as one record each (their fields are no keywords of the calls)."""
 
 from __future__ import annotations
 
 import threading
 
 import jax
-import numpy as np
 import pytest
 
 import zoo
-from tests.train.helpers import lm_batches, params
-from zoo.data.tokenizers.char import CharTokenizer
+from tests.train.helpers import lm_batches
 from zoo.train import LoopSettings, Outputs, Trainer, adamw
 from zoo.train.lock import RunLock
 
 TASK = zoo.tasks.LanguageModeling()
 
 
-def test_the_older_trainer_keywords_make_the_same_trainer():
+def test_the_trainer_takes_its_loop_settings_as_one_record():
     loop = LoopSettings(log_every=1, eval_every=2, eval_limit=3, checkpoint_every=4, keep=5,
                         progress=False, loggers=())  # fmt: skip
-    new = Trainer(TASK, adamw(1e-3), loop=loop)
-    with pytest.warns(DeprecationWarning, match=r"pass loop=zoo\.train\.LoopSettings\(\.\.\.\)"):
-        old = Trainer(TASK, adamw(1e-3), log_every=1, eval_every=2, eval_limit=3,
-                      checkpoint_every=4, keep=5, progress=False, loggers=())  # fmt: skip
-    assert old.loop == new.loop == loop
-    assert old.train_step is new.train_step and old.eval_step is new.eval_step
-    # the attributes the trainer had before the record, still readable
-    assert (old.log_every, old.eval_every, old.eval_limit) == (1, 2, 3)
-    assert (old.checkpoint_every, old.keep, old.progress, old.loggers) == (4, 5, False, ())
-    # an older keyword replaces that field of `loop`
-    with pytest.warns(DeprecationWarning):
-        mixed = Trainer(TASK, adamw(1e-3), loop=loop, keep=9)
-    assert mixed.loop == LoopSettings(log_every=1, eval_every=2, eval_limit=3,
-                                      checkpoint_every=4, keep=9, progress=False)  # fmt: skip
-    with pytest.raises(TypeError, match="Trainer\\(\\) got an unexpected keyword argument 'every'"):
-        Trainer(TASK, every=3)
+    trainer = Trainer(TASK, adamw(1e-3), loop=loop)
+    assert trainer.loop == loop
+    assert trainer.train_step is Trainer(TASK, adamw(1e-3)).train_step  # the loop is no part
+    assert (trainer.log_every, trainer.eval_every, trainer.eval_limit) == (1, 2, 3)
+    assert (trainer.checkpoint_every, trainer.keep, trainer.progress) == (4, 5, False)
+    for name in ("log_every", "eval_every", "keep", "progress", "loggers", "every"):
+        with pytest.raises(TypeError, match=f"unexpected keyword argument '{name}'"):
+            Trainer(TASK, **{name: 3})
 
 
 @pytest.mark.parametrize(
@@ -53,8 +43,6 @@ def test_the_older_trainer_keywords_make_the_same_trainer():
 def test_loop_settings_name_the_field_they_refuse(fields, message):
     with pytest.raises(ValueError, match=message):
         LoopSettings(**fields)
-    with pytest.raises(ValueError, match=message), pytest.warns(DeprecationWarning):
-        Trainer(TASK, **fields)  # the older spelling meets the same check
 
 
 class Recorder:
@@ -80,30 +68,12 @@ def test_outputs_default_out_dir_to_the_checkpoint_dir_and_need_a_folder_to_plot
         Outputs(plot=True)
 
 
-def test_the_older_fit_keywords_write_the_same_run(tmp_path, tiny_gpt):
-    trainer = Trainer(TASK, adamw(3e-3, warmup=2), loop=LoopSettings(log_every=1, progress=False))
-    tokenizer = CharTokenizer("abcdefghijklmnop")
-    key = jax.random.key(1)
-    new, new_history = trainer.fit(
-        tiny_gpt, lm_batches(), steps=2, key=key,
-        outputs=Outputs(tmp_path / "new" / "checkpoints", tmp_path / "new", tokenizer=tokenizer),
-    )  # fmt: skip
-    with pytest.warns(DeprecationWarning, match=r"Trainer\.fit\(checkpoint_dir=, out_dir=, "):
-        old, old_history = trainer.fit(tiny_gpt, lm_batches(), steps=2, key=key,
-                                       checkpoint_dir=tmp_path / "old" / "checkpoints",
-                                       out_dir=tmp_path / "old", tokenizer=tokenizer)  # fmt: skip
-    for name, array in params(new).items():
-        np.testing.assert_array_equal(params(old)[name], array, err_msg=name)
-    assert old_history.losses() == new_history.losses()
-    written = sorted(
-        p.relative_to(tmp_path / "new").as_posix() for p in (tmp_path / "new").rglob("*")
-    )
-    assert written == sorted(
-        p.relative_to(tmp_path / "old").as_posix() for p in (tmp_path / "old").rglob("*")
-    )
-    assert "checkpoints/step_00000002" in written and "zoo_tokenizer.json" in written
-    with pytest.raises(TypeError, match=r"Trainer\.fit\(\) got an unexpected keyword argument"):
-        trainer.fit(tiny_gpt, lm_batches(), steps=1, key=key, output_dir=tmp_path)
+@pytest.mark.parametrize("name", ["checkpoint_dir", "out_dir", "tokenizer", "plot", "output_dir"])
+def test_fit_takes_where_it_writes_as_one_record(tmp_path, tiny_gpt, name):
+    trainer = Trainer(TASK, adamw(3e-3), loop=LoopSettings(progress=False))
+    with pytest.raises(TypeError, match=f"unexpected keyword argument '{name}'"):
+        trainer.fit(tiny_gpt, lm_batches(), steps=1, key=jax.random.key(1), **{name: tmp_path})
+    assert list(tmp_path.iterdir()) == []  # refused before the run wrote anything
 
 
 def test_the_run_lock_is_reentrant_in_its_thread_only(tmp_path):

@@ -8,7 +8,9 @@ appendix B): a training step costs, per token,
 where N is the number of parameters without position embeddings, L layers, H heads, Q the head
 width and T the sequence length: 2 FLOPs per multiply-add, forward (2N) plus backward (4N) for
 the weights, and 3 x (2 x 2 x T x H x Q) per layer for the two attention products `q k^T` and
-`weights v`. The causal mask is not discounted, as is customary.
+`weights v`. The causal mask and sliding windows are not discounted, as is customary. Layers
+whose heads differ (a `zoo.nn.LayerPlan`'s overrides) add their own H x Q: `L H Q` is the sum
+over the layers (`attention_width`).
 
 An encoder-decoder reads S source and T target positions per pair; each parameter works on the
 positions of its own side, and attention has three kinds of products:
@@ -28,6 +30,9 @@ from typing import Any
 
 import jax
 
+from zoo.models import TransformerConfig, TranslatorConfig
+from zoo.nn.plan import LayerPlan
+
 # Parameters that belong to the source side of an encoder-decoder (see the module docstring).
 _SOURCE_PREFIXES = (".encoder", ".source_embedder")
 _SOURCE_PARTS = (".cross_attention.key_proj.", ".cross_attention.value_proj.")
@@ -40,13 +45,23 @@ def decoder_flops_per_token(
     return 6 * num_params + 12 * num_layers * num_heads * head_dim * seq
 
 
+def attention_width(plan: LayerPlan, d_model: int, *, cross: bool = False) -> int:
+    """`L H Q` of a stack: the sum over its layers of heads times head width, of the
+    self-attention (or, with `cross`, of the cross-attention)."""
+    total = 0
+    for settings in plan.layers():
+        attention = settings.cross_attention if cross else settings.attention
+        if attention is not None:
+            total += attention.num_heads * attention.width(d_model)
+    return total
+
+
 def encoder_decoder_flops_per_pair(
     source_params: int,
     target_params: int,
-    encoder_layers: int,
-    decoder_layers: int,
-    num_heads: int,
-    head_dim: int,
+    encoder_width: int,
+    decoder_width: int,
+    cross_width: int,
     source_len: int,
     target_len: int,
 ) -> int:
@@ -55,20 +70,20 @@ def encoder_decoder_flops_per_pair(
     Args:
         source_params: parameters the source tokens pass through (embeddings excluded).
         target_params: parameters the target tokens pass through, the output head included.
-        encoder_layers: encoder blocks, for the attention scores over the source.
-        decoder_layers: decoder blocks, for self- and cross-attention scores.
-        num_heads: attention heads per layer.
-        head_dim: width of one head.
+        encoder_width: `L_enc H Q` of the encoder's self-attention (`attention_width`), for
+            the scores over the source.
+        decoder_width: `L_dec H Q` of the decoder's self-attention.
+        cross_width: `L_dec H Q` of the decoder's cross-attention.
         source_len: source positions.
         target_len: target positions.
     """
     weights = 6 * (source_params * source_len + target_params * target_len)
     products = (
-        encoder_layers * source_len**2
-        + decoder_layers * target_len**2
-        + decoder_layers * target_len * source_len
+        encoder_width * source_len**2
+        + decoder_width * target_len**2
+        + cross_width * target_len * source_len
     )
-    return weights + 12 * num_heads * head_dim * products
+    return weights + 12 * products
 
 
 def _sized_leaves(model: Any) -> list[tuple[str, int]]:
@@ -128,24 +143,23 @@ def train_flops(model: Any, batch: int, seq: int) -> FlopCount:
     A translator reads `seq` source and `seq` target positions per pair (tokens: both).
     Works on abstract models (`zoo.presets.abstract`) as well as real ones.
     """
-    config = model.config
+    config: TransformerConfig = model.config
     if batch < 1 or seq < 1:
         raise ValueError(f"batch and seq must be positive, got batch={batch}, seq={seq}")
-    if hasattr(config, "decoder_layers"):
+    width = attention_width(config.layers, config.d_model)
+    if isinstance(config, TranslatorConfig):
         source, target = source_target_params(model)
         per_pair = encoder_decoder_flops_per_pair(
             source,
             target,
-            config.num_layers,
-            config.decoder_layers,
-            config.num_heads,
-            config.head_dim,
+            width,
+            attention_width(config.decoder, config.d_model),
+            attention_width(config.decoder, config.d_model, cross=True),
             seq,
             seq,
         )
         return FlopCount(batch * per_pair, batch * 2 * seq, source + target)
     params = flop_params(model)
-    per_token = decoder_flops_per_token(
-        params, config.num_layers, config.num_heads, config.head_dim, seq
-    )
+    # `6N + 12 L H Q T` with L H Q summed over the layers (one head shape: L x H x Q)
+    per_token = decoder_flops_per_token(params, 1, 1, width, seq)
     return FlopCount(batch * seq * per_token, batch * seq, params)

@@ -21,6 +21,7 @@ from zoo.extras import pip_install
 from zoo.interop.architecture import activation_dropout, export_activation
 from zoo.interop.architectures.llama import LlamaFamily, decoder_family_for
 from zoo.interop.architectures.moe import moe_family_for
+from zoo.models import ClassifierConfig, GPTConfig, TransformerConfig, TranslatorConfig
 
 MODEL_CLASSES = {
     "gpt": "GPT2LMHeadModel",
@@ -42,86 +43,90 @@ def import_torch():
     return torch, transformers
 
 
-def is_decoder_family(config: Any, flavor: str) -> bool:
+def is_decoder_family(config: TransformerConfig, flavor: str) -> bool:
     """A GPT with rotary positions: its peer is the Llama-style class it exports to."""
-    return flavor == "gpt" and config.positions == "rotary"
+    return flavor == "gpt" and config.layers.block.attention.rope is not None
 
 
-def family_for(config: Any) -> LlamaFamily:
+def family_for(config: GPTConfig) -> LlamaFamily:
     """The HF family of a rotary GPT: a mixture-of-experts one (`zoo.interop` exports to) when
     the config has experts, else the dense Llama-style one."""
-    if getattr(config, "num_experts", 0):
+    if config.experts() is not None:
         return moe_family_for(config)
     return decoder_family_for(config)
 
 
-def peer_class(config: Any, flavor: str) -> str:
+def peer_class(config: TransformerConfig, flavor: str) -> str:
     """The transformers class that mirrors `config`."""
-    if is_decoder_family(config, flavor):
+    if isinstance(config, GPTConfig) and is_decoder_family(config, flavor):
         return family_for(config).export_class
     return MODEL_CLASSES[flavor]
 
 
-def hf_config(config: Any, flavor: str) -> Any:
-    """A transformers config with the shapes of the zoo `config`."""
+def hf_config(config: TransformerConfig, flavor: str) -> Any:
+    """A transformers config with the shapes of the zoo `config` (its base blocks')."""
     _, transformers = import_torch()
-    if is_decoder_family(config, flavor):
+    if isinstance(config, GPTConfig) and is_decoder_family(config, flavor):
         family = family_for(config)
         fields = family.hf_config(config)
         fields = {k: v for k, v in fields.items() if k not in ("model_type", "architectures")}
         return getattr(transformers, family.config_class)(**fields, attn_implementation="sdpa")
     common = dict(vocab_size=config.vocab_size, attn_implementation="sdpa")
     activation = export_activation(config)
-    if flavor == "gpt":
+    block = config.layers.block
+    if isinstance(config, GPTConfig):
         return transformers.GPT2Config(
             n_positions=config.max_positions,
             n_embd=config.d_model,
             n_layer=config.num_layers,
             n_head=config.num_heads,
-            n_inner=config.d_ff,
+            n_inner=block.feed_forward.d_ff,
             activation_function=activation,
-            resid_pdrop=config.dropout,
-            embd_pdrop=config.dropout,
-            attn_pdrop=config.attention_dropout,
-            layer_norm_epsilon=config.layer_norm_eps,
-            tie_word_embeddings=config.tie_embeddings,
+            resid_pdrop=block.dropout,
+            embd_pdrop=config.embedder.dropout,
+            attn_pdrop=block.attention.dropout,
+            layer_norm_epsilon=block.norm.eps,
+            tie_word_embeddings=config.head.tie,
             bos_token_id=config.bos_id,
             eos_token_id=config.eos_id,
             pad_token_id=config.pad_id,
             **common,
         )
-    if flavor == "classifier":
+    if isinstance(config, ClassifierConfig):
         return transformers.BertConfig(
             hidden_size=config.d_model,
             num_hidden_layers=config.num_layers,
             num_attention_heads=config.num_heads,
-            intermediate_size=config.d_ff,
+            intermediate_size=block.feed_forward.d_ff,
             hidden_act=activation,
             max_position_embeddings=config.max_positions,
-            type_vocab_size=max(config.type_vocab_size, 1),
-            layer_norm_eps=config.layer_norm_eps,
-            hidden_dropout_prob=config.dropout,
-            attention_probs_dropout_prob=config.attention_dropout,
-            num_labels=config.num_classes,
+            type_vocab_size=max(config.embedder.type_vocab_size, 1),
+            layer_norm_eps=block.norm.eps,
+            hidden_dropout_prob=block.dropout,
+            attention_probs_dropout_prob=block.attention.dropout,
+            num_labels=config.head.num_classes,
             pad_token_id=config.pad_id or 0,
             **common,
         )
+    if not isinstance(config, TranslatorConfig):
+        raise TypeError(f"no peer for a {type(config).__name__}")
+    decoder = config.decoder.block
     return transformers.MarianConfig(
         d_model=config.d_model,
         encoder_layers=config.num_layers,
         decoder_layers=config.decoder_layers,
         encoder_attention_heads=config.num_heads,
-        decoder_attention_heads=config.num_heads,
-        encoder_ffn_dim=config.d_ff,
-        decoder_ffn_dim=config.d_ff,
+        decoder_attention_heads=decoder.attention.num_heads,
+        encoder_ffn_dim=block.feed_forward.d_ff,
+        decoder_ffn_dim=decoder.feed_forward.d_ff,
         activation_function=activation,
         max_position_embeddings=config.max_positions,
-        dropout=config.dropout,
-        attention_dropout=config.attention_dropout,
+        dropout=block.dropout,
+        attention_dropout=block.attention.dropout,
         activation_dropout=activation_dropout(config),
-        scale_embedding=config.scale_embeddings,
+        scale_embedding=config.embedder.scale,
         share_encoder_decoder_embeddings=config.share_embeddings,
-        tie_word_embeddings=config.tie_output,
+        tie_word_embeddings=config.head.tie,
         pad_token_id=config.pad_id or 0,
         decoder_start_token_id=config.bos_id,
         eos_token_id=config.eos_id,
@@ -129,7 +134,7 @@ def hf_config(config: Any, flavor: str) -> Any:
     )
 
 
-def build_peer(config: Any, flavor: str, *, seed: int = 0) -> Any:
+def build_peer(config: TransformerConfig, flavor: str, *, seed: int = 0) -> Any:
     """The randomly initialised transformers model that mirrors `config`."""
     torch, transformers = import_torch()
     torch.manual_seed(seed)
@@ -159,14 +164,15 @@ def adamw(model: Any, *, lr: float = 1e-4, weight_decay: float = 0.01, fused: bo
 class PeerTask:
     """Forward and loss of one flavor on torch tensors, mirroring `zoo.tasks`."""
 
-    def __init__(self, flavor: str, config: Any, batch: dict[str, np.ndarray], device: str):
+    def __init__(
+        self, flavor: str, config: TransformerConfig, batch: dict[str, np.ndarray], device: str
+    ):
         torch, _ = import_torch()
         self.flavor = flavor
         self.pad_id = config.pad_id
         # a mixture of experts trains on its load-balancing loss too, as zoo's task does
-        self.router_coef = float(getattr(config, "router_aux_loss_coef", 0.0) or 0.0)
-        if not getattr(config, "num_experts", 0):
-            self.router_coef = 0.0
+        experts = config.experts()
+        self.router_coef = 0.0 if experts is None else float(experts.aux_loss_coef)
         self.batch = {
             name: torch.as_tensor(value).long().to(device) for name, value in batch.items()
         }

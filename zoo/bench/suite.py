@@ -10,9 +10,9 @@ import math
 import os
 import subprocess
 import sys
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import jax
 
@@ -40,7 +40,6 @@ from zoo.bench.workload import (
 )
 from zoo.host import allocator_note
 from zoo.nn.stack import scans
-from zoo.records import legacy_keywords
 from zoo.version import __version__
 
 PEERS = ("torch",)
@@ -95,7 +94,19 @@ class Workload:
 WORKLOAD_MINIMUMS = {
     "batch": 1, "seq": 1, "decode_prompt": 1, "decode_tokens": 0, "steps": 1, "warmup": 0,
 }  # fmt: skip
-WORKLOAD_FIELDS = tuple(field.name for field in fields(Workload))
+
+
+class SpecOptions(TypedDict, total=False):
+    """The fields of every `BenchSpec` of a run that `plan` passes on as they are."""
+
+    pad_vocab: bool
+    layers: str | None
+    remat: str | None
+    dropout: float
+    seed: int
+    rounds: int
+    mesh: str | None
+    num_layers: int | None
 
 
 def plan(
@@ -105,7 +116,7 @@ def plan(
     preset_names: list[str] | None = None,
     workload: Workload | None = None,
     moe_paths: list[str] | None = None,
-    **options: Any,
+    **options: Unpack[SpecOptions],
 ) -> list[BenchSpec]:
     """The rows of a `zoo bench` run; what is not given comes from the device's defaults.
 
@@ -114,14 +125,13 @@ def plan(
     `workload` gives the shapes, precision and timing of every row (`Workload`). `moe_paths`
     (`--moe-path ragged,dense`) gives each mixture-of-experts preset one row per path, in that
     order (each row times the peer again, in turns with that path). `options` go to
-    `BenchSpec` as they are (pad_vocab, layers, remat, dropout, seed, rounds, mesh,
-    num_layers); the older keywords of `workload` (`batch=`, `seq=`, `precision=`, `attention=`,
-    `decode_prompt=`, `decode_tokens=`, `steps=`, `warmup=`) still work among them, with a
-    `DeprecationWarning`, over `workload` when both are given.
+    `BenchSpec` as they are (`SpecOptions`: pad_vocab, layers, remat, dropout, seed, rounds,
+    mesh, num_layers).
     """
-    loose = {name: options.pop(name) for name in WORKLOAD_FIELDS if name in options}
-    old = legacy_keywords("plan", loose, WORKLOAD_FIELDS, "workload=Workload(...)")
-    shape = replace(workload or Workload(), **old)
+    unknown = sorted(set(options) - SpecOptions.__optional_keys__)
+    if unknown:  # a field of `workload`, or a misspelling: refused as Python would
+        raise TypeError(f"plan() got an unexpected keyword argument {unknown[0]!r}")
+    shape = workload or Workload()
     defaults = defaults_for(platform)
     for flavor in flavors or []:
         if flavor not in FLAVORS:
@@ -143,7 +153,7 @@ def plan(
     specs = []
     for name in names:
         preset = presets.get(name)
-        has_experts = bool(getattr(preset.config, "num_experts", 0))
+        has_experts = preset.config.experts() is not None
         paths: list[str | None] = list(moe_paths) if moe_paths and has_experts else [None]
         max_positions = preset.config.max_positions
         prompt = shape.decode_prompt or min(defaults.decode_prompt, max_positions // 2)
@@ -205,6 +215,7 @@ def run_spec(
     """
     device = device_info()
     config = spec.config()
+    experts = config.experts()
     row = new_row(
         flavor=spec.flavor,
         preset=spec.preset,
@@ -214,9 +225,9 @@ def run_spec(
         precision=spec.precision,
         layers="scan" if scans(config.scan_layers) else "unroll",
         num_layers=config.num_layers,
-        moe_path=config.moe_implementation if getattr(config, "num_experts", 0) else None,
+        moe_path=None if experts is None else experts.implementation,
         remat=config.remat or "none",
-        attention=config.attention_implementation,
+        attention=config.layers.block.attention.implementation,
         vocab_size=config.vocab_size,
         dropout=spec.dropout,
         mesh=spec.mesh,

@@ -96,7 +96,7 @@ class BenchSpec:
         if self.moe_path is not None:
             if self.moe_path not in MOE_PATHS:
                 raise ValueError(f"moe_path must be one of {MOE_PATHS}, got {self.moe_path!r}")
-            if not getattr(base, "num_experts", 0):
+            if base.experts() is None:
                 raise ValueError(
                     f"--moe-path chooses how a mixture of experts runs, and preset "
                     f"{self.preset!r} has no experts; drop --moe-path or pick an MoE preset "
@@ -147,11 +147,10 @@ class BenchSpec:
     def config(self) -> TransformerConfig:
         """The preset's config with this spec's dropout, vocabulary, layers and attention."""
         base = presets.get(self.preset).config
+        # the aliases reach every dropout: embeddings, blocks, feed-forward, a classifier's head
         changes: dict[str, float | int | str | None] = dict(
             dropout=self.dropout, attention_dropout=self.dropout
         )
-        if self.flavor == "classifier":
-            changes["classifier_dropout"] = None
         if self.pad_vocab:
             changes["vocab_size"] = round_up(base.vocab_size, VOCAB_MULTIPLE)
             target = getattr(base, "target_vocab_size", None)
@@ -162,9 +161,11 @@ class BenchSpec:
         if self.remat is not None:
             changes["remat"] = None if self.remat == "none" else self.remat
         if self.attention is not None:
-            changes["attention_implementation"] = self.attention
+            changes["attention.implementation"] = self.attention
+            if isinstance(base, TranslatorConfig):
+                changes["cross_attention.implementation"] = self.attention
         if self.moe_path is not None:
-            changes["moe_implementation"] = self.moe_path
+            changes["feed_forward.implementation"] = self.moe_path
         if self.num_layers is not None:
             changes["num_layers"] = self.num_layers
         return base.replace(**changes)

@@ -22,8 +22,9 @@ from zoo.models import flavor_of
 from zoo.models.classifier import Classifier
 from zoo.tasks.base import Task
 
-# a config field's value, as `--set FIELD=VALUE` and the data give it
-FieldValue = int | float | str | bool | list | None
+# a config field's value, as `--set FIELD=VALUE` and the data give it (a JSON object for a
+# record: `--set head.pooler={}`)
+FieldValue = int | float | str | bool | list | dict | None
 
 
 @dataclass(frozen=True)
@@ -149,7 +150,7 @@ def _from_init(
             file=sys.stderr,
         )
         initial = without_masked_lm(initial, key=key)
-        fresh_parts = ("head", "pooler") if initial.config.pooler else ("head",)
+        fresh_parts = ("head", "pooler") if initial.config.head.pooler else ("head",)
     classes = overrides.get("num_classes")
     if isinstance(classes, int):
         if classes != initial.config.num_classes:
@@ -258,7 +259,9 @@ def make_task(args: argparse.Namespace, model: eqx.Module, tokenizer: Tokenizer 
     if getattr(args, "objective", None) != "mlm":
         options = {"label_smoothing": args.label_smoothing} if args.flavor == "translator" else {}
         return for_flavor(args.flavor, **options)
-    mask_id = model.config.mask_id  # type: ignore[attr-defined]
+    if not isinstance(model, Classifier) or tokenizer is None:
+        raise ValueError("--objective mlm pretrains a classifier's encoder on tokenized text")
+    mask_id = model.config.mask_id
     if mask_id is None:
         mask_id = getattr(tokenizer, "mask_id", None)
     return MaskedLanguageModeling.for_tokenizer(

@@ -22,6 +22,8 @@ from typing import Any
 
 import equinox as eqx
 
+from zoo.models import GPT, flavor_of
+
 # `--objective` values that train on preference pairs (zoo.tasks.preference_loss.OBJECTIVES)
 PREFERENCE_OBJECTIVES = ("dpo", "ipo", "hinge", "robust", "simpo", "orpo")
 
@@ -165,6 +167,8 @@ def preference_setup(
         reference, where = adapters_off(model), "the base (LoRA adapters off)"
     else:
         reference, where = model, "a frozen copy of the starting weights"
+    if not isinstance(reference, GPT):
+        raise TypeError(f"preference training trains a GPT, got {type(reference).__name__}")
     precompute = bool(args.precompute_reference)
     how = "precomputed once" if precompute else "on the fly"
     print(f"zoo train: reference: {where}, {how}", file=sys.stderr)
@@ -239,6 +243,11 @@ def evaluate_pairs(
                 "with --reference RUN_OR_FOLDER (the run records none: it had no --init)"
             )
         reference, _ = read_model(reference_spec, option="--reference")
+        if not isinstance(reference, GPT):
+            raise ValueError(
+                f"--reference {reference_spec} holds a {flavor_of(reference)}, not a GPT: "
+                "name a run or folder of the model's family"
+            )
         batches = with_reference(batches, reference)
     task = Preference(loss)
     result = evaluate(task, make_eval_step(task), model, batches)

@@ -7,7 +7,6 @@ batch gets a clear message instead of a wrong answer.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import numpy as np
 from jaxtyping import Array, Int
@@ -63,7 +62,7 @@ def pad_batch(
 
 def compact_left(
     batch: np.ndarray,
-    attention_mask: np.ndarray | Sequence[Sequence[int]],
+    attention_mask: TokenBatch,
     *,
     what: str = "prompts",
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -120,25 +119,17 @@ def sequence_lengths(
 
 
 # a batch of prompts, or a tokenizer's encoding of one: {"input_ids": ..., "attention_mask": ...}
-PromptBatch = TokenBatch | Mapping[str, Any]
+PromptBatch = TokenBatch | Mapping[str, TokenBatch]
 
 
-def encoding_parts(
-    prompts: PromptBatch, attention_mask: np.ndarray | Sequence[Sequence[int]] | None = None
-) -> tuple[TokenBatch, np.ndarray | Sequence[Sequence[int]] | None]:
+def encoding_parts(prompts: PromptBatch) -> tuple[TokenBatch, TokenBatch | None]:
     """`(ids, attention_mask or None)` of `prompts`: a mapping (what a HuggingFace tokenizer
-    returns) gives its `input_ids` and `attention_mask`; a batch gives itself and
-    `attention_mask` (the older keyword of `generate`)."""
+    returns) gives its `input_ids` and `attention_mask`; a batch gives itself and None."""
     if not isinstance(prompts, Mapping):
-        return prompts, attention_mask
+        return prompts, None
     if "input_ids" not in prompts:
         raise ValueError(
             f"prompts given as a mapping need 'input_ids' (and 'attention_mask' when padded on "
             f"the left), as a tokenizer returns them; got the keys {sorted(prompts)}"
-        )
-    if attention_mask is not None:
-        raise TypeError(
-            "attention_mask= beside prompts that are a mapping: put the mask in the mapping "
-            "as 'attention_mask'"
         )
     return prompts["input_ids"], prompts.get("attention_mask")

@@ -14,20 +14,21 @@ batch in one `lax.while_loop` and reorders the decoder state (the KV cache) by p
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TypeAlias, TypeVar
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Bool, Float, Int
+from jaxtyping import Array, Bool, Float, Int, PyTree
 
-from zoo.decoding.loop import OLDER_STOPPING, EndIds, Stopping, end_ids, is_end, stopping_of
-from zoo.records import legacy_keywords
+from zoo.decoding.loop import EndIds, State, Stopping, end_ids, is_end
 
-# step(tokens [batch, beams], state) -> (logits [batch, beams, vocab], state)
-BeamStepFn = Callable[
-    [Int[Array, "batch beams"], Any], tuple[Float[Array, "batch beams vocab"], Any]
-]
+# step(tokens [rows], state) -> (logits [rows, vocab], state), rows = batch x beams
+BeamStepFn = Callable[[Int[Array, " rows"], State], tuple[Float[Array, "rows vocab"], State]]
+# a pytree whose arrays each keep their rows on some axis (a decoder state, a source's memory)
+Rows = TypeVar("Rows")
+# where each leaf keeps its rows: an int, or a prefix pytree of ints as `jax.vmap`'s `in_axes`
+RowAxes: TypeAlias = int | PyTree[int]
 
 
 class Beams(eqx.Module):
@@ -117,7 +118,7 @@ def best_hypothesis(
     return tokens[best], scores[best]
 
 
-def map_rows(function: Callable[[Array, int], Array], tree: Any, row_axes: Any = 0) -> Any:
+def map_rows(function: Callable[[Array, int], Array], tree: Rows, row_axes: RowAxes = 0) -> Rows:
     """Apply `function(leaf, axis)` to every leaf, `axis` being where the leaf keeps its rows.
 
     `row_axes` is an int or a prefix pytree of ints, like `jax.vmap`'s `in_axes`.
@@ -129,12 +130,12 @@ def map_rows(function: Callable[[Array, int], Array], tree: Any, row_axes: Any =
     return jax.tree_util.tree_map(on_subtree, row_axes, tree)
 
 
-def repeat_rows(tree: Any, times: int, row_axes: Any = 0) -> Any:
+def repeat_rows(tree: Rows, times: int, row_axes: RowAxes = 0) -> Rows:
     """Each row repeated `times` times in place: row `b` becomes rows `b * times + k`."""
     return map_rows(lambda leaf, axis: jnp.repeat(leaf, times, axis=axis), tree, row_axes)
 
 
-def take_beams(tree: Any, parents: Int[Array, "batch beams"], row_axes: Any = 0) -> Any:
+def take_beams(tree: Rows, parents: Int[Array, "batch beams"], row_axes: RowAxes = 0) -> Rows:
     """Every leaf's rows reordered within each source: row `b * beams + k` becomes row
     `b * beams + parents[b, k]`.
 
@@ -153,7 +154,7 @@ def take_beams(tree: Any, parents: Int[Array, "batch beams"], row_axes: Any = 0)
     return map_rows(reorder, tree, row_axes)
 
 
-def _keep_where(done: Array, old: Any, new: Any) -> Any:
+def _keep_where(done: Array, old: Rows, new: Rows) -> Rows:
     def pick(old_leaf, new_leaf):
         flag = done.reshape(done.shape + (1,) * (old_leaf.ndim - 1))
         return jnp.where(flag, old_leaf, new_leaf)
@@ -162,15 +163,14 @@ def _keep_where(done: Array, old: Any, new: Any) -> Any:
 
 
 def beam_search(
-    step: BeamStepFn,
-    state: Any,
+    step: BeamStepFn[State],
+    state: State,
     first_tokens: Int[Array, " batch"],
     *,
-    stopping: Stopping | None = None,
+    stopping: Stopping,
     beam_size: int,
     alpha: float,
-    row_axes: Any = 0,
-    **legacy: Any,
+    row_axes: RowAxes = 0,
 ) -> tuple[Int[Array, "batch max_len"], Float[Array, " batch"], Int[Array, ""]]:
     """Beam search for a batch of sources; returns best tokens, their scores and steps run.
 
@@ -188,13 +188,7 @@ def beam_search(
         alpha: the GNMT length penalty's exponent (`length_penalty`).
         row_axes: where each leaf of `state` keeps its rows: an int or a prefix pytree of ints,
             as `jax.vmap`'s `in_axes`.
-        **legacy: the older keywords `max_len`, `eos_id` and `fill_id`, which still work (with
-            a DeprecationWarning) and build `stopping`.
     """
-    older = legacy_keywords(
-        "beam_search", legacy, OLDER_STOPPING, "stopping=Stopping(max_len, eos_id, fill_id)"
-    )
-    stopping = stopping_of("beam_search", stopping, older)
     max_len, eos_id, fill_id = stopping.max_len, stopping.eos_id, stopping.fill_id
     batch = first_tokens.shape[0]
     start = Beams.start(beam_size, max_len, fill_id)

@@ -16,11 +16,12 @@ for the next).
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
+import jax
 import numpy as np
 from jax.sharding import Mesh
 from jaxtyping import Int, PRNGKeyArray
@@ -28,19 +29,18 @@ from jaxtyping import Int, PRNGKeyArray
 from zoo.data.chat.conversations import Message, check_messages
 from zoo.data.chat.files import chat_template_for
 from zoo.data.chat.template import ChatTemplate
-from zoo.data.chat.tokens import encode_prompt, end_of_turn_ids
+from zoo.data.chat.tokens import end_of_turn_ids, prompt_ids
 from zoo.data.tokenizers.base import UNKNOWN_WARNING_RATE, Tokenizer
-from zoo.decoding.keywords import PLACEMENT, SAMPLING, instead, sampling_of
 from zoo.decoding.placement import decoding_layout
-from zoo.decoding.sampling import SamplingSettings
+from zoo.decoding.sampling import SamplingSettings, sampling_or_greedy
 from zoo.decoding.stream import stream_tokens
 from zoo.distributed.layout import Layout
 from zoo.models.gpt import GPT
-from zoo.records import legacy_keywords
 
-Conversation = str | Sequence[Mapping[str, Any]]  # a user message, or {role, content} messages
-# the chat calls' keywords before `sampling`, `ChatFormat` and `Layout`
-OLDER = (*SAMPLING, *PLACEMENT, "system", "template")
+Conversation = str | Sequence[Mapping[str, object]]  # a user message, or {role, content} messages
+# the keywords of `replies` (and of `reply` and `chat`, beside `on_text`); any other keyword is
+# a variable of the chat template
+OPTIONS = ("max_new_tokens", "sampling", "key", "mesh")
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ def as_messages(conversation: Conversation, *, system: str | None = None) -> lis
     (unless the conversation opens with a system turn of its own). It must end with a user
     (or system) turn, which the reply answers."""
     if isinstance(conversation, str):
-        turns: list[dict[str, Any]] = [{"role": "user", "content": conversation}]
+        turns: list[dict[str, object]] = [{"role": "user", "content": conversation}]
     else:
         turns = [dict(message) for message in conversation]
     if system is not None and not (turns and turns[0].get("role") == "system"):
@@ -135,7 +135,9 @@ class TextStream:
 
 
 def chat_template(
-    tokenizer: Tokenizer, template: ChatTemplate | str | None = None, folder: Any = None
+    tokenizer: Tokenizer,
+    template: ChatTemplate | str | None = None,
+    folder: str | os.PathLike | None = None,
 ) -> ChatTemplate:
     """`template`, the Jinja text `template`, or the tokenizer's own (`chat_template_for`)."""
     if isinstance(template, ChatTemplate):
@@ -143,43 +145,57 @@ def chat_template(
     return chat_template_for(tokenizer, template=template, folder=folder)
 
 
+@dataclass(frozen=True)
 class _Request:
-    """What a chat call asks for beyond the conversations, its older keywords resolved."""
+    """What a chat call asks for beyond the conversations, checked."""
 
-    def __init__(
-        self,
-        older: dict[str, Any],
-        function: str,
-        max_new_tokens: int = 256,
-        sampling: SamplingSettings | None = None,
-        key: PRNGKeyArray | None = None,
-        mesh: Mesh | str | Layout | None = None,
-        **variables: Any,
-    ):
-        self.max_new_tokens, self.key, self.variables = max_new_tokens, key, variables
-        self.sampling = sampling_of(function, sampling, older)
-        self.layout = decoding_layout(mesh, older.get("rules"))
-        self.loose = {name: older[name] for name in ("template", "system") if name in older}
+    function: str  # the call, as its errors name it
+    max_new_tokens: int
+    sampling: SamplingSettings
+    key: PRNGKeyArray | None
+    layout: Layout | None
+    variables: Mapping[str, object]  # the chat template's variables
 
-    def chat_format(self, tokenizer: Tokenizer | ChatFormat) -> ChatFormat:
-        if not isinstance(tokenizer, ChatFormat):
-            return ChatFormat(tokenizer, **self.loose)
-        if self.loose:
-            raise TypeError(
-                f"{', '.join(f'{name}=' for name in self.loose)} beside a ChatFormat: set "
-                "them in the ChatFormat"
+    @staticmethod
+    def of(function: str, options: Mapping[str, object]) -> _Request:
+        """The keywords of `replies` (`OPTIONS`) taken out of `options`, each checked; the
+        others are the template's variables."""
+        if "on_text" in options:
+            raise ValueError(
+                "on_text streams one conversation's reply: use zoo.chat or reply, one "
+                "conversation at a time"
             )
-        return tokenizer
+        variables = {name: value for name, value in options.items() if name not in OPTIONS}
+        max_new_tokens = options.get("max_new_tokens", 256)
+        key = options.get("key")
+        mesh = options.get("mesh")
+        if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+        if key is not None and not isinstance(key, jax.Array):
+            raise TypeError(
+                f"key must be a random key (jax.random.key(seed)), got {type(key).__name__}"
+            )
+        if mesh is not None and not isinstance(mesh, Mesh | str | Layout):
+            raise TypeError(
+                f"mesh must be a jax.sharding.Mesh, a string like 'data=2' or a "
+                f"zoo.distributed.Layout, got {type(mesh).__name__}"
+            )
+        sampling = sampling_or_greedy(options.get("sampling"))
+        layout = decoding_layout(mesh)
+        return _Request(function, max_new_tokens, sampling, key, layout, variables)
 
-
-def _older(options: dict[str, Any]) -> dict[str, Any]:
-    """The older keywords, taken out of a call's keywords (the rest are template variables)."""
-    if "on_text" in options:
-        raise ValueError(
-            "on_text streams one conversation's reply: use zoo.chat or reply, one conversation "
-            "at a time"
-        )
-    return {name: options.pop(name) for name in OLDER if name in options}
+    def check_variables(self, template: ChatTemplate) -> None:
+        """A `TypeError` for a keyword that is neither an option of the call nor a variable
+        `template` reads (a misspelled option would otherwise be rendered into nothing)."""
+        unread = sorted(set(self.variables) - template.variables - {"tools"})
+        if unread:
+            known = ", ".join(sorted(template.variables)) or "none"
+            raise TypeError(
+                f"{self.function}() got an unexpected keyword argument {unread[0]!r}: its "
+                f"keywords are {', '.join(OPTIONS)}, and the others go to the chat template, "
+                f"which reads no variable of that name ({template.origin}; its variables: "
+                f"{known})"
+            )
 
 
 def _answer(
@@ -189,12 +205,13 @@ def _answer(
     request: _Request,
     on_text: Callable[[str], object] | None,
 ) -> list[Reply]:
-    chat_format = request.chat_format(tokenizer)
+    chat_format = tokenizer if isinstance(tokenizer, ChatFormat) else ChatFormat(tokenizer)
     tokenizer = chat_format.tokenizer
     template = chat_template(tokenizer, chat_format.template)
+    request.check_variables(template)
     prompts = [
-        encode_prompt(as_messages(conversation, system=chat_format.system), tokenizer,
-                      template=template, **request.variables)
+        prompt_ids(as_messages(conversation, system=chat_format.system), tokenizer, template,
+                   request.variables)
         for conversation in conversations
     ]  # fmt: skip
     warn_unknown_prompts(tokenizer, prompts)
@@ -234,7 +251,7 @@ def replies(
     sampling: SamplingSettings | None = None,
     key: PRNGKeyArray | None = None,
     mesh: Mesh | str | Layout | None = None,
-    **variables: Any,
+    **variables: object,
 ) -> list[Reply]:
     """The reply to each conversation, decoded together as one batch.
 
@@ -251,17 +268,12 @@ def replies(
         sampling: how each token is chosen, as in `zoo.generate` (None is greedy).
         key: the random key of sampling, as in `zoo.generate`.
         mesh: where to decode, as in `zoo.generate`.
-        **variables: variables of the template (Llama 3's `date_string`). The older keywords
-            `temperature`, `top_k`, `top_p` (now `sampling`), `system` and `template` (now a
-            `ChatFormat`) and `rules` (now a `Layout` as `mesh`) still work, with a
-            DeprecationWarning.
+        **variables: variables of the chat template, whatever their names (Llama 3's
+            `date_string`, a template's own `system`); a keyword the template does not read
+            is refused with a `TypeError`.
     """
-    legacy = _older(variables)
-    older = legacy_keywords("replies", legacy, OLDER, instead(legacy))
-    request = _Request(
-        older, "replies", max_new_tokens=max_new_tokens, sampling=sampling, key=key, mesh=mesh,
-        **variables,
-    )  # fmt: skip
+    options = {"max_new_tokens": max_new_tokens, "sampling": sampling, "key": key, "mesh": mesh}
+    request = _Request.of("replies", {**variables, **options})
     return _answer(model, tokenizer, conversations, request, None)
 
 
@@ -271,16 +283,14 @@ def reply(
     conversation: Conversation,
     *,
     on_text: Callable[[str], object] | None = None,
-    **options: Any,
+    **options: object,
 ) -> Reply:
     """The reply to one conversation, with its tokens and why it ended.
 
     `on_text(piece)` is called with the reply's text as it is generated. `options` are those of
-    `replies`: `max_new_tokens`, `sampling`, `key`, `mesh` and template variables.
+    `replies`: `max_new_tokens`, `sampling`, `key`, `mesh` and the template's variables.
     """
-    legacy = _older(options)
-    older = legacy_keywords("reply", legacy, OLDER, instead(legacy))
-    request = _Request(older, "reply", **options)
+    request = _Request.of("reply", options)
     return _answer(model, tokenizer, [conversation], request, on_text)[0]
 
 
@@ -290,7 +300,7 @@ def chat(
     conversation: Conversation,
     *,
     on_text: Callable[[str], object] | None = None,
-    **options: Any,
+    **options: object,
 ) -> str:
     """The assistant's reply to `conversation` (a user message, or `{role, content}` messages
     ending with a user turn), rendered with the model's chat template.
@@ -299,10 +309,7 @@ def chat(
     tokenizer without one gets zoo's default, logged) and a system prompt. `on_text(piece)` is
     called with the text as it is generated. `options` are those of `replies`:
     `max_new_tokens` (default 256), `sampling` (None is greedy; otherwise pass `key`), `mesh`
-    (as for `zoo.generate`) and template variables; the older keywords (`temperature`,
-    `system`, ...) still work, with a DeprecationWarning.
+    (as for `zoo.generate`) and the template's variables.
     """
-    legacy = _older(options)
-    older = legacy_keywords("chat", legacy, OLDER, instead(legacy))
-    request = _Request(older, "chat", **options)
+    request = _Request.of("chat", options)
     return _answer(model, tokenizer, [conversation], request, on_text)[0].text

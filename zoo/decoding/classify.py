@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -12,11 +10,9 @@ from jax.sharding import Mesh
 from jaxtyping import Array, Bool, Float, Int
 
 from zoo.decoding.batching import TokenBatch, pad_batch, sequence_lengths
-from zoo.decoding.keywords import PLACEMENT, instead
 from zoo.decoding.placement import decoding_layout, place_model, place_rows
 from zoo.distributed.layout import Layout
 from zoo.models.classifier import Classifier
-from zoo.records import legacy_keywords
 
 
 @eqx.filter_jit
@@ -32,7 +28,6 @@ def classify(
     token_types: Int[Array, "batch seq"] | np.ndarray | None = None,
     *,
     mesh: Mesh | str | Layout | None = None,
-    **legacy: Any,
 ) -> Float[Array, "batch classes"]:
     """Softmax of the class logits of every sequence (inference: no dropout).
 
@@ -40,13 +35,11 @@ def classify(
     here). `mask` (True = real token) overrides the padding found from `pad_id`. With `mesh` (a
     `jax.sharding.Mesh`, a string like `"data=2"`, or a `zoo.distributed.Layout` with its
     rules) the model goes onto the rules' shardings and the rows are split over `data x fsdp`
-    when their number is a multiple of it, else copied whole (as `zoo.generate`). The older
-    keyword `rules=` still works, with a DeprecationWarning.
+    when their number is a multiple of it, else copied whole (as `zoo.generate`).
     """
-    older = legacy_keywords("classify", legacy, PLACEMENT, instead(legacy))
     if not isinstance(model, Classifier):
         raise TypeError(f"classify needs a zoo.Classifier, got {type(model).__name__}")
-    layout = decoding_layout(mesh, older.get("rules"))
+    layout = decoding_layout(mesh)
     batch = pad_batch(token_batch, model.config.pad_id, what="token_batch")
     if mask is None:
         sequence_lengths(batch, model.config.pad_id, what="token_batch")  # rejects empty rows

@@ -9,7 +9,6 @@ overwrites the first padding slot, and later stale slots are invisible to causal
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import equinox as eqx
 import jax
@@ -25,19 +24,15 @@ from zoo.decoding.batching import (
     pad_batch,
     sequence_lengths,
 )
-from zoo.decoding.keywords import PLACEMENT, SAMPLING, instead, sampling_of
 from zoo.decoding.loop import Stopping, fill_token
 from zoo.decoding.placement import decoding_layout
-from zoo.decoding.sampling import SamplingSettings
+from zoo.decoding.sampling import SamplingSettings, sampling_or_greedy
 from zoo.decoding.search import Beam, decode, placed, positive
 from zoo.distributed.layout import Layout
 from zoo.models.gpt import GPT
 from zoo.nn.cache import KVCache
-from zoo.records import legacy_keywords
 
 Lengths = Int[Array, " batch"] | np.ndarray | Sequence[int]
-# generate's keywords before `sampling`, a prompts mapping, `beam_generate` and `Layout`
-OLDER = (*SAMPLING, *PLACEMENT, "attention_mask", "beam_size", "length_penalty")
 
 
 def start_gpt_decoding(
@@ -108,7 +103,8 @@ def _prepare(model, encoding, lengths, max_new_tokens, layout):
             f"model's max_positions={limit}; prompts may be at most {limit - max_new_tokens} "
             "tokens long: shorten them or generate fewer tokens"
         )
-    return placed(layout, model, batch, found)
+    model, (batch, found) = placed(layout, model, batch, found)
+    return model, batch, found
 
 
 def beam_generate(
@@ -120,7 +116,6 @@ def beam_generate(
     length_penalty: float = 0.6,
     lengths: Lengths | None = None,
     mesh: Mesh | str | Layout | None = None,
-    **legacy: Any,
 ) -> tuple[Int[Array, "batch max_new_tokens"], Float[Array, " batch"]]:
     """Beam search continuation of each prompt: the best new tokens and their scores.
 
@@ -135,11 +130,9 @@ def beam_generate(
         length_penalty: the exponent of the GNMT length penalty (0 ranks by log-probability).
         lengths: each prompt's length, as in `generate`.
         mesh: where to decode, as in `generate`.
-        **legacy: the older keyword `rules=`, which still works (with a DeprecationWarning).
     """
-    older = legacy_keywords("beam_generate", legacy, PLACEMENT, instead(legacy))
     positive("beam_size", beam_size)
-    layout = decoding_layout(mesh, older.get("rules"))
+    layout = decoding_layout(mesh)
     model, batch, found = _prepare(model, encoding_parts(prompts), lengths, max_new_tokens, layout)
     beam = Beam(beam_size, float(length_penalty))
     return _generate(model, batch, found, max_new_tokens, beam, None, None)
@@ -154,7 +147,6 @@ def generate(
     key: PRNGKeyArray | None = None,
     lengths: Lengths | None = None,
     mesh: Mesh | str | Layout | None = None,
-    **legacy: Any,
 ) -> Int[Array, "batch max_new_tokens"]:
     """Continue a batch of prompts with a GPT; returns only the new tokens.
 
@@ -185,23 +177,10 @@ def generate(
         mesh: where to decode on many devices: a `jax.sharding.Mesh`, a string like
             `"data=2,fsdp=2,tensor=2"` (as for `zoo.Trainer`), or a `zoo.distributed.Layout`
             for partition rules other than `zoo.distributed.RULES`; None is one device.
-        **legacy: the older keywords, which still work with a DeprecationWarning:
-            `temperature`, `top_k`, `top_p` (now `sampling`), `attention_mask` (now in the
-            `prompts` mapping), `beam_size` and `length_penalty` (now `beam_generate`), and
-            `rules` (now a `Layout` as `mesh`).
     """
-    older = legacy_keywords("generate", legacy, OLDER, instead(legacy))
-    settings = sampling_of("generate", sampling, older)
-    beam_size = older.get("beam_size", 1)
-    positive("beam_size", beam_size)
-    layout = decoding_layout(mesh, older.get("rules"))
-    encoding = encoding_parts(prompts, older.get("attention_mask"))
-    model, batch, found = _prepare(model, encoding, lengths, max_new_tokens, layout)
-    if beam_size > 1:
-        if not settings.greedy:
-            raise ValueError("beam search is deterministic: use temperature=0 with beam_size > 1")
-        beam = Beam(beam_size, float(older.get("length_penalty", 0.6)))
-        return _generate(model, batch, found, max_new_tokens, beam, None, None)[0]
+    settings = sampling_or_greedy(sampling)
+    layout = decoding_layout(mesh)
+    model, batch, found = _prepare(model, encoding_parts(prompts), lengths, max_new_tokens, layout)
     settings.check_key(key)
     values = settings.values()
     key = None if values is None else key

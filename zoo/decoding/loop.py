@@ -10,17 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeVar
 
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from zoo.decoding.sampling import choose_token
-from zoo.records import legacy_keywords
 
+# what a decoding step carries from one token to the next (a KV cache, a pytree)
+State = TypeVar("State")
 # step(tokens [batch], state) -> (logits [batch, vocab], state)
-StepFn = Callable[[Int[Array, " batch"], Any], tuple[Float[Array, "batch vocab"], Any]]
+StepFn = Callable[[Int[Array, " batch"], State], tuple[Float[Array, "batch vocab"], State]]
 
 
 EndIds = int | tuple[int, ...] | None  # the id(s) that end a sequence (Llama 3 has several)
@@ -68,35 +69,14 @@ class Stopping:
             object.__setattr__(self, "eos_id", tuple(self.eos_id))
 
 
-# sample_loop and beam_search took these loose before `Stopping`
-OLDER_STOPPING = ("max_new_tokens", "max_len", "eos_id", "fill_id")
-
-
-def stopping_of(function: str, stopping: Stopping | None, older: dict[str, Any]) -> Stopping:
-    """`stopping`, or the record the older keywords `max_new_tokens`/`max_len`, `eos_id` and
-    `fill_id` (found by `legacy_keywords`) describe."""
-    if older and stopping is not None:
-        raise TypeError(
-            f"{function}() got stopping= and {', '.join(f'{n}=' for n in older)}: pass "
-            "stopping=Stopping(max_len, eos_id, fill_id) alone"
-        )
-    if stopping is not None:
-        return stopping
-    length = older.get("max_len", older.get("max_new_tokens"))
-    if length is None:
-        raise TypeError(f"{function}() missing the keyword argument stopping=Stopping(...)")
-    return Stopping(length, older.get("eos_id"), older.get("fill_id", 0))
-
-
 def sample_loop(
-    step: StepFn,
-    state: Any,
+    step: StepFn[State],
+    state: State,
     first_tokens: Int[Array, " batch"],
     *,
-    stopping: Stopping | None = None,
+    stopping: Stopping,
     values: dict[str, Array] | None = None,
     key: PRNGKeyArray | None = None,
-    **legacy: Any,
 ) -> tuple[Int[Array, "batch new"], Int[Array, ""]]:
     """Feed `first_tokens`, then each chosen token, `stopping.max_len` times (or until all end).
 
@@ -111,13 +91,7 @@ def sample_loop(
         stopping: how many tokens at most, the end ids, and what fills a row after its end.
         values: None for greedy, else `SamplingSettings.values()` (see `choose_token`).
         key: the random key of sampling; None when greedy.
-        **legacy: the older keywords `max_new_tokens`, `eos_id` and `fill_id`, which still work
-            (with a DeprecationWarning) and build `stopping`.
     """
-    older = legacy_keywords(
-        "sample_loop", legacy, OLDER_STOPPING, "stopping=Stopping(max_len, eos_id, fill_id)"
-    )
-    stopping = stopping_of("sample_loop", stopping, older)
     max_new_tokens, eos_id, fill_id = stopping.max_len, stopping.eos_id, stopping.fill_id
     batch = first_tokens.shape[0]
     out = jnp.full((batch, max_new_tokens), fill_id, jnp.int32)

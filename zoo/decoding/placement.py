@@ -2,11 +2,11 @@
 
 The decoding functions take `mesh=`: a `jax.sharding.Mesh` or a string like
 `"data=2,fsdp=2,tensor=2"`, as the Trainer does, or a `zoo.distributed.Layout` (a mesh and its
-partition rules: `Layout.of(mesh, rules)` for rules other than `zoo.distributed.RULES`; the
-older `rules=` keyword still works). The model goes onto the shardings of the partition rules (`zoo.distributed.Layout.place`; a model already there is
-used as it is), the prompts or sources are split by rows over `data x fsdp` when their number
-divides it and copied whole to every device otherwise. The models never see the mesh: this is
-all at the `jit` boundary.
+partition rules: `Layout.of(mesh, rules)` for rules other than `zoo.distributed.RULES`). The
+model goes onto the shardings of the partition rules (`zoo.distributed.Layout.place`; a model
+already there is used as it is), the prompts or sources are split by rows over `data x fsdp`
+when their number divides it and copied whole to every device otherwise. The models never see
+the mesh: this is all at the `jit` boundary.
 
 The KV cache needs no sharding constraint: XLA's propagation from the placed model and prompts
 keeps it split inside the compiled loop, with the prompts' rows and its key/value heads over
@@ -17,44 +17,36 @@ collectives and temporary memory.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypeVar, overload
 
 import equinox as eqx
 import jax
 import numpy as np
-from jax.sharding import Mesh
+from jax.sharding import Mesh, Sharding
 
 from zoo.distributed.layout import Layout
-from zoo.distributed.rules import Rule
 
 
-def decoding_layout(
-    mesh: Mesh | str | Layout | None, rules: tuple[Rule, ...] | None = None
-) -> Layout | None:
-    """The `Layout` of `mesh` (with `rules`, the older spelling of `Layout.of(mesh, rules)`):
-    None without a mesh; rules alone, or beside a `Layout`, are an error."""
-    if isinstance(mesh, Layout):
-        if rules is not None:
-            raise ValueError(
-                "rules= beside a Layout: the Layout holds its rules; pass "
-                "mesh=Layout.of(mesh, rules) alone"
-            )
+def decoding_layout(mesh: Mesh | str | Layout | None) -> Layout | None:
+    """The `Layout` of `mesh` (a `Layout` as it is, a mesh with `zoo.distributed.RULES`); None
+    without a mesh."""
+    if mesh is None or isinstance(mesh, Layout):
         return mesh
-    if mesh is None:
-        if rules is not None:
-            raise ValueError("rules= only applies on a mesh: pass mesh= too (e.g. mesh='fsdp=-1')")
-        return None
-    return Layout.of(mesh, rules)
+    return Layout.of(mesh)
 
 
-def place_model(layout: Layout | None, model: Any) -> Any:
+Model = TypeVar("Model", bound=eqx.Module)
+RowArray = np.ndarray | jax.Array  # a `[batch, ...]` array, on the host or on devices
+
+
+def place_model(layout: Layout | None, model: Model) -> Model:
     """`model` on the shardings of `layout`'s rules; as it is when it is already there."""
     if layout is None:
         return model
     arrays = eqx.filter(model, eqx.is_array)
     wanted = layout.shardings(arrays)  # also checks that `tensor` divides the heads
 
-    def placed(array: Any, sharding: Any) -> bool:
+    def placed(array: object, sharding: Sharding) -> bool:
         return isinstance(array, jax.Array) and array.sharding.is_equivalent_to(
             sharding, array.ndim
         )
@@ -63,12 +55,16 @@ def place_model(layout: Layout | None, model: Any) -> Any:
     return model if all(leaves) else layout.place(model)
 
 
-def place_rows(layout: Layout | None, *arrays: Any) -> tuple[Any, ...]:
+@overload
+def place_rows(layout: Layout | None, *arrays: RowArray) -> tuple[jax.Array, ...]: ...
+@overload
+def place_rows(layout: Layout | None, *arrays: RowArray | None) -> tuple[jax.Array | None, ...]: ...
+def place_rows(layout: Layout | None, *arrays: RowArray | None) -> tuple[jax.Array | None, ...]:
     """Each `[batch, ...]` array split by rows over `data x fsdp` when `batch` divides it,
     else copied whole to every device (without a layout: onto the default device); a None
     stays None."""
 
-    def place(array: Any) -> Any:
+    def place(array: RowArray | None) -> jax.Array | None:
         if array is None or layout is None:
             return None if array is None else jax.numpy.asarray(array)
         return layout.place_batch({"rows": np.asarray(array)}, even=False)["rows"]

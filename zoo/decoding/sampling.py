@@ -64,6 +64,18 @@ class SamplingSettings:
             )
 
 
+def sampling_or_greedy(sampling: object) -> SamplingSettings:
+    """`sampling`, or greedy settings when it is None; anything else is refused."""
+    if sampling is None:
+        return SamplingSettings()
+    if not isinstance(sampling, SamplingSettings):
+        raise TypeError(
+            f"sampling must be a zoo.decoding.SamplingSettings (e.g. "
+            f"SamplingSettings(temperature=0.8, top_k=50)), got {type(sampling).__name__}"
+        )
+    return sampling
+
+
 def top_k_filter(
     logits: Float[Array, " vocab"], top_k: Int[Array, ""] | int
 ) -> Float[Array, " vocab"]:

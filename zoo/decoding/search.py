@@ -9,13 +9,14 @@ from there both call `decode`.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
+import jax
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from zoo.decoding.beam import beam_search
-from zoo.decoding.loop import StepFn, Stopping, sample_loop
-from zoo.decoding.placement import place_model, place_rows
+from zoo.decoding.loop import State, StepFn, Stopping, sample_loop
+from zoo.decoding.placement import Model, RowArray, place_model, place_rows
 from zoo.distributed.layout import Layout
 
 
@@ -26,21 +27,23 @@ class Beam(NamedTuple):
     length_penalty: float
 
 
-def positive(name: str, value: Any) -> None:
+def positive(name: str, value: object) -> None:
     """Refuse a count (`max_new_tokens`, `max_len`, `beam_size`) that is not an integer >= 1."""
     if not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
-def placed(layout: Layout | None, model: Any, *rows: Any) -> tuple[Any, ...]:
-    """The model on `layout`'s shardings and each `[batch, ...]` array split by rows (see
+def placed(
+    layout: Layout | None, model: Model, *rows: RowArray
+) -> tuple[Model, tuple[jax.Array, ...]]:
+    """The model on `layout`'s shardings, and each `[batch, ...]` array split by rows (see
     `zoo.decoding.placement`); without a layout, on the default device."""
-    return place_model(layout, model), *place_rows(layout, *rows)
+    return place_model(layout, model), place_rows(layout, *rows)
 
 
 def decode(
-    step: StepFn,
-    state: Any,
+    step: StepFn[State],
+    state: State,
     first_tokens: Int[Array, " batch"],
     stopping: Stopping,
     *,

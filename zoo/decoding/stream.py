@@ -15,7 +15,6 @@ plus `max_new_tokens`, so a conversation that grows by a turn reuses the compile
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any
 
 import equinox as eqx
 import jax
@@ -25,13 +24,11 @@ from jax.sharding import Mesh
 from jaxtyping import Array, Int, PRNGKeyArray
 
 from zoo.decoding.generate import gpt_step, last_tokens, start_gpt_decoding
-from zoo.decoding.keywords import PLACEMENT, SAMPLING, instead, sampling_of
 from zoo.decoding.placement import decoding_layout
-from zoo.decoding.sampling import SamplingSettings, choose_token
+from zoo.decoding.sampling import SamplingSettings, choose_token, sampling_or_greedy
 from zoo.decoding.search import placed
 from zoo.distributed.layout import Layout
 from zoo.models.gpt import GPT
-from zoo.records import legacy_keywords
 
 WIDTH_STEP = 64  # prompts are padded to a multiple of this many positions
 
@@ -67,7 +64,6 @@ def stream_tokens(
     key: PRNGKeyArray | None = None,
     stop_ids: Sequence[int] = (),
     mesh: Mesh | str | Layout | None = None,
-    **legacy: Any,
 ) -> Iterator[np.ndarray]:
     """Yield `int32[rows]`, the next token of every prompt, one step at a time.
 
@@ -83,13 +79,10 @@ def stream_tokens(
         key: the random key of sampling, as in `zoo.generate`.
         stop_ids: more ids that end a row (a chat template's end of turn).
         mesh: where to decode, as in `zoo.generate`.
-        **legacy: the older keywords `temperature`, `top_k`, `top_p` (now `sampling`) and
-            `rules` (now a `Layout` as `mesh`), which still work with a DeprecationWarning.
     """
-    older = legacy_keywords("stream_tokens", legacy, (*SAMPLING, *PLACEMENT), instead(legacy))
     if not isinstance(model, GPT):
         raise TypeError(f"decoding a conversation needs a zoo.GPT, got {type(model).__name__}")
-    settings = sampling_of("stream_tokens", sampling, older)
+    settings = sampling_or_greedy(sampling)
     settings.check_key(key)
     values = settings.values()
     key = None if values is None else key
@@ -112,8 +105,8 @@ def stream_tokens(
     for index, row in enumerate(rows):
         batch[index, : len(row)] = row
     ends = np.array(sorted({*model.config.end_ids, *stop_ids}), np.int32)
-    layout = decoding_layout(mesh, older.get("rules"))
-    model, placed_batch, placed_lengths = placed(layout, model, batch, lengths)
+    layout = decoding_layout(mesh)
+    model, (placed_batch, placed_lengths) = placed(layout, model, batch, lengths)
     chosen, caches = _start(model, placed_batch, placed_lengths, key, values, capacity)
     finished = np.zeros(len(rows), bool)
     for index in range(steps):

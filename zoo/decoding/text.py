@@ -8,7 +8,6 @@ return_tokenizer=True)`).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 from jax.sharding import Mesh
@@ -18,17 +17,20 @@ from zoo.data.tokenizers.base import Tokenizer, warn_unknown
 from zoo.data.tokenizers.pair import source_tokenizer, target_tokenizer
 from zoo.decoding.classify import classify
 from zoo.decoding.generate import generate
-from zoo.decoding.keywords import PLACEMENT, SAMPLING, instead, sampling_of
 from zoo.decoding.placement import decoding_layout
-from zoo.decoding.sampling import SamplingSettings
+from zoo.decoding.sampling import SamplingSettings, sampling_or_greedy
 from zoo.decoding.translate import translate
 from zoo.distributed.layout import Layout
 from zoo.models import GPT, Classifier, Translator
-from zoo.records import legacy_keywords
 
 
 def encode_texts(
-    tokenizer: Tokenizer, texts: Sequence[str], limit: int, *, truncate: bool = False, **special
+    tokenizer: Tokenizer,
+    texts: Sequence[str],
+    limit: int,
+    *,
+    truncate: bool = False,
+    **special: bool,
 ) -> np.ndarray:
     """Right-padded `[len(texts), longest]` ids; longer than `limit` is an error or cut."""
     if not texts:
@@ -63,7 +65,6 @@ def generate_texts(
     sampling: SamplingSettings | None = None,
     key: PRNGKeyArray | None = None,
     mesh: Mesh | str | Layout | None = None,
-    **legacy: Any,
 ) -> list[str]:
     """Each prompt's continuation, decoded (the prompt itself not repeated).
 
@@ -75,12 +76,9 @@ def generate_texts(
         sampling: how each token is chosen, as in `zoo.generate` (None is greedy).
         key: the random key of sampling, as in `zoo.generate`.
         mesh: where to decode, as in `zoo.generate`.
-        **legacy: the older keywords `temperature`, `top_k`, `top_p` (now `sampling`) and
-            `rules` (now a `Layout` as `mesh`), which still work with a DeprecationWarning.
     """
-    older = legacy_keywords("generate_texts", legacy, (*SAMPLING, *PLACEMENT), instead(legacy))
-    settings = sampling_of("generate_texts", sampling, older)
-    layout = decoding_layout(mesh, older.get("rules"))
+    settings = sampling_or_greedy(sampling)
+    layout = decoding_layout(mesh)
     limit = model.config.max_positions - max_new_tokens
     batch = encode_texts(tokenizer, prompts, limit)
     warn_unknown(tokenizer, prompts, "the prompts")
@@ -101,7 +99,6 @@ def translate_texts(
     length_penalty: float = 0.6,
     max_len: int = 64,
     mesh: Mesh | str | Layout | None = None,
-    **legacy: Any,
 ) -> list[str]:
     """Each source sentence translated and detokenized through the target tokenizer.
 
@@ -113,10 +110,8 @@ def translate_texts(
         length_penalty: beam search's GNMT length penalty exponent.
         max_len: the longest translation in tokens (cut to the model's positions).
         mesh: where to decode, as in `zoo.translate`.
-        **legacy: the older keyword `rules=`, which still works (with a DeprecationWarning).
     """
-    older = legacy_keywords("translate_texts", legacy, PLACEMENT, instead(legacy))
-    layout = decoding_layout(mesh, older.get("rules"))
+    layout = decoding_layout(mesh)
     source = source_tokenizer(tokenizer)
     batch = encode_texts(source, sources, model.config.max_positions, add_eos=True)
     warn_unknown(source, sources, "the source texts")
@@ -135,15 +130,13 @@ def classify_texts(
     texts: Sequence[str],
     *,
     mesh: Mesh | str | Layout | None = None,
-    **legacy: Any,
 ) -> np.ndarray:
     """Class probabilities `[len(texts), classes]`, encoded as in training (bos first).
 
     Texts longer than the model's `max_positions` are cut, as in training. `mesh` as in
-    `zoo.classify`; the older keyword `rules=` still works, with a DeprecationWarning.
+    `zoo.classify`.
     """
-    older = legacy_keywords("classify_texts", legacy, PLACEMENT, instead(legacy))
-    layout = decoding_layout(mesh, older.get("rules"))
+    layout = decoding_layout(mesh)
     add_bos = tokenizer.bos_id is not None
     limit = model.config.max_positions
     batch = encode_texts(tokenizer, texts, limit, truncate=True, add_bos=add_bos)

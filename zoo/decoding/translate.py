@@ -8,7 +8,7 @@ cuDNN's reads keys per row); only the self-attention caches are reordered betwee
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import equinox as eqx
 import jax
@@ -18,14 +18,12 @@ from jaxtyping import Array, Float, Int
 
 from zoo.decoding.batching import TokenBatch, pad_batch, sequence_lengths
 from zoo.decoding.beam import repeat_rows
-from zoo.decoding.keywords import PLACEMENT, instead
 from zoo.decoding.loop import Stopping, fill_token
 from zoo.decoding.placement import decoding_layout
 from zoo.decoding.search import Beam, decode, placed, positive
 from zoo.distributed.layout import Layout
 from zoo.models.translator import Translator, TranslatorState
 from zoo.nn.cache import KVCache
-from zoo.records import legacy_keywords
 
 
 class SourceMemory(NamedTuple):
@@ -98,7 +96,8 @@ def _prepare(model, src, max_len, beam_size, layout):
             f"sources have {batch.shape[1]} tokens but the model takes at most "
             f"max_positions={limit}; truncate them"
         )
-    return placed(layout, model, batch)
+    model, (batch,) = placed(layout, model, batch)
+    return model, batch
 
 
 def beam_translate(
@@ -109,7 +108,6 @@ def beam_translate(
     beam_size: int,
     length_penalty: float = 0.6,
     mesh: Mesh | str | Layout | None = None,
-    **legacy: Any,
 ) -> tuple[Int[Array, "batch max_len"], Float[Array, " batch"]]:
     """Beam search translations and their scores (log-probability / GNMT length penalty).
 
@@ -120,10 +118,8 @@ def beam_translate(
         beam_size: how many hypotheses stay alive per source.
         length_penalty: the exponent of the GNMT length penalty (0 ranks by log-probability).
         mesh: where to decode, as in `translate`.
-        **legacy: the older keyword `rules=`, which still works (with a DeprecationWarning).
     """
-    older = legacy_keywords("beam_translate", legacy, PLACEMENT, instead(legacy))
-    layout = decoding_layout(mesh, older.get("rules"))
+    layout = decoding_layout(mesh)
     model, batch = _prepare(model, src, max_len, beam_size, layout)
     return _translate(model, batch, max_len, Beam(beam_size, float(length_penalty)))
 
@@ -136,7 +132,6 @@ def translate(
     beam_size: int = 1,
     length_penalty: float = 0.6,
     mesh: Mesh | str | Layout | None = None,
-    **legacy: Any,
 ) -> Int[Array, "batch max_len"]:
     """Translate a batch of sources; returns the target tokens after `bos_id`.
 
@@ -160,10 +155,8 @@ def translate(
         mesh: where to decode on many devices: a `jax.sharding.Mesh`, a string like
             `"data=2,fsdp=2,tensor=2"` (as for `zoo.Trainer`), or a `zoo.distributed.Layout`
             for partition rules other than `zoo.distributed.RULES`; None is one device.
-        **legacy: the older keyword `rules=`, which still works (with a DeprecationWarning).
     """
-    older = legacy_keywords("translate", legacy, PLACEMENT, instead(legacy))
-    layout = decoding_layout(mesh, older.get("rules"))
+    layout = decoding_layout(mesh)
     model, batch = _prepare(model, src, max_len, beam_size, layout)
     beam = None if beam_size == 1 else Beam(beam_size, float(length_penalty))
     return _translate(model, batch, max_len, beam)[0]

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from typing import TypedDict, TypeGuard
+from typing import TypedDict, TypeGuard, TypeVar
 
 import jax
 import numpy as np
@@ -30,7 +30,12 @@ from jax.tree_util import PyTreeDef
 from jaxtyping import PyTree
 
 from zoo.distributed.mesh import axis_size, mesh_string
+from zoo.nn.feedforward import FeedForward
+from zoo.nn.moe import MoEFeedForward
+from zoo.nn.multihead import MultiHeadAttention
 from zoo.tree import path_name
+
+Part = TypeVar("Part")
 
 Spec = tuple[str | None, ...]
 Rule = tuple[str, Spec]
@@ -116,20 +121,26 @@ def _is_slot(leaf: object) -> TypeGuard[jax.Array | jax.ShapeDtypeStruct | np.nd
     return isinstance(leaf, jax.Array | jax.ShapeDtypeStruct | np.ndarray)
 
 
+def _parts(tree: PyTree, kind: type[Part]) -> list[Part]:
+    """The modules of class `kind` in `tree` (a model, or a pytree of its shape)."""
+    nodes = jax.tree_util.tree_leaves(tree, is_leaf=lambda node: isinstance(node, kind))
+    return [node for node in nodes if isinstance(node, kind)]
+
+
 def check_tensor(tree: PyTree, mesh: Mesh | AbstractMesh) -> None:
-    """`tensor` must divide the heads, key/value heads and feed-forward width of `tree`'s config."""
+    """`tensor` must divide the heads, key/value heads and feed-forward widths of `tree`."""
     tensor = axis_size(mesh, "tensor")
-    config = getattr(tree, "config", None)
-    if tensor == 1 or config is None:
+    if tensor == 1:
         return
-    sizes = {
-        "num_heads": getattr(config, "num_heads", None),
-        "num_kv_heads": getattr(config, "num_kv_heads", None),  # None: as many as heads
-        "d_ff": getattr(config, "d_ff", None),
-    }
-    wrong = [f"{name}={size}" for name, size in sizes.items() if size and size % tensor]
+    sizes: dict[str, int] = {}
+    for attention in _parts(tree, MultiHeadAttention):
+        sizes.setdefault("num_heads", attention.num_heads)
+        sizes.setdefault("num_kv_heads", attention.num_kv_heads)
+    for feed_forward in _parts(tree, FeedForward):
+        sizes.setdefault("d_ff", feed_forward.d_ff)
+    wrong = [f"{name}={size}" for name, size in sizes.items() if size % tensor]
     if wrong:
-        divisors = [t for t in range(1, tensor + 1) if all(s % t == 0 for s in sizes.values() if s)]
+        divisors = [t for t in range(1, tensor + 1) if all(s % t == 0 for s in sizes.values())]
         raise ValueError(
             f"mesh {mesh_string(mesh)}: tensor={tensor} must divide the model's heads, "
             f"key/value heads and feed-forward width, but {', '.join(wrong)} is not divisible "
@@ -139,18 +150,18 @@ def check_tensor(tree: PyTree, mesh: Mesh | AbstractMesh) -> None:
 
 
 def check_experts(tree: PyTree, mesh: Mesh | AbstractMesh) -> None:
-    """`expert` must divide the experts of `tree`'s config (and the model must have some)."""
+    """`expert` must divide the experts of `tree` (and the model must have some)."""
     expert = axis_size(mesh, "expert")
-    config = getattr(tree, "config", None)
-    if expert == 1 or config is None:
+    if expert == 1:
         return
-    experts = getattr(config, "num_experts", 0)
-    if not experts or experts % expert:
-        have = f"{experts} experts" if experts else "no experts (num_experts=0)"
+    counts = {mixture.num_experts for mixture in _parts(tree, MoEFeedForward)}
+    wrong = sorted(count for count in counts if count % expert)
+    if not counts or wrong:
+        have = f"{wrong[0]} experts" if wrong else "no experts"
         raise ValueError(
             f"mesh {mesh_string(mesh)}: expert={expert} splits a mixture of experts' experts "
             f"over devices, but the model has {have}; choose expert among the divisors of "
-            "num_experts, or put the devices on data or fsdp"
+            "the number of experts, or put the devices on data or fsdp"
         )
 
 

@@ -18,10 +18,14 @@ import equinox as eqx
 from zoo.interop.files import HFDict
 from zoo.interop.rules import KeyMap, Shape
 from zoo.models import GPT, Classifier, TransformerConfig, Translator
+from zoo.nn.feedforward import FeedForwardSettings
+from zoo.records import get_path
 
 logger = logging.getLogger("zoo.interop")
 ZooModel = GPT | Classifier | Translator
-# keyword arguments of a zoo config class, read from a HuggingFace config
+# what a HuggingFace config says of the zoo config: paths into its tree (dotted, short block
+# paths such as "attention.num_kv_heads", or `TransformerConfig.aliases`) -> values, which
+# change the architecture's `zoo_base` (`TransformerConfig.replace`)
 ConfigFields = dict[str, object]
 
 # HuggingFace activation names -> zoo activation names (`zoo.nn.feedforward.ACTIVATIONS`).
@@ -110,12 +114,14 @@ def config_of(model: eqx.Module | TransformerConfig) -> TransformerConfig:
 
 
 def export_activation(config: TransformerConfig) -> str:
-    return ZOO_TO_HF_ACTIVATION[config.activation]
+    """The HuggingFace name of the feed-forward's activation."""
+    return ZOO_TO_HF_ACTIVATION[config.layers.block.feed_forward.activation]
 
 
 def activation_dropout(config: TransformerConfig) -> float:
     """The dropout rate on the feed-forward hidden layer that `config` trains with."""
-    return config.dropout if config.activation_dropout is None else config.activation_dropout
+    feed_forward = config.layers.block.feed_forward
+    return feed_forward.dropout if isinstance(feed_forward, FeedForwardSettings) else 0.0
 
 
 def warn_activation_dropout(config: TransformerConfig, target: str) -> None:
@@ -130,15 +136,30 @@ def warn_activation_dropout(config: TransformerConfig, target: str) -> None:
         )
 
 
-def require_fields(config: TransformerConfig, target: str, **expected: object) -> None:
-    """Refuse to export a zoo config whose fields differ from what `target` can express."""
-    wrong = {name: getattr(config, name) for name, value in expected.items()}
-    wrong = {name: value for name, value in wrong.items() if value != expected[name]}
+def require_fields(config: TransformerConfig, target: str, expected: Mapping[str, object]) -> None:
+    """Refuse to export a zoo config whose settings differ from what `target` can express.
+
+    `expected` maps paths into the config (dotted, or short block paths such as `"norm.kind"`,
+    which are checked in every plan's base block) to the values `target` needs."""
+    wrong = [
+        f"{path}={value!r} (needs {needed!r})"
+        for name, needed in expected.items()
+        for path in config.paths(name)
+        if (value := get_path(config, path)) != needed
+    ]
     if wrong:
-        details = ", ".join(
-            f"{name}={value!r} (needs {expected[name]!r})" for name, value in wrong.items()
-        )
-        raise UnsupportedExport(f"{target} cannot express this zoo model: {details}")
+        raise UnsupportedExport(f"{target} cannot express this zoo model: {', '.join(wrong)}")
+
+
+def refuse_layer_overrides(config: TransformerConfig, target: str) -> None:
+    """Refuse to export a config whose layers differ (its plans' overrides): the checkpoint
+    formats of the families without per-layer settings hold one setting for every layer."""
+    for name in config.plans:
+        if getattr(config, name).overrides:
+            raise UnsupportedExport(
+                f"{target} cannot express this zoo model: {name}.overrides make some layers "
+                "differ, and its config has one setting for every layer"
+            )
 
 
 ConfigT = TypeVar("ConfigT", bound=TransformerConfig)
@@ -154,10 +175,16 @@ class Architecture(Generic[ConfigT]):
     prefix: str  # key prefix of the base model inside the task model ("transformer.")
     config_class: str  # the transformers config class
     zoo_config_class: type[ConfigT]  # the zoo flavor's config
+    zoo_base: ConfigT  # the family's parts, which `zoo_fields` change
 
     def zoo_fields(self, hf: HFConfig, shapes: Mapping[str, Shape]) -> ConfigFields:
-        """Zoo config fields of a checkpoint (its config and its HF key -> shape)."""
+        """What a checkpoint (its config and its HF key -> shape) says of the zoo config:
+        paths into `zoo_base` and their values."""
         raise NotImplementedError
+
+    def zoo_config(self, fields: ConfigFields) -> ConfigT:
+        """The zoo config of `zoo_fields`' paths: `zoo_base` with them changed."""
+        return self.zoo_base.replace(**fields)
 
     def hf_defaults(self) -> HFDict:
         """The defaults of the transformers config class, for options a config.json omits."""

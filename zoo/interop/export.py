@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import ml_dtypes
 import numpy as np
@@ -19,6 +19,10 @@ from zoo.interop.files import CONFIG, INDEX, INSTALL_HF, WEIGHTS, HFDict
 from zoo.interop.tokenizers.generation_config import save_tokenizer_files
 from zoo.interop.weights import write_safetensors
 from zoo.interop.zoo_keys import zoo_state
+
+if TYPE_CHECKING:  # optional dependencies, imported by `to_hf` where it runs
+    import torch
+    import transformers
 
 
 def to_state_dict(model: ZooModel, *, full: bool = True) -> tuple[dict[str, np.ndarray], HFDict]:
@@ -36,10 +40,8 @@ def to_state_dict(model: ZooModel, *, full: bool = True) -> tuple[dict[str, np.n
     return arrays, hf_config
 
 
-def to_hf(model: ZooModel) -> tuple[dict[str, Any], Any]:
+def to_hf(model: ZooModel) -> tuple[dict[str, torch.Tensor], transformers.PretrainedConfig]:
     """`(state_dict, config)`: torch tensors and a transformers config for `model`.
-
-    (`Any`: the types of torch and transformers, optional dependencies imported here.)
 
     `transformers.GPT2LMHeadModel(config).load_state_dict(state_dict)` (or the matching BERT or
     Marian class: `config.architectures[0]`) then computes what `model` computes. A mixture of
@@ -59,9 +61,9 @@ def to_hf(model: ZooModel) -> tuple[dict[str, Any], Any]:
     if isinstance(arch, MoEFamily) and int(transformers.__version__.split(".")[0]) >= 5:
         arrays = arch.fused_keys(arrays)  # transformers 5 holds each layer's experts fused
     config = arch.transformers_config(transformers, model.config)
-    tensors: dict[int, Any] = {}  # tied copies share one tensor, as in the torch model
+    tensors: dict[int, torch.Tensor] = {}  # tied copies share one tensor, as in the torch model
 
-    def tensor(array: np.ndarray) -> Any:
+    def tensor(array: np.ndarray) -> torch.Tensor:
         if id(array) not in tensors:
             if array.dtype == ml_dtypes.bfloat16:
                 tensors[id(array)] = torch.from_numpy(array.view(np.uint16)).view(torch.bfloat16)

@@ -7,11 +7,10 @@ The tensors in a folder are read and written by `weights.py` (safetensors, and p
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from zoo.extras import pip_install
+from zoo.files import JSONObject, JSONValue, read_json_object
 from zoo.files import damaged as damaged_file
-from zoo.files import read_json_object
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
@@ -111,14 +110,29 @@ def damaged(path: Path, detail: str) -> ValueError:
     return damaged_file(path, detail, DOWNLOAD_AGAIN)
 
 
-def read_json(path: Path, *, missing_ok: bool = False) -> dict[str, Any]:
+def read_json(path: Path, *, missing_ok: bool = False) -> JSONObject:
     """The JSON object in a checkpoint folder's file; a damaged one says to download it again.
     With `missing_ok`, an absent (optional) file reads as `{}`."""
     return read_json_object(path, fix=DOWNLOAD_AGAIN, missing_ok=missing_ok)
 
 
-def read_config(folder: Path) -> HFDict:
+def read_config(folder: Path) -> JSONObject:
     path = folder / CONFIG
     if not path.is_file():
         raise FileNotFoundError(f"{folder} has no {CONFIG}: it is not a HuggingFace checkpoint")
     return read_json(path)
+
+
+def json_id(value: JSONValue, name: str, path: Path) -> int | None:
+    """A token id read from `path` as `name`: an integer or null; anything else (text, a
+    number with a fraction, true) is reported as a damaged file."""
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    raise damaged(path, f"{name} is {value!r}, not a token id")
+
+
+def json_ids(value: JSONValue, name: str, path: Path) -> list[int]:
+    """The token ids read from `path` as `name`: null (none), one id or a list of them (its
+    nulls left out); anything else is reported as a damaged file."""
+    ids = [json_id(item, name, path) for item in (value if isinstance(value, list) else [value])]
+    return [i for i in ids if i is not None]

@@ -6,7 +6,7 @@ import re
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, overload
+from typing import Literal, Protocol, overload, runtime_checkable
 
 import equinox as eqx
 import jax
@@ -15,6 +15,7 @@ import numpy as np
 from jaxtyping import PRNGKeyArray
 
 from zoo.data.tokenizers.base import Tokenizer
+from zoo.files import JSONObject
 from zoo.interop.architecture import Architecture, HFConfig, logger
 from zoo.interop.architectures import (
     ARCHITECTURES,
@@ -22,7 +23,7 @@ from zoo.interop.architectures import (
     architecture_of,
 )
 from zoo.interop.convert import CheckpointMismatch, hf_to_zoo
-from zoo.interop.files import INSTALL_HF, HFDict, read_config, read_json, resolve
+from zoo.interop.files import CONFIG, INSTALL_HF, json_ids, read_config, read_json, resolve
 from zoo.interop.gguf.load import gguf_checkpoint, is_gguf
 from zoo.interop.tokenizers.hf_tokenizer import pretrained_tokenizer
 from zoo.interop.torch_weights import state_dict_to_numpy
@@ -33,6 +34,23 @@ from zoo.presets import build
 from zoo.tree import fill
 
 GENERATION_CONFIG = "generation_config.json"
+
+
+@runtime_checkable
+class TransformersConfig(Protocol):
+    """What `from_hf` reads of a transformers config object (`PretrainedConfig`)."""
+
+    def to_dict(self) -> dict[str, object]: ...
+
+
+@runtime_checkable
+class TransformersModel(Protocol):
+    """What `from_hf` reads of a transformers model object (a torch `PreTrainedModel`)."""
+
+    @property
+    def config(self) -> TransformersConfig: ...
+
+    def state_dict(self) -> Mapping[str, object]: ...
 
 
 def stored_dtype(arrays: Mapping[str, np.ndarray]) -> str | None:
@@ -87,7 +105,7 @@ def load_state_dict(
     dtype = stored_dtype(arrays)
     if dtype is not None:
         fields["dtype"] = dtype
-    zoo_config = arch.zoo_config_class(**fields).replace(**overrides)
+    zoo_config = arch.zoo_config(fields).replace(**overrides)
     skeleton = abstract_model(lambda: build(zoo_config, key=jax.random.key(0)))
     state, fresh = hf_to_zoo(
         arrays, arch.key_map(zoo_config, shapes), zoo_shapes(skeleton), what=what
@@ -109,7 +127,7 @@ def check_layers_in_weights(
     if not indices:
         return
     numbered = max(indices) + 1
-    for name in ("num_layers", "num_decoder_layers"):
+    for name in ("num_layers", "layers.num_layers", "decoder.num_layers"):
         claimed = fields.get(name)
         if isinstance(claimed, int) and claimed > numbered:
             raise CheckpointMismatch(
@@ -223,26 +241,27 @@ def from_pretrained(
     return model, pretrained_tokenizer(folder)
 
 
-def with_generation_end_ids(config: HFDict, folder: Path) -> HFDict:
-    """`config` with the end ids of `generation_config.json` added after its own.
+def with_generation_end_ids(config: JSONObject, folder: Path) -> JSONObject:
+    """`config` (the folder's `config.json`) with the end ids of `generation_config.json` added
+    after its own.
 
     transformers' `generate` stops on the generation config's ids; zoo keeps them all (the
-    config's first), so that generation stops where the checkpoint's authors meant it to.
+    config's first), so that generation stops where the checkpoint's authors meant it to. An
+    `eos_token_id` of either file that is no id or list of ids names the file as damaged.
     """
     path = folder / GENERATION_CONFIG
     if not path.is_file() or config.get("model_type") not in DECODER_MODEL_TYPES:
         return config
     generation = read_json(path)
-
-    def ids(value: object) -> list[int]:  # none, one id or a list of them
-        return [value] if isinstance(value, int) else list(value) if isinstance(value, list) else []
-
-    merged = ids(config.get("eos_token_id"))
-    merged += [i for i in ids(generation.get("eos_token_id")) if i not in merged]
-    return {**config, "eos_token_id": merged or None}
+    merged = json_ids(config.get("eos_token_id"), "eos_token_id", folder / CONFIG)
+    ends = json_ids(generation.get("eos_token_id"), "eos_token_id", path)
+    merged += [i for i in ends if i not in merged]
+    return {**config, "eos_token_id": [*merged] or None}
 
 
-def from_hf(hf_model: Any, *, key: PRNGKeyArray | None = None, **overrides: object) -> eqx.Module:
+def from_hf(
+    hf_model: TransformersModel, *, key: PRNGKeyArray | None = None, **overrides: object
+) -> eqx.Module:
     """A zoo model with the weights of a transformers model object (GPT-2, BERT or MarianMT)."""
     try:
         import torch  # noqa: F401

@@ -99,10 +99,10 @@ def _refusal(path: Path, message: str) -> ValueError:
 def conversion_advice(folder: Path) -> str:
     """How to turn `folder` into safetensors with transformers, naming the class that keeps heads."""
     try:
-        classes = read_json(folder / CONFIG).get("architectures") or []
+        classes = read_json(folder / CONFIG).get("architectures")
     except (OSError, ValueError):
-        classes = []
-    if classes:
+        classes = None
+    if isinstance(classes, list) and classes and isinstance(classes[0], str):
         cls = f"transformers.{classes[0]}"
         why = f"the class in its {CONFIG} `architectures`"
     else:

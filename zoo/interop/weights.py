@@ -46,8 +46,7 @@ def _read_shards(index: Path, read: Callable[[Path], Arrays]) -> Arrays:
     if not isinstance(weight_map, dict):
         raise damaged(index, "no weight_map")
     arrays: Arrays = {}
-    for shard in sorted(set(weight_map.values())):
-        check_shard_name(index, shard)
+    for shard in sorted({check_shard_name(index, name) for name in weight_map.values()}):
         if not (index.parent / shard).is_file():
             raise FileNotFoundError(
                 f"{index} lists the shard {shard}, which is not in {index.parent}: download it"
@@ -56,10 +55,11 @@ def _read_shards(index: Path, read: Callable[[Path], Arrays]) -> Arrays:
     return arrays
 
 
-def check_shard_name(index: Path, shard: object) -> None:
-    """Refuse a shard an index places outside its own folder (an absolute path, or one that
-    climbs out with `..`): a checkpoint reads only its own files. The name is checked as
-    written, so a hub snapshot whose files are symlinks into the cache still loads."""
+def check_shard_name(index: Path, shard: object) -> str:
+    """`shard`, a file name of the index's weight map; refused if the index places it outside
+    its own folder (an absolute path, or one that climbs out with `..`): a checkpoint reads only
+    its own files. The name is checked as written, so a hub snapshot whose files are symlinks
+    into the cache still loads."""
     if not isinstance(shard, str) or not shard:
         raise damaged(index, f"its weight_map names a shard {shard!r}, not a file name")
     parts = Path(shard).parts
@@ -68,6 +68,7 @@ def check_shard_name(index: Path, shard: object) -> None:
             f"{index} refused: it points a shard at {shard!r}, outside the checkpoint folder "
             f"{index.parent}; a checkpoint's shards are files inside its own folder"
         )
+    return shard
 
 
 def read_safetensors(path: Path) -> Arrays:

@@ -3,7 +3,7 @@
 `layers.blocks.self_attention.query_proj.weight` has a leading `layers` axis; here it becomes one
 key per layer: `layers.0.self_attention.query_proj.weight`, `layers.1...`. A stack of several
 kinds of layer holds one group per kind (`layers.blocks.1.feed_forward...`); its rows become the
-keys of the layers that group holds (`LayerStack.group_layers`).
+keys of the layers that group holds (`zoo.nn.LayerIndex`).
 """
 
 from __future__ import annotations
@@ -16,44 +16,20 @@ import jax
 import numpy as np
 
 from zoo.interop.rules import Shape
-from zoo.nn.stack import STACK_FIELD, stack_groups
+from zoo.nn.layer_index import LayerIndex
 from zoo.tree import KeyPath, Slot, is_slot, path_name
 
 Model = TypeVar("Model", bound=eqx.Module)
 
 
-def layer_names(name: str, layers: int | None) -> list[tuple[str, int | None]]:
-    """The flat key(s) of the array or layer `name`, each with its layer index.
-
-    `layers.blocks.x` with 2 layers -> `[("layers.0.x", 0), ("layers.1.x", 1)]`; a name outside
-    a layer stack (or `layers=None`) is its own key: `[(name, None)]`.
-    """
-    parts = name.split(".")
-    if layers is None or STACK_FIELD not in parts:
+def row_names(name: str, index: LayerIndex) -> list[tuple[str, int | None]]:
+    """The flat key of each row of the stacked array or layer `name`, with its row
+    (`layers.blocks.1.x` -> `layers.3.x` for row 0 when group 1 holds layers 3, 7, ...); a name
+    outside every layer stack is its own key: `[(name, None)]`."""
+    found = index.layer_names(name)
+    if found is None:
         return [(name, None)]
-    at = parts.index(STACK_FIELD)
-    return [(".".join([*parts[:at], str(i), *parts[at + 1 :]]), i) for i in range(layers)]
-
-
-Groups = dict[str, tuple[tuple[int, ...], ...]]  # `stack_groups`: `<stack>.blocks` -> layers
-
-
-def row_names(name: str, rows: int | None, groups: Groups) -> list[tuple[str, int | None]]:
-    """The flat key of each row of the stacked array or layer `name` (`rows` of them; None: not
-    stacked), with its row: `layer_names`, except that the rows of a group of a stack with
-    several kinds of layer (`stack_groups`) get their real layer numbers
-    (`layers.blocks.1.x` -> `layers.3.x` for row 0 when group 1 holds layers 3, 7, ...)."""
-    for prefix, layers in groups.items():
-        if name.startswith(f"{prefix}."):
-            group, _, rest = name[len(prefix) + 1 :].partition(".")
-            stack = prefix[: -len(STACK_FIELD)]
-            return [(f"{stack}{layer}.{rest}", row) for row, layer in enumerate(layers[int(group)])]
-    return layer_names(name, rows)
-
-
-def _leaf_names(path: KeyPath, shape: Shape, groups: Groups) -> list[tuple[str, int | None]]:
-    """The flat key(s) of one leaf: one per layer for stacked leaves (with the row)."""
-    return row_names(path_name(path), shape[0] if shape else None, groups)
+    return [(flat, row) for flat, row in found]
 
 
 def _array_leaves(model: eqx.Module) -> list[tuple[KeyPath, Slot]]:
@@ -65,9 +41,9 @@ def _array_leaves(model: eqx.Module) -> list[tuple[KeyPath, Slot]]:
 def _per_layer(model: eqx.Module) -> Iterator[tuple[str, int | None, Slot]]:
     """Each flat key of `model` with its layer index (None: not stacked) and its whole leaf;
     the index is the row of the leaf's stacked axis."""
-    groups = stack_groups(model)
+    index = LayerIndex(model)
     for path, leaf in _array_leaves(model):
-        for name, row in _leaf_names(path, tuple(leaf.shape), groups):
+        for name, row in row_names(path_name(path), index):
             yield name, row, leaf
 
 
@@ -82,10 +58,10 @@ def zoo_shapes(model: eqx.Module) -> dict[str, Shape]:
 def zoo_state(model: eqx.Module) -> dict[str, np.ndarray]:
     """Flat per-layer key -> numpy array of every array in `model`."""
     state = {}
-    groups = stack_groups(model)
+    index = LayerIndex(model)
     for path, leaf in _array_leaves(model):
         array = np.asarray(leaf)  # to the host once, then sliced per layer
-        for name, row in _leaf_names(path, array.shape, groups):
+        for name, row in row_names(path_name(path), index):
             state[name] = array if row is None else array[row]
     return state
 
@@ -104,9 +80,9 @@ def restack(skeleton: eqx.Module, state: Mapping[str, np.ndarray]) -> dict[str, 
     """The arrays of `skeleton` by path name (`zoo.tree.fill` puts them in), taken from the flat
     per-layer `state`: the layers of a stacked leaf are stacked back on its `layers` axis."""
     arrays = {}
-    groups = stack_groups(skeleton)
-    for path, leaf in _array_leaves(skeleton):
-        names = _leaf_names(path, tuple(leaf.shape), groups)
+    index = LayerIndex(skeleton)
+    for path, _ in _array_leaves(skeleton):
+        names = row_names(path_name(path), index)
         if names[0][1] is None:
             arrays[path_name(path)] = state[names[0][0]]
         else:

@@ -31,10 +31,11 @@ from zoo.files import write_text_atomic
 from zoo.interop.architecture import Architecture, config_of
 from zoo.interop.architectures import architecture_for
 from zoo.interop.weights import write_safetensors
-from zoo.interop.zoo_keys import row_names, stack_groups, zoo_state
+from zoo.interop.zoo_keys import row_names, zoo_state
 from zoo.lora.adapters import ADAPTER_LEAVES, adapter_arrays
 from zoo.lora.peft_experts import ExpertLayout
 from zoo.models import flavor_of
+from zoo.nn.layer_index import LayerIndex
 from zoo.nn.linear import Linear
 from zoo.nn.lora import lora_layers, plain_linears
 from zoo.nn.quantized import QuantizedLinear
@@ -85,12 +86,11 @@ class _Layout:
             path: layer.base for path, layer in lora_layers(model).items()
         }
         self.linears = linears
-        self.groups = stack_groups(model)
+        self.index = LayerIndex(model)
         flat = {}  # "layers.0.self_attention.query_proj" -> (stacked path, row)
-        for path, linear in linears.items():
-            lead = linear.weight.shape[:-2]
-            for name, index in row_names(path, lead[0] if lead else None, self.groups):
-                flat[name] = (path, index)
+        for path in linears:
+            for name, row in row_names(path, self.index):
+                flat[name] = (path, row)
         self.by_zoo: dict[str, tuple[str, int, int]] = {}  # flat zoo Linear -> (module, slot, n)
         self.by_module: dict[str, list[tuple[str, int | None, int]]] = {}
         self.fan_in_fan_out: dict[str, bool] = {}
@@ -106,9 +106,7 @@ class _Layout:
             for slot, name in enumerate(names):
                 self.by_zoo[name] = (module, slot, len(names))
                 self.by_module.setdefault(module, []).append((*flat[name], slot))
-        self.experts = ExpertLayout(
-            model, self.rules, self.groups
-        )  # a mixture's per-expert modules
+        self.experts = ExpertLayout(model, self.rules, self.index)  # per-expert modules
         self.fan_in_fan_out |= {module: False for module in self.experts.by_module}
 
     def slot_rows(self, module: str) -> list[tuple[int, int]]:
@@ -125,9 +123,8 @@ def _module_adapters(model: eqx.Module, layout: _Layout) -> dict[str, Adapter]:
     """HF module -> (A [r, in], B [out, r], scale) of every adapted layer of `model`."""
     parts: dict[str, dict[int, Adapter]] = {}
     for path, layer in lora_layers(model).items():
-        lead = layer.lora_a.shape[:-2]
         a_all, b_all = np.asarray(layer.lora_a, np.float32), np.asarray(layer.lora_b, np.float32)
-        for name, index in row_names(path, lead[0] if lead else None, layout.groups):
+        for name, index in row_names(path, layout.index):
             if name not in layout.by_zoo:
                 raise ValueError(
                     f"{path} has no HuggingFace {layout.arch.export_class} counterpart, so its "

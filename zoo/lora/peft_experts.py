@@ -16,7 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from zoo.interop.rules import Rule
-from zoo.interop.zoo_keys import Groups, row_names
+from zoo.interop.zoo_keys import row_names
+from zoo.nn.layer_index import LayerIndex
 from zoo.nn.lora import LoRAExperts, expert_projections, lora_experts
 from zoo.nn.quantized import QuantizedExperts, float_dtype
 
@@ -29,16 +30,15 @@ Place = tuple[str, int | None, int]
 class ExpertLayout:
     """The expert projections of a zoo model seen from HF: one module per layer and expert."""
 
-    def __init__(self, model: object, rules: Iterable[Rule], groups: Groups):
+    def __init__(self, model: object, rules: Iterable[Rule], index: LayerIndex):
         projections: dict[str, object] = dict(expert_projections(model))  # type: ignore[arg-type]
         projections |= {path: layer.base for path, layer in lora_experts(model).items()}  # type: ignore[arg-type]
         self.projections = projections
-        self.groups = groups
+        self.index = index
         flat: dict[str, tuple[str, int | None]] = {}
-        for path, projection in projections.items():
-            shape = projection.shape  # type: ignore[attr-defined]
-            for name, index in row_names(path, shape[0] if len(shape) == 4 else None, groups):
-                flat[name] = (path, index)
+        for path in projections:
+            for name, row in row_names(path, index):
+                flat[name] = (path, row)
         self.by_zoo: dict[str, list[str]] = {}  # flat zoo projection -> HF module per expert
         self.by_module: dict[str, Place] = {}
         for rule in rules:
@@ -48,9 +48,9 @@ class ExpertLayout:
                 continue
             modules = [key.removesuffix(".weight") for key in rule.hf]
             self.by_zoo[rule.zoo[0]] = modules
-            path, index = flat[rule.zoo[0]]
+            path, row = flat[rule.zoo[0]]
             for expert, module in enumerate(modules):
-                self.by_module[module] = (path, index, expert)
+                self.by_module[module] = (path, row, expert)
 
     def adapters(self, model: object) -> dict[str, Adapter]:
         """HF expert module -> (A, B, scale) of every `LoRAExperts` of `model`."""
@@ -58,8 +58,7 @@ class ExpertLayout:
         for path, layer in lora_experts(model).items():  # type: ignore[arg-type]
             a_all = np.asarray(layer.lora_a, np.float32)
             b_all = np.asarray(layer.lora_b, np.float32)
-            lead = a_all.shape[0] if a_all.ndim == 4 else None
-            for name, index in row_names(path, lead, self.groups):
+            for name, index in row_names(path, self.index):
                 if name not in self.by_zoo:
                     raise ValueError(
                         f"{path} has no per-expert HuggingFace counterpart, so its adapters "

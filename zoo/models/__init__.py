@@ -1,6 +1,7 @@
 """The three flavors: encoder classifier, decoder-only GPT, encoder-decoder translator."""
 
 from zoo.models.classifier import Classifier, ClassifierConfig
+from zoo.models.common import Routed
 from zoo.models.config import TransformerConfig
 from zoo.models.gpt import GPT, GPTConfig
 from zoo.models.translator import Translator, TranslatorConfig, TranslatorState
@@ -27,6 +28,7 @@ __all__ = [
     "Classifier",
     "ClassifierConfig",
     "GPTConfig",
+    "Routed",
     "TransformerConfig",
     "Translator",
     "TranslatorConfig",

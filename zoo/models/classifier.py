@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
+from typing import ClassVar
 
 import equinox as eqx
 import jax
@@ -12,20 +13,25 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 from zoo.models.common import (
+    Routed,
     check_tokens,
     compact_padding,
     layer_stack,
     restore_order,
+    routed,
     valid_positions,
 )
 from zoo.models.config import TransformerConfig
-from zoo.nn.block import BlockExtras, BlockInputs
+from zoo.nn.block import BlockExtras, BlockInputs, BlockSettings
 from zoo.nn.dropout import Dropout, split_optional
 from zoo.nn.embedding import Embedder, EmbedderSettings, check_token_ids
+from zoo.nn.feedforward import FeedForwardSettings
 from zoo.nn.heads import MaskedLMHead
 from zoo.nn.linear import Linear
 from zoo.nn.mask import Mask
-from zoo.nn.norm import Norm
+from zoo.nn.multihead import AttentionSettings
+from zoo.nn.norm import Norm, NormSettings
+from zoo.nn.plan import LayerPlan
 from zoo.nn.stack import LayerStack
 
 POOLINGS = ("first", "mean")
@@ -39,64 +45,105 @@ POOLER_ACTIVATIONS: dict[str, Callable[[Array], Array]] = {
 
 
 @dataclass(frozen=True, kw_only=True)
-class ClassifierConfig(TransformerConfig):
-    """A sequence classifier. The defaults are BERT-base (uncased) shapes."""
+class Pooler:
+    """A dense layer and its nonlinearity on the pooled vector (BERT's pooler)."""
 
-    vocab_size: int = 30522  # BERT uncased WordPiece vocabulary
-    d_model: int = 768  # model width
-    num_heads: int = 12  # attention heads
-    num_layers: int = 12  # encoder blocks
-    d_ff: int = 3072  # feed-forward width
-    max_positions: int = 512  # longest input
-    pad_id: int | None = 0  # [PAD]
-    num_classes: int = 2  # labels in [0, num_classes)
-    pooling: str = "first"  # first: the first token ([CLS]); mean: mean over non-pad tokens
-    pooler: bool = True  # dense + tanh on the pooled vector (BERT's pooler)
-    pooler_activation: str = "tanh"  # tanh (BERT, RoBERTa) | relu (DistilBERT) | gelu (ModernBERT)
-    pooler_bias: bool = True  # the pooler's dense bias (ModernBERT's head: classifier_bias)
-    pooler_norm: bool = False  # a norm after the pooler's activation (ModernBERT's head.norm)
-    position_offset: int = 0  # RoBERTa: pad_id + 1; > 0: positions count real tokens from here
-    masked_lm: bool = False  # add the masked-LM head (tied decoder) for MLM pretraining
-    mask_id: int | None = None  # the mask token of masked-LM pretraining ([MASK], <mask>)
-    type_vocab_size: int = 2  # token-type (segment) embeddings; 0 disables them
-    classifier_dropout: float | None = None  # dropout before the class head (None: `dropout`)
-    norm_first: bool = False  # BERT is post-LN
-    embedding_norm: bool = True  # BERT normalises the embeddings
-    layer_norm_eps: float = 1e-12  # BERT's LayerNorm epsilon
-    activation: str = "gelu"  # exact (erf) GELU
+    activation: str = "tanh"  # tanh (BERT, RoBERTa) | relu (DistilBERT) | gelu (ModernBERT)
+    bias: bool = True  # the dense layer's bias (ModernBERT's head: classifier_bias)
+    norm: bool = False  # a norm after the activation (ModernBERT's head.norm)
 
     def __post_init__(self) -> None:
-        super().__post_init__()
-        if not isinstance(self.num_classes, int) or self.num_classes < 1:
+        if self.activation not in POOLER_ACTIVATIONS:
+            raise ValueError(
+                f"pooler activation must be one of {sorted(POOLER_ACTIVATIONS)}, "
+                f"got {self.activation!r}"
+            )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClassifierHead:
+    """How a classifier turns the encoder's output into class logits."""
+
+    num_classes: int = 2  # labels in [0, num_classes)
+    pooling: str = "first"  # first: the first token ([CLS]); mean: mean over real tokens
+    pooler: Pooler | None = field(default_factory=Pooler)  # None: the pooled vector as it is
+    dropout: float = 0.1  # before the class projection
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.num_classes, int) or isinstance(self.num_classes, bool):
+            raise ValueError(f"num_classes must be a positive integer, got {self.num_classes!r}")
+        if self.num_classes < 1:
             raise ValueError(f"num_classes must be a positive integer, got {self.num_classes!r}")
         if self.pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}, got {self.pooling!r}")
-        if self.pooler_activation not in POOLER_ACTIVATIONS:
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"head dropout must be in [0, 1), got {self.dropout}")
+
+
+def bert_plan(num_heads: int = 12, d_ff: int = 3072, num_layers: int = 12) -> LayerPlan:
+    """BERT's blocks: post-norm LayerNorms (eps 1e-12), a dense exact-GELU feed-forward,
+    biases everywhere, dropout 0.1."""
+    block = BlockSettings(
+        attention=AttentionSettings(num_heads=num_heads, dropout=0.1),
+        feed_forward=FeedForwardSettings(d_ff=d_ff, activation="gelu", dropout=0.1),
+        norm=NormSettings(kind="layernorm", eps=1e-12),
+        norm_first=False,
+        dropout=0.1,
+    )
+    return LayerPlan(block=block, num_layers=num_layers)
+
+
+def bert_embedder() -> EmbedderSettings:
+    """BERT's embeddings: learned positions, two token types, a LayerNorm, dropout 0.1."""
+    return EmbedderSettings(
+        positions="learned",
+        type_vocab_size=2,
+        norm=NormSettings(kind="layernorm", eps=1e-12),
+        dropout=0.1,
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClassifierConfig(TransformerConfig):
+    """A sequence classifier. The defaults are BERT-base (uncased) shapes."""
+
+    aliases: ClassVar[dict[str, tuple[str, ...]]] = {
+        **TransformerConfig.aliases,
+        "num_classes": ("head.num_classes",),
+    }
+
+    vocab_size: int = 30522  # BERT uncased WordPiece vocabulary
+    d_model: int = 768  # model width
+    max_positions: int = 512  # longest input (RoBERTa: with its position offset)
+    pad_id: int | None = 0  # [PAD]
+    embedder: EmbedderSettings = field(default_factory=bert_embedder)  # BERT's
+    layers: LayerPlan = field(default_factory=bert_plan)  # 12 post-norm blocks
+    head: ClassifierHead = field(default_factory=ClassifierHead)  # [CLS] -> pooler -> classes
+    masked_lm: bool = False  # add the masked-LM head (tied decoder) for MLM pretraining
+    mask_id: int | None = None  # the mask token of masked-LM pretraining ([MASK], <mask>)
+
+    def check_parts(self) -> None:
+        offset = self.embedder.position_offset
+        if not 0 <= offset < self.max_positions:
             raise ValueError(
-                f"pooler_activation must be one of {sorted(POOLER_ACTIVATIONS)}, "
-                f"got {self.pooler_activation!r}"
-            )
-        if not 0 <= self.position_offset < self.max_positions:
-            raise ValueError(
-                f"position_offset must be in [0, max_positions={self.max_positions}), got "
-                f"{self.position_offset}; RoBERTa uses pad_id + 1 with max_positions = longest "
-                "input + pad_id + 1"
+                f"embedder.position_offset must be in [0, max_positions={self.max_positions}), "
+                f"got {offset}; RoBERTa uses pad_id + 1 with max_positions = longest input + "
+                "pad_id + 1"
             )
         self._check_token_id("mask_id", self.mask_id)
-        rate = self.classifier_dropout
-        if rate is not None and not 0.0 <= rate < 1.0:
-            raise ValueError(f"classifier_dropout must be in [0, 1), got {rate}")
-        if self.pooler_norm and not self.pooler:
-            raise ValueError("pooler_norm normalises the pooler's output: set pooler=True")
+        for path, settings in self.layer_settings():
+            if settings.cross_attention is not None:
+                self.refuse(f"{path}.cross_attention", "is a translator decoder's")
 
-    def embedder_settings(self) -> EmbedderSettings:
-        """The embedder's settings, with the token types (segments) of `type_vocab_size`."""
-        return replace(super().embedder_settings(), type_vocab_size=self.type_vocab_size)
+    @property
+    def num_classes(self) -> int:
+        """Labels the head scores."""
+        return self.head.num_classes
 
     @property
     def max_tokens(self) -> int:
         """The longest input: `max_positions` less the positions RoBERTa's offset skips."""
-        return self.max_positions - self.position_offset
+        return self.max_positions - self.embedder.position_offset
 
 
 class Classifier(eqx.Module):
@@ -117,25 +164,27 @@ class Classifier(eqx.Module):
 
     def __init__(self, config: ClassifierConfig, *, key: PRNGKeyArray):
         embed_key, layers_key, pooler_key, head_key, mlm_key = jax.random.split(key, 5)
-        c = config
+        c, head = config, config.head
         self.config = c
-        self.embedder = Embedder(c.d_model, c.embedder_settings(), init=c.init, key=embed_key)
-        self.encoder = layer_stack(c, c.num_layers, key=layers_key)
-        self.final_norm = c.make_norm() if c.norm_first else None
+        self.embedder = Embedder(
+            c.vocab_size, c.d_model, c.max_positions, c.embedder, init=c.init, key=embed_key
+        )
+        self.encoder = layer_stack(c, c.layers, key=layers_key)
+        self.final_norm = c.make_norm() if c.layers.block.norm_first else None
+        pooler = head.pooler
         self.pooler = None
-        if c.pooler:
-            self.pooler = c.init.linear(c.d_model, c.d_model, c.pooler_bias, key=pooler_key)
-        self.pooler_norm = c.make_norm() if c.pooler_norm else None
-        rate = c.dropout if c.classifier_dropout is None else c.classifier_dropout
-        self.head_dropout = Dropout(rate)
-        self.head = c.init.linear(c.d_model, c.num_classes, key=head_key)
+        if pooler is not None:
+            self.pooler = c.init.linear(c.d_model, c.d_model, pooler.bias, key=pooler_key)
+        self.pooler_norm = c.make_norm() if pooler is not None and pooler.norm else None
+        self.head_dropout = Dropout(head.dropout)
+        self.head = c.init.linear(c.d_model, head.num_classes, key=head_key)
         self.mlm_head = None
         if c.masked_lm:
             self.mlm_head = MaskedLMHead(
                 c.d_model,
                 c.vocab_size,
-                activation=c.activation,
-                eps=c.layer_norm_eps,
+                activation=_mlm_activation(c),
+                eps=c.layers.block.norm.eps,
                 init=c.init,
                 key=mlm_key,
             )
@@ -157,24 +206,26 @@ class Classifier(eqx.Module):
                     f"token_types must have the tokens' shape {tuple(tokens.shape)}, "
                     f"got {tuple(token_types.shape)}"
                 )
-            if c.type_vocab_size == 0:
+            if c.embedder.type_vocab_size == 0:
                 raise ValueError("token_types given but the config has type_vocab_size=0")
-            token_types = check_token_ids(token_types, c.type_vocab_size, what="token type")
+            types = c.embedder.type_vocab_size
+            token_types = check_token_ids(token_types, types, what="token type")
         embed_key, layers_key = split_optional(key, 2)
         num_tokens = tokens.shape[0]
         valid = valid_positions(tokens, c.pad_id, mask)
         positions = jnp.arange(num_tokens)
-        if c.position_offset > 0 and valid is not None:
+        offset = c.embedder.position_offset
+        if offset > 0 and valid is not None:
             # RoBERTa: real tokens count from pad_id + 1, padding sits at pad_id (one below)
             counts = jnp.cumsum(valid.astype(jnp.int32))
-            positions = jnp.where(valid, counts, 0) + (c.position_offset - 1)
-        elif c.position_offset > 0:
-            positions = positions + c.position_offset
+            positions = jnp.where(valid, counts, 0) + (offset - 1)
+        elif offset > 0:
+            positions = positions + offset
         # real tokens first, so that the padding is a length (zoo.nn.Compaction)
-        # a window in an encoder is two-sided (ModernBERT's local layers); it counts compacted
-        # positions, which are the tokens' own wherever the padding is at the end
+        # a layer's window in an encoder is two-sided (ModernBERT's local layers); it counts
+        # compacted positions, which are the tokens' own wherever the padding is at the end
         compaction, attention, tokens, positions, token_types = compact_padding(
-            valid, Mask(window=c.sliding_window), tokens, positions, token_types
+            valid, Mask(), tokens, positions, token_types
         )
         x = self.embedder(tokens, positions, token_types, key=embed_key)
         inputs = BlockInputs(mask=attention, positions=positions)
@@ -200,7 +251,8 @@ class Classifier(eqx.Module):
         self, hidden: Float[Array, "seq d_model"], valid: Bool[Array, " seq"] | None
     ) -> Float[Array, " d_model"]:
         """One vector per sequence: the first token's, or the mean over real tokens."""
-        if self.config.pooling == "first":
+        head = self.config.head
+        if head.pooling == "first":
             pooled = hidden[0]
         else:
             weights = (
@@ -211,7 +263,8 @@ class Classifier(eqx.Module):
             total = jnp.sum(hidden * weights[:, None], axis=0)
             pooled = total / jnp.maximum(jnp.sum(weights), 1.0)
         if self.pooler is not None:
-            pooled = POOLER_ACTIVATIONS[self.config.pooler_activation](self.pooler(pooled))
+            assert head.pooler is not None
+            pooled = POOLER_ACTIVATIONS[head.pooler.activation](self.pooler(pooled))
         if self.pooler_norm is not None:
             pooled = self.pooler_norm(pooled)
         return pooled
@@ -225,10 +278,22 @@ class Classifier(eqx.Module):
         key: PRNGKeyArray | None = None,
     ) -> Float[Array, " classes"]:
         """Class logits. `mask` (True = real token) overrides padding derived from `pad_id`."""
+        return self.logits_and_router(tokens, mask, token_types, key=key).output
+
+    def logits_and_router(
+        self,
+        tokens: Int[Array, " seq"],
+        mask: Bool[Array, " seq"] | None = None,
+        token_types: Int[Array, " seq"] | None = None,
+        *,
+        key: PRNGKeyArray | None = None,
+    ) -> Routed:
+        """The class logits and, for a mixture of experts, its routers' statistics (`Routed`):
+        what `zoo.tasks.Classification` forms its loss and router losses from."""
         encode_key, head_key = split_optional(key, 2)
-        hidden, valid, _ = self._encode(tokens, mask, token_types, key=encode_key)
+        hidden, valid, extras = self._encode(tokens, mask, token_types, key=encode_key)
         pooled = self.head_dropout(self.pool(hidden, valid), key=head_key)
-        return self.head(pooled)
+        return routed(self.head(pooled), extras)
 
     def masked_lm_logits(
         self,
@@ -239,14 +304,25 @@ class Classifier(eqx.Module):
         key: PRNGKeyArray | None = None,
     ) -> Float[Array, "seq vocab"]:
         """Vocabulary logits at every position from the masked-LM head (`masked_lm=True`)."""
+        return self.masked_lm_logits_and_router(tokens, mask, token_types, key=key).output
+
+    def masked_lm_logits_and_router(
+        self,
+        tokens: Int[Array, " seq"],
+        mask: Bool[Array, " seq"] | None = None,
+        token_types: Int[Array, " seq"] | None = None,
+        *,
+        key: PRNGKeyArray | None = None,
+    ) -> Routed:
+        """`masked_lm_logits` and the routers' statistics (`Routed`)."""
         if self.mlm_head is None:
             raise ValueError(
                 "this classifier has no masked-LM head: build it with masked_lm=True "
                 "(zoo.create(..., masked_lm=True)) to pretrain or score masked tokens"
             )
-        hidden, _, _ = self._encode(tokens, mask, token_types, key=key)
+        hidden, _, extras = self._encode(tokens, mask, token_types, key=key)
         assert self.embedder.token_weight is not None  # a classifier owns its token table
-        return self.mlm_head(hidden, self.embedder.token_weight)
+        return routed(self.mlm_head(hidden, self.embedder.token_weight), extras)
 
     def attention_maps(
         self, tokens: Int[Array, " seq"], mask: Bool[Array, " seq"] | None = None
@@ -255,3 +331,8 @@ class Classifier(eqx.Module):
         _, _, extras = self._encode(tokens, mask, None, key=None, return_weights=True)
         assert extras.self_weights is not None
         return extras.self_weights
+
+
+def _mlm_activation(config: ClassifierConfig) -> str:
+    """The masked-LM head's activation: the feed-forward's (BERT: exact GELU)."""
+    return config.layers.block.feed_forward.activation

@@ -2,45 +2,50 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 from zoo.models.config import TransformerConfig
-from zoo.nn.block import BlockExtras, BlockSettings, TransformerBlock
+from zoo.nn.block import BlockExtras
 from zoo.nn.cache import KVCache
 from zoo.nn.embedding import check_token_ids
 from zoo.nn.mask import Compaction, Mask
+from zoo.nn.moe import RouterStats
+from zoo.nn.plan import LayerPlan
 from zoo.nn.stack import LayerStack
 
 
-def layer_stack(
-    config: TransformerConfig, num_layers: int, *, cross_attention: bool = False, key: PRNGKeyArray
-) -> LayerStack:
-    """`num_layers` blocks with the config's block settings, run as the config says (scanned
-    or unrolled, with its rematerialisation). Layers whose settings differ (dense layers among
-    experts, ModernBERT's layer 0 without an attention norm) go in one group per kind."""
-    kinds: list[BlockSettings] = []
-    layer_kinds = []
-    for layer in range(num_layers):
-        settings = config.block_settings(
-            cross_attention=cross_attention, layer=layer, num_layers=num_layers
-        )
-        if settings not in kinds:
-            kinds.append(settings)
-        layer_kinds.append(kinds.index(settings))
+class Routed(NamedTuple):
+    """What a model computes and, for a mixture of experts, its routers' statistics summed over
+    the layers and the real tokens (`zoo.nn.moe.RouterStats`; None for a dense model): what a
+    task forms the router losses from (`zoo.tasks.router_losses`)."""
 
-    def maker(settings: BlockSettings):
-        return lambda k: TransformerBlock(config.d_model, settings, init=config.init, key=k)
+    output: Array
+    router: RouterStats | None
 
+
+def routed(output: Array, *extras: BlockExtras) -> Routed:
+    """`output` with the router statistics of the stacks whose `extras` are given, pooled."""
+    stats = [extra.router.total() for extra in extras if extra.router is not None]
+    if not stats:
+        return Routed(output, None)
+    pooled = jax.tree_util.tree_map(lambda *parts: sum(parts[1:], parts[0]), *stats)
+    return Routed(output, pooled)
+
+
+def layer_stack(config: TransformerConfig, plan: LayerPlan, *, key: PRNGKeyArray) -> LayerStack:
+    """The blocks of `plan` at the config's width and initialisation, run as the config says
+    (scanned or unrolled, with its rematerialisation)."""
     return LayerStack(
-        [maker(settings) for settings in kinds] if len(kinds) > 1 else maker(kinds[0]),
-        num_layers,
-        layer_kinds=layer_kinds,
+        plan,
+        config.d_model,
+        init=config.init,
         scan=config.scan_layers,
         remat=config.remat,
-        pattern=config.layer_pattern(),
         key=key,
     )
 

@@ -1,8 +1,8 @@
 """Decoder-only GPT: token embeddings -> causal blocks -> final norm -> vocabulary.
 
 One class for GPT-2 and for today's decoders (Llama, Mistral, Qwen2, Qwen3, SmolLM): they differ
-only in config fields that pick parts (`norm`, `positions`, `feed_forward`, `num_kv_heads`,
-`qkv_bias`, `qk_norm`, `sliding_window`, ...). See `zoo.presets` for each family's settings.
+only in their parts' settings (the attention's heads, rotary base, QK-norm and window; the
+feed-forward's kind; the norm's). See `zoo.presets` for each family's settings.
 
 Read in this order, from token ids to logits (`GPT._run` below is the whole forward pass):
 
@@ -23,7 +23,7 @@ and `zoo/nn/cache.py` (the KV cache that `prefill` and `extend` fill).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import equinox as eqx
 import jax
@@ -31,26 +31,55 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 from zoo.models.common import (
+    Routed,
     check_cache_room,
     check_tokens,
     compact_padding,
     layer_stack,
     restore_order,
+    routed,
     segment_positions,
     token_positions,
     valid_positions,
 )
 from zoo.models.config import TransformerConfig
-from zoo.nn.block import BlockExtras, BlockInputs
+from zoo.nn.block import BlockExtras, BlockInputs, BlockSettings
 from zoo.nn.cache import KVCache
 from zoo.nn.dropout import split_optional
-from zoo.nn.embedding import Embedder
+from zoo.nn.embedding import Embedder, EmbedderSettings
+from zoo.nn.feedforward import FeedForwardSettings
 from zoo.nn.linear import Linear
 from zoo.nn.mask import Mask
-from zoo.nn.moe import RouterStats
-from zoo.nn.norm import Norm
+from zoo.nn.multihead import AttentionSettings
+from zoo.nn.norm import Norm, NormSettings
+from zoo.nn.plan import LayerPlan
 from zoo.nn.stack import LayerStack
 from zoo.nn.vocab import VocabHead
+
+
+@dataclass(frozen=True, kw_only=True)
+class LMHead:
+    """The projection of a GPT's features to the vocabulary."""
+
+    tie: bool = True  # the token table transposed (GPT-2); False: a head of its own
+    softcap: float | None = None  # logits -> softcap * tanh(logits / softcap) (Gemma 2)
+
+    def __post_init__(self) -> None:
+        if self.softcap is not None and not self.softcap > 0:
+            raise ValueError(f"head softcap must be a positive number or None, got {self.softcap}")
+
+
+def gpt2_plan(num_heads: int = 12, d_ff: int = 3072, num_layers: int = 12) -> LayerPlan:
+    """GPT-2's blocks: pre-norm LayerNorms, a dense tanh-GELU feed-forward, biases everywhere,
+    dropout 0.1 on the residual branches, the feed-forward hidden and the attention weights."""
+    block = BlockSettings(
+        attention=AttentionSettings(num_heads=num_heads, dropout=0.1),
+        feed_forward=FeedForwardSettings(d_ff=d_ff, activation="gelu_tanh", dropout=0.1),
+        norm=NormSettings(kind="layernorm", eps=1e-5),
+        norm_first=True,
+        dropout=0.1,
+    )
+    return LayerPlan(block=block, num_layers=num_layers)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,29 +88,33 @@ class GPTConfig(TransformerConfig):
 
     vocab_size: int = 50257  # GPT-2's byte-level BPE vocabulary
     d_model: int = 768  # model width
-    num_heads: int = 12  # attention heads
-    num_layers: int = 12  # decoder blocks
-    d_ff: int = 3072  # feed-forward width (4 * d_model)
     max_positions: int = 1024  # context length
     pad_id: int | None = None  # GPT-2 has no padding token
+    embedder: EmbedderSettings = field(  # learned positions, dropout 0.1
+        default_factory=lambda: EmbedderSettings(positions="learned", dropout=0.1)
+    )
+    layers: LayerPlan = field(default_factory=gpt2_plan)  # 12 blocks of GPT-2's parts
+    head: LMHead = field(default_factory=LMHead)  # tied to the token table
     bos_id: int | None = None  # token that starts a document, if any
     eos_id: int | None = None  # token that ends a document: generation stops on it
     stop_ids: tuple[int, ...] = ()  # more ids that end generation (Llama 3: <|eot_id|>, ...)
-    activation: str = "gelu_tanh"  # GPT-2's "gelu_new"
-    tie_embeddings: bool = True  # output projection = token embedding transposed
-    final_logit_softcap: float | None = None  # logits -> cap * tanh(logits / cap) (Gemma 2)
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
+    def check_parts(self) -> None:
         self._check_token_id("bos_id", self.bos_id)
         self._check_token_id("eos_id", self.eos_id)
         if not isinstance(self.stop_ids, tuple):  # a list read from JSON: keep configs hashable
             object.__setattr__(self, "stop_ids", tuple(self.stop_ids))
         for stop_id in self.stop_ids:
             self._check_token_id("stop_ids", stop_id)
-        cap = self.final_logit_softcap
-        if cap is not None and not cap > 0:
-            raise ValueError(f"final_logit_softcap must be a positive number or None, got {cap!r}")
+        if self.embedder.type_vocab_size:
+            self.refuse(
+                "embedder.type_vocab_size", "adds token types, which only a classifier reads"
+            )
+        if self.embedder.position_offset:
+            self.refuse("embedder.position_offset", "is RoBERTa's, for a classifier")
+        for path, settings in self.layer_settings():
+            if settings.cross_attention is not None:
+                self.refuse(f"{path}.cross_attention", "is a translator decoder's")
 
     @property
     def end_ids(self) -> tuple[int, ...]:
@@ -106,19 +139,20 @@ class GPT(eqx.Module):
         embed_key, layers_key, head_key = jax.random.split(key, 3)
         c = config
         self.config = c
-        self.embedder = Embedder(c.d_model, c.embedder_settings(), init=c.init, key=embed_key)
-        self.layers = layer_stack(c, c.num_layers, key=layers_key)
-        self.final_norm = c.make_norm() if c.norm_first or c.output_norm else None
+        self.embedder = Embedder(
+            c.vocab_size, c.d_model, c.max_positions, c.embedder, init=c.init, key=embed_key
+        )
+        self.layers = layer_stack(c, c.layers, key=layers_key)
+        block = c.layers.block
+        self.final_norm = c.make_norm() if block.norm_first or block.output_norm else None
         self.head = (
-            None
-            if c.tie_embeddings
-            else c.init.linear(c.d_model, c.vocab_size, False, key=head_key)
+            None if c.head.tie else c.init.linear(c.d_model, c.vocab_size, False, key=head_key)
         )
 
     @property
     def output_head(self) -> VocabHead:
         """The projection to the vocabulary: the token table (tied) or the own head."""
-        softcap = self.config.final_logit_softcap
+        softcap = self.config.head.softcap
         if self.head is not None:
             return VocabHead(self.head, softcap=softcap)
         assert self.embedder.token_weight is not None
@@ -154,7 +188,7 @@ class GPT(eqx.Module):
         if cache is None or prefill:
             valid = None if cache is not None else valid_positions(tokens, c.pad_id, mask)
             positions = token_positions(valid, num_tokens)
-            attention = Mask(causal=True, window=c.sliding_window)
+            attention = Mask(causal=True)
             documents = None
             if segments is not None:
                 if cache is not None:
@@ -167,7 +201,7 @@ class GPT(eqx.Module):
                 attention = attention.replace(query_segments=documents, key_segments=documents)
         else:
             positions = cache.index + jnp.arange(num_tokens)
-            attention = Mask(causal=True, window=c.sliding_window, offset=cache.index)
+            attention = Mask(causal=True, offset=cache.index)
         x = self.embedder(tokens, positions, key=embed_key)
         inputs = BlockInputs(mask=attention, positions=positions, cache=cache)
         x, extras = self.layers(x, inputs, key=layers_key, return_weights=return_weights)
@@ -204,7 +238,7 @@ class GPT(eqx.Module):
         """What `output_head` turns into the logits: `model(tokens) == model.output_head(
         model.features(tokens))`. Losses over the vocabulary start here (`zoo.tasks.vocab_loss`).
         """
-        return self.features_and_router(tokens, mask, segments=segments, key=key)[0]
+        return self.features_and_router(tokens, mask, segments=segments, key=key).output
 
     def features_and_router(
         self,
@@ -213,13 +247,12 @@ class GPT(eqx.Module):
         *,
         segments: Int[Array, " seq"] | None = None,
         key: PRNGKeyArray | None = None,
-    ) -> tuple[Float[Array, "seq d_model"], RouterStats | None]:
-        """`features` and, for a mixture-of-experts model (`num_experts > 0`), its routers'
-        statistics summed over the layers and real tokens (`zoo.nn.moe.RouterStats`; None for a
-        dense model): what `zoo.tasks.LanguageModeling` forms the router losses from."""
+    ) -> Routed:
+        """`features` and, for a mixture of experts, its routers' statistics summed over the
+        layers and real tokens (`Routed`; None for a dense model): what the tasks form the
+        router losses from."""
         x, extras = self._run(tokens, mask, key=key, segments=segments)
-        router = None if extras.router is None else extras.router.total()
-        return self._normed(x), router
+        return routed(self._normed(x), extras)
 
     def attention_maps(
         self, tokens: Int[Array, " seq"], mask: Bool[Array, " seq"] | None = None

@@ -1,17 +1,17 @@
 """Encoder-decoder translator ("Attention is all you need"): encode the source, decode the target.
 
 The same class is T5 by configuration (`zoo.presets`: `t5-small`, `flan-t5-small`): RMSNorm
-before each sub-layer, no biases, relative positions (`positions="relative"`: a bucketed bias
-on the self-attention scores, bidirectional in the encoder and causal in the decoder, computed
-once per pass and shared by the layers), unscaled scores (`scale_scores=False`), and a tied
-head that rescales the decoder output by d_model^-0.5 (`scale_output`, T5 v1.0) or an untied
-one (v1.1 and FLAN-T5).
+before each sub-layer, no biases, relative positions (`relative`: a bucketed bias on the
+self-attention scores, bidirectional in the encoder and causal in the decoder, computed once
+per pass and shared by the layers), unscaled scores (the attention's `scale_dim=1`), and a
+tied head that rescales the decoder output by d_model^-0.5 (`head.scale`, T5 v1.0) or an
+untied one (v1.1 and FLAN-T5).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import NamedTuple
+from dataclasses import dataclass, field, replace
+from typing import ClassVar, NamedTuple
 
 import equinox as eqx
 import jax
@@ -19,67 +19,118 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 from zoo.models.common import (
+    Routed,
     check_cache_room,
     check_tokens,
     compact_padding,
     layer_stack,
+    routed,
     uncompact_weights,
     valid_positions,
 )
 from zoo.models.config import TransformerConfig
-from zoo.nn.block import BlockExtras, BlockInputs, CrossInputs
+from zoo.nn.block import BlockExtras, BlockInputs, BlockSettings, CrossInputs
 from zoo.nn.cache import KVCache
 from zoo.nn.dropout import Dropout, split_optional
 from zoo.nn.embedding import Embedder, EmbedderSettings
+from zoo.nn.feedforward import FeedForwardSettings
 from zoo.nn.linear import Linear
 from zoo.nn.mask import Compaction, Mask
-from zoo.nn.norm import Norm
-from zoo.nn.relative_position import RelativePositionBias, check_relative_buckets
+from zoo.nn.multihead import AttentionSettings
+from zoo.nn.norm import Norm, NormSettings
+from zoo.nn.plan import LayerPlan
+from zoo.nn.relative_position import RelativePositionBias, RelativePositions
 from zoo.nn.stack import LayerStack
 from zoo.nn.vocab import VocabHead
 
 
 @dataclass(frozen=True, kw_only=True)
+class TranslatorHead:
+    """The projection of the decoder's features to the target vocabulary."""
+
+    tie: bool = True  # the target token table transposed; False: a projection of its own
+    bias: bool = False  # a bias on the logits (MarianMT's final_logits_bias)
+    scale: bool = False  # the decoder output times d_model**-0.5 first (T5 v1.0)
+
+
+def transformer_block(num_heads: int = 8, d_ff: int = 2048) -> BlockSettings:
+    """The paper's encoder block: post-norm LayerNorms, a dense ReLU feed-forward, biases
+    everywhere, dropout 0.1."""
+    return BlockSettings(
+        attention=AttentionSettings(num_heads=num_heads, dropout=0.1),
+        feed_forward=FeedForwardSettings(d_ff=d_ff, activation="relu", dropout=0.1),
+        norm=NormSettings(kind="layernorm", eps=1e-5),
+        norm_first=False,
+        dropout=0.1,
+    )
+
+
+def decoder_plan(encoder: LayerPlan, num_layers: int | None = None) -> LayerPlan:
+    """A decoder of the encoder's blocks with cross-attention (settings of the self-attention's,
+    never rotated or windowed)."""
+    block = encoder.block
+    cross = replace(block.attention, rope=None, window=None)
+    count = encoder.num_layers if num_layers is None else num_layers
+    return LayerPlan(block=replace(block, cross_attention=cross), num_layers=count)
+
+
+def _paper_encoder() -> LayerPlan:
+    return LayerPlan(block=transformer_block(), num_layers=6)
+
+
+@dataclass(frozen=True, kw_only=True)
 class TranslatorConfig(TransformerConfig):
-    """A sequence-to-sequence model. The defaults are the paper's base model."""
+    """A sequence-to-sequence model. The defaults are the paper's base model: `layers` is the
+    encoder's plan and `decoder` the decoder's (with cross-attention)."""
+
+    plans: ClassVar[tuple[str, ...]] = ("layers", "decoder")
 
     vocab_size: int = 37000  # source vocabulary (the paper: 37k shared BPE)
-    target_vocab_size: int | None = None  # target vocabulary; None: same as vocab_size
-    num_decoder_layers: int | None = None  # decoder blocks; None: same as num_layers
     max_positions: int = 1024  # longest source or target
     pad_id: int | None = 0  # padding id, in both vocabularies
+    embedder: EmbedderSettings = field(  # the paper's fixed encoding, scaled embeddings
+        default_factory=lambda: EmbedderSettings(positions="sinusoidal", scale=True, dropout=0.1)
+    )
+    layers: LayerPlan = field(default_factory=_paper_encoder)  # the encoder's blocks
+    decoder: LayerPlan = field(  # the decoder's blocks, with cross-attention
+        default_factory=lambda: decoder_plan(_paper_encoder())
+    )
+    head: TranslatorHead = field(default_factory=TranslatorHead)  # tied to the target table
+    target_vocab_size: int | None = None  # target vocabulary; None: same as vocab_size
+    share_embeddings: bool = True  # one token table for source and target (one vocabulary)
     bos_id: int = 1  # target token that starts decoding
     eos_id: int = 2  # target token that ends a translation
-    activation: str = "relu"  # the paper's feed-forward activation
-    norm_first: bool = False  # the paper is post-LN
-    positions: str = "sinusoidal"  # the paper's fixed encoding
-    scale_embeddings: bool = True  # embeddings times sqrt(d_model), as in the paper
-    share_embeddings: bool = True  # one token table for source and target (needs one vocabulary)
-    tie_output: bool = True  # output projection = target token table transposed
-    output_bias: bool = False  # a bias on the output logits (MarianMT's final_logits_bias)
-    scale_output: bool = False  # decoder output times d_model**-0.5 before the head (T5 v1.0)
-    final_dropout: bool = False  # dropout after the final norms too (T5); needs norm_first
-    relative_buckets: int = 32  # positions="relative": distance buckets per table (T5: 32)
-    relative_max_distance: int = 128  # positions="relative": distances beyond share a bucket
+    relative: RelativePositions | None = None  # T5's relative position bias; None: none
+    final_dropout: bool = False  # the blocks' dropout after the final norms too (T5); pre-norm
 
-    relative_positions_supported = True
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.positions == "relative":
-            for bidirectional in (True, False):  # the encoder's table, then the decoder's
-                check_relative_buckets(
-                    self.relative_buckets, self.relative_max_distance, bidirectional=bidirectional
+    def check_parts(self) -> None:
+        for path, settings in self.layer_settings():
+            if settings.attention.window is not None:
+                self.refuse(f"{path}.attention.window", "is not used: a translator has no window")
+            decoder = path.startswith("decoder")
+            if decoder and settings.cross_attention is None:
+                self.refuse(
+                    f"{path}.cross_attention", "is None: a decoder layer attends to the source"
                 )
-        if self.final_dropout and not self.norm_first:
+            if not decoder and settings.cross_attention is not None:
+                self.refuse(f"{path}.cross_attention", "is set: an encoder layer has none")
+        if self.relative is not None and self.embedder.positions != "none":
+            self.refuse(
+                "relative",
+                f"adds relative positions, but the embedder adds {self.embedder.positions} ones "
+                "too: set embedder.positions='none'",
+            )
+        if self.embedder.type_vocab_size or self.embedder.position_offset:
+            self.refuse(
+                "embedder", "has token types or a position offset, which only a classifier reads"
+            )
+        if self.final_dropout and not self.layers.block.norm_first:
             raise ValueError(
                 "final_dropout applies dropout after the final norms, which only a pre-norm "
                 "model has: set norm_first=True or final_dropout=False"
             )
         if self.target_vocab_size is not None and self.target_vocab_size <= 0:
             raise ValueError(f"target_vocab_size must be positive, got {self.target_vocab_size}")
-        if self.num_decoder_layers is not None and self.num_decoder_layers <= 0:
-            raise ValueError(f"num_decoder_layers must be positive, got {self.num_decoder_layers}")
         if self.share_embeddings and self.tgt_vocab != self.vocab_size:
             raise ValueError(
                 f"share_embeddings needs one vocabulary, but vocab_size={self.vocab_size} and "
@@ -91,25 +142,16 @@ class TranslatorConfig(TransformerConfig):
     def relative_bias(
         self, *, bidirectional: bool, key: PRNGKeyArray
     ) -> RelativePositionBias | None:
-        """The relative position table of one side, or None unless positions="relative"."""
-        if self.positions != "relative":
+        """The relative position table of one side, or None without relative positions."""
+        if self.relative is None:
             return None
         return RelativePositionBias(
             self.num_heads,
             bidirectional=bidirectional,
-            num_buckets=self.relative_buckets,
-            max_distance=self.relative_max_distance,
+            num_buckets=self.relative.num_buckets,
+            max_distance=self.relative.max_distance,
             init=self.init,
             key=key,
-        )
-
-    def target_embedder_settings(self) -> EmbedderSettings:
-        """The target embedder's settings: the source's, with the target vocabulary and, with
-        `share_embeddings`, no token table of its own (it reads the source's)."""
-        return replace(
-            self.embedder_settings(),
-            vocab_size=self.tgt_vocab,
-            own_tokens=not self.share_embeddings,
         )
 
     @property
@@ -120,7 +162,7 @@ class TranslatorConfig(TransformerConfig):
     @property
     def decoder_layers(self) -> int:
         """Number of decoder blocks."""
-        return self.num_layers if self.num_decoder_layers is None else self.num_decoder_layers
+        return self.decoder.num_layers
 
 
 class TranslatorState(eqx.Module):
@@ -176,19 +218,26 @@ class Translator(eqx.Module):
         keys = jax.random.split(key, 5)
         c = config
         self.config = c
-        self.source_embedder = Embedder(c.d_model, c.embedder_settings(), init=c.init, key=keys[0])
+        self.source_embedder = Embedder(
+            c.vocab_size, c.d_model, c.max_positions, c.embedder, init=c.init, key=keys[0]
+        )
         self.target_embedder = Embedder(
-            c.d_model, c.target_embedder_settings(), init=c.init, key=keys[1]
+            c.tgt_vocab,
+            c.d_model,
+            c.max_positions,
+            c.embedder,
+            own_tokens=not c.share_embeddings,
+            init=c.init,
+            key=keys[1],
         )
-        self.encoder = layer_stack(c, c.num_layers, key=keys[2])
-        self.decoder = layer_stack(c, c.decoder_layers, cross_attention=True, key=keys[3])
-
-        self.encoder_norm = c.make_norm() if c.norm_first else None
-        self.decoder_norm = c.make_norm() if c.norm_first else None
+        self.encoder = layer_stack(c, c.layers, key=keys[2])
+        self.decoder = layer_stack(c, c.decoder, key=keys[3])
+        self.encoder_norm = c.make_norm() if c.layers.block.norm_first else None
+        self.decoder_norm = c.make_norm() if c.decoder.block.norm_first else None
         self.output_proj = (
-            None if c.tie_output else c.init.linear(c.d_model, c.tgt_vocab, False, key=keys[4])
+            None if c.head.tie else c.init.linear(c.d_model, c.tgt_vocab, False, key=keys[4])
         )
-        self.output_bias = jnp.zeros((c.tgt_vocab,), c.param_dtype) if c.output_bias else None
+        self.output_bias = jnp.zeros((c.tgt_vocab,), c.param_dtype) if c.head.bias else None
         # relative positions: one table per side (T5 keeps it in the first layer), shared by
         # every layer of that side
         self.encoder_position_bias = c.relative_bias(
@@ -197,7 +246,7 @@ class Translator(eqx.Module):
         self.decoder_position_bias = c.relative_bias(
             bidirectional=False, key=jax.random.fold_in(key, 6)
         )
-        self.final_dropout = Dropout(c.dropout if c.final_dropout else 0.0)
+        self.final_dropout = Dropout(c.layers.block.dropout if c.final_dropout else 0.0)
 
     @property
     def target_token_weight(self) -> Float[Array, "vocab d_model"]:
@@ -287,7 +336,7 @@ class Translator(eqx.Module):
         """The projection of decoder features to the target vocabulary: the target table
         (tied) or `output_proj`, MarianMT's logits bias, T5 v1.0's rescaling."""
         layer = self.target_token_weight if self.output_proj is None else self.output_proj
-        scale = self.config.d_model**-0.5 if self.config.scale_output else None
+        scale = self.config.d_model**-0.5 if self.config.head.scale else None
         return VocabHead(layer, bias=self.output_bias, scale=scale)
 
     def decode(
@@ -332,11 +381,24 @@ class Translator(eqx.Module):
     ) -> Float[Array, "tgt d_model"]:
         """The decoder's output, what `output_head` turns into the logits:
         `model(src, tgt) == model.output_head(model.features(src, tgt))`."""
+        return self.features_and_router(src, tgt, src_mask, key=key).output
+
+    def features_and_router(
+        self,
+        src: Int[Array, " src"],
+        tgt: Int[Array, " tgt"],
+        src_mask: Bool[Array, " src"] | None = None,
+        *,
+        key: PRNGKeyArray | None = None,
+    ) -> Routed:
+        """`features` and, for a mixture of experts, the routers' statistics of the encoder
+        and the decoder pooled (`Routed`): what `zoo.tasks.Translation` forms its router losses
+        from."""
         encode_key, decode_key = split_optional(key, 2)
-        source, _ = self._encode(src, src_mask, key=encode_key)
+        source, encoded = self._encode(src, src_mask, key=encode_key)
         cross = self.decoder.cross_inputs(source.memory, source.cross_mask())
-        x, _ = self._decode(tgt, cross, key=decode_key)
-        return x
+        x, decoded = self._decode(tgt, cross, key=decode_key)
+        return routed(x, encoded, decoded)
 
     def attention_maps(
         self, src: Int[Array, " src"], tgt: Int[Array, " tgt"]

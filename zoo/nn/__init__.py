@@ -1,12 +1,7 @@
 """Shared per-example layers: attention, embeddings, relative positions, feed-forward, blocks,
 stacks."""
 
-from zoo.nn.attention import (
-    AttentionSettings,
-    MultiHeadAttention,
-    attention_weights,
-    dot_product_attention,
-)
+from zoo.nn.attention import attention_weights, dot_product_attention
 from zoo.nn.block import BlockExtras, BlockInputs, BlockSettings, CrossInputs, TransformerBlock
 from zoo.nn.cache import KVCache
 from zoo.nn.dropout import Dropout
@@ -14,15 +9,22 @@ from zoo.nn.embedding import Embedder, EmbedderSettings, check_token_ids, sinuso
 from zoo.nn.feedforward import ACTIVATIONS, FeedForward, FeedForwardSettings
 from zoo.nn.heads import MaskedLMHead
 from zoo.nn.kernel import KernelOptions, kernel_platform
+from zoo.nn.layer_index import LayerIndex
 from zoo.nn.linear import Init, Linear
 from zoo.nn.lora import LoRALinear
 from zoo.nn.mask import Compaction, Mask
 from zoo.nn.moe import MoEFeedForward, MoESettings, RouterStats
-from zoo.nn.norm import LayerNorm, RMSNorm, make_norm
+from zoo.nn.multihead import AttentionSettings, MultiHeadAttention, QKNorm
+from zoo.nn.norm import LayerNorm, NormSettings, RMSNorm, make_norm
+from zoo.nn.plan import LayerCall, LayerOverride, LayerPlan
 from zoo.nn.quantized import QuantizedLinear
-from zoo.nn.relative_position import RelativePositionBias, relative_position_buckets
+from zoo.nn.relative_position import (
+    RelativePositionBias,
+    RelativePositions,
+    relative_position_buckets,
+)
 from zoo.nn.rotary import Rope, RotaryEmbedding, RotaryTable, apply_rotary
-from zoo.nn.stack import LayerPattern, LayerStack
+from zoo.nn.stack import LayerStack
 from zoo.nn.vocab import VocabHead, vocab_multiple
 
 __all__ = [
@@ -41,8 +43,11 @@ __all__ = [
     "Init",
     "KVCache",
     "KernelOptions",
+    "LayerCall",
+    "LayerIndex",
     "LayerNorm",
-    "LayerPattern",
+    "LayerOverride",
+    "LayerPlan",
     "LayerStack",
     "Linear",
     "LoRALinear",
@@ -51,9 +56,12 @@ __all__ = [
     "MoEFeedForward",
     "MoESettings",
     "MultiHeadAttention",
+    "NormSettings",
+    "QKNorm",
     "QuantizedLinear",
     "RMSNorm",
     "RelativePositionBias",
+    "RelativePositions",
     "Rope",
     "RotaryEmbedding",
     "RotaryTable",

@@ -12,75 +12,59 @@ norm before it ("sandwich", Gemma 2/3: `x + norm_out(f(norm_in(x)))`), or alone 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, NamedTuple
+from dataclasses import dataclass, field
+from typing import NamedTuple, TypeVar
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from zoo.nn.attention import AttentionSettings, MultiHeadAttention
 from zoo.nn.cache import KVCache
 from zoo.nn.dropout import Dropout, split_optional
 from zoo.nn.feedforward import FeedForward, FeedForwardSettings
 from zoo.nn.linear import Init
 from zoo.nn.mask import Mask
 from zoo.nn.moe import MoEFeedForward, MoESettings, RouterStats
-from zoo.nn.norm import NORM_KINDS, Norm, make_norm
-from zoo.nn.rotary import RotaryTable
+from zoo.nn.multihead import AttentionSettings, MultiHeadAttention
+from zoo.nn.norm import Norm, NormSettings
+from zoo.nn.rotary import Rope, RotaryTable
+from zoo.tree import with_fields
 
 
 @dataclass(frozen=True, kw_only=True)
 class BlockSettings:
     """What a `TransformerBlock` is, besides its width and initialisation: its parts' own
-    settings, the norm, and where the norm sits. A model's config resolves it
-    (`config.block_settings()`); the fields carry the config's names."""
+    settings, the norm, and where the norm sits."""
 
-    attention: AttentionSettings  # the self-attention
-    feed_forward: FeedForwardSettings | MoESettings  # dense/gated, or a mixture of experts
+    attention: AttentionSettings = field(default_factory=AttentionSettings)  # self-attention
+    feed_forward: FeedForwardSettings | MoESettings = field(  # dense/gated, or experts
+        default_factory=FeedForwardSettings
+    )
     cross_attention: AttentionSettings | None = None  # a decoder's, attending to the encoder
-    norm: str = "layernorm"  # layernorm | rmsnorm
-    layer_norm_eps: float = 1e-5  # epsilon of the block's norms
+    norm: NormSettings = field(default_factory=NormSettings)  # the block's norms
     norm_first: bool = True  # pre-norm (GPT-2, Llama) or post-norm (the paper, BERT)
     dropout: float = 0.0  # on each sub-layer's output, before the residual sum
     output_norm: bool = False  # norm each sub-layer's output before the sum (Gemma 2/3, OLMo 2)
-    norm_weight_offset: float = 0.0  # RMSNorms scale by offset + weight (Gemma: 1)
-    norm_bias: bool = True  # the LayerNorms' biases (ModernBERT: none)
     attention_norm: bool = True  # False: no norm before the attention (ModernBERT's layer 0)
 
-    @staticmethod
-    def basic(
-        num_heads: int,
-        d_ff: int,
-        *,
-        cross_attention: bool = False,
-        dropout: float = 0.0,
-        **fields: Any,
-    ) -> BlockSettings:
-        """A block of `num_heads` attention heads and a dense GELU feed-forward of width `d_ff`,
-        `dropout` on the residual branches and the feed-forward's hidden layer, and the other
-        `BlockSettings` fields by keyword (`norm`, `norm_first`, ...)."""
-        attention = AttentionSettings(num_heads=num_heads)
-        return BlockSettings(
-            attention=attention,
-            feed_forward=FeedForwardSettings(d_ff=d_ff, activation_dropout=dropout),
-            cross_attention=attention if cross_attention else None,
-            dropout=dropout,
-            **fields,
-        )
-
     def __post_init__(self) -> None:
-        if self.norm not in NORM_KINDS:
-            raise ValueError(f"norm must be one of {NORM_KINDS}, got {self.norm!r}")
-        if self.cross_attention is not None and self.cross_attention.rope is not None:
-            raise ValueError("cross-attention keys are not rotated: give it rope=None")
-        if self.cross_attention is not None and self.output_norm:
+        cross = self.cross_attention
+        if cross is not None and (cross.rope is not None or cross.window is not None):
+            raise ValueError(
+                "cross-attention keys are not rotated or windowed: give it rope=None, window=None"
+            )
+        if cross is not None and self.output_norm:
             raise ValueError(
                 "output_norm is for decoder-only and encoder blocks, not cross-attention"
             )
         if not self.attention_norm and not self.norm_first:
             raise ValueError("attention_norm=False is for pre-norm blocks: set norm_first")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"block dropout must be in [0, 1), got {self.dropout}")
+
+
+Extra = TypeVar("Extra")  # what a sub-layer returns beside its output
 
 
 class CrossInputs(NamedTuple):
@@ -160,10 +144,7 @@ class TransformerBlock(eqx.Module):
         self_key, cross_key, ff_key = jax.random.split(key, 3)
 
         def norm() -> Norm:
-            eps, offset = s.layer_norm_eps, s.norm_weight_offset
-            return make_norm(
-                s.norm, d_model, eps=eps, dtype=init.dtype, offset=offset, bias=s.norm_bias
-            )
+            return s.norm.make(d_model, init.dtype)
 
         self.self_attention = MultiHeadAttention(d_model, s.attention, init=init, key=self_key)
         self.self_attention_norm = norm() if s.attention_norm else None
@@ -185,14 +166,22 @@ class TransformerBlock(eqx.Module):
         self.norm_first = s.norm_first
         self.output_norm = s.output_norm
 
+    def with_call(self, *, window: int | None, rope: Rope | None) -> TransformerBlock:
+        """The same weights with another self-attention window and rotary base (a layer of a
+        `LayerStack` that shares its weights' shapes with layers called otherwise)."""
+        attention = self.self_attention.with_call(window=window, rope=rope)
+        if attention is self.self_attention:
+            return self
+        return with_fields(self, self_attention=attention)
+
     def _residual(
         self,
         x: Array,
         norm: Callable[[Array], Array],
-        sublayer: Callable[[Array, PRNGKeyArray | None], tuple[Array, Any]],
+        sublayer: Callable[[Array, PRNGKeyArray | None], tuple[Array, Extra]],
         key: PRNGKeyArray | None,
         output_norm: Norm | None = None,
-    ) -> tuple[Array, Any]:
+    ) -> tuple[Array, Extra]:
         sublayer_key, dropout_key = split_optional(key, 2)
         if self.output_norm and not self.norm_first:  # OLMo 2: the one norm is on the output
             update, extra = sublayer(x, sublayer_key)

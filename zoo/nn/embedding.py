@@ -7,7 +7,6 @@ import contextvars
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import equinox as eqx
 import jax
@@ -15,14 +14,13 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from zoo.nn.dropout import Dropout
-from zoo.nn.linear import Init, legacy_init
-from zoo.nn.norm import LayerNorm
-from zoo.records import legacy_keywords
+from zoo.nn.linear import Init
+from zoo.nn.norm import Norm, NormSettings
 
 # learned and sinusoidal positions are added to the token embeddings; rotary positions are
 # applied inside attention (zoo.nn.rotary) and relative ones are a bias on the attention scores
 # (zoo.nn.relative_position, T5), so the embedder adds nothing for those two.
-POSITION_KINDS = ("learned", "sinusoidal", "rotary", "relative")
+POSITION_KINDS = ("learned", "sinusoidal", "none")
 SINUSOID_LAYOUTS = ("interleaved", "concatenated")
 
 
@@ -92,92 +90,47 @@ def sinusoidal_positions(
 
 @dataclass(frozen=True, kw_only=True)
 class EmbedderSettings:
-    """What an `Embedder` is, besides its width and initialisation.
+    """What an `Embedder` is, besides its sizes (vocabulary, width, positions) and
+    initialisation."""
 
-    A model's config resolves it (`config.embedder_settings()`); the fields carry the config's
-    names and meanings.
-    """
-
-    vocab_size: int  # token ids are in [0, vocab_size)
-    max_positions: int  # rows of the learned position table
-    positions: str = "learned"  # learned | sinusoidal (added here) | rotary | relative (not here)
+    positions: str = "learned"  # learned | sinusoidal (added here) | none (rotary, relative)
     sinusoid_layout: str = "interleaved"  # interleaved (the paper) | concatenated (Marian)
-    scale_embeddings: bool = False  # token embeddings times sqrt(d_model)
-    type_vocab_size: int = 0  # token types (segments); 0: none
-    embedding_norm: bool = False  # LayerNorm after the sum (BERT)
-    layer_norm_eps: float = 1e-5  # its epsilon
-    norm_bias: bool = True  # the LayerNorm's bias (ModernBERT: none)
+    scale: bool = False  # token embeddings times sqrt(d_model) (the paper, T5 no, Gemma yes)
+    norm: NormSettings | None = None  # a norm after the sum (BERT's LayerNorm); None: none
     dropout: float = 0.0  # on the embeddings
-    own_tokens: bool = True  # False: the token table is another embedder's, passed in a call
+    type_vocab_size: int = 0  # token types (segments, BERT: 2); 0: none
+    position_offset: int = 0  # RoBERTa: real tokens' positions count from here (pad_id + 1)
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "max_positions"):
+        for name in ("type_vocab_size", "position_offset"):
             value = getattr(self, name)
-            if not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if not isinstance(self.type_vocab_size, int) or self.type_vocab_size < 0:
-            raise ValueError(f"type_vocab_size must be >= 0, got {self.type_vocab_size!r}")
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
         if self.positions not in POSITION_KINDS:
-            raise ValueError(f"positions must be one of {POSITION_KINDS}, got {self.positions!r}")
+            raise ValueError(
+                f"embedder positions must be one of {POSITION_KINDS} (rotary positions are the "
+                f"attention's `rope`), got {self.positions!r}"
+            )
         if self.sinusoid_layout not in SINUSOID_LAYOUTS:
             raise ValueError(
                 f"sinusoid_layout must be one of {SINUSOID_LAYOUTS}, got {self.sinusoid_layout!r}"
             )
-
-
-# the loose keywords of `Embedder` before `EmbedderSettings` -> the settings' fields
-_OLDER_KEYWORDS = {
-    "vocab_size": "vocab_size",
-    "max_positions": "max_positions",
-    "position_kind": "positions",
-    "sinusoid_layout": "sinusoid_layout",
-    "scale_tokens": "scale_embeddings",
-    "type_vocab_size": "type_vocab_size",
-    "use_norm": "embedding_norm",
-    "norm_eps": "layer_norm_eps",
-    "dropout_rate": "dropout",
-    "own_tokens": "own_tokens",
-}
-
-
-def _older_call(
-    first: int, second: int | None, more: tuple[int, ...], legacy: dict[str, Any]
-) -> tuple[int, EmbedderSettings, Init]:
-    """(d_model, settings, init) of a call in the older form
-    `Embedder(vocab_size, d_model, max_positions, *, position_kind=..., ..., key=...)`."""
-    if second is None:  # everything by keyword: `first` is d_model
-        given, d_model = dict(legacy), first
-    elif len(more) > 1:
-        raise TypeError(f"Embedder() takes at most 3 positional sizes, got {2 + len(more)}")
-    else:  # positional vocab_size, d_model[, max_positions]
-        sizes = dict(zip(("max_positions",), more, strict=False))
-        given, d_model = {"vocab_size": first, **sizes, **legacy}, second
-    older = legacy_keywords(
-        "Embedder",
-        given,
-        (*_OLDER_KEYWORDS, "init_std", "dtype"),
-        "Embedder(d_model, EmbedderSettings(...), init=Init(...))",
-    )
-    fields = {new: older[name] for name, new in _OLDER_KEYWORDS.items() if name in older}
-    init = Init(older.get("init_std", Init.std), older.get("dtype", Init.dtype))
-    return d_model, EmbedderSettings(**fields), init
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"embedding dropout must be in [0, 1), got {self.dropout}")
 
 
 class Embedder(eqx.Module):
     """Token embedding (optionally scaled by sqrt(d_model)) + positions + token types.
 
-    Optionally followed by LayerNorm (BERT) and dropout, as its `EmbedderSettings` say; tables
+    Optionally followed by a norm (BERT) and dropout, as its `EmbedderSettings` say; tables
     drawn as `init` says. With `own_tokens=False` the token table is passed in each call
     (`token_weight`), shared with another embedder (a translator with shared embeddings).
-
-    The older call `Embedder(vocab_size, d_model, max_positions, position_kind=..., ...,
-    init_std=..., dtype=..., key=...)` still works, with a DeprecationWarning.
     """
 
     token_weight: Float[Array, "vocab d_model"] | None
     position_weight: Float[Array, "max_positions d_model"] | None
     token_type_weight: Float[Array, "types d_model"] | None
-    norm: LayerNorm | None
+    norm: Norm | None
     dropout: Dropout
     vocab_size: int = eqx.field(static=True)
     d_model: int = eqx.field(static=True)
@@ -188,37 +141,47 @@ class Embedder(eqx.Module):
 
     def __init__(
         self,
+        vocab_size: int,
         d_model: int,
-        settings: EmbedderSettings | int | None = None,
-        *older: int,
+        max_positions: int,
+        settings: EmbedderSettings | None = None,
+        *,
+        own_tokens: bool = True,
         init: Init | None = None,
         key: PRNGKeyArray,
-        **legacy: Any,
     ):
-        if isinstance(settings, EmbedderSettings) and not older:
-            init = legacy_init("Embedder", init, legacy)
-        elif init is None and (isinstance(settings, int) or (settings is None and legacy)):
-            d_model, settings, init = _older_call(d_model, settings, older, legacy)
-        else:
-            raise TypeError("Embedder takes (d_model, EmbedderSettings(...), *, init=None, key)")
-        s = settings
+        """An embedder of `vocab_size` tokens into `d_model` wide vectors.
+
+        Args:
+            vocab_size: token ids are in `[0, vocab_size)`.
+            d_model: the width of the embeddings.
+            max_positions: rows of the learned position table (the longest input).
+            settings: positions, scaling, norm, dropout, token types (default: learned
+                positions and nothing else).
+            own_tokens: False: no token table here; each call passes another's.
+            init: how the tables are drawn (default `Init()`).
+            key: the tables' random key.
+        """
+        s = EmbedderSettings() if settings is None else settings
+        init = Init() if init is None else init
+        for name, value in (("vocab_size", vocab_size), ("max_positions", max_positions)):
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
         tok_key, pos_key, type_key = jax.random.split(key, 3)
         learned = s.positions == "learned"
-        self.token_weight = init.normal(tok_key, (s.vocab_size, d_model)) if s.own_tokens else None
-        self.position_weight = init.normal(pos_key, (s.max_positions, d_model)) if learned else None
+        self.token_weight = init.normal(tok_key, (vocab_size, d_model)) if own_tokens else None
+        self.position_weight = init.normal(pos_key, (max_positions, d_model)) if learned else None
         self.token_type_weight = (
             init.normal(type_key, (s.type_vocab_size, d_model)) if s.type_vocab_size > 0 else None
         )
-        self.norm = None
-        if s.embedding_norm:
-            self.norm = LayerNorm(d_model, eps=s.layer_norm_eps, dtype=init.dtype, bias=s.norm_bias)
+        self.norm = None if s.norm is None else s.norm.make(d_model, init.dtype)
         self.dropout = Dropout(s.dropout)
-        self.vocab_size = s.vocab_size
+        self.vocab_size = vocab_size
         self.d_model = d_model
-        self.max_positions = s.max_positions
+        self.max_positions = max_positions
         self.positions = s.positions
         self.sinusoid_layout = s.sinusoid_layout
-        self.scale = math.sqrt(d_model) if s.scale_embeddings else 1.0
+        self.scale = math.sqrt(d_model) if s.scale else 1.0
 
     def __call__(
         self,

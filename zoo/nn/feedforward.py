@@ -38,23 +38,20 @@ def check_activation(name: str) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class FeedForwardSettings:
-    """What a `FeedForward` is, besides its width and initialisation.
+    """What a `FeedForward` is, besides its input width and initialisation."""
 
-    A model's config resolves it (`config.feed_forward_settings()`); the fields carry the
-    config's names: `kind` is the config's `feed_forward`, `feed_forward_bias` and
-    `activation_dropout` the config's fields of those names once their None is resolved.
-    """
-
-    d_ff: int  # hidden width
+    d_ff: int = 2048  # hidden width
     activation: str = "gelu"  # relu | gelu (erf) | gelu_tanh | silu
     kind: str = "dense"  # dense: act(up(x)); gated: act(gate(x)) * up(x) (SwiGLU, GeGLU)
-    feed_forward_bias: bool = True  # biases of the projections
-    activation_dropout: float = 0.0  # dropout on the hidden activations
+    bias: bool = True  # biases of the projections
+    dropout: float = 0.0  # dropout on the hidden activations
 
     def __post_init__(self) -> None:
         if not isinstance(self.d_ff, int) or self.d_ff < 1:
             raise ValueError(f"d_ff must be a positive integer, got {self.d_ff!r}")
         check_activation(self.activation)
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"feed-forward dropout must be in [0, 1), got {self.dropout}")
         if self.kind not in FEED_FORWARD_KINDS:
             raise ValueError(
                 f"feed_forward kind must be one of {FEED_FORWARD_KINDS}, got {self.kind!r}"
@@ -69,6 +66,7 @@ class FeedForward(eqx.Module):
     output: Linear
     dropout: Dropout
     activation: str = eqx.field(static=True)
+    d_ff: int = eqx.field(static=True, default=0)  # the hidden width
 
     def __init__(
         self,
@@ -81,13 +79,14 @@ class FeedForward(eqx.Module):
         s, init = settings, Init() if init is None else init
         hidden_key, output_key = jax.random.split(key)
         gate_key = jax.random.fold_in(key, 1)  # dense layers keep their initialisation
-        bias = s.feed_forward_bias
+        bias = s.bias
         gated = s.kind == "gated"
         self.gate = init.linear(d_model, s.d_ff, bias, key=gate_key) if gated else None
         self.hidden = init.linear(d_model, s.d_ff, bias, key=hidden_key)
         self.output = init.linear(s.d_ff, d_model, bias, key=output_key)
-        self.dropout = Dropout(s.activation_dropout)
+        self.dropout = Dropout(s.dropout)
         self.activation = s.activation
+        self.d_ff = s.d_ff
 
     def __call__(
         self, x: Float[Array, "seq d_model"], *, key: PRNGKeyArray | None = None

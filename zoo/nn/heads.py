@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from zoo.nn.feedforward import ACTIVATIONS, check_activation
-from zoo.nn.linear import Init, Linear, legacy_init
+from zoo.nn.linear import Init, Linear
 from zoo.nn.norm import LayerNorm
 
 
@@ -23,12 +21,10 @@ class MaskedLMHead(eqx.Module):
         d_model: the width of the hidden states (and of the token table).
         vocab_size: the vocabulary, the length of the output bias.
         activation: after the transform (a name of `zoo.nn.ACTIVATIONS`; BERT: "gelu").
-        eps: the epsilon of the LayerNorm (a config's `layer_norm_eps`).
+        eps: the epsilon of the LayerNorm (the model's norms').
         init: how the transform's weight is drawn, and the dtype of every weight (a config's
             `init`); None: `Init()`.
         key: the transform's random key.
-        **legacy: the older loose `init_std=` and `dtype=`, still accepted with a
-            DeprecationWarning.
     """
 
     transform: Linear
@@ -45,9 +41,8 @@ class MaskedLMHead(eqx.Module):
         eps: float = 1e-12,
         init: Init | None = None,
         key: PRNGKeyArray,
-        **legacy: Any,
     ):
-        init = legacy_init("MaskedLMHead", init, legacy)
+        init = Init() if init is None else init
         check_activation(activation)
         self.transform = Linear(d_model, d_model, init=init, key=key)
         self.norm = LayerNorm(d_model, eps=eps, dtype=init.dtype)

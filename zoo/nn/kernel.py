@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Iterator
-from typing import Any, Literal, NamedTuple
+from typing import Literal, NamedTuple, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -276,9 +276,8 @@ def _call_kernel(
             query_lengths = jnp.full((1,), query.shape[0], jnp.int32)
         if query_lengths is not None and key_lengths is None:
             key_lengths = jnp.full((1,), key.shape[0], jnp.int32)
-        key, value, query_lengths, key_lengths = _batched_like(
-            query, key, value, query_lengths, key_lengths
-        )
+        key, value = _batched_like(query, key, value)
+        query_lengths, key_lengths = _batched_like(query, query_lengths, key_lengths)
     # jax's own kernel mixes bf16 and f32 internally, which strict promotion would reject.
     with jax.numpy_dtype_promotion("standard"):
         return jax.nn.dot_product_attention(
@@ -364,7 +363,10 @@ def _even_lengths(
     return query, key, value, score_bias, key_lengths
 
 
-def _batched_like(query: Array, *operands: Any) -> list[Any]:
+Operand = TypeVar("Operand", Array, Array | None)
+
+
+def _batched_like(query: Array, *operands: Operand) -> list[Operand]:
     """`operands` plus a zero computed from `query`, so that under `jax.vmap` they carry the
     queries' batch axis.
 

@@ -4,27 +4,24 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from zoo.records import legacy_keywords
-
 
 @dataclass(frozen=True)
 class Init:
     """How a part initialises its weights: normal with standard deviation `std`, in `dtype`.
 
-    A config's is `config.init` (`init_std` and `dtype`); every part that makes weights
+    A config's is `config.init` (its `init_std` and `dtype`); every part that makes weights
     (`Linear`, `Embedder`, `MultiHeadAttention`, `FeedForward`, `TransformerBlock`,
     `MaskedLMHead`, `RelativePositionBias`) takes one.
     """
 
     std: float = 0.02
-    dtype: Any = jnp.float32
+    dtype: jnp.dtype | type = jnp.float32  # a dtype or a scalar type (jnp.bfloat16)
 
     def normal(self, key: PRNGKeyArray, shape: tuple[int, ...]) -> Array:
         """A weight of `shape` drawn this way."""
@@ -37,23 +34,11 @@ class Init:
         return Linear(in_features, out_features, use_bias=use_bias, init=self, key=key)
 
 
-def legacy_init(function: str, init: Init | None, legacy: dict[str, Any]) -> Init:
-    """`init`, or the `Init` of a call's older loose `init_std=` / `dtype=` keywords (with a
-    DeprecationWarning naming `init=Init(...)`); the default `Init()` when neither is given."""
-    old = legacy_keywords(function, legacy, ("init_std", "dtype"), "init=Init(std, dtype)")
-    init = Init() if init is None else init
-    if "init_std" in old:
-        init = Init(old["init_std"], init.dtype)
-    if "dtype" in old:
-        init = Init(init.std, old["dtype"])
-    return init
-
-
 class Linear(eqx.Module):
     """`y = x W^T + b` on the last axis of `x` (any leading axes, e.g. `seq`).
 
     The weight is drawn as `init` says (default `Init()`: std 0.02, float32); the bias starts
-    at zero. The older `init_std=` and `dtype=` keywords still work, with a DeprecationWarning.
+    at zero.
     """
 
     weight: Float[Array, "out_features in_features"]
@@ -69,9 +54,8 @@ class Linear(eqx.Module):
         use_bias: bool = True,
         init: Init | None = None,
         key: PRNGKeyArray,
-        **legacy: Any,
     ):
-        init = legacy_init("Linear", init, legacy)
+        init = Init() if init is None else init
         self.weight = init.normal(key, (out_features, in_features))
         self.bias = jnp.zeros((out_features,), init.dtype) if use_bias else None
         self.in_features = in_features

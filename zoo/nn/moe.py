@@ -5,7 +5,7 @@ settings (`MoESettings`). Mixtral, Qwen2-MoE, Qwen3-MoE and OLMoE are settings o
 
 - the router is one linear map to `num_experts` scores, normalised by a softmax (or, as in
   DeepSeek-V3, a sigmoid whose choice adds a per-expert bias); each token keeps its `top_k`
-  experts, their weights renormalised to sum to one or not (`norm_topk_prob`);
+  experts, their weights renormalised to sum to one or not (`normalize_top_k`);
 - the experts are gated feed-forwards (`act(x Wg) * (x Wu) Wd`) stacked in one array each. They
   run dropless: the token copies are sorted by expert and every expert multiplies its own run
   of rows in one grouped matmul (`jax.lax.ragged_dot`), so no token is dropped and no expert
@@ -39,36 +39,35 @@ MOE_IMPLEMENTATIONS = ("ragged", "dense")
 
 @dataclass(frozen=True, kw_only=True)
 class MoESettings:
-    """What a `MoEFeedForward` is, besides its width and initialisation. A config resolves it
-    (`config.moe_settings()`); the fields carry the config's names (HuggingFace's)."""
+    """What a `MoEFeedForward` is, besides its input width and initialisation (HuggingFace's
+    names in the comments)."""
 
-    num_experts: int  # routed experts per layer
-    num_experts_per_tok: int = 2  # experts each token is sent to (top-k)
-    moe_intermediate_size: int  # hidden width of each routed expert
-    shared_expert_intermediate_size: int = 0  # hidden width of the shared expert; 0: none
-    shared_expert_gate: bool = True  # a sigmoid gate on the shared expert's output (Qwen2-MoE)
-    norm_topk_prob: bool = True  # renormalise the top-k weights to sum to 1 (Mixtral: yes)
+    num_experts: int = 8  # routed experts per layer (num_local_experts, num_experts)
+    top_k: int = 2  # experts each token is sent to (num_experts_per_tok)
+    d_ff: int = 1024  # hidden width of each routed expert (moe_intermediate_size)
+    shared_d_ff: int = 0  # hidden width of the shared expert; 0: none
+    shared_gate: bool = True  # a sigmoid gate on the shared expert's output (Qwen2-MoE)
+    normalize_top_k: bool = True  # renormalise the top-k weights to sum to 1 (norm_topk_prob)
     router: str = "softmax"  # softmax | sigmoid (with a per-expert selection bias, DeepSeek-V3)
     activation: str = "silu"  # of the gated experts
-    router_aux_loss_coef: float = 0.0  # weight of the load-balancing loss in the objective
-    router_z_loss_coef: float = 0.0  # weight of the router z-loss in the objective
+    aux_loss_coef: float = 0.0  # load-balancing loss weight in the objective (Mixtral: 0.02)
+    z_loss_coef: float = 0.0  # router z-loss weight in the objective
     implementation: str = "ragged"  # ragged (grouped matmul, dropless) | dense (reference)
 
     def __post_init__(self) -> None:
-        for name in ("num_experts", "num_experts_per_tok", "moe_intermediate_size"):
+        for name in ("num_experts", "top_k", "d_ff"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if self.num_experts_per_tok > self.num_experts:
+        if self.top_k > self.num_experts:
             raise ValueError(
-                f"num_experts_per_tok={self.num_experts_per_tok} exceeds num_experts="
-                f"{self.num_experts}; a token can be sent to at most every expert"
+                f"top_k={self.top_k} exceeds num_experts={self.num_experts}; a token can be sent "
+                "to at most every expert"
             )
-        shared = self.shared_expert_intermediate_size
-        if not isinstance(shared, int) or shared < 0:
+        shared = self.shared_d_ff
+        if not isinstance(shared, int) or isinstance(shared, bool) or shared < 0:
             raise ValueError(
-                f"shared_expert_intermediate_size must be an integer >= 0 (0: no shared expert), "
-                f"got {shared!r}"
+                f"shared_d_ff must be an integer >= 0 (0: no shared expert), got {shared!r}"
             )
         if self.router not in ROUTERS:
             raise ValueError(f"router must be one of {ROUTERS}, got {self.router!r}")
@@ -77,16 +76,14 @@ class MoESettings:
                 f"implementation must be one of {MOE_IMPLEMENTATIONS}, got {self.implementation!r}"
             )
         check_activation(self.activation)
-        for name in ("router_aux_loss_coef", "router_z_loss_coef"):
+        for name in ("aux_loss_coef", "z_loss_coef"):
             if not getattr(self, name) >= 0.0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
 
     @property
     def active_experts_width(self) -> int:
         """Hidden width a token passes through: its top-k experts and the shared expert."""
-        return self.num_experts_per_tok * self.moe_intermediate_size + (
-            self.shared_expert_intermediate_size
-        )
+        return self.top_k * self.d_ff + self.shared_d_ff
 
 
 class RouterStats(eqx.Module):
@@ -233,7 +230,7 @@ class Experts(eqx.Module):
         self, d_model: int, settings: MoESettings, *, init: Init, key: PRNGKeyArray
     ) -> None:
         gate_key, up_key, down_key = jax.random.split(key, 3)
-        experts, width = settings.num_experts, settings.moe_intermediate_size
+        experts, width = settings.num_experts, settings.d_ff
         self.gate = init.normal(gate_key, (experts, d_model, width))
         self.up = init.normal(up_key, (experts, d_model, width))
         self.down = init.normal(down_key, (experts, width, d_model))
@@ -269,7 +266,7 @@ class MoEFeedForward(eqx.Module):
     shared: FeedForward | None
     shared_gate: Linear | None
     top_k: int = eqx.field(static=True)
-    norm_topk_prob: bool = eqx.field(static=True)
+    normalize_top_k: bool = eqx.field(static=True)
     scoring: str = eqx.field(static=True)
     implementation: str = eqx.field(static=True)
 
@@ -283,18 +280,15 @@ class MoEFeedForward(eqx.Module):
         self.selection_bias = jnp.zeros((s.num_experts,), init.dtype) if sigmoid else None
         self.experts = Experts(d_model, s, init=init, key=experts_key)
         self.shared, self.shared_gate = None, None
-        if s.shared_expert_intermediate_size:
+        if s.shared_d_ff:
             shared = FeedForwardSettings(
-                d_ff=s.shared_expert_intermediate_size,
-                activation=s.activation,
-                kind="gated",
-                feed_forward_bias=False,
+                d_ff=s.shared_d_ff, activation=s.activation, kind="gated", bias=False
             )
             self.shared = FeedForward(d_model, shared, init=init, key=shared_key)
-            if s.shared_expert_gate:
+            if s.shared_gate:
                 self.shared_gate = init.linear(d_model, 1, False, key=shared_gate_key)
-        self.top_k = s.num_experts_per_tok
-        self.norm_topk_prob = s.norm_topk_prob
+        self.top_k = s.top_k
+        self.normalize_top_k = s.normalize_top_k
         self.scoring = s.router
         self.implementation = s.implementation
 
@@ -316,7 +310,7 @@ class MoEFeedForward(eqx.Module):
             choice = probability + self.selection_bias.astype(jnp.float32)[None, :]
         _, chosen = jax.lax.top_k(choice, self.top_k)
         weights = jnp.take_along_axis(probability, chosen, axis=-1)
-        if self.norm_topk_prob:
+        if self.normalize_top_k:
             weights = weights / jnp.sum(weights, axis=-1, keepdims=True)
         return logits, weights, chosen
 

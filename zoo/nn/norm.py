@@ -1,6 +1,6 @@
 """Normalisation over the feature axis, computed in float32 whatever the input dtype.
 
-Two kinds, chosen by a config's `norm` field: `LayerNorm` (GPT-2, BERT, the paper) centres and
+Two kinds, chosen by a `NormSettings` record's `kind`: `LayerNorm` (GPT-2, BERT, the paper) centres and
 scales; `RMSNorm` (Llama, Mistral, Qwen, T5) only scales by the root mean square and has no bias.
 
 Gemma's RMSNorm multiplies by `1 + weight`: its checkpoints store the scale minus one (zero at
@@ -10,6 +10,8 @@ the 1 to a bf16 weight before storing it would round away its low bits).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import equinox as eqx
 import jax
@@ -78,6 +80,34 @@ class RMSNorm(eqx.Module):
 
 
 Norm = LayerNorm | RMSNorm
+
+
+@dataclass(frozen=True, kw_only=True)
+class NormSettings:
+    """The settings of a model's norms: which kind, its epsilon, Gemma's weight offset, and
+    whether a LayerNorm has a bias."""
+
+    kind: str = "layernorm"  # layernorm | rmsnorm (Llama, Mistral, Qwen, T5)
+    eps: float = 1e-5  # added to the variance (BERT: 1e-12, Llama: 1e-5 or 1e-6)
+    weight_offset: float = 0.0  # an RMSNorm scales by offset + weight (Gemma: 1.0)
+    bias: bool = True  # a LayerNorm's bias (ModernBERT: none; an RMSNorm has none)
+
+    def __post_init__(self) -> None:
+        if self.kind not in NORM_KINDS:
+            raise ValueError(f"norm kind must be one of {NORM_KINDS}, got {self.kind!r}")
+        if not self.eps > 0:
+            raise ValueError(f"norm eps must be positive, got {self.eps}")
+        if self.weight_offset and self.kind != "rmsnorm":
+            raise ValueError(
+                f"weight_offset={self.weight_offset} is for an RMSNorm (Gemma); a LayerNorm has "
+                "none: set kind='rmsnorm' or weight_offset=0"
+            )
+
+    def make(self, dim: int, dtype=jnp.float32) -> Norm:
+        """A norm of width `dim` with these settings, its weights in `dtype`."""
+        return make_norm(
+            self.kind, dim, eps=self.eps, dtype=dtype, offset=self.weight_offset, bias=self.bias
+        )
 
 
 def make_norm(

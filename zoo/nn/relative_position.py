@@ -12,13 +12,13 @@ bias once per forward pass and every layer adds the same bias to its attention s
 from __future__ import annotations
 
 import math
-from typing import Any
+from dataclasses import dataclass
 
 import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from zoo.nn.linear import Init, legacy_init
+from zoo.nn.linear import Init
 
 
 def relative_position_buckets(
@@ -67,19 +67,28 @@ def check_relative_buckets(num_buckets: int, max_distance: int, *, bidirectional
         )
 
 
+@dataclass(frozen=True, kw_only=True)
+class RelativePositions:
+    """T5's relative positions: a bias per head and distance bucket on the attention scores."""
+
+    num_buckets: int = 32  # distance buckets per table (T5: 32)
+    max_distance: int = 128  # distances beyond it share the last bucket (T5: 128)
+
+    def __post_init__(self) -> None:
+        for bidirectional in (True, False):  # the encoder's table, then the decoder's
+            check_relative_buckets(self.num_buckets, self.max_distance, bidirectional=bidirectional)
+
+
 class RelativePositionBias(eqx.Module):
     """A `[num_buckets, heads]` table giving each head a score bias per distance bucket.
 
     Args:
         num_heads: the attention heads, one bias per head and bucket.
         bidirectional: True for an encoder (keys on both sides), False for a causal decoder.
-        num_buckets: distance buckets (a config's `relative_buckets`; T5: 32).
-        max_distance: distances beyond it share the last bucket (a config's
-            `relative_max_distance`; T5: 128).
+        num_buckets: distance buckets (T5: 32).
+        max_distance: distances beyond it share the last bucket (T5: 128).
         init: how the table is drawn, and its dtype (a config's `init`); None: `Init()`.
         key: the table's random key.
-        **legacy: the older loose `init_std=` and `dtype=`, still accepted with a
-            DeprecationWarning.
     """
 
     weight: Float[Array, "buckets heads"]
@@ -96,9 +105,8 @@ class RelativePositionBias(eqx.Module):
         max_distance: int = 128,
         init: Init | None = None,
         key: PRNGKeyArray,
-        **legacy: Any,
     ):
-        init = legacy_init("RelativePositionBias", init, legacy)
+        init = Init() if init is None else init
         check_relative_buckets(num_buckets, max_distance, bidirectional=bidirectional)
         self.weight = init.normal(key, (num_buckets, num_heads))
         self.bidirectional = bidirectional

@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any, NamedTuple
+from dataclasses import asdict, dataclass, replace
+from typing import NamedTuple
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -169,47 +169,57 @@ class Rope:
         return np.where(medium, blended, scaled).astype(np.float32)
 
     @staticmethod
-    def from_hf(params: Mapping[str, Any]) -> Rope:
+    def from_hf(params: Mapping[str, object]) -> Rope:
         """From HuggingFace's rope parameters: `rope_theta` with `rope_type` (or `type`),
         `factor`, `low_freq_factor`, `high_freq_factor`, `original_max_position_embeddings`
         (transformers 5's `rope_parameters`, or `rope_scaling` plus `rope_theta`). Raises
-        ValueError for a rope type zoo does not implement."""
+        ValueError for a rope type zoo does not implement, or a parameter that is not a
+        number."""
         kind = params.get("rope_type", params.get("type", "default"))
-        if kind not in HF_ROPE_TYPES:
+        if not isinstance(kind, str) or kind not in HF_ROPE_TYPES:
             raise ValueError(
                 f"rope type {kind!r} is not implemented; zoo implements {sorted(HF_ROPE_TYPES)}"
             )
-        fields: dict[str, Any] = dict(theta=float(params.get("rope_theta", 10000.0)))
-        fields["scaling"] = HF_ROPE_TYPES[kind]
-        fields["partial_rotary_factor"] = float(params.get("partial_rotary_factor") or 1.0)
+        rope = Rope(
+            theta=_number(params, "rope_theta", 10000.0),
+            scaling=HF_ROPE_TYPES[kind],
+            partial_rotary_factor=_number(params, "partial_rotary_factor", 1.0, none_is=1.0),
+        )
         if kind in ("linear", "llama3"):
-            fields["factor"] = float(params["factor"])
-        if fields["scaling"] == "longrope":
-            fields["short_factor"] = tuple(float(v) for v in params["short_factor"])
-            fields["long_factor"] = tuple(float(v) for v in params["long_factor"])
-            original = int(params["original_max_position_embeddings"])
-            fields["original_max_positions"] = original
+            rope = replace(rope, factor=_number(params, "factor"))
+        if kind == "llama3":
+            rope = replace(
+                rope,
+                low_freq_factor=_number(params, "low_freq_factor"),
+                high_freq_factor=_number(params, "high_freq_factor"),
+                original_max_positions=int(_number(params, "original_max_position_embeddings")),
+            )
+        if rope.scaling == "longrope":
+            original = int(_number(params, "original_max_position_embeddings"))
             # transformers: the factor defaults to max_position_embeddings / original
             given, longest = params.get("factor"), params.get("max_position_embeddings")
             if given:
-                fields["factor"] = float(given)
+                factor = _number(params, "factor")
             elif longest is not None:
-                fields["factor"] = float(longest) / original
+                factor = _number(params, "max_position_embeddings") / original
             else:
                 raise ValueError("longrope needs its factor or the model's max_position_embeddings")
-            if params.get("attention_factor") is not None:
-                fields["attention_factor"] = float(params["attention_factor"])
-        if kind == "llama3":
-            fields["low_freq_factor"] = float(params["low_freq_factor"])
-            fields["high_freq_factor"] = float(params["high_freq_factor"])
-            fields["original_max_positions"] = int(params["original_max_position_embeddings"])
-        return Rope(**fields)
+            attention = params.get("attention_factor")
+            rope = replace(
+                rope,
+                short_factor=_numbers(params, "short_factor"),
+                long_factor=_numbers(params, "long_factor"),
+                original_max_positions=original,
+                factor=factor,
+                attention_factor=None if attention is None else _number(params, "attention_factor"),
+            )
+        return rope
 
-    def to_hf(self) -> tuple[float, dict[str, Any] | None]:
+    def to_hf(self) -> tuple[float, dict[str, object] | None]:
         """HuggingFace's `rope_theta` and `rope_scaling` (None without scaling)."""
         if self.scaling is None:
             return self.theta, None
-        scaling: dict[str, Any] = dict(rope_type=self.scaling, factor=self.factor)
+        scaling: dict[str, object] = dict(rope_type=self.scaling, factor=self.factor)
         if self.scaling == "llama3":
             scaling.update(
                 low_freq_factor=self.low_freq_factor,
@@ -228,8 +238,28 @@ class Rope:
                 scaling["attention_factor"] = self.attention_factor
         return self.theta, scaling
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)
+
+
+def _number(
+    params: Mapping[str, object], name: str, default: float | None = None, *, none_is=None
+) -> float:
+    """The rope parameter `name` as a float (`default` when absent, `none_is` when null)."""
+    value = params.get(name, default)
+    if value is None and none_is is not None:
+        value = none_is
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"rope parameter {name} must be a number, got {value!r}")
+    return float(value)
+
+
+def _numbers(params: Mapping[str, object], name: str) -> tuple[float, ...]:
+    """The rope parameter `name`, a list of numbers (longrope's factors), as floats."""
+    values = params.get(name)
+    if not isinstance(values, list | tuple):
+        raise ValueError(f"rope parameter {name} must be a list of numbers, got {values!r}")
+    return tuple(_number({name: value}, name) for value in values)
 
 
 def rotate_half(x: Float[Array, "*lead dim"]) -> Float[Array, "*lead dim"]:

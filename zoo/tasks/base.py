@@ -10,13 +10,32 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Generic, Protocol, TypeVar, runtime_checkable
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray
+
+if TYPE_CHECKING:
+    from zoo.models.config import TransformerConfig
+
+
+@runtime_checkable
+class TaskModel(Protocol):
+    """What every task reads of a model besides its own flavor's calls: the config (vocabulary,
+    lengths, padding, and the router loss weights of a mixture of experts). Each flavor's
+    call that a task runs returns its output with the routers' statistics (`zoo.models.Routed`:
+    `GPT.features_and_router`, `Classifier.logits_and_router`,
+    `Classifier.masked_lm_logits_and_router`, `Translator.features_and_router`), so every task
+    adds the router losses of a mixture of experts (`zoo.tasks.router_losses`)."""
+
+    @property
+    def config(self) -> TransformerConfig: ...
+
+
+ModelT = TypeVar("ModelT", bound=TaskModel)
 
 
 class Stats(eqx.Module):
@@ -139,8 +158,9 @@ TASK_FOR_FLAVOR = {
 }
 
 
-class Task(abc.ABC):
-    """Batch -> summed `Stats`, by vmapping a per-example model. Subclasses fill the blanks."""
+class Task(abc.ABC, Generic[ModelT]):
+    """Batch -> summed `Stats`, by vmapping a per-example model of the flavor `ModelT`.
+    Subclasses fill the blanks."""
 
     flavor: ClassVar[str]  # the model flavor this task trains
     metric_name: ClassVar[str]  # name of the headline metric
@@ -152,12 +172,12 @@ class Task(abc.ABC):
 
     @abc.abstractmethod
     def statistics(
-        self, model: eqx.Module, batch: Mapping[str, ArrayLike], *, key: PRNGKeyArray | None = None
+        self, model: ModelT, batch: Mapping[str, ArrayLike], *, key: PRNGKeyArray | None = None
     ) -> Stats:
         """Summed statistics of `batch`; pure JAX, safe to call under jit/grad."""
 
     @abc.abstractmethod
-    def _check_values(self, batch: Mapping[str, np.ndarray], model: eqx.Module) -> None:
+    def _check_values(self, batch: Mapping[str, np.ndarray], model: ModelT) -> None:
         """Task-specific checks of the values (ids against the vocabulary, label range)."""
 
     # -- shared behaviour -----------------------------------------------------------------------
@@ -177,14 +197,14 @@ class Task(abc.ABC):
         return {name: total / weight for name, total in stats.extra.items()}
 
     def __call__(
-        self, model: eqx.Module, batch: Mapping[str, ArrayLike], *, key: PRNGKeyArray | None = None
+        self, model: ModelT, batch: Mapping[str, ArrayLike], *, key: PRNGKeyArray | None = None
     ) -> tuple[Float[Array, ""], dict[str, Float[Array, ""]]]:
         """(mean loss, metrics) of one batch: the convenient form of `statistics`."""
         stats = self.statistics(model, batch, key=key)
         named = {"loss": stats.loss, self.metric_name: self.metric(stats)}
         return stats.loss, {**self.metrics(stats), **named}
 
-    def check_model(self, model: Any) -> None:
+    def check_model(self, model: object) -> None:
         """Raise TypeError if `model` is not the flavor this task trains."""
         from zoo.models import FLAVORS, flavor_of
 
@@ -201,7 +221,7 @@ class Task(abc.ABC):
             f"got {type(model).__name__}{hint}"
         )
 
-    def check_batch(self, batch: Mapping[str, Any], model: eqx.Module) -> None:
+    def check_batch(self, batch: Mapping[str, ArrayLike], model: ModelT) -> None:
         """Raise ValueError (saying what was expected) if `batch` does not fit this task/model.
 
         Runs on the host before anything is compiled: keys, ranks, batch sizes, dtypes, then
@@ -238,7 +258,7 @@ class Task(abc.ABC):
             raise ValueError(f"{task} batch is empty (batch size 0)")
         self._check_values(arrays, model)
 
-    def num_tokens(self, batch: Mapping[str, Any]) -> int:
+    def num_tokens(self, batch: Mapping[str, ArrayLike]) -> int:
         """Token positions the model reads in `batch` (padding included), for tokens/s."""
         return int(sum(np.size(batch[name]) for name in self.required if name != "labels"))
 

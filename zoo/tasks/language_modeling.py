@@ -5,15 +5,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
+from zoo.models.gpt import GPT
 from zoo.tasks.base import Stats, Task, check_ids, example_keys, target_weights
 from zoo.tasks.positions import check_loss_positions, scored_only
-from zoo.tasks.router_losses import add_router_losses
+from zoo.tasks.router_losses import with_router_losses
 from zoo.tasks.vocab_loss import CHUNK_BYTES, vocab_statistics
 
 # float32 logits alive at once on a CPU: there memory, not the matmul's size, is what a smaller
@@ -27,7 +27,7 @@ def loss_chunk_bytes() -> int:
     return CPU_CHUNK_BYTES if jax.default_backend() == "cpu" else CHUNK_BYTES
 
 
-class LanguageModeling(Task):
+class LanguageModeling(Task[GPT]):
     """Train a `zoo.GPT` on `tokens [batch, seq]`: position t predicts token t+1.
 
     The model reads `tokens[:, :-1]` and is scored on `tokens[:, 1:]`. Targets equal to the
@@ -55,7 +55,7 @@ class LanguageModeling(Task):
     }
 
     def statistics(
-        self, model: eqx.Module, batch: Mapping[str, ArrayLike], *, key: PRNGKeyArray | None = None
+        self, model: GPT, batch: Mapping[str, ArrayLike], *, key: PRNGKeyArray | None = None
     ) -> Stats:
         tokens = jnp.asarray(batch["tokens"])
         inputs, targets = tokens[:, :-1], tokens[:, 1:]
@@ -63,14 +63,11 @@ class LanguageModeling(Task):
         segments = None if "segments" not in batch else jnp.asarray(batch["segments"])
 
         def one(tokens, segments, key):
-            packed = {} if segments is None else {"segments": segments}
-            if not hasattr(model, "features_and_router"):  # a model without routers
-                return model.features(tokens, key=key, **packed), None  # type: ignore[attr-defined]
-            return model.features_and_router(tokens, key=key, **packed)
+            return model.features_and_router(tokens, segments=segments, key=key)
 
         read = None if segments is None else segments[:, :-1]
         features, router = jax.vmap(one)(inputs, read, example_keys(key, tokens.shape[0]))
-        weight = target_weights(targets, model.config.pad_id)  # type: ignore[attr-defined]
+        weight = target_weights(targets, model.config.pad_id)
         if segments is not None:  # the first token of a document is not predicted from the last
             weight = weight & (segments[:, 1:] == segments[:, :-1])
         if "loss_mask" in batch:
@@ -79,20 +76,15 @@ class LanguageModeling(Task):
             features, targets, weight = scored_only(
                 features, targets, weight, jnp.asarray(batch["loss_positions"])
             )
-        head = model.output_head  # type: ignore[attr-defined]
+        head = model.output_head
         stats = vocab_statistics(head, features, targets, weight, chunk_bytes=loss_chunk_bytes())
-        if router is None:
-            return stats
-        config = model.config  # type: ignore[attr-defined]
-        return add_router_losses(
-            stats, router, config.router_aux_loss_coef, config.router_z_loss_coef
-        )
+        return with_router_losses(stats, router, model.config)
 
     def metric(self, stats: Stats) -> Float[Array, ""]:
         return stats.perplexity
 
-    def _check_values(self, batch: Mapping[str, np.ndarray], model: eqx.Module) -> None:
-        config = model.config  # type: ignore[attr-defined]
+    def _check_values(self, batch: Mapping[str, np.ndarray], model: GPT) -> None:
+        config = model.config
         check_ids("tokens", batch["tokens"], config.vocab_size, config.max_positions, shifted=True)
         if "loss_positions" in batch:
             targets = batch["tokens"][:, 1:]

@@ -10,15 +10,17 @@ the pieces of a word (`play ##ing`) are chosen together.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, ClassVar
+from typing import ClassVar
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Int, PRNGKeyArray
 
+from zoo.data.tokenizers.base import Tokenizer
+from zoo.models.classifier import Classifier, ClassifierConfig
 from zoo.tasks.base import Stats, Task, check_ids, example_keys, token_losses, weighted_stats
+from zoo.tasks.router_losses import with_router_losses
 
 MASK, RANDOM = 0.8, 0.1  # of the chosen tokens: replaced by the mask token, by a random token
 EVAL_SEED = 0  # evaluation masks the same positions every time, so its losses compare
@@ -65,10 +67,11 @@ def mask_tokens(
     return inputs.astype(tokens.dtype), chosen
 
 
-def word_continuations(tokenizer: Any) -> tuple[int, ...]:
+def word_continuations(tokenizer: Tokenizer) -> tuple[int, ...]:
     """Ids of a WordPiece tokenizer's `##` pieces; a ValueError for other tokenizers."""
-    inner: Any = getattr(tokenizer, "tokenizer", None)  # tokenizers' or transformers' object
-    vocab = inner.get_vocab() if hasattr(inner, "get_vocab") else {}
+    inner = getattr(tokenizer, "tokenizer", None)  # tokenizers' or transformers' object
+    get_vocab = getattr(inner, "get_vocab", None)
+    vocab: dict[str, int] = get_vocab() if callable(get_vocab) else {}
     ids = tuple(sorted(int(i) for piece, i in vocab.items() if piece.startswith(CONTINUATION)))
     if not ids:
         raise ValueError(
@@ -79,7 +82,7 @@ def word_continuations(tokenizer: Any) -> tuple[int, ...]:
     return ids
 
 
-class MaskedLanguageModeling(Task):
+class MaskedLanguageModeling(Task[Classifier]):
     """Pretrain a `zoo.Classifier` built with `masked_lm=True` on `tokens [batch, seq]`.
 
     `rate`: the share of non-special tokens chosen (BERT: 0.15). `mask_id`: the mask token
@@ -111,16 +114,22 @@ class MaskedLanguageModeling(Task):
 
     @classmethod
     def for_tokenizer(
-        cls, tokenizer: Any, rate: float = 0.15, *, whole_word: bool = False, **options: Any
+        cls,
+        tokenizer: Tokenizer,
+        rate: float = 0.15,
+        *,
+        whole_word: bool = False,
+        mask_id: int | None = None,
     ) -> MaskedLanguageModeling:
         """The task for data encoded by `tokenizer`: its special ids are never chosen, its mask
         token (if it has one) is the mask id, its `##` pieces follow their word if `whole_word`."""
         specials = {*tokenizer.special_ids, *(i for i in [tokenizer.unk_id] if i is not None)}
-        options.setdefault("mask_id", getattr(tokenizer, "mask_id", None))
+        if mask_id is None:
+            mask_id = getattr(tokenizer, "mask_id", None)
         continuations = word_continuations(tokenizer) if whole_word else None
-        return cls(rate, special_ids=specials, continuation_ids=continuations, **options)
+        return cls(rate, mask_id=mask_id, special_ids=specials, continuation_ids=continuations)
 
-    def _mask_id(self, model: Any) -> int:
+    def _mask_id(self, model: Classifier) -> int:
         mask_id = self.mask_id if self.mask_id is not None else model.config.mask_id
         if mask_id is None:
             raise ValueError(
@@ -129,7 +138,7 @@ class MaskedLanguageModeling(Task):
             )
         return mask_id
 
-    def _tables(self, config: Any) -> tuple[Array, Array | None]:
+    def _tables(self, config: ClassifierConfig) -> tuple[Array, Array | None]:
         vocab = config.vocab_size
         specials = [i for i in (*self.special_ids, config.pad_id) if i is not None and i < vocab]
         special = jnp.zeros(vocab, bool).at[jnp.asarray(specials, jnp.int32)].set(True)
@@ -139,10 +148,10 @@ class MaskedLanguageModeling(Task):
         return special, jnp.zeros(vocab, bool).at[pieces].set(True)
 
     def mask(
-        self, model: eqx.Module, tokens: Int[Array, "batch seq"], key: PRNGKeyArray
+        self, model: Classifier, tokens: Int[Array, "batch seq"], key: PRNGKeyArray
     ) -> tuple[Int[Array, "batch seq"], Bool[Array, "batch seq"]]:
         """`(inputs, chosen)` for `tokens`, with this task's settings and `model`'s vocabulary."""
-        config = model.config  # type: ignore[attr-defined]
+        config = model.config
         special, continues_word = self._tables(config)
         return mask_tokens(
             tokens,
@@ -155,7 +164,7 @@ class MaskedLanguageModeling(Task):
         )
 
     def statistics(
-        self, model: eqx.Module, batch: Mapping[str, ArrayLike], *, key: PRNGKeyArray | None = None
+        self, model: Classifier, batch: Mapping[str, ArrayLike], *, key: PRNGKeyArray | None = None
     ) -> Stats:
         tokens = jnp.asarray(batch["tokens"])
         mask_key, dropout_key = (
@@ -164,15 +173,17 @@ class MaskedLanguageModeling(Task):
         inputs, chosen = self.mask(model, tokens, mask_key)
 
         def one(tokens, key):
-            return model.masked_lm_logits(tokens, key=key)  # type: ignore[attr-defined]
+            return model.masked_lm_logits_and_router(tokens, key=key)
 
-        logits = jax.vmap(one)(inputs, example_keys(dropout_key, tokens.shape[0]))
+        logits, router = jax.vmap(one)(inputs, example_keys(dropout_key, tokens.shape[0]))
         objective, nll, correct = token_losses(logits, tokens)
-        return weighted_stats(objective, nll, correct, chosen)
+        stats = weighted_stats(objective, nll, correct, chosen)
+        return with_router_losses(stats, router, model.config)
 
-    def check_model(self, model: Any) -> None:
+    def check_model(self, model: object) -> None:
         super().check_model(model)
-        if getattr(model, "mlm_head", None) is None:
+        assert isinstance(model, Classifier)  # the check above
+        if model.mlm_head is None:
             raise TypeError(
                 "MaskedLanguageModeling trains the masked-LM head of a zoo.Classifier; this one "
                 "has none: build it with masked_lm=True"
@@ -184,6 +195,6 @@ class MaskedLanguageModeling(Task):
                 f"[0, {model.config.vocab_size}); build the model with a vocabulary that holds it"
             )
 
-    def _check_values(self, batch: Mapping[str, np.ndarray], model: eqx.Module) -> None:
-        config = model.config  # type: ignore[attr-defined]
+    def _check_values(self, batch: Mapping[str, np.ndarray], model: Classifier) -> None:
+        config = model.config
         check_ids("tokens", batch["tokens"], config.vocab_size, config.max_tokens)

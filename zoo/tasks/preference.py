@@ -31,7 +31,7 @@ ORPO `nll_loss`, `log_odds_ratio`, `log_odds_chosen`; each is a mean over pairs.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import ClassVar, TypeVar
 
 import equinox as eqx
 import jax
@@ -39,17 +39,21 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
+from zoo.models.gpt import GPT
 from zoo.nn.lora import is_lora
+from zoo.nn.moe import RouterStats
 from zoo.tasks.base import Stats, Task, check_ids, example_keys
 from zoo.tasks.positions import check_loss_positions, scored_only
 from zoo.tasks.preference_loss import PreferenceLoss, pair_losses
+from zoo.tasks.router_losses import with_router_losses
 from zoo.tasks.vocab_loss import vocab_statistics
 
 REFERENCES = ("batch", "adapters")
 REFERENCE_KEY = "reference_logps"
+M = TypeVar("M", bound=eqx.Module)
 
 
-def adapters_off(model: eqx.Module) -> eqx.Module:
+def adapters_off(model: M) -> M:
     """`model` with each `LoRALinear` replaced by its base layer: the same arrays, no copy."""
     return jax.tree_util.tree_map(
         lambda node: node.base if is_lora(node) else node, model, is_leaf=is_lora
@@ -68,30 +72,48 @@ def _pairs(values: Array) -> Array:
 
 
 def answer_logps(
-    model: eqx.Module, batch: Mapping[str, ArrayLike], *, key: PRNGKeyArray | None = None
+    model: GPT, batch: Mapping[str, ArrayLike], *, key: PRNGKeyArray | None = None
 ) -> tuple[Float[Array, "batch 2"], Float[Array, "batch 2"]]:
     """`(log-probabilities, token counts)` of each pair's answers, summed over their tokens.
 
     One forward pass over the `2 * batch` rows; float32 log-softmax a chunk at a time.
     """
-    logps, counts, _ = _row_statistics(model, batch, key=key, orpo=False)
+    logps, counts, _, _ = _row_statistics(model, batch, key=key, orpo=False)
     return logps, counts
 
 
+def _features(
+    model: GPT, tokens: Array, lengths: Array, key: PRNGKeyArray | None
+) -> tuple[Array, RouterStats | None]:
+    """The features of every row's positions but the last (each predicts the next token), and
+    the routers' statistics of a mixture of experts: over every real token, the last one too,
+    as transformers' forward over the whole row counts them for the load-balancing loss."""
+    keys = example_keys(key, tokens.shape[0])
+    if model.config.experts() is None:
+
+        def one(tokens, key):
+            return model.features_and_router(tokens, key=key)
+
+        return jax.vmap(one)(tokens[:, :-1], keys)
+    real = jnp.arange(tokens.shape[1])[None, :] < lengths[:, None]
+
+    def routed(tokens, mask, key):
+        return model.features_and_router(tokens, mask, key=key)
+
+    features, router = jax.vmap(routed)(tokens, real, keys)
+    return features[:, :-1], router
+
+
 def _row_statistics(
-    model: eqx.Module, batch: Mapping[str, ArrayLike], *, key: PRNGKeyArray | None, orpo: bool
-) -> tuple[Array, Array, Stats | None]:
+    model: GPT, batch: Mapping[str, ArrayLike], *, key: PRNGKeyArray | None, orpo: bool
+) -> tuple[Array, Array, Stats | None, RouterStats | None]:
     tokens = _rows(jnp.asarray(batch["tokens"]))
     answer = _rows(jnp.asarray(batch["loss_mask"]))[:, 1:] != 0
     lengths = _rows(jnp.asarray(batch["lengths"]))
-    inputs, targets = tokens[:, :-1], tokens[:, 1:]
+    targets = tokens[:, 1:]
     real = jnp.arange(targets.shape[1])[None, :] + 1 < lengths[:, None]
-
-    def one(tokens, key):
-        return model.features(tokens, key=key)  # type: ignore[attr-defined]
-
-    features = jax.vmap(one)(inputs, example_keys(key, tokens.shape[0]))
-    head = model.output_head  # type: ignore[attr-defined]
+    features, router = _features(model, tokens, lengths, key)
+    head = model.output_head
     scored = (features, targets, answer & real)
     if "loss_positions" in batch:
         scored = scored_only(*scored, _rows(jnp.asarray(batch["loss_positions"])))
@@ -100,10 +122,10 @@ def _row_statistics(
     if orpo:  # TRL's ORPO: the chosen rows' NLL over every real token, prompt included
         half = tokens.shape[0] // 2
         chosen_nll = vocab_statistics(head, features[:half], targets[:half], real[:half])
-    return _pairs(-per_row.nll_sum), _pairs(per_row.weight), chosen_nll
+    return _pairs(-per_row.nll_sum), _pairs(per_row.weight), chosen_nll, router
 
 
-class Preference(Task):
+class Preference(Task[GPT]):
     """Train a `zoo.GPT` on pairs of answers with a `PreferenceLoss` (see the module doc).
 
     ```python
@@ -137,11 +159,11 @@ class Preference(Task):
         self.reference = reference
 
     def statistics(
-        self, model: eqx.Module, batch: Mapping[str, ArrayLike], *, key: PRNGKeyArray | None = None
+        self, model: GPT, batch: Mapping[str, ArrayLike], *, key: PRNGKeyArray | None = None
     ) -> Stats:
         loss = self.loss
         orpo = loss.kind == "orpo"
-        logps, counts, chosen_nll = _row_statistics(model, batch, key=key, orpo=orpo)
+        logps, counts, chosen_nll, router = _row_statistics(model, batch, key=key, orpo=orpo)
         reference = None
         if loss.needs_reference:
             if self.reference == "adapters":
@@ -167,13 +189,14 @@ class Preference(Task):
             extra["nll_loss"] = jax.lax.stop_gradient(nll_mean * pairs)
             extra["log_odds_ratio"] = jax.lax.stop_gradient(jnp.sum(terms["log_odds_ratio"]))
             extra["log_odds_chosen"] = jax.lax.stop_gradient(jnp.sum(terms["log_odds_chosen"]))
-        return Stats(
+        stats = Stats(
             loss_sum=loss_sum,
             nll_sum=jax.lax.stop_gradient(-jnp.sum(logps[:, 0])),
             weight=pairs,
             correct=jnp.sum((chosen > rejected).astype(jnp.float32)),
             extra=extra,
         )
+        return with_router_losses(stats, router, model.config)
 
     def metric(self, stats: Stats) -> Float[Array, ""]:
         return stats.accuracy
@@ -181,10 +204,10 @@ class Preference(Task):
     def metrics(self, stats: Stats) -> dict[str, Float[Array, ""]]:
         return {**super().metrics(stats), "rewards/accuracies": stats.accuracy}
 
-    def num_tokens(self, batch: Mapping[str, Any]) -> int:
+    def num_tokens(self, batch: Mapping[str, ArrayLike]) -> int:
         return int(np.size(batch["tokens"]))
 
-    def check_batch(self, batch: Mapping[str, Any], model: eqx.Module) -> None:
+    def check_batch(self, batch: Mapping[str, ArrayLike], model: GPT) -> None:
         super().check_batch({k: v for k, v in batch.items() if k != REFERENCE_KEY}, model)
         if not (self.loss.needs_reference and self.reference == "batch"):
             return
@@ -202,8 +225,8 @@ class Preference(Task):
                 f"{values.dtype} {values.shape}"
             )
 
-    def _check_values(self, batch: Mapping[str, np.ndarray], model: eqx.Module) -> None:
-        config = model.config  # type: ignore[attr-defined]
+    def _check_values(self, batch: Mapping[str, np.ndarray], model: GPT) -> None:
+        config = model.config
         tokens = batch["tokens"]
         if tokens.shape[1] != 2 or batch["loss_mask"].shape != tokens.shape:
             raise ValueError(

@@ -1,9 +1,9 @@
 """The router losses of a mixture-of-experts model, added to a task's summed statistics.
 
-A mixture-of-experts GPT (`num_experts > 0`) returns its routers' statistics beside its
-features (`GPT.features_and_router`, sums over layers and real tokens, `zoo.nn.moe`). The task
-sums them over the batch and forms the load-balancing loss and the z-loss of the batch; the
-objective gains `router_aux_loss_coef * balance + router_z_loss_coef * z` per scored position,
+A model with experts returns its routers' statistics beside its output (`zoo.models.Routed`:
+sums over layers and real tokens, `zoo.nn.moe`), in every flavor. The task sums them over the
+batch and forms the load-balancing loss and the z-loss of the batch; the objective gains
+`aux_loss_coef * balance + z_loss_coef * z` (the experts' `MoESettings`) per scored position,
 and both losses and the busiest expert's load (1 = balanced) are logged as named sums
 (`Stats.extra`: `router_aux_loss`, `router_z_loss`, `expert_load`). Routing is dropless, so no
 token is ever dropped. With gradient accumulation each micro-batch forms its own losses, as
@@ -12,8 +12,20 @@ transformers does per forward pass.
 
 from __future__ import annotations
 
+from zoo.models.config import TransformerConfig
 from zoo.nn.moe import RouterStats, expert_load, router_losses
 from zoo.tasks.base import Stats
+
+
+def with_router_losses(
+    stats: Stats, router: RouterStats | None, config: TransformerConfig
+) -> Stats:
+    """`stats` with the router losses of a model of `config` added, weighted as its experts'
+    settings say; unchanged for a dense model."""
+    experts = config.experts()
+    if router is None or experts is None:
+        return stats
+    return add_router_losses(stats, router, experts.aux_loss_coef, experts.z_loss_coef)
 
 
 def add_router_losses(

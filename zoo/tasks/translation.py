@@ -5,23 +5,25 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import ArrayLike, PRNGKeyArray
 
+from zoo.models.translator import Translator
 from zoo.tasks.base import Stats, Task, check_ids, example_keys, target_weights
+from zoo.tasks.router_losses import with_router_losses
 from zoo.tasks.vocab_loss import vocab_statistics
 
 
-class Translation(Task):
+class Translation(Task[Translator]):
     """Train a `zoo.Translator` on `src [batch, src]` and `tgt [batch, tgt]` (bos .. eos pad).
 
     Teacher forcing: the decoder reads `tgt[:, :-1]` and is scored on `tgt[:, 1:]`; targets
     equal to `pad_id` are not scored. `label_smoothing` (the paper uses 0.1) mixes the one-hot
     reference with a uniform distribution over the target vocabulary; the reported perplexity
-    stays the plain one. Metric: token accuracy over scored target tokens.
+    stays the plain one. Metric: token accuracy over scored target tokens. A mixture-of-experts
+    model adds its router losses (`zoo.tasks.router_losses`).
     """
 
     flavor = "translator"
@@ -34,23 +36,23 @@ class Translation(Task):
         self.label_smoothing = float(label_smoothing)
 
     def statistics(
-        self, model: eqx.Module, batch: Mapping[str, ArrayLike], *, key: PRNGKeyArray | None = None
+        self, model: Translator, batch: Mapping[str, ArrayLike], *, key: PRNGKeyArray | None = None
     ) -> Stats:
         src = jnp.asarray(batch["src"])
         tgt = jnp.asarray(batch["tgt"])
         inputs, targets = tgt[:, :-1], tgt[:, 1:]
 
         def one(src, tgt, key):
-            return model.features(src, tgt, key=key)  # type: ignore[attr-defined]
+            return model.features_and_router(src, tgt, key=key)
 
-        features = jax.vmap(one)(src, inputs, example_keys(key, src.shape[0]))
-        weight = target_weights(targets, model.config.pad_id)  # type: ignore[attr-defined]
-        head = model.output_head  # type: ignore[attr-defined]
-        return vocab_statistics(
-            head, features, targets, weight, label_smoothing=self.label_smoothing
+        features, router = jax.vmap(one)(src, inputs, example_keys(key, src.shape[0]))
+        weight = target_weights(targets, model.config.pad_id)
+        stats = vocab_statistics(
+            model.output_head, features, targets, weight, label_smoothing=self.label_smoothing
         )
+        return with_router_losses(stats, router, model.config)
 
-    def _check_values(self, batch: Mapping[str, np.ndarray], model: eqx.Module) -> None:
-        config = model.config  # type: ignore[attr-defined]
+    def _check_values(self, batch: Mapping[str, np.ndarray], model: Translator) -> None:
+        config = model.config
         check_ids("src", batch["src"], config.vocab_size, config.max_positions)
         check_ids("tgt", batch["tgt"], config.tgt_vocab, config.max_positions, shifted=True)

@@ -15,11 +15,11 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import equinox as eqx
 from jaxtyping import PRNGKeyArray, PyTree
 
+from zoo.data.batches import BatchSource
 from zoo.train.step import TrainStep
 
 LOOKAHEAD = 4096  # steps of the plan searched for lengths not met yet
@@ -29,7 +29,7 @@ LOOKAHEAD = 4096  # steps of the plan searched for lengths not met yet
 CORES_PER_COMPILE = 4
 
 
-def first_step_of_each_length(source: Any, start: int, end: int) -> list[int]:
+def first_step_of_each_length(source: BatchSource, start: int, end: int) -> list[int]:
     """The first step in `start..end-1` of each padded length of `source`, in step order.
 
     Empty unless `source` is bucketed (`lengths`, and a `plan(epoch)` of (length, rows) pairs):
@@ -50,10 +50,10 @@ def first_step_of_each_length(source: Any, start: int, end: int) -> list[int]:
 
 
 def compile_ahead(
-    train_step: Callable[..., Any],
+    train_step: Callable[..., object],
     model: eqx.Module,
     opt_state: PyTree,
-    source: Any,
+    source: BatchSource,
     key: PRNGKeyArray,
     steps: tuple[int, int],
 ) -> int:
@@ -64,7 +64,7 @@ def compile_ahead(
     if len(found) < 2 or not isinstance(train_step, TrainStep):
         return 0
 
-    def lowered(step: int) -> Any:
+    def lowered(step: int):  # equinox's Lowered
         return train_step.lower(model, opt_state, source.batch(step), key, step)
 
     workers = max(1, min(len(found), (os.cpu_count() or 1) // CORES_PER_COMPILE))

@@ -101,7 +101,8 @@ class Checkpoint:
     @property
     def data_position(self) -> int:
         """Index of the next batch to train on."""
-        return int(self.meta.get("data_position", self.step))
+        position = self.meta.get("data_position", self.step)
+        return position if isinstance(position, int) else self.step
 
 
 def save_checkpoint(
@@ -147,7 +148,7 @@ def save_checkpoint(
         save_safetensors(_host_arrays(saved_arrays(model, extra)), staging / MODEL_FILE)
         save_safetensors(_host_arrays(state_arrays(opt_state)), staging / OPTIMIZER_FILE)
         sums = {CHECKSUMS: checksums(staging, (MODEL_FILE, OPTIMIZER_FILE))}
-        write_state(staging, checkpoint_state(step, model, key, extra) | sums)
+        write_state(staging, {**checkpoint_state(step, model, key, extra), **sums})
         publish(staging, final)
     except BaseException as error:
         shutil.rmtree(staging, ignore_errors=True)
@@ -234,14 +235,11 @@ def _fill_model(
 def _check_config(path: Path, meta: State, model: eqx.Module) -> None:
     """The checkpoint must hold a model of `model`'s flavor and config."""
     current = model_config_dict(model)
-    saved = _in_todays_fields(meta.get("config") or {}, model)
+    recorded = meta.get("config")
+    saved = _in_todays_fields(recorded if isinstance(recorded, dict) else {}, model)
     if meta.get("flavor") == current["flavor"] and saved == current["config"]:
         return
-    differ = sorted(
-        name
-        for name in set(saved) | set(current["config"])
-        if saved.get(name) != current["config"].get(name)
-    )
+    differ = _differences(saved, current["config"])
     raise ValueError(
         f"checkpoint {path} holds a {meta.get('flavor')} whose config differs from this "
         f"{current['flavor']}'s in {differ or ['flavor']}; resume with the same preset "
@@ -249,10 +247,24 @@ def _check_config(path: Path, meta: State, model: eqx.Module) -> None:
     )
 
 
-def _in_todays_fields(saved: State, model: eqx.Module) -> State:
+def _differences(saved: object, current: object, prefix: str = "") -> list[str]:
+    """The dotted paths at which two configs' JSON forms differ (`layers.block.norm.eps`)."""
+    if not (isinstance(saved, Mapping) and isinstance(current, Mapping)):
+        return [] if saved == current else [prefix.rstrip(".") or "config"]
+    return [
+        path
+        for name in sorted(set(saved) | set(current))
+        for path in _differences(saved.get(name), current.get(name), f"{prefix}{name}.")
+    ]
+
+
+def _in_todays_fields(saved: Mapping[str, object], model: eqx.Module) -> Mapping[str, object]:
     """The config a checkpoint recorded, in the fields of today's config class: a run saved by
-    an earlier zoo (`scan_layers` before `layer_loop`) resumes as `zoo.load` reads its model."""
-    config: TransformerConfig = model.config  # type: ignore[attr-defined]
+    an earlier zoo (0.1's flat config, `scan_layers` before `layer_loop`) resumes as
+    `zoo.load` reads its model."""
+    config = getattr(model, "config", None)
+    if not isinstance(config, TransformerConfig):
+        return saved
     try:
         return type(config).from_dict(saved).to_dict()
     except (TypeError, ValueError):  # another flavor, or fields no version knew: told below

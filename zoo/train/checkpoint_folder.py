@@ -25,8 +25,8 @@ import hashlib
 import json
 import os
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import equinox as eqx
 import jax
@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import PRNGKeyArray, PyTree
 
-from zoo.files import read_json_object
+from zoo.files import JSONObject, read_json_object
 from zoo.serialize import model_config_dict
 from zoo.tree import path_name
 
@@ -44,7 +44,7 @@ STAGING_SUFFIX = ".partial"
 CHECKSUMS = "checksums"  # state.json's `file name -> sha256` of the checkpoint's arrays files
 
 # what `state.json` holds, as JSON values
-State = dict[str, Any]
+State = JSONObject
 
 
 class CorruptCheckpoint(ValueError):
@@ -97,7 +97,7 @@ def checkpoint_state(step: int, model: eqx.Module, key: PRNGKeyArray, extra: Sta
     }
 
 
-def write_state(staging: Path, state: State) -> None:
+def write_state(staging: Path, state: Mapping[str, object]) -> None:
     (staging / STATE_FILE).write_text(json.dumps(state, indent=2, sort_keys=True))
 
 
@@ -146,18 +146,21 @@ def _sha256(file: Path) -> str:
     return digest.hexdigest()
 
 
-def _key_to_json(key: PRNGKeyArray) -> dict[str, Any]:
+def _key_to_json(key: PRNGKeyArray) -> JSONObject:
     if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
         data = jax.random.key_data(key)
         return {"impl": str(jax.random.key_impl(key)), "data": np.asarray(data).tolist()}
     return {"impl": None, "data": np.asarray(key).tolist()}
 
 
-def _key_from_json(saved: dict[str, Any]) -> PRNGKeyArray:
+def _key_from_json(saved: JSONObject) -> PRNGKeyArray:
     data = jnp.asarray(np.asarray(saved["data"], dtype=np.uint32))
-    if saved["impl"] is None:
+    impl = saved["impl"]
+    if impl is None:
         return data
-    return jax.random.wrap_key_data(data, impl=saved["impl"])
+    if not isinstance(impl, str):
+        raise ValueError(f"a saved random key's impl must be a name, got {impl!r}")
+    return jax.random.wrap_key_data(data, impl=impl)
 
 
 def _sync_files(directory: Path) -> None:

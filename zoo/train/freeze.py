@@ -27,14 +27,11 @@ import numpy as np
 import optax
 from jaxtyping import PyTree
 
-from zoo.nn.stack import stack_groups
+from zoo.nn.layer_index import LayerIndex, StackedRows
 from zoo.train.optim import Optimizer, OptimizerLike
 from zoo.tree import path_name
 
 STACKS = ("layers", "encoder", "decoder")
-
-
-LayerGroups = dict[str, tuple[tuple[int, ...], ...]]  # `stack_groups`
 
 
 @dataclass(frozen=True)
@@ -70,30 +67,26 @@ def parse_freeze(spec: str) -> tuple[FreezeGroup, ...]:
     return tuple(groups)
 
 
-def _in_stack(path: str, stack: str) -> bool:
-    if ".blocks." not in f".{path}":
-        return False
-    return stack == "layers" or path.startswith(f"{stack}.")
-
-
-def _row_layers(path: str, num_blocks: int, layer_groups: LayerGroups) -> tuple[np.ndarray, int]:
-    """The layer number of each row of the stacked array `path` and the stack's depth: its
-    rows, except in a group of a stack with several kinds of layer (`stack_groups`), whose rows
-    are scattered layers."""
-    for prefix, layers in layer_groups.items():
-        if path.startswith(f"{prefix}."):
-            group = int(path[len(prefix) + 1 :].split(".")[0])
-            return np.asarray(layers[group]), sum(len(rows) for rows in layers)
-    return np.arange(num_blocks), num_blocks
+def _rows(path: str, index: LayerIndex, stack: str) -> StackedRows | None:
+    """The rows of the stacked array `path` if it is in the stack `stack` (`layers` names
+    every stack: a translator's encoder and decoder too); None otherwise."""
+    found = index.rows(path)
+    if found is None:
+        return None
+    rows, _ = found
+    return rows if stack == "layers" or rows.stack == stack else None
 
 
 def _block_axis_frozen(
-    path: str, num_blocks: int, groups: tuple[FreezeGroup, ...], layer_groups: LayerGroups
+    path: str, num_blocks: int, groups: tuple[FreezeGroup, ...], index: LayerIndex
 ) -> np.ndarray:
-    layers, _ = _row_layers(path, num_blocks, layer_groups)
     frozen = np.zeros(num_blocks, bool)
     for group in groups:
-        if group.first is not None and group.last is not None and _in_stack(path, group.name):
+        if group.first is None or group.last is None:
+            continue
+        rows = _rows(path, index, group.name)
+        if rows is not None:
+            layers = np.asarray(rows.layers)
             frozen |= (layers >= group.first) & (layers <= group.last)
     return frozen
 
@@ -120,12 +113,12 @@ def freeze_labels(params: PyTree, groups: tuple[FreezeGroup, ...]) -> PyTree:
 
 def _zero_frozen_blocks(groups: tuple[FreezeGroup, ...]) -> optax.GradientTransformation:
     def update(updates, state, params=None):
-        layer_groups = stack_groups(updates)
+        index = LayerIndex(updates)
 
         def zero(path, update):
             if update is None or update.ndim == 0:
                 return update
-            frozen = _block_axis_frozen(path_name(path), update.shape[0], groups, layer_groups)
+            frozen = _block_axis_frozen(path_name(path), update.shape[0], groups, index)
             if not frozen.any():
                 return update
             shape = (update.shape[0],) + (1,) * (update.ndim - 1)
@@ -142,21 +135,21 @@ def check_freeze(model: eqx.Module, groups: tuple[FreezeGroup, ...]) -> dict[str
     named = {
         path_name(path): leaf for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]
     }
-    layer_groups = stack_groups(params)
+    index = LayerIndex(params)
     counts = {}
     for group in groups:
         count = 0
         for path, leaf in named.items():
+            rows = _rows(path, index, group.name)
             if group.first is None:
                 count += leaf.size if _whole(path, (group,)) else 0
-            elif _in_stack(path, group.name):
-                _, layers = _row_layers(path, leaf.shape[0], layer_groups)
-                if group.last is not None and group.last >= layers:
+            elif rows is not None:
+                if group.last is not None and group.last >= rows.depth:
                     raise ValueError(
                         f"--freeze {group.name}:{group.first}-{group.last}: {path} has only "
-                        f"{layers} blocks (0-{layers - 1})"
+                        f"{rows.depth} blocks (0-{rows.depth - 1})"
                     )
-                frozen = _block_axis_frozen(path, leaf.shape[0], (group,), layer_groups)
+                frozen = _block_axis_frozen(path, leaf.shape[0], (group,), index)
                 count += int(frozen.sum()) * (leaf.size // leaf.shape[0])
         if count == 0:
             tops = sorted({path.split(".")[0] for path in named})

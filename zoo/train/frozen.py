@@ -18,13 +18,13 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from zoo.files import JSONObject, JSONValue
 from zoo.tree import Slot, named_arrays, path_name
 
 FROZEN = "frozen"  # the key of the record in a checkpoint's state.json
@@ -38,12 +38,12 @@ class FrozenArrays:
     names: tuple[str, ...]
     fingerprint: str
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> JSONObject:
         """What a checkpoint's state.json holds of it."""
-        return {"names": list(self.names), "fingerprint": self.fingerprint}
+        return {"names": [name for name in self.names], "fingerprint": self.fingerprint}
 
 
-def frozen_names(optimizer: Any, model: eqx.Module) -> tuple[str, ...]:
+def frozen_names(optimizer: object, model: eqx.Module) -> tuple[str, ...]:
     """The names of the arrays of `model` that `optimizer` does not train (its `labels`:
     "train" or "frozen", as `zoo.train.freeze` and `zoo.lora.only_adapters` make them); none
     for an optimizer without labels, which trains every floating-point array."""
@@ -56,7 +56,7 @@ def frozen_names(optimizer: Any, model: eqx.Module) -> tuple[str, ...]:
     return tuple(sorted(set(named_arrays(model)) - trained))
 
 
-def frozen_arrays(optimizer: Any, model: eqx.Module) -> FrozenArrays | None:
+def frozen_arrays(optimizer: object, model: eqx.Module) -> FrozenArrays | None:
     """The frozen arrays of `model` under `optimizer` with their fingerprint; None where every
     array is trained."""
     names = frozen_names(optimizer, model)
@@ -107,30 +107,42 @@ def _take_flat(arrays: dict[str, jax.Array], picks: dict[str, jax.Array]) -> dic
     return {name: array.reshape(-1)[picks[name]] for name, array in arrays.items()}
 
 
-def saved_arrays(model: eqx.Module, extra: Mapping[str, Any] | None) -> dict[str, Slot]:
+def recorded_names(record: object) -> tuple[str, ...]:
+    """The array names a `frozen` record of state.json lists (none for another value)."""
+    names = record.get("names") if isinstance(record, Mapping) else None
+    if not isinstance(names, list):
+        return ()
+    return tuple(name for name in names if isinstance(name, str))
+
+
+def saved_arrays(model: eqx.Module, extra: Mapping[str, object] | None) -> dict[str, Slot]:
     """The arrays of `model` a checkpoint holds: all, or those the `frozen` record of its state
     (`extra`, see `frozen_extra`) does not name."""
     arrays = named_arrays(model)
-    skipped = set(((extra or {}).get(FROZEN) or {}).get("names") or ())
+    skipped = set(recorded_names((extra or {}).get(FROZEN)))
     return {name: array for name, array in arrays.items() if name not in skipped}
 
 
 def frozen_extra(
-    extra: dict[str, Any] | None, frozen: FrozenArrays | None
-) -> dict[str, Any] | None:
+    extra: Mapping[str, JSONValue] | None, frozen: FrozenArrays | None
+) -> JSONObject | None:
     """`extra` with the frozen arrays' record (`zoo.train.frozen`), for state.json."""
-    if frozen is None:
-        return extra
-    return {**(extra or {}), FROZEN: frozen.record()}
+    if extra is None and frozen is None:
+        return None
+    record: JSONObject = dict(extra or {})
+    if frozen is not None:
+        record[FROZEN] = frozen.record()
+    return record
 
 
-def check_frozen(path: Any, record: Mapping[str, Any], model: eqx.Module) -> tuple[str, ...]:
+def check_frozen(path: object, record: object, model: eqx.Module) -> tuple[str, ...]:
     """The names of the frozen arrays a checkpoint at `path` left out (its `record`), refused
     when `model`'s arrays of those names are missing or differ from the saved run's."""
-    names = tuple(record.get("names") or ())
+    names = recorded_names(record)
+    saved = record.get("fingerprint") if isinstance(record, Mapping) else None
     arrays = named_arrays(model)
     missing = [name for name in names if name not in arrays]
-    if missing or fingerprint(arrays, names) != record.get("fingerprint"):
+    if missing or fingerprint(arrays, names) != saved:
         detail = f"has no arrays {missing[:3]}" if missing else "differs"
         raise ValueError(
             f"checkpoint {path} holds the trained arrays only, and this run's frozen rest "

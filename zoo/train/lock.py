@@ -6,7 +6,7 @@ writes its pid there; a second run is refused with that pid. The kernel releases
 when the process ends, however it ends (even `kill -9`), so a stale lock file is harmless.
 
 Within one process the lock is re-entrant for the thread that holds it: `zoo train` takes the
-run folder's lock before it checks and records the run, and `Trainer.fit` takes it again. Any
+run folder's lock before it checks and records the run, and `Trainer.fit` takes it again. Each
 other thread of the process is refused, as another process is.
 """
 

@@ -12,7 +12,7 @@ tensorboard --log wandb`) opens them for each `fit` that has an `out_dir`:
   settings.
 
 Each metrics row becomes scalars named `SPLIT/loss`, `SPLIT/METRIC` (e.g. `eval/perplexity`),
-`SPLIT/tokens_per_s` and `train/lr`, at the row's step. Any object with `log(row)` and
+`SPLIT/tokens_per_s` and `train/lr`, at the row's step. An object with `log(row)` and
 `close()` (`Logger`) can be passed too. The packages are optional extras; a missing one is
 named with the `pip install` that brings it.
 """

@@ -117,7 +117,7 @@ class TrainingRun:
         self.checkpoint_dir = outputs.checkpoints
         self.out_dir = outputs.folder
         self.tokenizer = outputs.tokenizer
-        self.chat_template = outputs.chat_template
+        self.chat_template = outputs.chat_template_text
         self.plot = outputs.plot
         check_inputs(trainer, model, train_batches, eval_batches, steps=steps, outputs=outputs,
                      resume=resume)  # fmt: skip

@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
+
+import equinox as eqx
 
 from zoo.data.tokenizers.base import Tokenizer
 from zoo.train.loggers import LoggerSpec, check_loggers
 
-__all__ = ["LOOP_FIELDS", "OUTPUT_FIELDS", "LoopSettings", "Outputs", "StepCallback"]
+__all__ = ["LoopSettings", "Outputs", "StepCallback"]
 
 
 @runtime_checkable
@@ -29,7 +31,7 @@ class StepCallback(Protocol):
 
     every: int
 
-    def __call__(self, step: int, model: Any) -> None: ...
+    def __call__(self, step: int, model: eqx.Module) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -111,7 +113,8 @@ class Outputs:
     out_dir: str | os.PathLike | None = None
     tokenizer: Tokenizer | None = None
     plot: bool = False
-    chat_template: Any = None  # Jinja text or a ChatTemplate: DIR/chat_template.jinja
+    # Jinja text or a ChatTemplate, kept as its text (any other value is refused by name)
+    chat_template: object = None
 
     def __post_init__(self) -> None:
         if self.plot and self.folder is None:
@@ -126,6 +129,11 @@ class Outputs:
             object.__setattr__(self, "chat_template", text)
 
     @property
+    def chat_template_text(self) -> str | None:
+        """The chat template's Jinja text, written as DIR/chat_template.jinja (None: none)."""
+        return self.chat_template if isinstance(self.chat_template, str) else None
+
+    @property
     def checkpoints(self) -> Path | None:
         """The checkpoint folder as a path (None: no checkpoints)."""
         return None if self.checkpoint_dir is None else Path(self.checkpoint_dir)
@@ -135,8 +143,3 @@ class Outputs:
         """The folder of the metrics and the final model: `out_dir`, else `checkpoint_dir`."""
         chosen = self.checkpoint_dir if self.out_dir is None else self.out_dir
         return None if chosen is None else Path(chosen)
-
-
-# the keywords `Trainer` and `Trainer.fit` took before these records, still accepted
-LOOP_FIELDS = tuple(field.name for field in fields(LoopSettings))
-OUTPUT_FIELDS = tuple(field.name for field in fields(Outputs))

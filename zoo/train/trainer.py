@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-from dataclasses import replace
-from typing import Any
 
 import equinox as eqx
 import jax
@@ -17,13 +15,12 @@ from zoo.distributed.hosts import is_writer
 from zoo.distributed.layout import Layout
 from zoo.distributed.rules import Rule
 from zoo.host import tune_host_allocator
-from zoo.records import legacy_keywords
 from zoo.tasks.base import Stats, Task
 from zoo.train import evaluation, optim
 from zoo.train.history import History
 from zoo.train.lock import RunLock
 from zoo.train.loop import TrainingDiverged, TrainingRun
-from zoo.train.settings import LOOP_FIELDS, OUTPUT_FIELDS, LoopSettings, Outputs
+from zoo.train.settings import LoopSettings, Outputs
 from zoo.train.sharded import require_orbax
 from zoo.train.step import resolve_precision, shared_eval_step, shared_train_step
 
@@ -67,9 +64,6 @@ class Trainer:
         mesh: train on many devices: a `jax.sharding.Mesh` or a string like
             `"data=2,fsdp=2,tensor=2"` (see `zoo.distributed`); None: one device.
         rules: partition rules in place of `zoo.distributed.RULES` (with `mesh`).
-        **legacy: `log_every=`, `eval_every=`, `eval_limit=`, `checkpoint_every=`, `keep=`,
-            `progress=`, `loggers=`: the older spelling of `loop`, still accepted with a
-            `DeprecationWarning` (they replace those fields of `loop`).
     """
 
     def __init__(
@@ -82,20 +76,23 @@ class Trainer:
         accumulate: int = 1,
         mesh: Mesh | str | None = None,
         rules: tuple[Rule, ...] | None = None,
-        **legacy: Any,
     ):
-        old = legacy_keywords("Trainer", legacy, LOOP_FIELDS, "loop=zoo.train.LoopSettings(...)")
         if not isinstance(task, Task):
             raise TypeError(
                 f"task must be a zoo.tasks.Task (e.g. zoo.tasks.LanguageModeling()), "
                 f"got {type(task).__name__}"
+            )
+        if loop is not None and not isinstance(loop, LoopSettings):
+            raise TypeError(
+                "loop must be a zoo.train.LoopSettings (e.g. LoopSettings(eval_every=500)), "
+                f"got {type(loop).__name__}"
             )
         precision = resolve_precision(precision)
         if not isinstance(accumulate, int) or accumulate < 1:
             raise ValueError(f"accumulate must be a positive integer, got {accumulate!r}")
         self.task = task
         self.optimizer = optim.adamw() if optimizer is None else optimizer
-        self.loop = replace(loop or LoopSettings(), **old)
+        self.loop = loop or LoopSettings()
         self.precision = precision
         self.accumulate = accumulate
         self.layout: Layout | None = None
@@ -158,7 +155,6 @@ class Trainer:
         eval_batches: BatchSource | None = None,
         outputs: Outputs | None = None,
         resume: bool = False,
-        **legacy: Any,
     ) -> tuple[eqx.Module, History]:
         """Train for `steps` optimizer updates in total; returns the trained model and history.
 
@@ -175,13 +171,13 @@ class Trainer:
                 its tokenizer) and `curves.png` (`Outputs`; None: nothing is written).
             resume: continue from the newest checkpoint in `outputs.checkpoint_dir` exactly
                 where it stopped (model, optimizer, RNG, data position).
-            **legacy: `checkpoint_dir=`, `out_dir=`, `tokenizer=`, `plot=`: the older spelling
-                of `outputs`, still accepted with a `DeprecationWarning`.
         """
-        old = legacy_keywords(
-            "Trainer.fit", legacy, OUTPUT_FIELDS, "outputs=zoo.train.Outputs(...)"
-        )
-        outputs = replace(outputs or Outputs(), **old)
+        if outputs is not None and not isinstance(outputs, Outputs):
+            raise TypeError(
+                'outputs must be a zoo.train.Outputs (e.g. Outputs("runs/gpt")), got '
+                f"{type(outputs).__name__}"
+            )
+        outputs = outputs or Outputs()
         if jax.default_backend() == "cpu":
             # reuse freed step memory (see zoo.host); ZOO_MALLOC_TOP_PAD_MB=0 opts out
             tune_host_allocator()

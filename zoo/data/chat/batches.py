@@ -31,14 +31,14 @@ from __future__ import annotations
 import bisect
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from zoo.data.batches import ArrayBatches, BatchSource
 from zoo.data.bucketing import batches_of, lengths_to_fit
-from zoo.data.chat.options import BATCHING_OPTIONS, TRAIN_ON, ChatDataConfig
+from zoo.data.chat.options import TRAIN_ON, ChatDataConfig
 from zoo.data.chat.template import ChatTemplate
 from zoo.data.chat.tokens import encode_chat
 from zoo.data.errors import DataError
@@ -52,7 +52,6 @@ from zoo.data.positions import (
 )
 from zoo.data.ragged import Ragged
 from zoo.data.tokenizers.base import Tokenizer
-from zoo.records import legacy_keywords
 
 logger = logging.getLogger(__name__)
 
@@ -246,7 +245,6 @@ def chat_batches(
     shuffle: bool = True,
     drop_last: bool = True,
     split: str = "train",
-    **legacy: Any,
 ) -> BatchSource:
     """Batches of the conversations for `zoo.tasks.LanguageModeling` (see the module doc).
 
@@ -263,11 +261,8 @@ def chat_batches(
         shuffle: reshuffle the batches every epoch (False: in order, for evaluation).
         drop_last: drop the last, smaller batch of an epoch (False keeps it, for evaluation).
         split: the data's name in messages.
-        **legacy: the older keywords `batch_size=`, `max_len=`, `pack=`, `buckets=` and
-            `seed=`, each a field of `config` (a `DeprecationWarning` says so).
     """
-    old = legacy_keywords("chat_batches", legacy, BATCHING_OPTIONS, "config=ChatDataConfig(...)")
-    config = replace(config or ChatDataConfig(), **old)
+    config = config or ChatDataConfig()
     batch_size, max_len, seed = config.batch_size, config.max_len, config.seed
     if config.pack:
         arrays = pack_conversations(examples, max_len=max_len, pad_id=pad_id)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import datasets
@@ -48,13 +48,8 @@ from zoo.data.options import DataConfig
 from zoo.data.splits import AnyData, AnySplit, pick_splits
 from zoo.data.tokenizers.base import Tokenizer
 from zoo.data.tokenizers.build import build_tokenizer
-from zoo.records import legacy_keywords
 
 DEFAULT_CHAT_TOKENIZER = "word"
-CONFIG_FIELDS = tuple(field.name for field in fields(ChatDataConfig))
-# The fields of `ChatDataConfig` that `chat_evaluation` took as loose keywords.
-EVALUATION_OPTIONS = ("format", "train_on", "template", "max_len", "batch_size", "seed",
-                      "train_split", "holdout")  # fmt: skip
 
 logger = logging.getLogger(__name__)
 
@@ -136,7 +131,6 @@ def chat_data(
     *,
     tokenizer: Tokenizer | str | None = None,
     config: ChatDataConfig | None = None,
-    **legacy: Any,
 ) -> ChatData:
     """Train and validation batches of the conversations in `dataset` (see the module doc).
 
@@ -146,13 +140,9 @@ def chat_data(
     Jinja text) overrides the tokenizer's own template, and a tokenizer without one gets zoo's
     default (logged); `train_on` says which tokens the loss counts (`ChatDataConfig`: the
     replies, the completion, the last reply, or all); `pack` packs conversations into rows of
-    `max_len + 1` tokens
-    (`zoo.data.chat.batches`). The older keywords (`max_len=`, `batch_size=`, ... each a field
-    of `ChatDataConfig`) still work, with a `DeprecationWarning`, over `config` when both are
-    given.
+    `max_len + 1` tokens (`zoo.data.chat.batches`).
     """
-    old = legacy_keywords("chat_data", legacy, CONFIG_FIELDS, "config=ChatDataConfig(...)")
-    config = replace(config or ChatDataConfig(), **old)
+    config = config or ChatDataConfig()
     splits = DataConfig(task="language_modeling", train_split=config.train_split,
                         validation_split=config.validation_split)  # fmt: skip
     train, validation, validation_name = pick_splits(dataset, splits)
@@ -212,17 +202,13 @@ def chat_evaluation(
     *,
     split: str = "validation",
     config: ChatDataConfig | None = None,
-    **legacy: Any,
 ) -> ChatEvaluation:
     """The conversations of `split`, encoded with the model's `tokenizer` and chat template as
     `chat_data` encodes them for training, one conversation per row (`config.pack` is not
     read). Without a `validation` split, `split="validation"` reads the conversations
     `chat_data` held out of `config.train_split` (the same `seed` and `holdout` give the same
-    ones). The older keywords (`format=`, `train_on=`, `template=`, `max_len=`, `batch_size=`,
-    `seed=`, `train_split=`, `holdout=`) still work, with a `DeprecationWarning`."""
-    old = legacy_keywords("chat_evaluation", legacy, EVALUATION_OPTIONS,
-                          "config=ChatDataConfig(...)")  # fmt: skip
-    config = replace(config or ChatDataConfig(), **old)
+    ones)."""
+    config = config or ChatDataConfig()
     splits = dataset if isinstance(dataset, Mapping) else {split: dataset}
     if split in splits:
         rows, name = split_conversations(splits[split], format=config.format, config=config), split

@@ -23,8 +23,6 @@ CHAT_FORMATS = ("auto", *FORMATS)
 # turn; completion: the completion of prompt/completion rows; last: the final assistant turn;
 # all: every token.
 TRAIN_ON = ("auto", "assistant", "completion", "last", "all")
-# The old loose keywords of `chat_batches` that `ChatDataConfig` now carries.
-BATCHING_OPTIONS = ("batch_size", "max_len", "pack", "buckets", "seed")  # the legacy keywords
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -125,4 +123,4 @@ def resolve_train_on(train_on: str, format: str) -> str:
     return train_on
 
 
-__all__ = ["BATCHING_OPTIONS", "CHAT_FORMATS", "TRAIN_ON", "ChatDataConfig", "resolve_train_on"]
+__all__ = ["CHAT_FORMATS", "TRAIN_ON", "ChatDataConfig", "resolve_train_on"]

@@ -151,6 +151,13 @@ class ChatTemplate:
         """Whether the template marks the assistant's text with `{% generation %}` blocks."""
         return GENERATION_TAG.search(self.source) is not None
 
+    @property
+    def variables(self) -> frozenset[str]:
+        """The variables the template reads that a caller may set: those it does not set
+        itself, beyond what every rendering fills in (`messages`, `add_generation_prompt`,
+        `tools`, `documents`, the globals); e.g. Llama 3's `date_string`, `bos_token`."""
+        return _read_variables(self.source, self.origin)
+
     def render(
         self,
         messages: Sequence[Mapping[str, object]],
@@ -405,6 +412,16 @@ def _compile(source: str, origin: str) -> Template:
                 "on its own, with no other template files; write the included text into it"
             )
     return environment.from_string(tree)
+
+
+@lru_cache(maxsize=32)
+def _read_variables(source: str, origin: str) -> frozenset[str]:
+    from jinja2 import meta
+
+    _compile(source, origin)  # refuses what cannot be rendered, with its reason
+    environment = _environment()
+    filled = {"messages", "add_generation_prompt", "tools", "documents", *environment.globals}
+    return frozenset(meta.find_undeclared_variables(environment.parse(source)) - filled)
 
 
 def _strings(

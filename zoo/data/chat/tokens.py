@@ -4,7 +4,8 @@
 transformers' `apply_chat_template` does (without adding bos or eos: templates write their own),
 and marks the tokens the assistant wrote: 1 on each assistant turn's content and its end-of-turn
 token, 0 elsewhere. `encode_prompt` gives the ids a model continues from to answer (the
-conversation and the opening of an assistant turn, `add_generation_prompt=True`).
+conversation and the opening of an assistant turn, `add_generation_prompt=True`; `prompt_ids`
+takes the template's variables as a mapping).
 
 Where the assistant's turns lie comes from rendering the template, never from searching the text
 for role names:
@@ -192,8 +193,18 @@ def encode_prompt(
     **variables: object,
 ) -> Int[np.ndarray, " seq"]:
     """`int32[seq]`: the ids of the conversation and the opening of the assistant's reply,
-    which generation continues from."""
-    template = template or chat_template_for(tokenizer)
+    which generation continues from; `variables` reach the template."""
+    return prompt_ids(messages, tokenizer, template or chat_template_for(tokenizer), variables)
+
+
+def prompt_ids(
+    messages: Sequence[Mapping[str, object]],
+    tokenizer: Tokenizer,
+    template: ChatTemplate,
+    variables: Mapping[str, object],
+) -> Int[np.ndarray, " seq"]:
+    """`encode_prompt`, the template's variables given as a mapping: a variable of any name
+    reaches the template (`template` too, which `encode_prompt` takes for itself)."""
     check_tool_support(template, messages, template_tools(variables.get("tools")))
     check_generation_prompt(template, messages, **variables)
     text = template.render(messages, add_generation_prompt=True, **variables)

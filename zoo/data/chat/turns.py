@@ -223,7 +223,7 @@ _OPENING_CHECKED: set[tuple[str, str]] = set()
 
 
 def check_generation_prompt(
-    template: ChatTemplate, messages: Sequence[Mapping[str, object]], **variables: object
+    template: ChatTemplate, messages: Sequence[Mapping[str, object]], /, **variables: object
 ) -> None:
     """A `ValueError` when `template` ignores `add_generation_prompt`: the conversation up to
     its first assistant reply (or up to its last user turn, with a probe reply) renders the same

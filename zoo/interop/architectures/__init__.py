@@ -70,27 +70,36 @@ def architecture_for(model: eqx.Module | TransformerConfig) -> Architecture:
     positions is a T5; other translators export to MarianMT.
     """
     config = config_of(model)
-    if isinstance(config, GPTConfig) and config.norm_weight_offset == 1.0:
-        return gemma_family_for(config)
-    if isinstance(config, GPTConfig) and config.output_norm and not config.norm_first:
-        return OLMO2
-    if isinstance(config, GPTConfig) and (
-        config.rope.scaling == "longrope" or config.rope.partial_rotary_factor < 1.0
-    ):
-        return PHI3
-    if isinstance(config, GPTConfig) and config.num_experts:
-        return moe_family_for(config)
-    if isinstance(config, GPTConfig) and config.positions == "rotary":
-        return decoder_family_for(config)
-    if isinstance(config, TranslatorConfig) and config.positions == "relative":
+    if isinstance(config, GPTConfig):
+        return _decoder_architecture(config)
+    if isinstance(config, TranslatorConfig) and config.relative is not None:
         return ARCHITECTURES["t5"]
-    if isinstance(config, ClassifierConfig) and config.pooler_norm:
-        return MODERNBERT
-    if isinstance(config, ClassifierConfig) and config.position_offset > 0:
-        return ARCHITECTURES["roberta"]
-    if isinstance(config, ClassifierConfig) and config.pooler_activation == "relu":
-        return ARCHITECTURES["distilbert"]
+    if isinstance(config, ClassifierConfig):
+        pooler = config.head.pooler
+        if pooler is not None and pooler.norm:
+            return MODERNBERT
+        if config.embedder.position_offset > 0:
+            return ARCHITECTURES["roberta"]
+        if pooler is not None and pooler.activation == "relu":
+            return ARCHITECTURES["distilbert"]
     return ARCHITECTURES[EXPORTS[flavor_of(config)]]
+
+
+def _decoder_architecture(config: GPTConfig) -> Architecture:
+    """The family a GPT exports to (`architecture_for`)."""
+    block = config.layers.block
+    rope = block.attention.rope
+    if block.norm.weight_offset == 1.0:
+        return gemma_family_for(config)
+    if block.output_norm and not block.norm_first:
+        return OLMO2
+    if rope is not None and (rope.scaling == "longrope" or rope.partial_rotary_factor < 1.0):
+        return PHI3
+    if config.experts() is not None:
+        return moe_family_for(config)
+    if rope is not None:
+        return decoder_family_for(config)
+    return ARCHITECTURES["gpt2"]
 
 
 __all__ = [

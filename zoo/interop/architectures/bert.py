@@ -8,8 +8,13 @@ different number of classes than asked for. A checkpoint with a masked-LM head
 (`cls.predictions.*`) loads it as the classifier's `mlm_head` (`masked_lm=True`, its decoder
 tied to the token embeddings) and exports back to `BertForMaskedLM`.
 
+The config is `zoo.presets.parts.BERT` (`zoo_base`) with the sizes, epsilons, dropouts and heads
+of config.json; export refuses a config whose parts BERT's config cannot say (pre-norm, rotary
+positions, a window, grouped-query heads, layers that differ, ...), naming their paths.
+
 `Bert` is also the engine of its relatives (roberta.py, distilbert.py): they change the key
-names, the head's keys and the config fields, through the class attributes and hooks below.
+names, the head's keys, the base parts and the config fields, through the class attributes and
+hooks below.
 """
 
 from __future__ import annotations
@@ -25,12 +30,17 @@ from zoo.interop.architecture import (
     UnsupportedExport,
     export_activation,
     logger,
+    refuse_layer_overrides,
     require_fields,
     warn_activation_dropout,
 )
 from zoo.interop.files import HFDict
 from zoo.interop.rules import KeyMap, Rule, Shape, rule, weight_and_bias
 from zoo.models import ClassifierConfig
+from zoo.models.classifier import Pooler
+from zoo.nn.feedforward import FeedForwardSettings
+from zoo.nn.norm import NormSettings
+from zoo.presets.parts import BERT
 
 DEFAULTS: HFDict = dict(
     vocab_size=30522,
@@ -53,6 +63,50 @@ DEFAULTS: HFDict = dict(
     problem_type=None,
     tie_word_embeddings=True,
 )
+
+
+def dense_feed_forward(config: ClassifierConfig, target: str) -> FeedForwardSettings:
+    """The base block's feed-forward; `target` has no mixture of experts."""
+    feed_forward = config.layers.block.feed_forward
+    if not isinstance(feed_forward, FeedForwardSettings):
+        raise UnsupportedExport(
+            f"{target} cannot express this zoo model: layers.block.feed_forward is a "
+            f"{type(feed_forward).__name__} (a mixture of experts), and {target} has one dense "
+            "feed-forward per layer"
+        )
+    return feed_forward
+
+
+def check_encoder_parts(config: ClassifierConfig, target: str) -> None:
+    """Refuse what no encoder family's config says: a mixture of experts, grouped-query heads,
+    a head width other than d_model / num_heads, another score scale, QK-norm, soft-capping."""
+    dense_feed_forward(config, target)
+    attention = config.layers.block.attention
+    head_dim = config.head_dim
+    wrong = []
+    if attention.kv_heads != attention.num_heads:
+        wrong.append(f"attention.num_kv_heads={attention.num_kv_heads} (needs num_heads)")
+    if head_dim * attention.num_heads != config.d_model:
+        wrong.append(f"attention.head_dim={attention.head_dim} (needs d_model // num_heads)")
+    if attention.scale_dim not in (None, head_dim):
+        wrong.append(f"attention.scale_dim={attention.scale_dim} (needs None: head_dim)")
+    if wrong:
+        raise UnsupportedExport(f"{target} cannot express this zoo model: {', '.join(wrong)}")
+    require_fields(config, target, {"attention.qk_norm": None, "attention.softcap": None})
+
+
+def warn_dropouts(config: ClassifierConfig, target: str) -> None:
+    """The dropouts `target` has no rate of its own for: say they are not exported."""
+    warn_activation_dropout(config, target)
+    embedder, block = config.embedder.dropout, config.layers.block.dropout
+    if embedder != block:
+        logger.warning(
+            "%s has one dropout for the embeddings and the sub-layer outputs: embedder.dropout "
+            "%s is exported as the blocks' %s (inference is unaffected)",
+            target,
+            embedder,
+            block,
+        )
 
 
 @dataclass(frozen=True)
@@ -80,7 +134,9 @@ class Bert(Architecture[ClassifierConfig]):
     prefix = "bert."
     config_class = "BertConfig"
     zoo_config_class = ClassifierConfig
+    zoo_base = BERT
     head = "classifier"  # the class-logits Linear
+    pooler_activation = "tanh"  # the pooler's (the head's dense layer's) nonlinearity
     pooler_in_head = False  # True: the pooler belongs to the task head (fresh in a bare model)
     pretraining_heads: tuple[str, ...] = (r"cls\..*",)  # regexes: heads zoo loads only whole
     mlm = MaskedLMKeys(
@@ -117,6 +173,10 @@ class Bert(Architecture[ClassifierConfig]):
         labels = hf["id2label"]
         return head[0] if head is not None else (len(labels) if labels else 2)
 
+    def pooler(self, present: bool) -> Pooler | None:
+        """The zoo pooler of a checkpoint that has (or lacks) the family's pooler weights."""
+        return Pooler(activation=self.pooler_activation) if present else None
+
     def head_fields(self, hf: HFConfig, shapes: Mapping[str, Shape]) -> ConfigFields:
         """Fields of the heads: classes, pooler, masked LM (an MLM checkpoint gets a fresh
         pooler, as transformers' sequence classifier would)."""
@@ -138,11 +198,12 @@ class Bert(Architecture[ClassifierConfig]):
                 "train them with a sigmoid (binary cross-entropy) loss, not softmax",
                 self.name,
             )
-        return dict(
-            num_classes=self.num_classes(hf, shapes),
-            pooler=f"{self.pooler_key()}.weight" in shapes or masked_lm,
-            masked_lm=masked_lm,
-        )
+        pooler = f"{self.pooler_key()}.weight" in shapes or masked_lm
+        return {
+            "head.num_classes": self.num_classes(hf, shapes),
+            "head.pooler": self.pooler(pooler),
+            "masked_lm": masked_lm,
+        }
 
     def zoo_fields(self, hf: HFConfig, shapes: Mapping[str, Shape]) -> ConfigFields:
         hf.require(
@@ -152,47 +213,60 @@ class Bert(Architecture[ClassifierConfig]):
         )
         hf.require("is_decoder", (False,), "zoo.Classifier is a bidirectional encoder")
         hf.require("add_cross_attention", (False,), "zoo.Classifier has no cross-attention")
-        return dict(
-            vocab_size=hf["vocab_size"],
-            d_model=hf["hidden_size"],
-            num_heads=hf["num_attention_heads"],
-            num_layers=hf["num_hidden_layers"],
-            d_ff=hf["intermediate_size"],
-            max_positions=hf["max_position_embeddings"],
-            activation=hf.activation("hidden_act"),
-            dropout=hf["hidden_dropout_prob"],
-            attention_dropout=hf["attention_probs_dropout_prob"],
-            activation_dropout=0.0,  # BERT's intermediate layer has no dropout
-            classifier_dropout=hf["classifier_dropout"],
-            layer_norm_eps=hf["layer_norm_eps"],
-            init_std=hf["initializer_range"],
-            type_vocab_size=hf["type_vocab_size"],
-            pad_id=hf.token_id("pad_token_id", hf["vocab_size"]),
-            pooling="first",
-            norm_first=False,
-            embedding_norm=True,
-            positions="learned",
-            use_bias=True,
-            scale_embeddings=False,
+        dropout, eps = hf["hidden_dropout_prob"], hf["layer_norm_eps"]
+        classifier_dropout = hf["classifier_dropout"]
+        return {
+            "vocab_size": hf["vocab_size"],
+            "d_model": hf["hidden_size"],
+            "max_positions": hf["max_position_embeddings"],
+            "init_std": hf["initializer_range"],
+            "pad_id": hf.token_id("pad_token_id", hf["vocab_size"]),
+            "num_layers": hf["num_hidden_layers"],
+            "attention.num_heads": hf["num_attention_heads"],
+            "attention.dropout": hf["attention_probs_dropout_prob"],
+            "feed_forward.d_ff": hf["intermediate_size"],
+            "feed_forward.activation": hf.activation("hidden_act"),
+            "feed_forward.dropout": 0.0,  # BERT's intermediate layer has no dropout
+            "norm.eps": eps,
+            "layers.block.dropout": dropout,
+            "embedder.dropout": dropout,
+            "embedder.norm.eps": eps,
+            "embedder.type_vocab_size": hf["type_vocab_size"],
+            "head.pooling": "first",
+            "head.dropout": dropout if classifier_dropout is None else classifier_dropout,
             **self.head_fields(hf, shapes),
-        )
+        }
 
-    def check_export(self, config: ClassifierConfig, **expected: object) -> None:
-        """Refuse a config the export class cannot express (`expected`: family-specific)."""
-        fields = dict(
-            norm_first=False,
-            embedding_norm=True,
-            positions="learned",
-            use_bias=True,
-            scale_embeddings=False,
-            pooling="first",
-            position_offset=0,
-            pooler_activation="tanh",
-        )
-        if not config.masked_lm:
-            fields["pooler"] = True
-        require_fields(config, self.export_class, **{**fields, **expected})
-        warn_activation_dropout(config, self.export_class)
+    def check_export(
+        self, config: ClassifierConfig, expected: Mapping[str, object] | None = None
+    ) -> None:
+        """Refuse a config the export class cannot express (`expected`: the family's own
+        paths and the values it needs, beside BERT's)."""
+        refuse_layer_overrides(config, self.export_class)
+        check_encoder_parts(config, self.export_class)
+        eps = config.layers.block.norm.eps
+        fields: dict[str, object] = {
+            "norm_first": False,
+            "output_norm": False,
+            "norm.kind": "layernorm",
+            "norm.weight_offset": 0.0,
+            "norm.bias": True,
+            "attention.qkv_bias": True,
+            "attention.output_bias": True,
+            "attention.rope": None,
+            "attention.window": None,
+            "feed_forward.kind": "dense",
+            "feed_forward.bias": True,
+            "embedder.positions": "learned",
+            "embedder.scale": False,
+            "embedder.norm": NormSettings(eps=eps),  # one layer_norm_eps for every LayerNorm
+            "embedder.position_offset": 0,
+            "head.pooling": "first",
+        }
+        if not config.masked_lm:  # the masked-LM class has no pooler
+            fields["head.pooler"] = self.pooler(True)
+        require_fields(config, self.export_class, {**fields, **(expected or {})})
+        warn_dropouts(config, self.export_class)
 
     def export_classes(self, config: ClassifierConfig) -> HFDict:
         """`architectures` and the labels of the exported config."""
@@ -204,25 +278,26 @@ class Bert(Architecture[ClassifierConfig]):
 
     def hf_config(self, config: ClassifierConfig) -> HFDict:
         self.check_export(config)
-        if config.type_vocab_size < 1:
+        if config.embedder.type_vocab_size < 1:
             raise UnsupportedExport(
-                f"{self.export_class} always has token-type embeddings: type_vocab_size=0 "
-                "cannot be exported"
+                f"{self.export_class} always has token-type embeddings: "
+                "embedder.type_vocab_size=0 cannot be exported"
             )
+        block = config.layers.block
         return dict(
             model_type=self.model_type,
             vocab_size=config.vocab_size,
             hidden_size=config.d_model,
             num_hidden_layers=config.num_layers,
             num_attention_heads=config.num_heads,
-            intermediate_size=config.d_ff,
+            intermediate_size=dense_feed_forward(config, self.export_class).d_ff,
             hidden_act=export_activation(config),
-            hidden_dropout_prob=config.dropout,
-            attention_probs_dropout_prob=config.attention_dropout,
-            classifier_dropout=config.classifier_dropout,
+            hidden_dropout_prob=block.dropout,
+            attention_probs_dropout_prob=block.attention.dropout,
+            classifier_dropout=config.head.dropout,
             max_position_embeddings=config.max_positions,
-            type_vocab_size=config.type_vocab_size,
-            layer_norm_eps=config.layer_norm_eps,
+            type_vocab_size=config.embedder.type_vocab_size,
+            layer_norm_eps=block.norm.eps,
             initializer_range=config.init_std,
             pad_token_id=config.pad_id,
             **self.export_classes(config),
@@ -236,7 +311,7 @@ class Bert(Architecture[ClassifierConfig]):
             rule(f"{p}embeddings.position_embeddings.weight", "embedder.position_weight"),
             *weight_and_bias(f"{p}embeddings.LayerNorm", "embedder.norm"),
         ]
-        if config.type_vocab_size > 0:
+        if config.embedder.type_vocab_size > 0:
             rules.append(
                 rule(f"{p}embeddings.token_type_embeddings.weight", "embedder.token_type_weight")
             )
@@ -274,7 +349,7 @@ class Bert(Architecture[ClassifierConfig]):
             self._warn_pretraining_heads(shapes or {})
         if config.masked_lm and exporting:
             return KeyMap(rules, ignore=tuple(ignore))  # the MLM class has no pooler or head
-        if config.pooler:  # a masked-LM checkpoint has none: it starts fresh
+        if config.head.pooler is not None:  # a masked-LM checkpoint has none: it starts fresh
             mlm_checkpoint = f"{self.mlm.transform}.weight" in (shapes or {})
             optional = mlm_checkpoint or self.pooler_in_head
             rules += weight_and_bias(self.pooler_key(), "pooler", optional=optional)

@@ -1,12 +1,12 @@
 """DistilBERT (`DistilBertForSequenceClassification`, `DistilBertModel`, `DistilBertForMaskedLM`)
 <-> `zoo.Classifier`.
 
-DistilBERT is BERT without token types and without a pooler: its sequence head is
-`pre_classifier` + ReLU + dropout + `classifier` on the first token, which is zoo's pooler with
-`pooler_activation="relu"` and its head. Its own key names: `distilbert.embeddings.*`,
-`transformer.layer.N.attention.{q,k,v,out}_lin`, `sa_layer_norm`, `ffn.lin1`/`lin2`,
-`output_layer_norm`; its LayerNorm epsilon is fixed at 1e-12, and its masked-LM head is
-`vocab_transform` + activation + `vocab_layer_norm` + `vocab_projector` (tied).
+DistilBERT is BERT without token types and without a pooler (`zoo.presets.parts.DISTILBERT`):
+its sequence head is `pre_classifier` + ReLU + dropout + `classifier` on the first token, which
+is zoo's pooler with `head.pooler.activation="relu"` and its head. Its own key names:
+`distilbert.embeddings.*`, `transformer.layer.N.attention.{q,k,v,out}_lin`, `sa_layer_norm`,
+`ffn.lin1`/`lin2`, `output_layer_norm`; its LayerNorm epsilon is fixed at 1e-12, and its
+masked-LM head is `vocab_transform` + activation + `vocab_layer_norm` + `vocab_projector` (tied).
 """
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from zoo.interop.architecture import ConfigFields, HFConfig, export_activation
-from zoo.interop.architectures.bert import Bert, MaskedLMKeys
+from zoo.interop.architectures.bert import Bert, MaskedLMKeys, dense_feed_forward
 from zoo.interop.files import HFDict
 from zoo.interop.rules import Rule, Shape, rule, weight_and_bias
 from zoo.models import ClassifierConfig
+from zoo.presets.parts import BERT, DISTILBERT, with_parts
 
 DEFAULTS: HFDict = dict(
     vocab_size=30522,
@@ -48,7 +49,9 @@ class DistilBert(Bert):
     mlm_class = "DistilBertForMaskedLM"
     prefix = "distilbert."
     config_class = "DistilBertConfig"
+    zoo_base = with_parts(BERT, DISTILBERT)
     head = "classifier"
+    pooler_activation = "relu"
     pooler_in_head = True
     pretraining_heads = (r"vocab_(transform|layer_norm|projector)\..*",)
     mlm = MaskedLMKeys(
@@ -65,49 +68,44 @@ class DistilBert(Bert):
         hf.require(
             "sinusoidal_pos_embds", (False,), "zoo loads DistilBERT's learned position table only"
         )
-        return dict(
-            vocab_size=hf["vocab_size"],
-            d_model=hf["dim"],
-            num_heads=hf["n_heads"],
-            num_layers=hf["n_layers"],
-            d_ff=hf["hidden_dim"],
-            max_positions=hf["max_position_embeddings"],
-            activation=hf.activation("activation"),
-            dropout=hf["dropout"],
-            attention_dropout=hf["attention_dropout"],
-            activation_dropout=0.0,  # DistilBERT's feed-forward hidden has no dropout
-            classifier_dropout=hf["seq_classif_dropout"],
-            layer_norm_eps=LAYER_NORM_EPS,
-            init_std=hf["initializer_range"],
-            type_vocab_size=0,
-            pad_id=hf.token_id("pad_token_id", hf["vocab_size"]),
-            pooling="first",
-            pooler_activation="relu",
-            norm_first=False,
-            embedding_norm=True,
-            positions="learned",
-            use_bias=True,
-            scale_embeddings=False,
-            **{**self.head_fields(hf, shapes), "pooler": True},  # pre_classifier, fresh if absent
-        )
+        dropout = hf["dropout"]
+        return {
+            "vocab_size": hf["vocab_size"],
+            "d_model": hf["dim"],
+            "max_positions": hf["max_position_embeddings"],
+            "init_std": hf["initializer_range"],
+            "pad_id": hf.token_id("pad_token_id", hf["vocab_size"]),
+            "num_layers": hf["n_layers"],
+            "attention.num_heads": hf["n_heads"],
+            "attention.dropout": hf["attention_dropout"],
+            "feed_forward.d_ff": hf["hidden_dim"],
+            "feed_forward.activation": hf.activation("activation"),
+            "feed_forward.dropout": 0.0,  # DistilBERT's feed-forward hidden has no dropout
+            "norm.eps": LAYER_NORM_EPS,
+            "layers.block.dropout": dropout,
+            "embedder.dropout": dropout,
+            "embedder.norm.eps": LAYER_NORM_EPS,
+            "head.pooling": "first",
+            "head.dropout": hf["seq_classif_dropout"],
+            # pre_classifier, fresh if absent
+            **{**self.head_fields(hf, shapes), "head.pooler": self.pooler(True)},
+        }
 
     def hf_config(self, config: ClassifierConfig) -> HFDict:
-        self.check_export(
-            config, pooler_activation="relu", type_vocab_size=0, layer_norm_eps=LAYER_NORM_EPS
-        )
+        expected = {"embedder.type_vocab_size": 0, "norm.eps": LAYER_NORM_EPS}
+        self.check_export(config, expected)
+        block = config.layers.block
         return dict(
             model_type=self.model_type,
             vocab_size=config.vocab_size,
             dim=config.d_model,
             n_layers=config.num_layers,
             n_heads=config.num_heads,
-            hidden_dim=config.d_ff,
+            hidden_dim=dense_feed_forward(config, self.export_class).d_ff,
             activation=export_activation(config),
-            dropout=config.dropout,
-            attention_dropout=config.attention_dropout,
-            seq_classif_dropout=(
-                config.dropout if config.classifier_dropout is None else config.classifier_dropout
-            ),
+            dropout=block.dropout,
+            attention_dropout=block.attention.dropout,
+            seq_classif_dropout=config.head.dropout,
             max_position_embeddings=config.max_positions,
             sinusoidal_pos_embds=False,
             initializer_range=config.init_std,

@@ -13,8 +13,9 @@ from zoo.interop.architecture import (
     Architecture,
     ConfigFields,
     HFConfig,
+    UnsupportedExport,
     export_activation,
-    logger,
+    refuse_layer_overrides,
     require_fields,
     warn_activation_dropout,
 )
@@ -30,6 +31,8 @@ from zoo.interop.rules import (
     weight_and_bias,
 )
 from zoo.models import GPTConfig
+from zoo.models.gpt import LMHead
+from zoo.presets import parts
 
 # transformers' GPT2Config defaults, for options a config.json leaves out
 DEFAULTS: HFDict = dict(
@@ -54,14 +57,27 @@ DEFAULTS: HFDict = dict(
     eos_token_id=50256,
 )
 
-# GPT-2's fixed parts: what loading sets and exporting requires of a zoo config
-PARTS: ConfigFields = dict(
-    norm_first=True,
-    positions="learned",
-    use_bias=True,
-    embedding_norm=False,
-    scale_embeddings=False,
-)
+# GPT-2's fixed parts: what loading sets and exporting requires of a zoo config (paths)
+PARTS: ConfigFields = {
+    "embedder.positions": "learned",
+    "embedder.norm": None,
+    "embedder.scale": False,
+    "norm.kind": "layernorm",
+    "norm.bias": True,
+    "norm_first": True,
+    "output_norm": False,
+    "attention_norm": True,
+    "attention.qkv_bias": True,
+    "attention.output_bias": True,
+    "attention.qk_norm": None,
+    "attention.scale_dim": None,
+    "attention.softcap": None,
+    "attention.rope": None,
+    "attention.window": None,
+    "feed_forward.kind": "dense",
+    "feed_forward.bias": True,
+    "head.softcap": None,
+}
 
 
 class GPT2(Architecture[GPTConfig]):
@@ -72,6 +88,7 @@ class GPT2(Architecture[GPTConfig]):
     prefix = "transformer."
     config_class = "GPT2Config"
     zoo_config_class = GPTConfig
+    zoo_base = parts.GPT2
 
     def hf_defaults(self) -> HFDict:
         return dict(DEFAULTS)
@@ -84,40 +101,45 @@ class GPT2(Architecture[GPTConfig]):
         hf.require("add_cross_attention", (False,), "zoo.GPT has no cross-attention")
         # reorder_and_upcast_attn only changes the order and precision of float16 arithmetic:
         # in float32 the scores are the same, so it needs no mapping.
-        if hf["embd_pdrop"] != hf["resid_pdrop"]:
-            logger.warning(
-                "gpt2: zoo uses one dropout rate for embeddings and residuals: dropout=%s "
-                "(resid_pdrop) also replaces embd_pdrop=%s; pass dropout=... to change it",
-                hf["resid_pdrop"],
-                hf["embd_pdrop"],
-            )
         vocab = hf["vocab_size"]
         d_model = hf["n_embd"]
-        return dict(
-            vocab_size=vocab,
-            d_model=d_model,
-            num_heads=hf["n_head"],
-            num_layers=hf["n_layer"],
-            d_ff=hf["n_inner"] or 4 * d_model,
-            max_positions=hf["n_positions"],
-            activation=hf.activation("activation_function"),
-            layer_norm_eps=hf["layer_norm_epsilon"],
-            dropout=hf["resid_pdrop"],
-            attention_dropout=hf["attn_pdrop"],
-            activation_dropout=0.0,  # GPT-2's MLP has no dropout on its hidden layer
-            init_std=hf["initializer_range"],
-            tie_embeddings=bool(hf["tie_word_embeddings"]),
+        return {
+            "vocab_size": vocab,
+            "d_model": d_model,
+            "num_heads": hf["n_head"],
+            "num_layers": hf["n_layer"],
+            "d_ff": hf["n_inner"] or 4 * d_model,
+            "max_positions": hf["n_positions"],
+            "feed_forward.activation": hf.activation("activation_function"),
+            "norm.eps": hf["layer_norm_epsilon"],
+            "embedder.dropout": hf["embd_pdrop"],
+            "layers.block.dropout": hf["resid_pdrop"],
+            "attention.dropout": hf["attn_pdrop"],
+            "feed_forward.dropout": 0.0,  # GPT-2's MLP has no dropout on its hidden layer
+            "init_std": hf["initializer_range"],
+            "head": LMHead(tie=bool(hf["tie_word_embeddings"])),
             # GPT-2 masks padding through attention_mask only, never by token id: an id-based
             # mask would hide every <|endoftext|> inside a document.
-            pad_id=None,
-            bos_id=hf.token_id("bos_token_id", vocab),
-            eos_id=hf.token_id("eos_token_id", vocab),
+            "pad_id": None,
+            "bos_id": hf.token_id("bos_token_id", vocab),
+            "eos_id": hf.token_id("eos_token_id", vocab),
             **PARTS,
-        )
+        }
 
     def hf_config(self, config: GPTConfig) -> HFDict:
-        require_fields(config, self.export_class, **PARTS)
+        require_fields(config, self.export_class, PARTS)
+        refuse_layer_overrides(config, self.export_class)
         warn_activation_dropout(config, self.export_class)
+        block = config.layers.block
+        if (
+            config.kv_heads != config.num_heads
+            or config.head_dim * config.num_heads != config.d_model
+        ):
+            raise UnsupportedExport(
+                f"{self.export_class} has one key/value head per query head, each d_model / "
+                f"num_heads wide: attention.num_kv_heads={block.attention.num_kv_heads}, "
+                f"attention.head_dim={block.attention.head_dim}"
+            )
         return dict(
             model_type=self.model_type,
             architectures=[self.export_class],
@@ -126,21 +148,22 @@ class GPT2(Architecture[GPTConfig]):
             n_embd=config.d_model,
             n_layer=config.num_layers,
             n_head=config.num_heads,
-            n_inner=config.d_ff,
+            n_inner=block.feed_forward.d_ff,
             activation_function=export_activation(config),
-            resid_pdrop=config.dropout,
-            embd_pdrop=config.dropout,
-            attn_pdrop=config.attention_dropout,
-            layer_norm_epsilon=config.layer_norm_eps,
+            resid_pdrop=block.dropout,
+            embd_pdrop=config.embedder.dropout,
+            attn_pdrop=block.attention.dropout,
+            layer_norm_epsilon=block.norm.eps,
             initializer_range=config.init_std,
-            tie_word_embeddings=config.tie_embeddings,
+            tie_word_embeddings=config.head.tie,
             bos_token_id=config.bos_id,
             eos_token_id=config.eos_id,
             pad_token_id=config.pad_id,
         )
 
     def key_map(self, config: GPTConfig, shapes: Mapping[str, Shape] | None = None) -> KeyMap:
-        tied = ("lm_head.weight",) if config.tie_embeddings else ()
+        tie = config.head.tie
+        tied = ("lm_head.weight",) if tie else ()
         rules = [
             rule("transformer.wte.weight", "embedder.token_weight", aliases=tied),
             rule("transformer.wpe.weight", "embedder.position_weight"),
@@ -166,7 +189,7 @@ class GPT2(Architecture[GPTConfig]):
                 *weight_and_bias(f"{hf}mlp.c_proj", f"{zoo}feed_forward.output", TRANSPOSE),
             ]
         rules += weight_and_bias("transformer.ln_f", "final_norm")
-        if not config.tie_embeddings:
+        if not tie:
             rules.append(rule("lm_head.weight", "head.weight"))
         # the causal-mask buffers older checkpoints carry
         ignore = (r"transformer\.h\.\d+\.attn\.(masked_)?bias",)

@@ -1,8 +1,8 @@
 """Llama, Mistral, Qwen2 and Qwen3 (`*ForCausalLM`, `*Model`) <-> `zoo.GPT`.
 
 The four share one layout: RMSNorm before each sub-layer, rotary positions, a SwiGLU MLP
-(`gate_proj`, `up_proj`, `down_proj`) and grouped-query attention with separate `q/k/v/o_proj`.
-They differ in a few switches, each a zoo config field:
+(`gate_proj`, `up_proj`, `down_proj`) and grouped-query attention with separate `q/k/v/o_proj`
+(`zoo.presets.parts.LLAMA`). They differ in a few switches, each a setting of the attention:
 
 | family  | attention biases               | QK-norm | sliding window       |
 | ------- | ------------------------------ | ------- | -------------------- |
@@ -22,15 +22,22 @@ from typing import Any, ClassVar
 
 from zoo.interop.architecture import (
     Architecture,
+    ConfigFields,
     HFConfig,
     UnsupportedExport,
     export_activation,
     logger,
+    refuse_layer_overrides,
     require_fields,
 )
+from zoo.interop.files import HFDict
 from zoo.interop.rules import KeyMap, Shape, rule
 from zoo.models import GPTConfig
+from zoo.models.gpt import LMHead
+from zoo.nn.feedforward import FeedForwardSettings
+from zoo.nn.multihead import QKNorm
 from zoo.nn.rotary import Rope
+from zoo.presets.parts import LLAMA, QWEN2, QWEN3, with_parts
 
 # transformers' LlamaConfig defaults; the other families override a few
 LLAMA_DEFAULTS: dict[str, Any] = dict(
@@ -59,16 +66,21 @@ LLAMA_DEFAULTS: dict[str, Any] = dict(
 
 
 def biases(config: GPTConfig) -> tuple[bool, bool, bool]:
-    """Whether the q/k/v projections, the attention output and the MLP have biases."""
+    """Whether the q/k/v projections, the attention output and the MLP have biases (the base
+    block's; experts have none)."""
+    block = config.layers.block
+    feed_forward = block.feed_forward
+    mlp_bias = isinstance(feed_forward, FeedForwardSettings) and feed_forward.bias
+    return block.attention.qkv_bias, block.attention.output_bias, mlp_bias
 
-    def resolved(value: bool | None) -> bool:
-        return config.use_bias if value is None else value
 
-    return (
-        resolved(config.qkv_bias),
-        resolved(config.attention_output_bias),
-        resolved(config.feed_forward_bias),
-    )
+def residual_dropouts(config: GPTConfig) -> dict[str, float]:
+    """The dropouts a Llama-style checkpoint has no option for, by path (the nonzero ones)."""
+    block = config.layers.block
+    rates = {"embedder.dropout": config.embedder.dropout, "dropout": block.dropout}
+    if isinstance(block.feed_forward, FeedForwardSettings):
+        rates["feed_forward.dropout"] = block.feed_forward.dropout
+    return {path: rate for path, rate in rates.items() if rate}
 
 
 class LlamaFamily(Architecture[GPTConfig]):
@@ -76,9 +88,11 @@ class LlamaFamily(Architecture[GPTConfig]):
 
     prefix = "model."
     zoo_config_class = GPTConfig
+    zoo_base = LLAMA
     qkv_bias_always = False  # Qwen2: q/k/v biases whatever the config says, no output bias
     has_attention_bias_option = True  # config.json `attention_bias` (Llama, Qwen3)
     has_qk_norm = False  # Qwen3
+    qk_norm_scope = "head"  # each head's queries and keys (Qwen3); OLMo 2: all heads at once
     window_option = "none"  # none | mistral (`sliding_window`) | qwen (`use_sliding_window`)
     activation_option = "hidden_act"  # the config.json field naming the MLP's activation
     extra_defaults: ClassVar[dict[str, Any]] = {}
@@ -88,7 +102,8 @@ class LlamaFamily(Architecture[GPTConfig]):
 
     # -- reading config.json ------------------------------------------------------------------
 
-    def _rope(self, hf: HFConfig) -> dict[str, Any]:
+    def _rope(self, hf: HFConfig) -> ConfigFields:
+        """The attention's rotary settings, from either spelling."""
         params = hf["rope_parameters"]
         if params is None:
             params = dict(hf["rope_scaling"] or {})
@@ -100,7 +115,7 @@ class LlamaFamily(Architecture[GPTConfig]):
             rope = Rope.from_hf(params)
         except ValueError as error:
             hf.refuse("rope_scaling", str(error))
-        return dict(positions="rotary", rope=rope)
+        return {"attention.rope": rope}
 
     def _window(self, hf: HFConfig, num_layers: int) -> int | None:
         if self.window_option == "mistral":
@@ -122,11 +137,15 @@ class LlamaFamily(Architecture[GPTConfig]):
         )
         return None
 
-    def _windows(self, hf: HFConfig, num_layers: int) -> dict[str, Any]:
-        """The attention pattern's config fields (one window on every layer, or none)."""
-        return dict(sliding_window=self._window(hf, num_layers))
+    def _windows(self, hf: HFConfig, num_layers: int) -> ConfigFields:
+        """The attention pattern's settings (one window on every layer, or none)."""
+        return {"attention.window": self._window(hf, num_layers)}
 
-    def _token_ids(self, hf: HFConfig, vocab: int) -> dict[str, Any]:
+    def _qk_norm(self, eps: float) -> QKNorm | None:
+        """The family's QK-norm (an RMSNorm of the model's epsilon), or None."""
+        return QKNorm(scope=self.qk_norm_scope, eps=eps) if self.has_qk_norm else None
+
+    def _token_ids(self, hf: HFConfig, vocab: int) -> ConfigFields:
         eos = hf["eos_token_id"]
         eos_list = [i for i in (eos if isinstance(eos, list) else [eos]) if i is not None]
         inside = [i for i in eos_list if 0 <= i < vocab]
@@ -142,7 +161,7 @@ class LlamaFamily(Architecture[GPTConfig]):
             pad_id=pad if isinstance(pad, int) and 0 <= pad < vocab and pad not in inside else None,
         )
 
-    def zoo_fields(self, hf: HFConfig, shapes: Mapping[str, Shape]) -> dict[str, Any]:
+    def zoo_fields(self, hf: HFConfig, shapes: Mapping[str, Shape]) -> ConfigFields:
         heads = hf["num_attention_heads"]
         d_model = hf["hidden_size"]
         num_layers = hf["num_hidden_layers"]
@@ -150,75 +169,99 @@ class LlamaFamily(Architecture[GPTConfig]):
         if hf["attention_dropout"]:
             logger.info("%s: attention dropout %s kept", self.name, hf["attention_dropout"])
         vocab = hf["vocab_size"]
-        return dict(
-            vocab_size=vocab,
-            d_model=d_model,
-            num_heads=heads,
-            num_kv_heads=hf["num_key_value_heads"] or heads,
-            attention_head_dim=hf["head_dim"] or d_model // heads,
-            num_layers=num_layers,
-            d_ff=hf["intermediate_size"],
-            feed_forward="gated",
-            activation=hf.activation(self.activation_option),
-            max_positions=hf["max_position_embeddings"],
-            norm="rmsnorm",
-            norm_first=True,
-            layer_norm_eps=hf["rms_norm_eps"],
-            use_bias=False,
-            qkv_bias=True if self.qkv_bias_always else attention_bias,
-            attention_output_bias=attention_bias,
-            feed_forward_bias=bool(hf["mlp_bias"]),
-            qk_norm=self.has_qk_norm,
-            dropout=0.0,
-            attention_dropout=float(hf["attention_dropout"] or 0.0),
-            activation_dropout=0.0,
-            init_std=hf["initializer_range"],
-            tie_embeddings=bool(hf["tie_word_embeddings"]),
-            embedding_norm=False,
-            scale_embeddings=False,
+        eps = hf["rms_norm_eps"]
+        return {
+            "vocab_size": vocab,
+            "d_model": d_model,
+            "num_layers": num_layers,
+            "max_positions": hf["max_position_embeddings"],
+            "init_std": hf["initializer_range"],
+            "num_heads": heads,
+            "attention.num_kv_heads": hf["num_key_value_heads"] or heads,
+            "attention.head_dim": hf["head_dim"] or d_model // heads,
+            "attention.qkv_bias": True if self.qkv_bias_always else attention_bias,
+            "attention.output_bias": attention_bias,
+            "attention.qk_norm": self._qk_norm(eps),
+            "attention.dropout": float(hf["attention_dropout"] or 0.0),
+            "d_ff": hf["intermediate_size"],
+            "feed_forward.activation": hf.activation(self.activation_option),
+            "feed_forward.bias": bool(hf["mlp_bias"]),
+            "norm.eps": eps,
+            "dropout": 0.0,
+            "head": LMHead(tie=bool(hf["tie_word_embeddings"])),
             **self._windows(hf, num_layers),
             **self._rope(hf),
             **self._token_ids(hf, vocab),
-        )
+        }
 
     # -- writing config.json -------------------------------------------------------------------
 
-    def hf_config(self, config: GPTConfig) -> dict[str, Any]:
-        require_fields(
-            config,
-            self.export_class,
-            norm="rmsnorm",
-            norm_first=True,
-            positions="rotary",
-            feed_forward="gated",
-            qk_norm=self.has_qk_norm,
-            embedding_norm=False,
-            scale_embeddings=False,
-        )
+    def export_parts(self, config: GPTConfig) -> ConfigFields:
+        """The settings the family's config.json cannot change: what `hf_config` requires."""
+        block = config.layers.block
+        parts: ConfigFields = {
+            "embedder.positions": "none",
+            "embedder.norm": None,
+            "embedder.scale": False,
+            "norm.kind": "rmsnorm",
+            "norm.weight_offset": 0.0,
+            "norm_first": True,
+            "output_norm": False,
+            "attention_norm": True,
+            "attention.qk_norm": self._qk_norm(block.norm.eps),
+            "attention.scale_dim": None,
+            "attention.softcap": None,
+            "head.softcap": None,
+        }
+        if isinstance(block.feed_forward, FeedForwardSettings):
+            parts["feed_forward.kind"] = "gated"
+        return parts
+
+    def check_layers(self, config: GPTConfig) -> None:
+        """Refuse layers that differ: the family's config has one setting for every layer."""
+        refuse_layer_overrides(config, self.export_class)
+
+    def hf_config(self, config: GPTConfig) -> HFDict:
+        require_fields(config, self.export_class, self.export_parts(config))
+        self.check_layers(config)
+        block = config.layers.block
+        attention = block.attention
+        rope = attention.rope
+        if rope is None:
+            raise UnsupportedExport(
+                f"{self.export_class} rotates queries and keys: attention.rope=None (set a Rope)"
+            )
+        if rope.partial_rotary_factor != 1.0:
+            raise UnsupportedExport(
+                f"{self.export_class} rotates whole heads: attention.rope.partial_rotary_factor="
+                f"{rope.partial_rotary_factor} (Phi3ForCausalLM rotates part of each head)"
+            )
         qkv_bias, out_bias, mlp_bias = biases(config)
         if self.qkv_bias_always:
             if not qkv_bias or out_bias:
                 raise UnsupportedExport(
                     f"{self.export_class} has biases on q/k/v and none on o, but this model has "
-                    f"qkv_bias={qkv_bias} and attention_output_bias={out_bias}"
+                    f"attention.qkv_bias={qkv_bias} and attention.output_bias={out_bias}"
                 )
         elif qkv_bias != out_bias:
             raise UnsupportedExport(
                 f"{self.export_class} has one attention_bias for q/k/v and o, but this model has "
-                f"qkv_bias={qkv_bias} and attention_output_bias={out_bias}"
+                f"attention.qkv_bias={qkv_bias} and attention.output_bias={out_bias}"
             )
-        if config.dropout:
+        for path, rate in residual_dropouts(config).items():
             logger.warning(
-                "%s has no residual dropout: dropout %s is not exported (inference is unaffected)",
+                "%s has no dropout there: %s=%s is not exported (inference is unaffected)",
                 self.export_class,
-                config.dropout,
+                path,
+                rate,
             )
-        out: dict[str, Any] = dict(
+        theta, scaling = rope.to_hf()
+        out: HFDict = dict(
             model_type=self.model_type,
             architectures=[self.export_class],
             vocab_size=config.vocab_size,
             hidden_size=config.d_model,
-            intermediate_size=config.d_ff,
+            intermediate_size=block.feed_forward.d_ff,
             num_hidden_layers=config.num_layers,
             num_attention_heads=config.num_heads,
             num_key_value_heads=config.kv_heads,
@@ -226,26 +269,28 @@ class LlamaFamily(Architecture[GPTConfig]):
             hidden_act=export_activation(config),
             max_position_embeddings=config.max_positions,
             initializer_range=config.init_std,
-            rms_norm_eps=config.layer_norm_eps,
-            tie_word_embeddings=config.tie_embeddings,
-            attention_dropout=config.attention_dropout,
+            rms_norm_eps=block.norm.eps,
+            tie_word_embeddings=config.head.tie,
+            attention_dropout=attention.dropout,
             bos_token_id=config.bos_id,
             eos_token_id=list(config.end_ids) if config.stop_ids else config.eos_id,
             pad_token_id=config.pad_id,
-            rope_theta=config.rope.to_hf()[0],
-            rope_scaling=config.rope.to_hf()[1],
+            rope_theta=theta,
+            rope_scaling=scaling,
         )
         if self.has_attention_bias_option:
             out["attention_bias"] = bool(qkv_bias)
         if self.name == "llama":
             out["mlp_bias"] = bool(mlp_bias)
         elif mlp_bias:
-            raise UnsupportedExport(f"{self.export_class} has no feed-forward biases")
+            raise UnsupportedExport(
+                f"{self.export_class} has no feed-forward biases: feed_forward.bias=True"
+            )
         out.update(self._export_window(config))
         return out
 
-    def _export_window(self, config: GPTConfig) -> dict[str, Any]:
-        window = config.sliding_window
+    def _export_window(self, config: GPTConfig) -> HFDict:
+        window = config.layers.block.attention.window
         if self.window_option == "mistral":
             return dict(sliding_window=window)
         if self.window_option == "qwen":
@@ -255,15 +300,19 @@ class LlamaFamily(Architecture[GPTConfig]):
                 max_window_layers=0 if window is not None else config.num_layers,
             )
         if window is not None:
-            raise UnsupportedExport(f"{self.export_class} has no sliding window")
+            raise UnsupportedExport(
+                f"{self.export_class} has no sliding window: attention.window={window}"
+            )
         return {}
 
     # -- weights -------------------------------------------------------------------------------
 
     def key_map(self, config: GPTConfig, shapes: Mapping[str, Shape] | None = None) -> KeyMap:
-        tied = ("lm_head.weight",) if config.tie_embeddings else ()
+        tie = config.head.tie
+        tied = ("lm_head.weight",) if tie else ()
         rules = [rule("model.embed_tokens.weight", "embedder.token_weight", aliases=tied)]
         qkv_bias, out_bias, mlp_bias = biases(config)
+        qk_norm = config.layers.block.attention.qk_norm is not None
         projections = [
             ("self_attn.q_proj", "self_attention.query_proj", qkv_bias),
             ("self_attn.k_proj", "self_attention.key_proj", qkv_bias),
@@ -283,13 +332,13 @@ class LlamaFamily(Architecture[GPTConfig]):
                 rules.append(rule(f"{hf}{hf_name}.weight", f"{zoo}{zoo_name}.weight"))
                 if bias:
                     rules.append(rule(f"{hf}{hf_name}.bias", f"{zoo}{zoo_name}.bias"))
-            if config.qk_norm:
+            if qk_norm:
                 rules += [
                     rule(f"{hf}self_attn.q_norm.weight", f"{zoo}self_attention.query_norm.weight"),
                     rule(f"{hf}self_attn.k_norm.weight", f"{zoo}self_attention.key_norm.weight"),
                 ]
         rules.append(rule("model.norm.weight", "final_norm.weight"))
-        if not config.tie_embeddings:
+        if not tie:
             rules.append(rule("lm_head.weight", "head.weight"))
         # rotary frequencies that older checkpoints saved as buffers: zoo computes them
         ignore = (r"model\.(layers\.\d+\.self_attn\.)?rotary_emb\.inv_freq",)
@@ -326,6 +375,7 @@ class Qwen2(LlamaFamily):
     loads = ("Qwen2ForCausalLM", "Qwen2Model")
     export_class = "Qwen2ForCausalLM"
     config_class = "Qwen2Config"
+    zoo_base = with_parts(LLAMA, QWEN2)
     qkv_bias_always = True
     has_attention_bias_option = False
     window_option = "qwen"
@@ -349,6 +399,7 @@ class Qwen3(Qwen2):
     loads = ("Qwen3ForCausalLM", "Qwen3Model")
     export_class = "Qwen3ForCausalLM"
     config_class = "Qwen3Config"
+    zoo_base = with_parts(LLAMA, QWEN3)
     qkv_bias_always = False
     has_attention_bias_option = True
     has_qk_norm = True
@@ -360,15 +411,25 @@ DECODER_FAMILIES = (Llama(), Mistral(), Qwen2(), Qwen3())
 
 def decoder_family_for(config: GPTConfig) -> LlamaFamily:
     """The HuggingFace family a rotary zoo GPT exports to: the simplest that expresses it."""
+    attention = config.layers.block.attention
     qkv_bias, out_bias, _ = biases(config)
     llama, mistral, qwen2, qwen3 = DECODER_FAMILIES
-    if config.qk_norm:
+    if attention.qk_norm is not None:
         return qwen3
     if qkv_bias and not out_bias:
         return qwen2
-    if config.sliding_window is not None:
+    if attention.window is not None:
         return mistral
     return llama
 
 
-__all__ = ["DECODER_FAMILIES", "Llama", "LlamaFamily", "Mistral", "Qwen2", "Qwen3"]
+__all__ = [
+    "DECODER_FAMILIES",
+    "Llama",
+    "LlamaFamily",
+    "Mistral",
+    "Qwen2",
+    "Qwen3",
+    "biases",
+    "decoder_family_for",
+]

@@ -4,6 +4,9 @@ Marian is a post-LN encoder-decoder with fixed sinusoidal positions laid out sin
 token embeddings scaled by sqrt(d_model), one token table shared by encoder, decoder and output
 projection, a `final_logits_bias`, and swish (SiLU) feed-forward layers. Decoding starts from
 `decoder_start_token_id` (the pad id), which becomes zoo's `bos_id`.
+
+In zoo it is the paper's Transformer (`zoo.presets.parts.TRANSFORMER`) with `PARTS` changed:
+the logits bias is `head.bias`, the output projection tied to the table `head.tie`.
 """
 
 from __future__ import annotations
@@ -19,11 +22,15 @@ from zoo.interop.architecture import (
     UnsupportedExport,
     activation_dropout,
     export_activation,
+    logger,
     require_fields,
 )
+from zoo.interop.architectures.seq2seq import shared_block
 from zoo.interop.files import HFDict
 from zoo.interop.rules import ROW, Derived, KeyMap, Rule, Shape, rule, weight_and_bias
 from zoo.models import TranslatorConfig
+from zoo.models.translator import TranslatorHead
+from zoo.presets.parts import TRANSFORMER
 
 DEFAULTS: HFDict = dict(
     vocab_size=58101,
@@ -59,15 +66,32 @@ DEFAULTS: HFDict = dict(
     static_position_embeddings=True,
 )
 LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default, which Marian uses everywhere
-# MarianMT's fixed parts: what loading sets and exporting requires of a zoo config
-PARTS: ConfigFields = dict(
-    norm_first=False,
-    layer_norm_eps=LAYER_NORM_EPS,
-    positions="sinusoidal",
-    sinusoid_layout="concatenated",
-    embedding_norm=False,
-    use_bias=True,
-)
+# MarianMT's fixed parts: what loading sets and exporting requires of a zoo config (short
+# paths are checked in both stacks' blocks; the cross-attention has the self-attention's)
+PARTS: ConfigFields = {
+    "norm_first": False,  # post-LN
+    "output_norm": False,
+    "attention_norm": True,
+    "norm.kind": "layernorm",
+    "norm.eps": LAYER_NORM_EPS,
+    "norm.bias": True,
+    "embedder.positions": "sinusoidal",
+    "embedder.sinusoid_layout": "concatenated",  # sines, then cosines
+    "embedder.norm": None,
+    "attention.qkv_bias": True,
+    "attention.output_bias": True,
+    "attention.qk_norm": None,
+    "attention.scale_dim": None,  # scores / sqrt(head_dim)
+    "attention.softcap": None,
+    "attention.rope": None,
+    "attention.window": None,
+    "feed_forward.kind": "dense",
+    "feed_forward.bias": True,
+    "relative": None,
+    "final_dropout": False,
+}
+# the parts exporting requires besides (loading leaves them at `zoo_base`'s)
+EXPORTED_PARTS: ConfigFields = {"head.scale": False}
 
 
 def sinusoid_table(num_positions: int, dim: int) -> np.ndarray:
@@ -86,6 +110,7 @@ class Marian(Architecture[TranslatorConfig]):
     prefix = "model."
     config_class = "MarianConfig"
     zoo_config_class = TranslatorConfig
+    zoo_base = TRANSFORMER
 
     def hf_defaults(self) -> HFDict:
         return dict(DEFAULTS)
@@ -117,55 +142,78 @@ class Marian(Architecture[TranslatorConfig]):
         start = hf.token_id("decoder_start_token_id", target_vocab)
         if start is None:
             hf.refuse("decoder_start_token_id", "decoding needs a start token in the vocabulary")
-        return dict(
-            vocab_size=vocab,
-            target_vocab_size=None if shared else target_vocab,
-            d_model=hf["d_model"],
-            num_heads=hf["encoder_attention_heads"],
-            num_layers=hf["encoder_layers"],
-            num_decoder_layers=hf["decoder_layers"],
-            d_ff=hf["encoder_ffn_dim"],
-            max_positions=hf["max_position_embeddings"],
-            activation=hf.activation("activation_function"),
-            dropout=hf["dropout"],
-            attention_dropout=hf["attention_dropout"],
-            activation_dropout=hf["activation_dropout"],
-            init_std=hf["init_std"],
-            scale_embeddings=bool(hf["scale_embedding"]),
-            share_embeddings=shared,
-            tie_output=bool(hf["tie_word_embeddings"]),
-            output_bias=True,
-            pad_id=hf.token_id("pad_token_id", target_vocab),
-            eos_id=hf.token_id("eos_token_id", target_vocab),
-            bos_id=start,
+        dropout = hf["dropout"]
+        return {
+            "vocab_size": vocab,
+            "target_vocab_size": None if shared else target_vocab,
+            "d_model": hf["d_model"],
+            "num_heads": hf["encoder_attention_heads"],  # the self- and cross-attention's
+            "layers.num_layers": hf["encoder_layers"],
+            "decoder.num_layers": hf["decoder_layers"],
+            "d_ff": hf["encoder_ffn_dim"],
+            "max_positions": hf["max_position_embeddings"],
+            "feed_forward.activation": hf.activation("activation_function"),
+            "embedder.dropout": dropout,
+            "layers.block.dropout": dropout,
+            "decoder.block.dropout": dropout,
+            "attention_dropout": hf["attention_dropout"],
+            "feed_forward.dropout": hf["activation_dropout"],
+            "init_std": hf["init_std"],
+            "embedder.scale": bool(hf["scale_embedding"]),
+            "share_embeddings": shared,
+            "head": TranslatorHead(tie=bool(hf["tie_word_embeddings"]), bias=True),
+            "pad_id": hf.token_id("pad_token_id", target_vocab),
+            "eos_id": hf.token_id("eos_token_id", target_vocab),
+            "bos_id": start,
             **PARTS,
-        )
+        }
 
     def hf_config(self, config: TranslatorConfig) -> HFDict:
-        require_fields(config, self.export_class, **PARTS)
+        target = self.export_class
+        block = shared_block(config, target)
+        require_fields(config, target, {**PARTS, **EXPORTED_PARTS})
         if config.pad_id is None:
-            raise UnsupportedExport(f"{self.export_class} needs a pad id: pad_id=None")
+            raise UnsupportedExport(f"{target} needs a pad id: pad_id=None")
+        attention = block.attention
+        if attention.kv_heads != attention.num_heads:
+            raise UnsupportedExport(
+                f"{target} has one key/value head per query head, but this model has "
+                f"attention.num_kv_heads={attention.num_kv_heads}"
+            )
+        if attention.width(config.d_model) * attention.num_heads != config.d_model:
+            raise UnsupportedExport(
+                f"{target}'s heads are d_model // num_heads wide, but this model has "
+                f"attention.head_dim={attention.head_dim}"
+            )
+        if config.embedder.dropout != block.dropout:
+            logger.warning(
+                "%s has one dropout on the embeddings and the blocks: exported as dropout=%s "
+                "(inference is unaffected)",
+                target,
+                block.dropout,
+            )
+        heads, d_ff = attention.num_heads, block.feed_forward.d_ff
         return dict(
             model_type=self.model_type,
-            architectures=[self.export_class],
+            architectures=[target],
             vocab_size=config.vocab_size,
             decoder_vocab_size=config.tgt_vocab,
             share_encoder_decoder_embeddings=config.share_embeddings,
-            tie_word_embeddings=config.tie_output,
+            tie_word_embeddings=config.head.tie,
             d_model=config.d_model,
-            encoder_layers=config.num_layers,
-            decoder_layers=config.decoder_layers,
-            encoder_attention_heads=config.num_heads,
-            decoder_attention_heads=config.num_heads,
-            encoder_ffn_dim=config.d_ff,
-            decoder_ffn_dim=config.d_ff,
+            encoder_layers=config.layers.num_layers,
+            decoder_layers=config.decoder.num_layers,
+            encoder_attention_heads=heads,
+            decoder_attention_heads=heads,
+            encoder_ffn_dim=d_ff,
+            decoder_ffn_dim=d_ff,
             max_position_embeddings=config.max_positions,
             activation_function=export_activation(config),
-            dropout=config.dropout,
-            attention_dropout=config.attention_dropout,
+            dropout=block.dropout,
+            attention_dropout=attention.dropout,
             activation_dropout=activation_dropout(config),
             init_std=config.init_std,
-            scale_embedding=config.scale_embeddings,
+            scale_embedding=config.embedder.scale,
             pad_token_id=config.pad_id,
             eos_token_id=config.eos_id,
             forced_eos_token_id=config.eos_id,
@@ -176,7 +224,7 @@ class Marian(Architecture[TranslatorConfig]):
     def key_map(
         self, config: TranslatorConfig, shapes: Mapping[str, Shape] | None = None
     ) -> KeyMap:
-        tied_output = ("lm_head.weight",) if config.tie_output else ()
+        tied_output = ("lm_head.weight",) if config.head.tie else ()
         if config.share_embeddings:
             copies = ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight")
             # transformers 5 ties the encoder and decoder tables to `shared` only when
@@ -185,7 +233,7 @@ class Marian(Architecture[TranslatorConfig]):
                 "model.shared.weight",
                 "source_embedder.token_weight",
                 aliases=copies + tied_output,
-                write_aliases=not config.tie_output,
+                write_aliases=not config.head.tie,
             )
             rules = [table]
         else:
@@ -197,11 +245,11 @@ class Marian(Architecture[TranslatorConfig]):
                     aliases=tied_output,
                 ),
             ]
-        if not config.tie_output:
+        if not config.head.tie:
             rules.append(rule("lm_head.weight", "output_proj.weight"))
-        for i in range(config.num_layers):
+        for i in range(config.layers.num_layers):
             rules += _layer(f"model.encoder.layers.{i}.", f"encoder.{i}.", cross=False)
-        for i in range(config.decoder_layers):
+        for i in range(config.decoder.num_layers):
             rules += _layer(f"model.decoder.layers.{i}.", f"decoder.{i}.", cross=True)
 
         def positions() -> np.ndarray:
@@ -211,7 +259,7 @@ class Marian(Architecture[TranslatorConfig]):
             Derived(f"model.{side}.embed_positions.weight", positions, "fixed sinusoid positions")
             for side in ("encoder", "decoder")
         ]
-        if config.output_bias:
+        if config.head.bias:
             # absent from some checkpoints: transformers then starts it at zero, as zoo does
             rules.append(rule("final_logits_bias", "output_bias", ROW, optional=True))
         else:
@@ -219,7 +267,7 @@ class Marian(Architecture[TranslatorConfig]):
                 Derived(
                     "final_logits_bias",
                     lambda: np.zeros((1, config.tgt_vocab)),
-                    "a zero logits bias (the zoo model has output_bias=False)",
+                    "a zero logits bias (the zoo model has head.bias=False)",
                     save=True,
                 )
             )

@@ -1,31 +1,35 @@
 """ModernBERT (`ModernBertForSequenceClassification`, `ModernBertModel`,
 `ModernBertForMaskedLM`'s encoder) <-> `zoo.Classifier`.
 
-ModernBERT is a pre-norm encoder made of parts zoo already has, each a config field:
+ModernBERT is a pre-norm encoder made of parts zoo already has (`zoo.presets.parts.MODERNBERT`,
+this family's `zoo_base`), each a path in the config tree:
 
-| ModernBERT part                                      | zoo field                                 |
-| ---------------------------------------------------- | ----------------------------------------- |
-| rotary positions, a base per layer kind              | `positions="rotary"`, `local_rope_theta`  |
-| local layers see `local_attention // 2` either side  | `sliding_window = local_attention//2 + 1` |
-| a global layer every `global_attn_every_n_layers`    | `global_layers`                           |
-| GeGLU (`mlp.Wi` fused: activated half, then gate)    | `feed_forward="gated"`                    |
-| LayerNorms without bias (`norm_bias=False`)          | `norm_bias=False`                         |
-| no norm before layer 0's attention                   | `first_attention_norm=False`              |
-| `head`: dense -> activation -> norm on the pooled    | `pooler`, `pooler_activation`, `pooler_norm` |
-| `classifier_pooling` cls / mean                      | `pooling` first / mean                    |
+| ModernBERT part                                     | zoo config                                  |
+| --------------------------------------------------- | ------------------------------------------- |
+| rotary positions, a base per layer kind             | `attention.rope` (the local layers' base)   |
+| local layers see `local_attention // 2` either side | `attention.window = local_attention//2 + 1` |
+| a global layer every `global_attn_every_n_layers`   | a `LayerOverride`: no window, its own base  |
+| GeGLU (`mlp.Wi` fused: activated half, then gate)   | `feed_forward.kind="gated"`                 |
+| LayerNorms without bias (`norm_bias=False`)         | `norm.bias`, `embedder.norm.bias`           |
+| no norm before layer 0's attention                  | a `LayerOverride`: `attention_norm=False`   |
+| `head`: dense -> activation -> norm on the pooled   | `head.pooler` (`Pooler(norm=True)`)         |
+| `classifier_pooling` cls / mean                     | `head.pooling` first / mean                 |
+
+Export reads each layer's settings (`config.layers.layers()`) back into `layer_types` and the
+two bases, and refuses layers that differ in anything else.
 
 The fused `attn.Wqkv` and `mlp.Wi` split into zoo's projections on load and fuse again on
 export. Layer 0 has no `attn_norm`, and neither has zoo's: it is a group of its own in the
-layer stack (`zoo.nn.stack`), so the parameter counts are transformers'. A bare `ModernBertModel` (or a
-masked-LM checkpoint without `head.*`) gets a fresh head. Configs in the hub's spelling
-(`global_rope_theta`, `local_rope_theta`, `global_attn_every_n_layers`) and in transformers 5's
-(`layer_types`, `rope_parameters` per layer kind) are both read.
+layer stack (`zoo.nn.stack`), so the parameter counts are transformers'. A bare
+`ModernBertModel` (or a masked-LM checkpoint without `head.*`) gets a fresh head. Configs in the
+hub's spelling (`global_rope_theta`, `local_rope_theta`, `global_attn_every_n_layers`) and in
+transformers 5's (`layer_types`, `rope_parameters` per layer kind) are both read.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
 
@@ -37,10 +41,16 @@ from zoo.interop.architecture import (
     export_activation,
     require_fields,
 )
+from zoo.interop.architectures.bert import check_encoder_parts, dense_feed_forward
 from zoo.interop.files import HFDict
 from zoo.interop.rules import KeyMap, Rule, Shape, Transform, rule
 from zoo.models import ClassifierConfig
+from zoo.models.classifier import POOLER_ACTIVATIONS, ClassifierHead, Pooler
+from zoo.nn.block import BlockSettings
+from zoo.nn.norm import NormSettings
+from zoo.nn.plan import LayerOverride, weights_of
 from zoo.nn.rotary import Rope
+from zoo.presets import parts
 
 SLIDING, FULL = "sliding_attention", "full_attention"
 POOLINGS = {"cls": "first", "mean": "mean"}
@@ -97,6 +107,7 @@ class ModernBert(Architecture[ClassifierConfig]):
     prefix = "model."
     config_class = "ModernBertConfig"
     zoo_config_class = ClassifierConfig
+    zoo_base = parts.with_parts(parts.BERT, parts.MODERNBERT)
 
     def hf_defaults(self) -> HFDict:
         return dict(DEFAULTS)
@@ -130,21 +141,34 @@ class ModernBert(Architecture[ClassifierConfig]):
         local_theta = sliding.get("rope_theta", hf["local_rope_theta"])
         return float(global_theta), float(local_theta)
 
-    def _layers(self, hf: HFConfig, num_layers: int) -> dict[str, Any]:
+    def _layers(self, hf: HFConfig, num_layers: int) -> ConfigFields:
+        """The local layers' window and base (the base block's), and the global layers as an
+        override: no window, the global base (every n-th layer, as the hub's config says, or
+        the layers `layer_types` names)."""
         types = self._layer_types(hf, num_layers)
         global_theta, local_theta = self._thetas(hf)
         full = tuple(i for i, kind in enumerate(types) if kind == FULL)
+        # layer 0's attention reads the normed embeddings directly
+        overrides = [LayerOverride(changes={"attention_norm": False}, layers=(0,))]
         if SLIDING not in types:
-            return dict(sliding_window=None, global_layers=None, rope=Rope(theta=global_theta))
+            fields: ConfigFields = {
+                "attention.window": None,
+                "attention.rope": Rope(theta=global_theta),
+            }
+            return {**fields, "layers.overrides": tuple(overrides)}
         window = int(hf["local_attention"]) // 2 + 1  # |i - j| <= local_attention // 2
-        if not full:
-            return dict(sliding_window=window, global_layers=None, rope=Rope(theta=local_theta))
-        return dict(
-            sliding_window=window,
-            global_layers=full,
-            rope=Rope(theta=global_theta),
-            local_rope_theta=local_theta,
-        )
+        if full:
+            changes = {"attention.window": None, "attention.rope": Rope(theta=global_theta)}
+            every = hf["global_attn_every_n_layers"]
+            if every and full == tuple(range(0, num_layers, every)):
+                overrides.insert(0, LayerOverride(changes=changes, step=every))
+            else:
+                overrides.insert(0, LayerOverride(changes=changes, layers=full))
+        return {
+            "attention.window": window,
+            "attention.rope": Rope(theta=local_theta),
+            "layers.overrides": tuple(overrides),
+        }
 
     def zoo_fields(self, hf: HFConfig, shapes: Mapping[str, Shape]) -> ConfigFields:
         if hf["classifier_pooling"] not in POOLINGS:
@@ -153,112 +177,154 @@ class ModernBert(Architecture[ClassifierConfig]):
         head = shapes.get("classifier.weight")
         labels = hf["id2label"]
         attention_bias = bool(hf["attention_bias"])
-        return dict(
-            vocab_size=vocab,
-            d_model=hf["hidden_size"],
-            num_heads=hf["num_attention_heads"],
-            num_layers=num_layers,
-            d_ff=hf["intermediate_size"],
-            feed_forward="gated",
-            activation=hf.activation("hidden_activation"),
-            max_positions=hf["max_position_embeddings"],
-            norm="layernorm",
-            norm_first=True,
-            norm_bias=bool(hf["norm_bias"]),
-            first_attention_norm=False,
-            layer_norm_eps=hf["norm_eps"],
-            use_bias=attention_bias,
-            qkv_bias=attention_bias,
-            attention_output_bias=attention_bias,
-            feed_forward_bias=bool(hf["mlp_bias"]),
-            positions="rotary",
-            embedding_norm=True,
-            scale_embeddings=False,
-            type_vocab_size=0,
-            dropout=float(hf["embedding_dropout"] or 0.0),
-            attention_dropout=float(hf["attention_dropout"] or 0.0),
-            activation_dropout=float(hf["mlp_dropout"] or 0.0),
-            classifier_dropout=float(hf["classifier_dropout"] or 0.0),
-            init_std=hf["initializer_range"],
-            pad_id=hf.token_id("pad_token_id", vocab),
-            num_classes=head[0] if head is not None else (len(labels) if labels else 2),
-            pooling=POOLINGS[hf["classifier_pooling"]],
-            pooler=True,
-            pooler_activation=hf.activation("classifier_activation"),
-            pooler_bias=bool(hf["classifier_bias"]),
-            pooler_norm=True,
-            **self._layers(hf, num_layers),
+        norm = NormSettings(eps=hf["norm_eps"], bias=bool(hf["norm_bias"]))
+        dropout = float(hf["embedding_dropout"] or 0.0)
+        pooler = Pooler(
+            activation=self._pooler_activation(hf),
+            bias=bool(hf["classifier_bias"]),
+            norm=True,
         )
+        return {
+            "vocab_size": vocab,
+            "d_model": hf["hidden_size"],
+            "max_positions": hf["max_position_embeddings"],
+            "init_std": hf["initializer_range"],
+            "pad_id": hf.token_id("pad_token_id", vocab),
+            "mask_id": None,  # config.json does not name it (the tokenizer does)
+            "num_layers": num_layers,
+            "attention.num_heads": hf["num_attention_heads"],
+            "attention.qkv_bias": attention_bias,
+            "attention.output_bias": attention_bias,
+            "attention.dropout": float(hf["attention_dropout"] or 0.0),
+            "feed_forward.d_ff": hf["intermediate_size"],
+            "feed_forward.activation": hf.activation("hidden_activation"),
+            "feed_forward.bias": bool(hf["mlp_bias"]),
+            "feed_forward.dropout": float(hf["mlp_dropout"] or 0.0),
+            "norm": norm,
+            "layers.block.dropout": dropout,
+            "embedder.norm": norm,
+            "embedder.dropout": dropout,
+            "head": ClassifierHead(
+                num_classes=head[0] if head is not None else (len(labels) if labels else 2),
+                pooling=POOLINGS[hf["classifier_pooling"]],
+                pooler=pooler,
+                dropout=float(hf["classifier_dropout"] or 0.0),
+            ),
+            **self._layers(hf, num_layers),
+        }
+
+    @staticmethod
+    def _pooler_activation(hf: HFConfig) -> str:
+        activation = hf.activation("classifier_activation")
+        if activation not in POOLER_ACTIVATIONS:
+            hf.refuse("classifier_activation", f"zoo's pooler takes {sorted(POOLER_ACTIVATIONS)}")
+        return activation
 
     # -- writing config.json -------------------------------------------------------------------
 
+    def _export_layers(self, config: ClassifierConfig) -> HFDict:
+        """`layer_types`, `local_attention` and the two rotary bases of the plan's layers;
+        refuses layers that differ otherwise, or a layer 0 with a norm before its attention."""
+        target = self.export_class
+        layers = config.layers.layers()
+        if layers[0].attention_norm or not all(layer.attention_norm for layer in layers[1:]):
+            raise UnsupportedExport(
+                f"{target} cannot express this zoo model: it has no norm before layer 0's "
+                "attention and one before every other layer's (layers.overrides "
+                "attention_norm=False on layer 0 only)"
+            )
+        base = _same_weights(layers[0])
+        if any(_same_weights(layer) != base for layer in layers):
+            raise UnsupportedExport(
+                f"{target} cannot express this zoo model: its layers differ in more than their "
+                "window and rotary base (layers.overrides)"
+            )
+        types: list[str] = []
+        windows: set[int] = set()
+        ropes: dict[str, set[Rope]] = {FULL: set(), SLIDING: set()}
+        for layer in layers:
+            window, rope = layer.attention.window, layer.attention.rope
+            if rope is None or rope.scaling is not None or rope.partial_rotary_factor != 1.0:
+                raise UnsupportedExport(
+                    f"{target} rotates with plain RoPE: attention.rope={rope!r} cannot be exported"
+                )
+            kind = FULL if window is None else SLIDING
+            windows |= set() if window is None else {window}
+            types.append(kind)
+            ropes[kind].add(rope)
+        if len(windows) > 1 or any(len(found) > 1 for found in ropes.values()):
+            raise UnsupportedExport(
+                f"{target} cannot express this zoo model: its local layers share one window "
+                "and each kind of layer one rotary base"
+            )
+        full_rope = next(iter(ropes[FULL] or ropes[SLIDING]))
+        local_rope = next(iter(ropes[SLIDING] or ropes[FULL]))
+        window = windows.pop() if windows else 65  # unused when no layer is local
+        return dict(
+            layer_types=types,
+            local_attention=(window - 1) * 2,
+            global_rope_theta=full_rope.theta,
+            local_rope_theta=local_rope.theta,
+        )
+
     def hf_config(self, config: ClassifierConfig) -> HFDict:
+        target = self.export_class
+        check_encoder_parts(config, target)
+        block = config.layers.block
+        norm = block.norm
+        pooler = config.head.pooler
         require_fields(
             config,
-            self.export_class,
-            norm="layernorm",
-            norm_first=True,
-            first_attention_norm=False,
-            positions="rotary",
-            feed_forward="gated",
-            embedding_norm=True,
-            scale_embeddings=False,
-            type_vocab_size=0,
-            position_offset=0,
-            pooler=True,
-            pooler_norm=True,
-            qk_norm=False,
-            output_norm=False,
+            target,
+            {
+                "norm_first": True,
+                "output_norm": False,
+                "norm.kind": "layernorm",
+                "norm.weight_offset": 0.0,
+                "feed_forward.kind": "gated",
+                "embedder.positions": "none",
+                "embedder.scale": False,
+                "embedder.norm": norm,  # the same norm_eps and norm_bias
+                "embedder.type_vocab_size": 0,
+                "embedder.position_offset": 0,
+            },
         )
-        bias = config.use_bias if config.qkv_bias is None else config.qkv_bias
-        out_bias = config.use_bias if config.attention_output_bias is None else bias
-        if config.kv_heads != config.num_heads or bias != out_bias:
+        if pooler is None or not pooler.norm:
             raise UnsupportedExport(
-                f"{self.export_class} has one head count and one attention_bias for Wqkv and Wo"
+                f"{target} cannot express this zoo model: its head is dense, activation, norm "
+                f"(head.pooler=Pooler(norm=True)), got head.pooler={pooler!r}"
             )
-        if config.rope.scaling is not None or config.rope.partial_rotary_factor != 1.0:
-            raise UnsupportedExport(f"{self.export_class} rotates with plain RoPE")
-        mlp_bias = config.use_bias if config.feed_forward_bias is None else config.feed_forward_bias
-        window, full = config.sliding_window, config.global_layers
-        local_theta = config.local_rope_theta
-        if window is None:
-            types = [FULL] * config.num_layers
-            window = 65  # unused: no layer is local
-        else:
-            types = [FULL if full and i in full else SLIDING for i in range(config.num_layers)]
-        if full is None and config.sliding_window is not None:
-            local_theta = config.rope.theta  # every layer local: they rotate by the one base
+        attention = block.attention
+        if attention.qkv_bias != attention.output_bias:
+            raise UnsupportedExport(
+                f"{target} has one attention_bias for Wqkv and Wo: attention.qkv_bias="
+                f"{attention.qkv_bias} and attention.output_bias={attention.output_bias} differ"
+            )
+        feed_forward = dense_feed_forward(config, target)
         return dict(
             model_type=self.model_type,
-            architectures=[self.export_class],
+            architectures=[target],
             vocab_size=config.vocab_size,
             hidden_size=config.d_model,
-            intermediate_size=config.d_ff,
+            intermediate_size=feed_forward.d_ff,
             num_hidden_layers=config.num_layers,
             num_attention_heads=config.num_heads,
             hidden_activation=export_activation(config),
             max_position_embeddings=config.max_positions,
             initializer_range=config.init_std,
-            norm_eps=config.layer_norm_eps,
-            norm_bias=config.norm_bias,
+            norm_eps=norm.eps,
+            norm_bias=norm.bias,
             pad_token_id=config.pad_id,
-            attention_bias=bool(bias),
-            attention_dropout=config.attention_dropout,
-            embedding_dropout=config.dropout,
-            mlp_bias=bool(mlp_bias),
-            mlp_dropout=config.dropout
-            if config.activation_dropout is None
-            else config.activation_dropout,
-            layer_types=types,
-            local_attention=(window - 1) * 2,
-            global_rope_theta=config.rope.theta,
-            local_rope_theta=config.rope.theta if local_theta is None else local_theta,
-            classifier_pooling="cls" if config.pooling == "first" else "mean",
-            classifier_dropout=config.dropout
-            if config.classifier_dropout is None
-            else config.classifier_dropout,
-            classifier_bias=config.pooler_bias,
-            classifier_activation=config.pooler_activation,
+            attention_bias=attention.qkv_bias,
+            attention_dropout=attention.dropout,
+            embedding_dropout=config.embedder.dropout,
+            mlp_bias=feed_forward.bias,
+            mlp_dropout=feed_forward.dropout,
+            **self._export_layers(config),
+            classifier_pooling="cls" if config.head.pooling == "first" else "mean",
+            classifier_dropout=config.head.dropout,
+            classifier_bias=pooler.bias,
+            classifier_activation=pooler.activation,
             **_special_ids(config.vocab_size),
             id2label={str(i): f"LABEL_{i}" for i in range(config.num_classes)},
             label2id={f"LABEL_{i}": i for i in range(config.num_classes)},
@@ -269,11 +335,14 @@ class ModernBert(Architecture[ClassifierConfig]):
     def key_map(
         self, config: ClassifierConfig, shapes: Mapping[str, Shape] | None = None
     ) -> KeyMap:
-        d, norm_bias = config.d_model, config.norm_bias
-        attention_bias = config.use_bias if config.qkv_bias is None else config.qkv_bias
-        mlp_bias = config.use_bias if config.feed_forward_bias is None else config.feed_forward_bias
+        block = config.layers.block
+        d, norm_bias = config.d_model, block.norm.bias
+        attention_bias = block.attention.qkv_bias
+        feed_forward = dense_feed_forward(config, self.export_class)
+        mlp_bias, d_ff = feed_forward.bias, feed_forward.d_ff
+        pooler_bias = config.head.pooler is not None and config.head.pooler.bias
         qkv = _fused((d, d, d), "fused query/key/value rows (Wqkv)")
-        gate_up = _fused((config.d_ff, config.d_ff), "fused activated/gate rows (Wi)")
+        gate_up = _fused((d_ff, d_ff), "fused activated/gate rows (Wi)")
 
         def linear(hf: str, zoo: str, bias: bool, optional: bool = False) -> list[Rule]:
             rules = [rule(f"{hf}.weight", f"{zoo}.weight", optional=optional)]
@@ -289,10 +358,10 @@ class ModernBert(Architecture[ClassifierConfig]):
             rule("model.embeddings.tok_embeddings.weight", "embedder.token_weight"),
             *linear("model.embeddings.norm", "embedder.norm", norm_bias),
         ]
-        for i in range(config.num_layers):
+        for i, settings in enumerate(config.layers.layers()):
             hf, zoo = f"model.layers.{i}.", f"encoder.{i}."
             attention = f"{zoo}self_attention."
-            if i > 0:  # layer 0 has no attention norm
+            if settings.attention_norm:  # layer 0 has none
                 rules += linear(f"{hf}attn_norm", f"{zoo}self_attention_norm", norm_bias)
             projections = tuple(f"{attention}{name}_proj" for name in ("query", "key", "value"))
             rules += [
@@ -308,7 +377,7 @@ class ModernBert(Architecture[ClassifierConfig]):
                 *linear(f"{hf}mlp.Wo", f"{zoo}feed_forward.output", mlp_bias),
             ]
         rules += linear("model.final_norm", "final_norm", norm_bias)
-        rules += linear("head.dense", "pooler", config.pooler_bias, optional=True)
+        rules += linear("head.dense", "pooler", pooler_bias, optional=True)
         rules += linear("head.norm", "pooler_norm", norm_bias, optional=True)
         ignore = [r"model\.rotary_emb\..*", r"decoder\..*"]  # the masked-LM decoder
         if self._load_head(config, shapes):  # optional: a bare encoder gets a fresh head
@@ -323,6 +392,12 @@ class ModernBert(Architecture[ClassifierConfig]):
         if shapes is None or "classifier.weight" not in shapes:
             return True
         return shapes["classifier.weight"][0] == config.num_classes
+
+
+def _same_weights(settings: BlockSettings) -> BlockSettings:
+    """A layer's settings without what ModernBERT's layers may differ in: the window, the
+    rotary base, and layer 0's missing attention norm."""
+    return dataclasses.replace(weights_of(settings), attention_norm=True)
 
 
 def _special_ids(vocab_size: int) -> HFDict:

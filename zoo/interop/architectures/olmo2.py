@@ -1,13 +1,13 @@
 """OLMo 2 (`Olmo2ForCausalLM`, `Olmo2Model`) <-> `zoo.GPT`.
 
 A Llama-shaped decoder (rotary positions, SwiGLU, grouped-query attention) with two parts set
-differently, each a zoo config field:
+differently (`zoo.presets.parts.OLMO2`):
 
 - the norms sit on each sub-layer's output, before the residual sum, and none before it
   (`x + norm(attention(x))`): `norm_first=False, output_norm=True`, whose one norm per
   sub-layer is that output norm (`post_attention_layernorm`, `post_feedforward_layernorm`);
 - QK-norm over the whole query and key projections, all heads at once, before the heads are
-  split: `qk_norm=True, qk_norm_scope="projection"`.
+  split: `attention.qk_norm=QKNorm(scope="projection")`.
 """
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from zoo.interop.architecture import HFConfig, UnsupportedExport, require_fields
-from zoo.interop.architectures.llama import LlamaFamily, biases
+from zoo.interop.architecture import ConfigFields, HFConfig
+from zoo.interop.architectures.llama import LlamaFamily
 from zoo.interop.rules import KeyMap, Shape, rule
 from zoo.models import GPTConfig
+from zoo.presets import parts
 
 
 class Olmo2(LlamaFamily):
@@ -27,7 +28,9 @@ class Olmo2(LlamaFamily):
     loads = ("Olmo2ForCausalLM", "Olmo2Model")
     export_class = "Olmo2ForCausalLM"
     config_class = "Olmo2Config"
+    zoo_base = parts.with_parts(parts.LLAMA, parts.OLMO2)
     has_qk_norm = True
+    qk_norm_scope = "projection"
     extra_defaults: ClassVar[dict[str, Any]] = dict(
         vocab_size=50304,
         pad_token_id=1,
@@ -36,27 +39,16 @@ class Olmo2(LlamaFamily):
         rms_norm_eps=1e-5,
     )
 
-    def zoo_fields(self, hf: HFConfig, shapes: Mapping[str, Shape]) -> dict[str, Any]:
+    def zoo_fields(self, hf: HFConfig, shapes: Mapping[str, Shape]) -> ConfigFields:
         if hf["mlp_bias"]:
             hf.refuse("mlp_bias", "OLMo 2's MLP has no biases")
         fields = super().zoo_fields(hf, shapes)
-        fields.update(norm_first=False, output_norm=True, qk_norm=True, qk_norm_scope="projection")
+        fields.update(norm_first=False, output_norm=True)
         return fields
 
-    def hf_config(self, config: GPTConfig) -> dict[str, Any]:
-        require_fields(
-            config,
-            self.export_class,
-            norm_first=False,
-            output_norm=True,
-            qk_norm_scope="projection",
-            norm_weight_offset=0.0,
-        )
-        if biases(config)[2]:
-            raise UnsupportedExport(f"{self.export_class} has no feed-forward biases")
-        # Llama's writer checks the rest; it expects Llama's norm placement
-        out = super().hf_config(config.replace(norm_first=True, output_norm=False))
-        return out
+    def export_parts(self, config: GPTConfig) -> ConfigFields:
+        """Llama's parts with OLMo 2's norm placement."""
+        return {**super().export_parts(config), "norm_first": False, "output_norm": True}
 
     def key_map(self, config: GPTConfig, shapes: Mapping[str, Shape] | None = None) -> KeyMap:
         llama = super().key_map(config, shapes)

@@ -21,11 +21,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from zoo.interop.architecture import HFConfig, UnsupportedExport
+from zoo.interop.architecture import ConfigFields, HFConfig, UnsupportedExport
 from zoo.interop.architectures.llama import LlamaFamily, biases
+from zoo.interop.files import HFDict
 from zoo.interop.rules import KeyMap, Rule, Shape, Transform, rule
 from zoo.models import GPTConfig
 from zoo.nn.rotary import Rope
+from zoo.presets import parts
 
 
 def fused_rows(sizes: tuple[int, ...], what: str) -> Transform:
@@ -49,6 +51,7 @@ class Phi3(LlamaFamily):
     loads = ("Phi3ForCausalLM", "Phi3Model")
     export_class = "Phi3ForCausalLM"
     config_class = "Phi3Config"
+    zoo_base = parts.with_parts(parts.LLAMA, parts.PHI3)
     has_attention_bias_option = False
     window_option = "mistral"
     extra_defaults: ClassVar[dict[str, Any]] = dict(
@@ -69,7 +72,7 @@ class Phi3(LlamaFamily):
         embd_pdrop=0.0,
     )
 
-    def _rope(self, hf: HFConfig) -> dict[str, Any]:
+    def _rope(self, hf: HFConfig) -> ConfigFields:
         scaling = hf["rope_parameters"] or hf["rope_scaling"] or {}
         params: dict[str, Any] = {
             "rope_theta": hf["rope_theta"] or 10000.0,
@@ -84,17 +87,38 @@ class Phi3(LlamaFamily):
             rope = Rope.from_hf(params)
         except (ValueError, KeyError) as error:
             hf.refuse("rope_scaling", str(error))
-        return dict(positions="rotary", rope=rope)
+        return {"attention.rope": rope}
 
-    def zoo_fields(self, hf: HFConfig, shapes: Mapping[str, Shape]) -> dict[str, Any]:
+    def zoo_fields(self, hf: HFConfig, shapes: Mapping[str, Shape]) -> ConfigFields:
         fields = super().zoo_fields(hf, shapes)
-        # a residual or embedding dropout only trains; it is kept as the model's dropout
-        fields["dropout"] = float(hf["resid_pdrop"] or 0.0)
+        # the residual and embedding dropouts only train; they are kept where they apply
+        del fields["dropout"]
+        fields.update(
+            {
+                "embedder.dropout": float(hf["embd_pdrop"] or 0.0),
+                "layers.block.dropout": float(hf["resid_pdrop"] or 0.0),
+                "feed_forward.dropout": 0.0,
+            }
+        )
         return fields
 
-    def hf_config(self, config: GPTConfig) -> dict[str, Any]:
-        rope = config.rope
-        out = super().hf_config(config.replace(rope=Rope(theta=rope.theta), dropout=0.0))
+    def hf_config(self, config: GPTConfig) -> HFDict:
+        rope = config.layers.block.attention.rope
+        if rope is None:
+            raise UnsupportedExport(
+                f"{self.export_class} rotates queries and keys: attention.rope=None (set a Rope)"
+            )
+        if rope.scaling not in (None, "longrope"):
+            raise UnsupportedExport(
+                f"{self.export_class} has no {rope.scaling} rope scaling: attention.rope.scaling"
+            )
+        # Llama's writer checks the rest; Phi-3 writes its own rotary fields and dropouts
+        plain = {
+            "attention.rope": Rope(theta=rope.theta),
+            "embedder.dropout": 0.0,
+            "layers.block.dropout": 0.0,
+        }
+        out = super().hf_config(config.replace(**plain))
         _, scaling = rope.to_hf()
         out.update(
             rope_scaling=scaling,
@@ -102,11 +126,9 @@ class Phi3(LlamaFamily):
             original_max_position_embeddings=(
                 rope.original_max_positions if rope.scaling == "longrope" else config.max_positions
             ),
-            resid_pdrop=config.dropout,
-            embd_pdrop=config.dropout,
+            resid_pdrop=config.layers.block.dropout,
+            embd_pdrop=config.embedder.dropout,
         )
-        if rope.scaling not in (None, "longrope"):
-            raise UnsupportedExport(f"Phi3ForCausalLM has no {rope.scaling} rope scaling")
         return out
 
     def key_map(self, config: GPTConfig, shapes: Mapping[str, Shape] | None = None) -> KeyMap:
@@ -118,8 +140,10 @@ class Phi3(LlamaFamily):
             (config.num_heads * head_dim, config.kv_heads * head_dim, config.kv_heads * head_dim),
             "fused query/key/value rows",
         )
-        gate_up = fused_rows((config.d_ff, config.d_ff), "fused gate/up rows")
-        tied = ("lm_head.weight",) if config.tie_embeddings else ()
+        d_ff = config.layers.block.feed_forward.d_ff
+        gate_up = fused_rows((d_ff, d_ff), "fused gate/up rows")
+        tie = config.head.tie
+        tied = ("lm_head.weight",) if tie else ()
         rules = [rule("model.embed_tokens.weight", "embedder.token_weight", aliases=tied)]
         for i in range(config.num_layers):
             hf, zoo = f"model.layers.{i}.", f"layers.{i}."
@@ -141,7 +165,7 @@ class Phi3(LlamaFamily):
                 rule(f"{hf}mlp.down_proj.weight", f"{zoo}feed_forward.output.weight"),
             ]
         rules.append(rule("model.norm.weight", "final_norm.weight"))
-        if not config.tie_embeddings:
+        if not tie:
             rules.append(rule("lm_head.weight", "head.weight"))
         return KeyMap(rules, ignore=(r"model\.rotary_emb\..*",))
 

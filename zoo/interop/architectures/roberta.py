@@ -22,6 +22,7 @@ from zoo.interop.architectures.bert import DEFAULTS, Bert, MaskedLMKeys
 from zoo.interop.files import HFDict
 from zoo.interop.rules import Shape
 from zoo.models import ClassifierConfig
+from zoo.presets.parts import BERT, ROBERTA, with_parts
 
 
 class Roberta(Bert):
@@ -32,6 +33,7 @@ class Roberta(Bert):
     mlm_class = "RobertaForMaskedLM"
     prefix = "roberta."
     config_class = "RobertaConfig"
+    zoo_base = with_parts(BERT, ROBERTA)
     head = "classifier.out_proj"
     pooler_in_head = True
     pretraining_heads = (r"lm_head\..*",)
@@ -56,7 +58,8 @@ class Roberta(Bert):
         fields = super().head_fields(hf, shapes)
         if fields["masked_lm"] and hf["hidden_act"] != "gelu":
             hf.refuse("hidden_act", f"{self.mlm_class}'s lm_head always uses exact gelu")
-        return {**fields, "pooler": True}  # the head's dense; fresh when the checkpoint lacks it
+        # the head's dense; fresh when the checkpoint lacks it
+        return {**fields, "head.pooler": self.pooler(True)}
 
     def zoo_fields(self, hf: HFConfig, shapes: Mapping[str, Shape]) -> ConfigFields:
         fields = super().zoo_fields(hf, shapes)
@@ -66,20 +69,24 @@ class Roberta(Bert):
                 f"{self.name}: positions start at pad_token_id + 1, so pad_token_id must be a "
                 f"token of the vocabulary; got {hf['pad_token_id']!r}"
             )
-        return {**fields, "position_offset": pad_id + 1}
+        return {**fields, "embedder.position_offset": pad_id + 1}
 
-    def check_export(self, config: ClassifierConfig, **expected: object) -> None:
+    def check_export(
+        self, config: ClassifierConfig, expected: Mapping[str, object] | None = None
+    ) -> None:
         if config.pad_id is None:
             raise UnsupportedExport(
                 f"{self.export_class} counts positions from pad_id + 1: pad_id=None cannot be "
                 "exported"
             )
-        if config.masked_lm and config.activation != "gelu":
+        activation = config.layers.block.feed_forward.activation
+        if config.masked_lm and activation != "gelu":
             raise UnsupportedExport(
-                f"{self.mlm_class}'s lm_head uses exact gelu: activation={config.activation!r} "
-                "cannot be exported"
+                f"{self.mlm_class}'s lm_head uses exact gelu: feed_forward.activation="
+                f"{activation!r} cannot be exported"
             )
-        super().check_export(config, position_offset=config.pad_id + 1, **expected)
+        offset = {"embedder.position_offset": config.pad_id + 1}
+        super().check_export(config, {**offset, **(expected or {})})
 
 
 class XLMRoberta(Roberta):

@@ -4,7 +4,10 @@ T5 is a pre-norm encoder-decoder with RMSNorm (its "LayerNorm" has no mean and n
 biases anywhere, unscaled attention scores, and relative positions: a `[buckets, heads]` table
 in the first block of each stack (`relative_attention_bias`), bidirectional in the encoder and
 causal in the decoder, whose bias every layer of that stack adds to its scores. One token
-table (`shared`) serves encoder and decoder; decoding starts from the pad id.
+table (`shared`) serves encoder and decoder; decoding starts from the pad id. In zoo this is
+`zoo.presets.parts.T5`: relative positions are `TranslatorConfig.relative`, the unscaled
+scores `attention.scale_dim=1.0`, the decoder its own plan (`decoder`, with cross-attention
+of the self-attention's settings), the head `TranslatorHead(tie, scale)`.
 
 The versions differ in two switches:
 
@@ -42,9 +45,16 @@ from zoo.interop.architecture import (
     logger,
     require_fields,
 )
+from zoo.interop.architectures.seq2seq import shared_block
 from zoo.interop.files import HFDict
 from zoo.interop.rules import KeyMap, Rule, Shape, rule
 from zoo.models import TranslatorConfig
+from zoo.models.translator import TranslatorHead
+from zoo.nn.block import BlockSettings
+from zoo.nn.feedforward import FeedForwardSettings
+from zoo.nn.relative_position import RelativePositions
+from zoo.presets.parts import T5 as T5_PARTS
+from zoo.presets.parts import T5_V1_1, with_parts
 
 # transformers' T5Config defaults (n_positions: the hub configs' 512, which T5 was trained on)
 DEFAULTS: HFDict = dict(
@@ -78,10 +88,32 @@ REFUSED_MODEL_TYPES = {
     "longt5": "LongT5's local and transient-global attention is not implemented",
 }
 HEAD = "lm_head.weight"
+# T5's fixed parts, which `zoo_base` has: what exporting requires of a zoo config (short
+# paths are checked in both stacks' blocks)
+PARTS: ConfigFields = {
+    "embedder.positions": "none",  # the positions are `relative`, a bias on the scores
+    "embedder.scale": False,
+    "embedder.norm": None,
+    "norm.kind": "rmsnorm",  # T5's "LayerNorm" has no mean and no bias
+    "norm.weight_offset": 0.0,
+    "norm_first": True,
+    "output_norm": False,
+    "attention_norm": True,
+    "attention.qkv_bias": False,
+    "attention.output_bias": False,
+    "attention.qk_norm": None,
+    "attention.scale_dim": 1.0,  # unscaled scores
+    "attention.softcap": None,
+    "attention.rope": None,
+    "attention.window": None,
+    "feed_forward.bias": False,
+    "share_embeddings": True,
+    "head.bias": False,
+}
 
 
 def feed_forward_fields(hf: HFConfig) -> ConfigFields:
-    """`feed_forward` and `activation` from `feed_forward_proj` ("relu", "gated-gelu", ...)."""
+    """`feed_forward.kind` and `.activation` from `feed_forward_proj` ("relu", "gated-gelu")."""
     value = hf["feed_forward_proj"]
     parts = str(value).split("-")
     gated = len(parts) == 2 and parts[0] == "gated"
@@ -91,18 +123,45 @@ def feed_forward_fields(hf: HFConfig) -> ConfigFields:
     name = "gelu_new" if value == "gated-gelu" else parts[-1]
     if name not in HF_ACTIVATIONS:
         hf.refuse("feed_forward_proj", f"zoo implements the activations {sorted(HF_ACTIVATIONS)}")
-    return dict(feed_forward="gated" if gated else "dense", activation=HF_ACTIVATIONS[name])
+    return {
+        "feed_forward.kind": "gated" if gated else "dense",
+        "feed_forward.activation": HF_ACTIVATIONS[name],
+    }
 
 
-def export_feed_forward(config: TranslatorConfig) -> str:
-    if config.feed_forward == "dense":
-        return ZOO_TO_HF_ACTIVATION[config.activation]
-    if config.activation == "gelu":
+def export_feed_forward(feed_forward: FeedForwardSettings) -> str:
+    """`feed_forward_proj` of a feed-forward's settings."""
+    activation = feed_forward.activation
+    if feed_forward.kind == "dense":
+        return ZOO_TO_HF_ACTIVATION[activation]
+    if activation == "gelu":
         raise UnsupportedExport(
             "T5ForConditionalGeneration's gated-gelu is the tanh GELU: this model's gated exact "
-            "GELU (activation='gelu') cannot be expressed; use activation='gelu_tanh'"
+            "GELU (feed_forward.activation='gelu') cannot be expressed; use activation='gelu_tanh'"
         )
-    return "gated-gelu" if config.activation == "gelu_tanh" else f"gated-{config.activation}"
+    return "gated-gelu" if activation == "gelu_tanh" else f"gated-{activation}"
+
+
+def dropout_rate(config: TranslatorConfig, block: BlockSettings, target: str) -> float:
+    """T5's one `dropout_rate`: the blocks'; a warning when the model trains with others."""
+    rates = {
+        config.embedder.dropout,
+        block.dropout,
+        block.attention.dropout,
+        activation_dropout(config),
+        config.decoder.block.dropout,
+        config.decoder.block.attention.dropout,
+    }
+    cross = config.decoder.block.cross_attention
+    if cross is not None:
+        rates.add(cross.dropout)
+    if rates != {block.dropout} or not config.final_dropout:
+        logger.warning(
+            "%s has one dropout_rate everywhere: exported as dropout=%s (inference is unaffected)",
+            target,
+            block.dropout,
+        )
+    return block.dropout
 
 
 class T5(Architecture[TranslatorConfig]):
@@ -113,6 +172,7 @@ class T5(Architecture[TranslatorConfig]):
     prefix = ""
     config_class = "T5Config"
     zoo_config_class = TranslatorConfig
+    zoo_base = T5_PARTS
 
     def hf_defaults(self) -> HFDict:
         return dict(DEFAULTS)
@@ -130,99 +190,69 @@ class T5(Architecture[TranslatorConfig]):
         if scale is None:  # a transformers 4 config: a tied head is the rescaled v1.0 one
             scale = hf["tie_word_embeddings"] is not False
         rate = float(hf["dropout_rate"])
-        return dict(
-            vocab_size=vocab,
-            d_model=hf["d_model"],
-            num_heads=hf["num_heads"],
-            attention_head_dim=hf["d_kv"],
-            num_layers=hf["num_layers"],
-            num_decoder_layers=hf["num_decoder_layers"] or hf["num_layers"],
-            d_ff=hf["d_ff"],
+        return {
+            "vocab_size": vocab,
+            "d_model": hf["d_model"],
+            "num_heads": hf["num_heads"],  # the self- and cross-attention's
+            "attention.head_dim": hf["d_kv"],
+            "cross_attention.head_dim": hf["d_kv"],
+            "layers.num_layers": hf["num_layers"],
+            "decoder.num_layers": hf["num_decoder_layers"] or hf["num_layers"],
+            "d_ff": hf["d_ff"],
             **feed_forward_fields(hf),
-            max_positions=hf["n_positions"] or DEFAULTS["n_positions"],
-            pad_id=pad,
-            bos_id=start,
-            eos_id=hf.token_id("eos_token_id", vocab),
-            norm="rmsnorm",
-            norm_first=True,
-            layer_norm_eps=hf["layer_norm_epsilon"],
-            use_bias=False,
-            positions="relative",
-            relative_buckets=hf["relative_attention_num_buckets"],
-            relative_max_distance=hf["relative_attention_max_distance"],
-            scale_scores=False,
-            scale_embeddings=False,
-            embedding_norm=False,
-            share_embeddings=True,
+            "max_positions": hf["n_positions"] or DEFAULTS["n_positions"],
+            "pad_id": pad,
+            "bos_id": start,
+            "eos_id": hf.token_id("eos_token_id", vocab),
+            "norm.eps": hf["layer_norm_epsilon"],
+            "relative": RelativePositions(
+                num_buckets=hf["relative_attention_num_buckets"],
+                max_distance=hf["relative_attention_max_distance"],
+            ),
             # a head-less checkpoint (T5Model, or transformers 5's tied save) uses the table
-            tie_output=bool(scale) or HEAD not in shapes,
-            scale_output=bool(scale),
-            output_bias=False,
-            final_dropout=True,
-            dropout=rate,
-            attention_dropout=rate,
-            activation_dropout=rate,
-        )
+            "head": TranslatorHead(tie=bool(scale) or HEAD not in shapes, scale=bool(scale)),
+            "dropout": rate,  # the embeddings', the blocks' and the feed-forward hidden's
+            "attention_dropout": rate,
+        }
 
     def hf_config(self, config: TranslatorConfig) -> HFDict:
-        require_fields(
-            config,
-            self.export_class,
-            norm="rmsnorm",
-            norm_first=True,
-            positions="relative",
-            scale_scores=False,
-            scale_embeddings=False,
-            embedding_norm=False,
-            share_embeddings=True,
-            output_bias=False,
-            qk_norm=False,
-            sliding_window=None,
-        )
-        biases = dict(
-            use_bias=config.use_bias,
-            qkv_bias=config.qkv_bias,
-            attention_output_bias=config.attention_output_bias,
-            feed_forward_bias=config.feed_forward_bias,
-        )
-        if any(biases.values()):
-            on = ", ".join(f"{name}={value}" for name, value in biases.items() if value)
-            raise UnsupportedExport(f"{self.export_class} has no biases, but this model has {on}")
-        if config.kv_heads != config.num_heads:
+        target = self.export_class
+        block = shared_block(config, target)
+        require_fields(config, target, PARTS)
+        feed_forward = block.feed_forward
+        assert isinstance(feed_forward, FeedForwardSettings)  # shared_block refuses experts
+        attention = block.attention
+        if config.relative is None:
             raise UnsupportedExport(
-                f"{self.export_class} has one key/value head per query head, but this model has "
-                f"num_kv_heads={config.num_kv_heads}"
+                f"{target} has relative positions: this model has relative=None"
             )
-        if config.scale_output and not config.tie_output:
+        if attention.kv_heads != attention.num_heads:
             raise UnsupportedExport(
-                f"{self.export_class} rescales the decoder output (scale_output=True) only "
-                "with a head tied to the token table; set tie_output=True or scale_output=False"
+                f"{target} has one key/value head per query head, but this model has "
+                f"attention.num_kv_heads={attention.num_kv_heads}"
+            )
+        if config.head.scale and not config.head.tie:
+            raise UnsupportedExport(
+                f"{target} rescales the decoder output (head.scale=True) only with a head tied "
+                "to the token table; set head.tie=True or head.scale=False"
             )
         if config.pad_id is None:
-            raise UnsupportedExport(f"{self.export_class} needs a pad id: pad_id=None")
-        rates = {config.attention_dropout, activation_dropout(config)}
-        if rates != {config.dropout} or not config.final_dropout:
-            logger.warning(
-                "%s has one dropout_rate everywhere: exported as dropout=%s (inference is "
-                "unaffected)",
-                self.export_class,
-                config.dropout,
-            )
+            raise UnsupportedExport(f"{target} needs a pad id: pad_id=None")
         return dict(
             model_type=self.model_type,
-            architectures=[self.export_class],
+            architectures=[target],
             vocab_size=config.vocab_size,
             d_model=config.d_model,
             d_kv=config.head_dim,
-            d_ff=config.d_ff,
-            num_layers=config.num_layers,
-            num_decoder_layers=config.decoder_layers,
-            num_heads=config.num_heads,
-            relative_attention_num_buckets=config.relative_buckets,
-            relative_attention_max_distance=config.relative_max_distance,
-            dropout_rate=config.dropout,
-            layer_norm_epsilon=config.layer_norm_eps,
-            feed_forward_proj=export_feed_forward(config),
+            d_ff=feed_forward.d_ff,
+            num_layers=config.layers.num_layers,
+            num_decoder_layers=config.decoder.num_layers,
+            num_heads=attention.num_heads,
+            relative_attention_num_buckets=config.relative.num_buckets,
+            relative_attention_max_distance=config.relative.max_distance,
+            dropout_rate=dropout_rate(config, block, target),
+            layer_norm_epsilon=block.norm.eps,
+            feed_forward_proj=export_feed_forward(feed_forward),
             n_positions=config.max_positions,
             pad_token_id=config.pad_id,
             eos_token_id=config.eos_id,
@@ -230,31 +260,33 @@ class T5(Architecture[TranslatorConfig]):
             is_encoder_decoder=True,
             # transformers 4 reads the head from tie_word_embeddings, transformers 5 from
             # scale_decoder_outputs (and unties a head whose weights differ from the table)
-            tie_word_embeddings=config.tie_output and config.scale_output,
-            scale_decoder_outputs=config.scale_output,
+            tie_word_embeddings=config.head.tie and config.head.scale,
+            scale_decoder_outputs=config.head.scale,
         )
 
     def transformers_config(self, transformers: ModuleType, config: TranslatorConfig) -> Any:
         hf_config = super().transformers_config(transformers, config)
         # transformers 5 ties the head to the table whatever the config says; a model built
         # from this object keeps its own lm_head only when told so after construction
-        hf_config.tie_word_embeddings = config.tie_output
+        hf_config.tie_word_embeddings = config.head.tie
         return hf_config
 
     def key_map(
         self, config: TranslatorConfig, shapes: Mapping[str, Shape] | None = None
     ) -> KeyMap:
+        tied = config.head.tie
         copies = ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight")
-        head = (HEAD,) if config.tie_output else ()
+        head = (HEAD,) if tied else ()
         rules = [rule("shared.weight", "source_embedder.token_weight", aliases=copies + head)]
-        if not config.tie_output:
+        if not tied:
             rules.append(rule(HEAD, "output_proj.weight"))
-        gated = config.feed_forward == "gated"
-        for side, layers, cross in (
-            ("encoder", config.num_layers, False),
-            ("decoder", config.decoder_layers, True),
-        ):
-            for i in range(layers):
+        for side, plan in (("encoder", config.layers), ("decoder", config.decoder)):
+            cross = side == "decoder"
+            for i, settings in enumerate(plan.layers()):
+                gated = (
+                    isinstance(settings.feed_forward, FeedForwardSettings)
+                    and settings.feed_forward.kind == "gated"
+                )
                 rules += _block(
                     f"{side}.block.{i}.layer.", f"{side}.{i}.", cross=cross, gated=gated
                 )
@@ -306,6 +338,7 @@ class MT5(T5):
     model_type = "mt5"
     loads = ("MT5ForConditionalGeneration", "MT5Model")
     config_class = "MT5Config"
+    zoo_base = with_parts(T5_PARTS, T5_V1_1)
 
     def hf_defaults(self) -> HFDict:
         return {

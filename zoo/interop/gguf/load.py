@@ -7,12 +7,17 @@ checkpoint folder (`zoo.interop.loading.load_state_dict`).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import ml_dtypes
 import numpy as np
 
-from zoo.interop.gguf.model import hf_config, hf_name, hf_state_dict, rope_factor_names
+from zoo.interop.gguf.model import (
+    GGUFConfig,
+    hf_config,
+    hf_name,
+    hf_state_dict,
+    rope_factor_names,
+)
 from zoo.interop.gguf.reader import read_gguf, read_tensors
 from zoo.interop.gguf.tokenizer import gguf_tokenizer
 from zoo.interop.tokenizers.fast_tokenizer import FastTokenizer
@@ -29,7 +34,7 @@ def is_gguf(path: str | Path) -> bool:
 
 def gguf_checkpoint(
     path: str | Path, *, dtype: object = None, tokenizer: bool = False
-) -> tuple[dict[str, Any], dict[str, np.ndarray], FastTokenizer | None]:
+) -> tuple[GGUFConfig, dict[str, np.ndarray], FastTokenizer | None]:
     """`(config, state_dict, tokenizer or None)` of the GGUF file at `path`.
 
     The config and state dict are those of the HuggingFace checkpoint of the same family

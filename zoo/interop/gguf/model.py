@@ -14,12 +14,13 @@ reorders the rows of each head of the query and key projections (the rotary pair
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Mapping
+from typing import TypedDict
 
 import numpy as np
 
 from zoo.interop.gguf.quants import dequantize
-from zoo.interop.gguf.reader import GGUFFile
+from zoo.interop.gguf.reader import GGUFFile, GGUFScalar
 
 # general.architecture -> (HuggingFace model_type, class)
 ARCHITECTURES = {
@@ -82,6 +83,54 @@ LONGROPE_TENSORS = {
 }
 
 
+class RopeScaling(TypedDict, total=False):
+    """A `rope_scaling` of `config.json`: linear (`factor`) or Phi-3's LongRoPE."""
+
+    rope_type: str
+    factor: float
+    short_factor: list[float]
+    long_factor: list[float]
+    attention_factor: float
+
+
+class FamilyFields(TypedDict, total=False):
+    """The `config.json` fields of some families only: rope scaling, Phi-3's and Gemma's."""
+
+    rope_scaling: RopeScaling
+    partial_rotary_factor: float  # Phi-3
+    original_max_position_embeddings: int
+    sliding_window: int | None
+    hidden_activation: str  # Gemma
+    query_pre_attn_scalar: float
+    attn_logit_softcapping: float | None
+    final_logit_softcapping: float | None
+    layer_types: list[str]
+    sliding_window_pattern: int
+    rope_local_base_freq: float
+
+
+class GGUFConfig(FamilyFields):
+    """The HuggingFace `config.json` a GGUF file's metadata describes (`hf_config`)."""
+
+    model_type: str
+    architectures: list[str]
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    max_position_embeddings: int
+    rms_norm_eps: float
+    rope_theta: float
+    attention_bias: bool
+    tie_word_embeddings: bool
+    bos_token_id: int | None
+    eos_token_id: list[int] | None
+    pad_token_id: int | None
+
+
 def hf_name(gguf: GGUFFile, name: str) -> str:
     """The HuggingFace state-dict key of the llama.cpp tensor `name`."""
     if name in GLOBAL_NAMES:
@@ -105,16 +154,18 @@ def hf_name(gguf: GGUFFile, name: str) -> str:
 
 def architecture(gguf: GGUFFile) -> str:
     """The file's `general.architecture`, refused unless zoo builds it."""
-    name = gguf.get("general.architecture")
+    name = gguf.text("general.architecture")
     if name not in ARCHITECTURES:
         raise gguf.error(
             f"general.architecture {name!r} is not supported; zoo reads GGUF files of "
             f"{', '.join(ARCHITECTURES)}"
         )
-    return str(name)
+    return name
 
 
-def _field(gguf: GGUFFile, arch: str, key: str, default: Any = None) -> Any:
+def _field(gguf: GGUFFile, arch: str, key: str, default: GGUFScalar | None = None) -> GGUFScalar:
+    """`{arch}.{key}`, which a model of `arch` needs (`default` where there is none); a
+    per-layer list must hold one value for every layer."""
     value = gguf.get(f"{arch}.{key}", default)
     if value is None:
         raise gguf.error(f"the metadata lacks {arch}.{key}, which a {arch} model needs")
@@ -125,98 +176,123 @@ def _field(gguf: GGUFFile, arch: str, key: str, default: Any = None) -> Any:
     return value
 
 
-def _rope(gguf: GGUFFile, arch: str) -> dict[str, Any]:
+def _int_field(gguf: GGUFFile, arch: str, key: str, default: int | None = None) -> int:
+    """`_field` of an integer setting (a count, a width, a length)."""
+    value = _field(gguf, arch, key, default)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise gguf.error(f"{arch}.{key} is {value!r}, not an integer")
+
+
+def _float_field(gguf: GGUFFile, arch: str, key: str, default: float | None = None) -> float:
+    """`_field` of a real-valued setting (an epsilon, a base, a factor)."""
+    value = _field(gguf, arch, key, default)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    raise gguf.error(f"{arch}.{key} is {value!r}, not a number")
+
+
+def _rope(gguf: GGUFFile, arch: str) -> FamilyFields:
     scaling = gguf.get(f"{arch}.rope.scaling.type", "none")
     if scaling == "none":
         return {}
     if scaling == "linear":
-        return {
-            "rope_scaling": {
-                "rope_type": "linear",
-                "factor": _field(gguf, arch, "rope.scaling.factor"),
-            }
-        }
+        factor = _float_field(gguf, arch, "rope.scaling.factor")
+        return {"rope_scaling": {"rope_type": "linear", "factor": factor}}
     raise gguf.error(
         f"{arch}.rope.scaling.type {scaling!r} is not supported; zoo reads none and linear"
     )
 
 
-def hf_config(gguf: GGUFFile) -> dict[str, Any]:
+def hf_config(gguf: GGUFFile) -> GGUFConfig:
     """The HuggingFace `config.json` the file's metadata describes."""
     arch = architecture(gguf)
     model_type, hf_class = ARCHITECTURES[arch]
     if "token_embd.weight" not in gguf.tensors:
         raise gguf.error("it holds no token_embd.weight, the embedding every model has")
-    vocab, d_model = gguf.tensors["token_embd.weight"].shape
-    heads = int(_field(gguf, arch, "attention.head_count"))
-    head_dim = int(_field(gguf, arch, "attention.key_length", d_model // heads))
-    rotary = gguf.get(f"{arch}.rope.dimension_count", head_dim)
+    shape = gguf.tensors["token_embd.weight"].shape
+    if len(shape) != 2:
+        raise gguf.error(f"token_embd.weight has shape {shape}, not (vocabulary, width)")
+    vocab, d_model = shape
+    heads = _int_field(gguf, arch, "attention.head_count")
+    if heads <= 0:
+        raise gguf.error(f"{arch}.attention.head_count is {heads}, not a number of heads")
+    head_dim = _int_field(gguf, arch, "attention.key_length", d_model // heads)
+    if head_dim <= 0:
+        raise gguf.error(f"{arch}.attention.key_length is {head_dim}, not a width of a head")
+    rotary = gguf.integer(f"{arch}.rope.dimension_count", head_dim)
     if rotary != head_dim and arch != "phi3":
         raise gguf.error(
             f"{arch}.rope.dimension_count {rotary} rotates part of each {head_dim}-wide head; "
             "zoo rotates whole heads of this architecture (partial rotary: phi3)"
         )
-    eos = [gguf.get(f"tokenizer.ggml.{name}_token_id") for name in ("eos", "eot", "eom")]
-    eos_ids = list(dict.fromkeys(i for i in eos if isinstance(i, int)))
-    return {
-        "model_type": model_type,
-        "architectures": [hf_class],
-        "vocab_size": vocab,
-        "hidden_size": d_model,
-        "intermediate_size": int(_field(gguf, arch, "feed_forward_length")),
-        "num_hidden_layers": int(_field(gguf, arch, "block_count")),
-        "num_attention_heads": heads,
-        "num_key_value_heads": int(_field(gguf, arch, "attention.head_count_kv", heads)),
-        "head_dim": head_dim,
-        "max_position_embeddings": int(_field(gguf, arch, "context_length", 2048)),
-        "rms_norm_eps": float(_field(gguf, arch, "attention.layer_norm_rms_epsilon", 1e-6)),
-        "rope_theta": float(_field(gguf, arch, "rope.freq_base", 10000.0)),
-        "attention_bias": "blk.0.attn_q.bias" in gguf.tensors,
-        "tie_word_embeddings": "output.weight" not in gguf.tensors,
-        "bos_token_id": gguf.get("tokenizer.ggml.bos_token_id"),
-        "eos_token_id": eos_ids or None,
-        "pad_token_id": gguf.get("tokenizer.ggml.padding_token_id"),
+    eos = [gguf.integer(f"tokenizer.ggml.{name}_token_id") for name in ("eos", "eot", "eom")]
+    eos_ids = list(dict.fromkeys(i for i in eos if i is not None))
+    return GGUFConfig(
+        model_type=model_type,
+        architectures=[hf_class],
+        vocab_size=vocab,
+        hidden_size=d_model,
+        intermediate_size=_int_field(gguf, arch, "feed_forward_length"),
+        num_hidden_layers=_int_field(gguf, arch, "block_count"),
+        num_attention_heads=heads,
+        num_key_value_heads=_int_field(gguf, arch, "attention.head_count_kv", heads),
+        head_dim=head_dim,
+        max_position_embeddings=_int_field(gguf, arch, "context_length", 2048),
+        rms_norm_eps=_float_field(gguf, arch, "attention.layer_norm_rms_epsilon", 1e-6),
+        rope_theta=_float_field(gguf, arch, "rope.freq_base", 10000.0),
+        attention_bias="blk.0.attn_q.bias" in gguf.tensors,
+        tie_word_embeddings="output.weight" not in gguf.tensors,
+        bos_token_id=gguf.integer("tokenizer.ggml.bos_token_id"),
+        eos_token_id=eos_ids or None,
+        pad_token_id=gguf.integer("tokenizer.ggml.padding_token_id"),
         **_rope(gguf, arch),
-        **(_phi3(gguf, rotary / head_dim) if arch == "phi3" else {}),
+        **_phi3(gguf, arch, rotary / head_dim),
         **longrope(gguf),
-        **(_gemma(gguf, arch, head_dim, d_model // heads) if arch in NORMS_PLUS_ONE else {}),
-    }
+        **_gemma(gguf, arch, head_dim, d_model // heads),
+    )
 
 
-def _gemma(gguf: GGUFFile, arch: str, head_dim: int, width_per_head: int) -> dict[str, Any]:
+def _gemma(gguf: GGUFFile, arch: str, head_dim: int, width_per_head: int) -> FamilyFields:
     """Gemma's own fields, as llama.cpp reads them: the score scale (1/sqrt(head_dim), a 27B's
-    1/sqrt(d_model/heads), or `attention.scale`), soft-caps, the window and its layers."""
-    scale = gguf.get(f"{arch}.attention.scale")
-    layers = int(_field(gguf, arch, "block_count"))
+    1/sqrt(d_model/heads), or `attention.scale`), soft-caps, the window and its layers; none
+    for other architectures."""
+    if arch not in NORMS_PLUS_ONE:
+        return {}
+    scale = gguf.number(f"{arch}.attention.scale")
+    layers = _int_field(gguf, arch, "block_count")
     scalar = width_per_head if layers == LAYERS_27B[arch] else head_dim
-    fields: dict[str, Any] = {
-        "hidden_activation": "gelu_pytorch_tanh",
-        "query_pre_attn_scalar": scale**-2 if isinstance(scale, float) and scale > 0 else scalar,
-        "attn_logit_softcapping": gguf.get(f"{arch}.attn_logit_softcapping"),
-        "final_logit_softcapping": gguf.get(f"{arch}.final_logit_softcapping"),
-        "sliding_window": gguf.get(f"{arch}.attention.sliding_window"),
-    }
+    fields = FamilyFields(
+        hidden_activation="gelu_pytorch_tanh",
+        query_pre_attn_scalar=scale**-2 if scale is not None and scale > 0 else scalar,
+        attn_logit_softcapping=gguf.number(f"{arch}.attn_logit_softcapping"),
+        final_logit_softcapping=gguf.number(f"{arch}.final_logit_softcapping"),
+        sliding_window=gguf.integer(f"{arch}.attention.sliding_window"),
+    )
     pattern = gguf.get(f"{arch}.attention.sliding_window_pattern")
     if isinstance(pattern, list):  # one flag per layer: true for a sliding one
         fields["layer_types"] = ["sliding_attention" if f else "full_attention" for f in pattern]
     elif isinstance(pattern, int):
         fields["sliding_window_pattern"] = pattern
     if arch == "gemma3":
-        fields["rope_local_base_freq"] = float(gguf.get(f"{arch}.rope.freq_base_swa", 10000.0))
+        fields["rope_local_base_freq"] = gguf.number(f"{arch}.rope.freq_base_swa", 10000.0)
     return fields
 
 
-def _phi3(gguf: GGUFFile, partial_rotary: float) -> dict[str, Any]:
-    """Phi-3's own fields: partial rotary (Phi-4-mini), its window, its original context."""
-    context = int(_field(gguf, "phi3", "context_length", 4096))
-    window = gguf.get("phi3.attention.sliding_window")
-    return {
-        "partial_rotary_factor": partial_rotary,
-        "original_max_position_embeddings": int(
-            gguf.get("phi3.rope.scaling.original_context_length", context)
+def _phi3(gguf: GGUFFile, arch: str, partial_rotary: float) -> FamilyFields:
+    """Phi-3's own fields: partial rotary (Phi-4-mini), its window, its original context; none
+    for other architectures."""
+    if arch != "phi3":
+        return {}
+    context = _int_field(gguf, "phi3", "context_length", 4096)
+    window = gguf.integer("phi3.attention.sliding_window")
+    return FamilyFields(
+        partial_rotary_factor=partial_rotary,
+        original_max_position_embeddings=gguf.integer(
+            "phi3.rope.scaling.original_context_length", context
         ),
-        "sliding_window": window if isinstance(window, int) and window > 0 else None,
-    }
+        sliding_window=window if window is not None and window > 0 else None,
+    )
 
 
 def rope_factor_names(gguf: GGUFFile) -> set[str]:
@@ -227,7 +303,7 @@ def rope_factor_names(gguf: GGUFFile) -> set[str]:
     return {name for name in gguf.tensors if name in LONGROPE_TENSORS.values()}
 
 
-def longrope(gguf: GGUFFile) -> dict[str, Any]:
+def longrope(gguf: GGUFFile) -> FamilyFields:
     """The `rope_scaling` of a Phi-3 file with LongRoPE factor tensors (llama.cpp writes them
     from the checkpoint's `short_factor` and `long_factor`, with the cos/sin scale as
     `phi3.rope.scaling.attn_factor`); {} without them."""
@@ -237,13 +313,19 @@ def longrope(gguf: GGUFFile) -> dict[str, Any]:
     missing = sorted(set(LONGROPE_TENSORS.values()) - names)
     if missing:
         raise gguf.error(f"it holds {sorted(names)} but not {missing}; LongRoPE needs both")
-    scaling: dict[str, Any] = {"rope_type": "longrope"}
-    for field, name in LONGROPE_TENSORS.items():
-        info = gguf.tensors[name]
+
+    def factors(field: str) -> list[float]:
+        info = gguf.tensors[LONGROPE_TENSORS[field]]
         values = dequantize(info.data, info.ggml_type, info.shape).astype(np.float32)
-        scaling[field] = [float(v) for v in values.reshape(-1)]
-    attention = gguf.get("phi3.rope.scaling.attn_factor")
-    if isinstance(attention, float):
+        return [float(v) for v in values.reshape(-1)]
+
+    scaling = RopeScaling(
+        rope_type="longrope",
+        short_factor=factors("short_factor"),
+        long_factor=factors("long_factor"),
+    )
+    attention = gguf.number("phi3.rope.scaling.attn_factor")
+    if attention is not None:
         scaling["attention_factor"] = attention
     return {"rope_scaling": scaling}
 
@@ -257,7 +339,7 @@ def unpermute(rows: np.ndarray, heads: int) -> np.ndarray:
 
 
 def hf_state_dict(
-    gguf: GGUFFile, config: dict[str, Any], tensors: dict[str, np.ndarray]
+    gguf: GGUFFile, config: GGUFConfig, tensors: Mapping[str, np.ndarray]
 ) -> dict[str, np.ndarray]:
     """`tensors` (llama.cpp's names) under HuggingFace's names, q/k rows in HF's order."""
     arch = architecture(gguf)

@@ -9,7 +9,6 @@ than the package) is refused by name, listing the types that can be read.
 from __future__ import annotations
 
 from functools import cache
-from typing import Any
 
 import numpy as np
 
@@ -18,19 +17,22 @@ from zoo.extras import pip_install
 INSTALL_GGUF = pip_install("gguf")
 
 
-def gguf_package() -> Any:
-    """The `gguf` package, or an ImportError that says which extra installs it."""
+def require_gguf() -> None:
+    """An ImportError that says which extra installs the `gguf` package, where it is missing.
+    Every function that uses the package calls it first, then imports the package."""
     try:
-        import gguf
+        import gguf  # noqa: F401
     except ImportError:
         raise ImportError(f"reading a .gguf file needs the gguf package: {INSTALL_GGUF}") from None
-    return gguf
 
 
 def type_name(ggml_type: int) -> str:
     """The GGML name of `ggml_type` (`Q4_K`), or `unknown type N` for one the package lacks."""
+    require_gguf()
+    from gguf import GGMLQuantizationType
+
     try:
-        return str(gguf_package().GGMLQuantizationType(ggml_type).name)
+        return GGMLQuantizationType(ggml_type).name
     except ValueError:
         return f"unknown type {ggml_type}"
 
@@ -38,17 +40,18 @@ def type_name(ggml_type: int) -> str:
 @cache
 def dequantizes(ggml_type: int) -> bool:
     """Whether the installed `gguf` package dequantizes `ggml_type` (tried on one zero block)."""
-    gguf = gguf_package()
-    kinds = gguf.GGMLQuantizationType
+    require_gguf()
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, quants
+
     try:
-        kind = kinds(ggml_type)
+        kind = GGMLQuantizationType(ggml_type)
     except ValueError:
         return False
-    block_size, type_size = gguf.GGML_QUANT_SIZES[kind]
-    typed = {kinds.F32: np.float32, kinds.F16: np.float16}.get(kind)
+    block_size, type_size = GGML_QUANT_SIZES[kind]
+    typed = {GGMLQuantizationType.F32: np.float32, GGMLQuantizationType.F16: np.float16}.get(kind)
     block = np.zeros(block_size, typed) if typed else np.zeros((1, type_size), np.uint8)
     try:
-        gguf.quants.dequantize(block, kind)
+        quants.dequantize(block, kind)
     except NotImplementedError:
         return False
     return True
@@ -56,15 +59,19 @@ def dequantizes(ggml_type: int) -> bool:
 
 def supported_names() -> str:
     """The names of every type the installed package dequantizes, in GGML's order."""
-    kinds = gguf_package().GGMLQuantizationType
-    return ", ".join(kind.name for kind in kinds if dequantizes(int(kind)))
+    require_gguf()
+    from gguf import GGMLQuantizationType
+
+    return ", ".join(kind.name for kind in GGMLQuantizationType if dequantizes(int(kind)))
 
 
 def dequantize(data: np.ndarray, ggml_type: int, shape: tuple[int, ...]) -> np.ndarray:
     """A new float32 array of numpy shape `shape` from a tensor's stored `data` (as the reader
     gives it: typed for F32/F16, bytes for the block types)."""
-    gguf = gguf_package()
-    values = gguf.quants.dequantize(data, gguf.GGMLQuantizationType(ggml_type))
+    require_gguf()
+    from gguf import GGMLQuantizationType, quants
+
+    values = quants.dequantize(data, GGMLQuantizationType(ggml_type))
     if np.may_share_memory(values, data):  # F32 comes back as a view of the mapped file
         values = values.copy()
     return values.astype(np.float32, copy=False).reshape(shape)

@@ -24,17 +24,21 @@ from dataclasses import dataclass
 from functools import cache
 from math import prod
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Literal, overload
 
 import numpy as np
+import numpy.typing as npt
 
 from zoo.interop.gguf.quants import (
     dequantize,
     dequantizes,
-    gguf_package,
+    require_gguf,
     supported_names,
     type_name,
 )
+
+if TYPE_CHECKING:
+    import gguf
 
 MAGIC = b"GGUF"
 VERSIONS = (2, 3)  # version 1 had 32-bit counts and is long gone
@@ -60,6 +64,10 @@ ARRAY, STRING = 9, 8  # GGUF value types
 # the fixed-size value types' sizes: uint8, int8, uint16, int16, uint32, int32, float32, bool,
 # uint64, int64, float64
 SCALAR_BYTES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+# A metadata value as the file holds it: a number, a bool or a string, or an array of them
+# (read as one flat list)
+GGUFScalar = int | float | bool | str
+GGUFValue = GGUFScalar | list[GGUFScalar]
 
 
 class GGUFError(ValueError):
@@ -83,14 +91,52 @@ class GGUFFile:
 
     path: Path
     version: int
-    metadata: dict[str, Any]
+    metadata: dict[str, GGUFValue]
     tensors: dict[str, TensorInfo]
 
     def error(self, reason: str) -> GGUFError:
         return GGUFError(f"{self.path}: {reason}")
 
-    def get(self, key: str, default: Any = None) -> Any:
+    def get(self, key: str, default: GGUFValue | None = None) -> GGUFValue | None:
         return self.metadata.get(key, default)
+
+    @overload
+    def integer(self, key: str) -> int | None: ...
+    @overload
+    def integer(self, key: str, default: int) -> int: ...
+    def integer(self, key: str, default: int | None = None) -> int | None:
+        """The integer at `key` (`default` where there is none); another value is refused."""
+        value = self.get(key, default)
+        if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+            return value
+        raise self.error(f"{key} is {_shown(value)}, not an integer")
+
+    @overload
+    def number(self, key: str) -> float | None: ...
+    @overload
+    def number(self, key: str, default: float) -> float: ...
+    def number(self, key: str, default: float | None = None) -> float | None:
+        """The number at `key` as a float (`default` where there is none); another value is
+        refused."""
+        value = self.get(key, default)
+        if value is None:
+            return None
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        raise self.error(f"{key} is {_shown(value)}, not a number")
+
+    def text(self, key: str) -> str | None:
+        """The string at `key`, or None where there is none; another value is refused."""
+        value = self.get(key)
+        if value is None or isinstance(value, str):
+            return value
+        raise self.error(f"{key} is {_shown(value)}, not a string")
+
+
+def _shown(value: GGUFValue) -> str:
+    """`value` as a message shows it: its start (a token list can hold 150,000 strings)."""
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:57]}..."
 
 
 class _PastTheEnd(Exception):
@@ -98,14 +144,23 @@ class _PastTheEnd(Exception):
 
 
 @cache
-def _bounded_reader() -> type:
+def _bounded_reader() -> type[gguf.GGUFReader]:
     """The package's `GGUFReader`, refusing every read that runs past the end of the file and
     every array whose count the rest of the file cannot hold. The two methods wrap the reader's
     internal read helpers (`_get`, `_get_field_parts`, as in gguf 0.19); the checks after
-    reading (`_tensor`) do not depend on them."""
+    reading (`_tensor`) do not depend on them. Offsets and counts arrive as Python or numpy
+    integers (the package passes array elements on)."""
+    require_gguf()
+    from gguf import GGUFReader, GGUFValueType
 
-    class BoundedReader(gguf_package().GGUFReader):  # type: ignore[misc]
-        def _get(self, offset: Any, dtype: Any, count: Any = 1, *rest: Any, **options: Any) -> Any:
+    class BoundedReader(GGUFReader):
+        def _get(
+            self,
+            offset: int | np.integer,
+            dtype: npt.DTypeLike,
+            count: int | np.integer = 1,
+            override_order: Literal["I", "S", "<"] | None = None,
+        ) -> np.ndarray:
             size = np.dtype(dtype).itemsize * int(count)
             if int(offset) + size > len(self.data):
                 what = "a tensor's data" if hasattr(self, "data_offset") else "the header"
@@ -114,9 +169,11 @@ def _bounded_reader() -> type:
                     f"the end of its {len(self.data)} bytes; an unfinished download? download "
                     "it again"
                 )
-            return super()._get(offset, dtype, count, *rest, **options)
+            return super()._get(int(offset), dtype, int(count), override_order)
 
-        def _get_field_parts(self, offset: Any, value_type: Any, *rest: Any) -> Any:
+        def _get_field_parts(
+            self, offset: int | np.integer, value_type: int | np.integer
+        ) -> tuple[int, list[np.ndarray], list[int], list[GGUFValueType]]:
             if int(value_type) == ARRAY:  # its element type and count come first
                 element, count = (
                     int(self._get(offset, np.uint32)[0]),
@@ -129,7 +186,7 @@ def _bounded_reader() -> type:
                         f"{len(self.data) - offset - 12} bytes after it can hold: the file is "
                         "damaged or not a GGUF file"
                     )
-            return super()._get_field_parts(offset, value_type, *rest)
+            return super()._get_field_parts(int(offset), int(value_type))
 
     return BoundedReader
 
@@ -160,18 +217,25 @@ def _check_header(path: Path) -> None:
         )
 
 
-def _value(field: Any) -> Any:
+def _value(field: gguf.ReaderField) -> GGUFValue:
     """A metadata field of the package's reader as a Python value (a list for an array)."""
     parts = [field.parts[index] for index in field.data]
     if not field.types:
-        return None
+        raise ValueError(f"the metadata entry {field.name} has no type")
     if field.types[0] == ARRAY:
         if field.types[-1] == STRING:
             return [bytes(part).decode("utf-8") for part in parts]
-        return [value for part in parts for value in part.tolist()]
+        return [_scalar(value) for part in parts for value in part.tolist()]
     if field.types[0] == STRING:
         return bytes(parts[0]).decode("utf-8")
-    return parts[0].tolist()[0]
+    return _scalar(parts[0].tolist()[0])
+
+
+def _scalar(value: object) -> GGUFScalar:
+    """One number or bool of a metadata field, as numpy's `tolist` gives it."""
+    if isinstance(value, int | float | str):
+        return value
+    raise TypeError(f"a metadata value of type {type(value).__name__}")
 
 
 def _reason(error: BaseException) -> str:
@@ -192,7 +256,9 @@ def _reason(error: BaseException) -> str:
     )
 
 
-def _tensor(path: Path, tensor: Any, data_start: int, alignment: int, size: int) -> TensorInfo:
+def _tensor(
+    path: Path, tensor: gguf.ReaderTensor, data_start: int, alignment: int, size: int
+) -> TensorInfo:
     """One tensor of the package's reader, checked against the file."""
     name, dims = str(tensor.name), [int(d) for d in tensor.shape.tolist()]
     where = f"{path}: tensor {name}"
@@ -205,7 +271,9 @@ def _tensor(path: Path, tensor: Any, data_start: int, alignment: int, size: int)
             f"dequantize; zoo reads {supported_names()}: requantize the model to one of them "
             "with llama.cpp's llama-quantize"
         )
-    block_size, type_size = gguf_package().GGML_QUANT_SIZES[tensor.tensor_type]
+    from gguf import GGML_QUANT_SIZES
+
+    block_size, type_size = GGML_QUANT_SIZES[tensor.tensor_type]
     nbytes = prod(dims) // block_size * type_size
     offset = int(tensor.data_offset) - data_start
     if (
@@ -225,7 +293,7 @@ def read_gguf(path: str | Path) -> GGUFFile:
     """The header of the GGUF file at `path` (metadata and tensor table; the tensor data stays
     on disk, mapped)."""
     path = Path(path)
-    gguf_package()  # first: without the package, say what installs it
+    require_gguf()  # first: without the package, say what installs it
     _check_header(path)
     reader_class = _bounded_reader()
     try:
@@ -246,7 +314,9 @@ def read_gguf(path: str | Path) -> GGUFFile:
     return GGUFFile(path, version, metadata, tensors)
 
 
-def read_tensors(gguf: GGUFFile, dtype: Any = np.float32) -> Iterator[tuple[str, np.ndarray]]:
+def read_tensors(
+    gguf: GGUFFile, dtype: npt.DTypeLike = np.float32
+) -> Iterator[tuple[str, np.ndarray]]:
     """`(name, array)` for every tensor of `gguf`, dequantized by the `gguf` package and cast
     to `dtype`, one at a time (a quantized file's float copy is built tensor by tensor)."""
     for info in gguf.tensors.values():

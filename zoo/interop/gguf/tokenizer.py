@@ -18,11 +18,15 @@ both give the same ids. It needs the `tokenizers` library (the `gguf` extra).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from zoo.interop.gguf.quants import INSTALL_GGUF
-from zoo.interop.gguf.reader import GGUFFile
+from zoo.interop.gguf.reader import GGUFFile, GGUFScalar
 from zoo.interop.tokenizers.fast_tokenizer import FastTokenizer
+
+if TYPE_CHECKING:
+    import tokenizers
 
 CONTROL, USER_DEFINED = 3, 4  # llama.cpp's token types
 PREFIX = "tokenizer.ggml."
@@ -42,25 +46,44 @@ SPLITS = {
 }
 
 
-def _library() -> Any:
+def _require_tokenizers() -> None:
+    """An ImportError that says what installs the tokenizers library, where it is missing
+    (`gguf_tokenizer` calls it before the builders below import the library)."""
     try:
-        import tokenizers
+        import tokenizers  # noqa: F401
     except ImportError as error:
         raise ImportError(
             f"a GGUF file's tokenizer is built with the tokenizers library: {INSTALL_GGUF}"
         ) from error
-    return tokenizers
 
 
-def _strings(gguf: GGUFFile, key: str) -> list[str]:
+def _list(gguf: GGUFFile, key: str) -> list[GGUFScalar]:
+    """The array at `PREFIX + key` (empty where there is none); another value is refused."""
     value = gguf.get(PREFIX + key, [])
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise gguf.error(f"{PREFIX}{key} is not a list of strings")
+    if not isinstance(value, list):
+        raise gguf.error(f"{PREFIX}{key} is not a list")
     return value
 
 
-def _byte_level(gguf: GGUFFile, tokens: list[str]) -> Any:
-    tok = _library()
+def _strings(gguf: GGUFFile, key: str) -> list[str]:
+    values = _list(gguf, key)
+    strings = [v for v in values if isinstance(v, str)]
+    if len(strings) != len(values):
+        raise gguf.error(f"{PREFIX}{key} is not a list of strings")
+    return strings
+
+
+def _numbers(gguf: GGUFFile, key: str) -> list[float]:
+    values = _list(gguf, key)
+    numbers = [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+    if len(numbers) != len(values):
+        raise gguf.error(f"{PREFIX}{key} is not a list of numbers")
+    return numbers
+
+
+def _byte_level(gguf: GGUFFile, tokens: list[str]) -> tokenizers.Tokenizer:
+    import tokenizers as tok
+
     spelling = byte_alphabet()
     alphabet = set(spelling.values())
     vocab = {}
@@ -96,11 +119,16 @@ def _merges(gguf: GGUFFile) -> list[tuple[str, str]]:
 
 
 def _bpe(
-    gguf: GGUFFile, vocab: dict[str, int], merges: list[tuple[str, str]], **options: Any
-) -> Any:
+    gguf: GGUFFile,
+    vocab: dict[str, int],
+    merges: list[tuple[str, str]],
+    **options: str | bool,
+) -> tokenizers.models.BPE:
     """The BPE model, with the library's complaint (a merge of unknown tokens) as one line."""
+    from tokenizers.models import BPE
+
     try:
-        return _library().models.BPE(vocab, merges, **options)
+        return BPE(vocab, merges, **options)
     except Exception as error:  # the Rust side raises a bare Exception
         raise gguf.error(f"its tokenizer is inconsistent: {error}") from None
 
@@ -128,14 +156,15 @@ def _rebuilt_merges(tokens: list[str], scores: list[float]) -> list[tuple[str, s
     return [(left, right) for _, left, right in found]
 
 
-def _sentencepiece(gguf: GGUFFile, tokens: list[str]) -> Any:
-    tok = _library()
+def _sentencepiece(gguf: GGUFFile, tokens: list[str]) -> tokenizers.Tokenizer:
+    import tokenizers as tok
+
     vocab = {token: index for index, token in enumerate(tokens)}
     if PREFIX + "merges" in gguf.metadata:
         merges = _merges(gguf)
     else:
-        scores = gguf.get(PREFIX + "scores")
-        if not isinstance(scores, list) or len(scores) != len(tokens):
+        scores = _numbers(gguf, "scores")
+        if len(scores) != len(tokens):
             raise gguf.error(f"a llama tokenizer needs {PREFIX}scores, one per token")
         merges = _rebuilt_merges(tokens, scores)
     tokenizer = tok.Tokenizer(_bpe(gguf, vocab, merges, fuse_unk=True, byte_fallback=True))
@@ -152,13 +181,19 @@ def _sentencepiece(gguf: GGUFFile, tokens: list[str]) -> Any:
     return tokenizer
 
 
-BUILDERS = {"gpt2": _byte_level, "llama": _sentencepiece}
+BUILDERS: dict[str, Callable[[GGUFFile, list[str]], tokenizers.Tokenizer]] = {
+    "gpt2": _byte_level,
+    "llama": _sentencepiece,
+}
 
 
-def _add_special(gguf: GGUFFile, tokenizer: Any, tokens: list[str], byte_level: bool) -> None:
+def _add_special(
+    gguf: GGUFFile, tokenizer: tokenizers.Tokenizer, tokens: list[str], byte_level: bool
+) -> None:
     """Control tokens stay whole as special tokens, user-defined ones as plain added tokens."""
-    tok = _library()
-    types = gguf.get(PREFIX + "token_type") or []
+    import tokenizers as tok
+
+    types = _list(gguf, "token_type")
     alphabet = set(byte_alphabet().values()) if byte_level else None
     control = [
         tok.AddedToken(token, normalized=False, special=True)
@@ -179,7 +214,7 @@ def _add_special(gguf: GGUFFile, tokenizer: Any, tokens: list[str], byte_level: 
 def gguf_tokenizer(gguf: GGUFFile) -> FastTokenizer:
     """The tokenizer the file's metadata describes, with its special ids and chat template."""
     kind = gguf.get(PREFIX + "model")
-    if kind not in BUILDERS:
+    if not isinstance(kind, str) or kind not in BUILDERS:
         raise gguf.error(
             f"{PREFIX}model {kind!r} is not supported; zoo builds the tokenizers "
             f"{', '.join(BUILDERS)} (byte-level BPE and SentencePiece BPE)"
@@ -187,6 +222,7 @@ def gguf_tokenizer(gguf: GGUFFile) -> FastTokenizer:
     tokens = _strings(gguf, "tokens")
     if not tokens:
         raise gguf.error(f"{PREFIX}tokens is missing or empty")
+    _require_tokenizers()
     tokenizer = BUILDERS[kind](gguf, tokens)
     _add_special(gguf, tokenizer, tokens, byte_level=kind == "gpt2")
     size = len(tokens)

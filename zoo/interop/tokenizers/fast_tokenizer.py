@@ -32,7 +32,7 @@ import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from zoo.data.chat.files import (
     CHAT_TEMPLATE_JINJA,
@@ -41,8 +41,11 @@ from zoo.data.chat.files import (
     read_chat_templates,
 )
 from zoo.data.tokenizers.base import Tokenizer
-from zoo.files import write_text_atomic
-from zoo.interop.files import CONFIG, INSTALL_HF, read_json
+from zoo.files import JSONObject, JSONValue, write_text_atomic
+from zoo.interop.files import CONFIG, INSTALL_HF, json_ids, read_json
+
+if TYPE_CHECKING:
+    import tokenizers
 
 TOKENIZER_JSON = "tokenizer.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"
@@ -55,6 +58,22 @@ DOWNLOAD_HINT = (
 )
 
 logger = logging.getLogger("zoo.interop")
+
+
+class SpecialIds(TypedDict):
+    """The special ids of a checkpoint's tokenizer files (`special_ids`)."""
+
+    bos_id: int | None
+    eos_ids: list[int]
+    pad_token_id: int | None
+    unk_id: int | None
+    mask_id: int | None
+
+
+class SavedIds(SpecialIds):
+    """What `zoo_tokenizer.json` keeps beside `tokenizer.json` (`FastTokenizer.state`)."""
+
+    adds_bos: bool
 
 
 class FastTokenizer(Tokenizer):
@@ -80,7 +99,7 @@ class FastTokenizer(Tokenizer):
 
     def __init__(
         self,
-        tokenizer: Any,
+        tokenizer: tokenizers.Tokenizer,
         *,
         bos_id: int | None = None,
         eos_ids: Sequence[int] = (),
@@ -88,7 +107,7 @@ class FastTokenizer(Tokenizer):
         unk_id: int | None = None,
         mask_id: int | None = None,
         adds_bos: bool = False,
-        tokenizer_config: dict[str, Any] | None = None,
+        tokenizer_config: JSONObject | None = None,
     ):
         self.tokenizer = tokenizer
         self._vocab_size = vocabulary_size(tokenizer)
@@ -200,10 +219,10 @@ class FastTokenizer(Tokenizer):
             write_text_atomic(directory / CHAT_TEMPLATES_DIR / f"{name}.jinja", template)
         return super().save(directory)
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> JSONObject:
         return {
             "bos_id": self._bos_id,
-            "eos_ids": list(self._eos_ids),
+            "eos_ids": [*self._eos_ids],
             "pad_token_id": self.pad_token_id,
             "unk_id": self._unk_id,
             "mask_id": self.mask_id,
@@ -211,32 +230,68 @@ class FastTokenizer(Tokenizer):
         }
 
     @classmethod
-    def from_state(cls, state: dict[str, Any]) -> FastTokenizer:
+    def from_state(cls, state: JSONObject) -> FastTokenizer:
         raise ValueError(
             f"a FastTokenizer is rebuilt from its folder ({TOKENIZER_JSON} beside the state): "
             "use load_tokenizer(folder)"
         )
 
     @classmethod
-    def from_saved(cls, state: dict[str, Any], directory: Path | None) -> FastTokenizer:
+    def from_saved(cls, state: JSONObject, directory: Path | None) -> FastTokenizer:
         if directory is None:
             return cls.from_state(state)
+        ids = saved_ids(state)
         config = with_chat_templates(
             read_json(directory / TOKENIZER_CONFIG, missing_ok=True), directory
         )
-        return cls(read_tokenizer_json(directory), tokenizer_config=config, **state)
+        return cls(read_tokenizer_json(directory), tokenizer_config=config, **ids)
 
 
-def with_chat_templates(config: dict[str, Any], folder: Path) -> dict[str, Any]:
+def saved_ids(state: JSONObject) -> SavedIds:
+    """The special ids of a saved state (`FastTokenizer.state`), each checked: an entry of the
+    wrong type, or one the state does not have, raises a `TypeError` that names it
+    (`load_tokenizer` reports the file as damaged). An absent entry takes its default."""
+    unknown = sorted(set(state) - SavedIds.__required_keys__)
+    if unknown:
+        raise TypeError(f"{', '.join(map(repr, unknown))} (not an entry of this state)")
+    eos_ids, adds_bos = state.get("eos_ids", []), state.get("adds_bos", False)
+    if not isinstance(eos_ids, list):
+        raise TypeError(f"'eos_ids' is {eos_ids!r}, not a list of token ids")
+    if not isinstance(adds_bos, bool):
+        raise TypeError(f"'adds_bos' is {adds_bos!r}, not true or false")
+    return SavedIds(
+        bos_id=_saved_optional_id(state, "bos_id"),
+        eos_ids=[_saved_id("eos_ids", value) for value in eos_ids],
+        pad_token_id=_saved_optional_id(state, "pad_token_id"),
+        unk_id=_saved_optional_id(state, "unk_id"),
+        mask_id=_saved_optional_id(state, "mask_id"),
+        adds_bos=adds_bos,
+    )
+
+
+def _saved_id(name: str, value: JSONValue) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise TypeError(f"{name!r} holds {value!r}, not a token id")
+
+
+def _saved_optional_id(state: JSONObject, name: str) -> int | None:
+    value = state.get(name)
+    return None if value is None else _saved_id(name, value)
+
+
+def with_chat_templates(config: JSONObject, folder: Path) -> JSONObject:
     """`config` (a `tokenizer_config.json`) holding the chat template(s) of `folder`, from
     whichever file keeps them (`zoo.data.chat.files.read_chat_templates`)."""
     templates = read_chat_templates(folder)
     if templates is None:
         return config
-    return {**config, "chat_template": templates}
+    if isinstance(templates, str):
+        return {**config, "chat_template": templates}
+    return {**config, "chat_template": {**templates}}
 
 
-def read_tokenizer_json(folder: Path) -> Any:
+def read_tokenizer_json(folder: Path) -> tokenizers.Tokenizer:
     """`folder/tokenizer.json` as a `tokenizers.Tokenizer`, with errors that say what to do."""
     try:
         import tokenizers
@@ -262,7 +317,7 @@ def read_tokenizer_json(folder: Path) -> Any:
         ) from error
 
 
-def special_ids(tokenizer: Any, folder: Path, config: dict[str, Any]) -> dict[str, Any]:
+def special_ids(tokenizer: tokenizers.Tokenizer, folder: Path, config: JSONObject) -> SpecialIds:
     """`bos_id`, `eos_ids`, `pad_token_id`, `unk_id`, `mask_id` of the checkpoint in `folder`
     (see the module doc); `config` is its `tokenizer_config.json`."""
     tokens = {
@@ -270,10 +325,10 @@ def special_ids(tokenizer: Any, folder: Path, config: dict[str, Any]) -> dict[st
         **_token_texts(config),
     }
     ids = {role: _token_id(tokenizer, tokens.get(role), role, folder) for role in ROLES}
-    model_configs = [
-        read_json(folder / GENERATION_CONFIG, missing_ok=True),
-        read_json(folder / CONFIG, missing_ok=True),
-    ]
+    model_configs = {
+        path: read_json(path, missing_ok=True)
+        for path in (folder / GENERATION_CONFIG, folder / CONFIG)
+    }
     bos_ids = _ids([ids["bos"]])
     if "bos" not in tokens:  # Qwen's `"bos_token": null` means none, whatever config.json says
         bos_ids = _config_ids(model_configs, "bos_token_id")[:1]
@@ -283,18 +338,18 @@ def special_ids(tokenizer: Any, folder: Path, config: dict[str, Any]) -> dict[st
     if not eos_ids:  # and [SEP] closes it
         eos_ids = _ids([ids["sep"]])
     size = vocabulary_size(tokenizer)
-    return {
-        "bos_id": next(iter(_inside(bos_ids, size, "bos_token_id", folder)), None),
-        "eos_ids": _inside(list(dict.fromkeys(eos_ids)), size, "eos_token_id", folder),
-        "pad_token_id": ids["pad"],
-        "unk_id": ids["unk"],
-        "mask_id": ids["mask"],
-    }
+    return SpecialIds(
+        bos_id=next(iter(_inside(bos_ids, size, "bos_token_id", folder)), None),
+        eos_ids=_inside(list(dict.fromkeys(eos_ids)), size, "eos_token_id", folder),
+        pad_token_id=ids["pad"],
+        unk_id=ids["unk"],
+        mask_id=ids["mask"],
+    )
 
 
-def _token_texts(config: dict[str, Any]) -> dict[str, Any]:
+def _token_texts(config: JSONObject) -> dict[str, JSONValue]:
     """`{role: token text or None}` for the roles `config` names (`"bos_token": ...`)."""
-    found: dict[str, Any] = {}
+    found: dict[str, JSONValue] = {}
     for role in ROLES:
         if f"{role}_token" in config:
             value = config[f"{role}_token"]
@@ -302,7 +357,9 @@ def _token_texts(config: dict[str, Any]) -> dict[str, Any]:
     return found
 
 
-def _token_id(tokenizer: Any, text: Any, role: str, folder: Path) -> int | None:
+def _token_id(
+    tokenizer: tokenizers.Tokenizer, text: JSONValue, role: str, folder: Path
+) -> int | None:
     if text is None:
         return None
     if not isinstance(text, str):
@@ -321,12 +378,12 @@ def _token_id(tokenizer: Any, text: Any, role: str, folder: Path) -> int | None:
     return int(token_id)
 
 
-def _config_ids(configs: list[dict[str, Any]], name: str) -> list[int]:
-    """The ids `name` holds in `configs` (each an int, a list of ints or absent), in order."""
+def _config_ids(configs: dict[Path, JSONObject], name: str) -> list[int]:
+    """The ids `name` holds in `configs` (each file's an int, a list of ints or absent), in
+    order; an entry of another type names its file as damaged."""
     found: list[int] = []
-    for config in configs:
-        value = config.get(name)
-        found.extend(_ids(value if isinstance(value, list) else [value]))
+    for path, config in configs.items():
+        found += json_ids(config.get(name), name, path)
     return found
 
 
@@ -344,6 +401,6 @@ def _inside(ids: list[int], size: int, name: str, folder: Path) -> list[int]:
     return [value for value in ids if 0 <= value < size]
 
 
-def vocabulary_size(tokenizer: Any) -> int:
+def vocabulary_size(tokenizer: tokenizers.Tokenizer) -> int:
     """One past the largest id of a `tokenizers.Tokenizer`, added tokens included."""
     return max(tokenizer.get_vocab(with_added_tokens=True).values()) + 1

@@ -12,7 +12,9 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
+
+import equinox as eqx
 
 from zoo.data.tokenizers.base import Tokenizer
 from zoo.files import write_text_atomic
@@ -21,6 +23,15 @@ from zoo.models.gpt import GPT
 GENERATION_CONFIG = "generation_config.json"
 
 logger = logging.getLogger("zoo.interop")
+
+
+class GenerationConfig(TypedDict, total=False):
+    """What zoo writes in `generation_config.json` (each id only where the model has one)."""
+
+    bos_token_id: int
+    eos_token_id: int | list[int]  # one id, or every id that ends a reply
+    pad_token_id: int
+    do_sample: bool
 
 
 def stop_ids(model: GPT, tokenizer: Tokenizer | None) -> list[int]:
@@ -39,20 +50,20 @@ def stop_ids(model: GPT, tokenizer: Tokenizer | None) -> list[int]:
     return [i for i in dict.fromkeys(ids) if 0 <= i < vocab]
 
 
-def generation_config(model: GPT, tokenizer: Tokenizer | None = None) -> dict[str, Any]:
+def generation_config(model: GPT, tokenizer: Tokenizer | None = None) -> GenerationConfig:
     """The `generation_config.json` of an exported GPT (greedy by default, as zoo decodes)."""
+    config = GenerationConfig(do_sample=False)
+    if model.config.bos_id is not None:
+        config["bos_token_id"] = model.config.bos_id
     ends = stop_ids(model, tokenizer)
-    config: dict[str, Any] = {
-        "bos_token_id": model.config.bos_id,
-        "eos_token_id": ends[0] if len(ends) == 1 else ends,
-        "do_sample": False,
-    }
+    if ends:
+        config["eos_token_id"] = ends[0] if len(ends) == 1 else ends
     if model.config.pad_id is not None:
         config["pad_token_id"] = model.config.pad_id
-    return {name: value for name, value in config.items() if value not in (None, [])}
+    return config
 
 
-def save_tokenizer_files(model: Any, tokenizer: Tokenizer, directory: Path) -> None:
+def save_tokenizer_files(model: eqx.Module, tokenizer: Tokenizer, directory: Path) -> None:
     """The tokenizer beside exported weights, and a GPT's `generation_config.json`."""
     tokenizer.save(directory)
     if isinstance(model, GPT):

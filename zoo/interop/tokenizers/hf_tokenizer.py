@@ -15,14 +15,15 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
 from zoo.data.tokenizers.base import TOKENIZER_FILE, Tokenizer, load_tokenizer
 from zoo.data.tokenizers.tiktoken_tokenizer import TiktokenTokenizer
-from zoo.interop.files import CONFIG, INSTALL_HF, read_json, resolve
+from zoo.files import JSONObject
+from zoo.interop.files import CONFIG, INSTALL_HF, json_id, read_json, resolve
 from zoo.interop.tokenizers.fast_tokenizer import FastTokenizer
 
 # model_type values whose checkpoints ship a tokenizer.json that FastTokenizer reads
@@ -113,15 +114,15 @@ class HFTokenizer(Tokenizer):
         self.tokenizer.save_pretrained(str(directory))
         return super().save(directory)
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> JSONObject:
         return {}
 
     @classmethod
-    def from_state(cls, state: dict[str, Any]) -> HFTokenizer:
+    def from_state(cls, state: JSONObject) -> HFTokenizer:
         raise ValueError("an HFTokenizer is rebuilt from its folder: use load_tokenizer(folder)")
 
     @classmethod
-    def from_saved(cls, state: dict[str, Any], directory: Path | None) -> HFTokenizer:
+    def from_saved(cls, state: JSONObject, directory: Path | None) -> HFTokenizer:
         if directory is None:
             return cls.from_state(state)
         return cls(_auto_tokenizer(directory))
@@ -159,13 +160,12 @@ def pretrained_tokenizer(name_or_dir: str | Path, *, revision: str | None = None
     folder = resolve(name_or_dir, revision=revision, tokenizer=True)
     if (folder / TOKENIZER_FILE).is_file():
         return load_tokenizer(folder)
-    config = {}
-    if (folder / CONFIG).is_file():
-        config = read_json(folder / CONFIG)
+    config = read_json(folder / CONFIG, missing_ok=True)
     if config.get("model_type") == "gpt2" and config.get("vocab_size", 50257) == 50257:
         return TiktokenTokenizer("gpt2", pretrained=True)
     if config.get("model_type") in ("t5", "mt5"):  # targets start from the decoder start (pad) id
-        start = config.get("decoder_start_token_id", config.get("pad_token_id", 0))
+        name = "decoder_start_token_id" if "decoder_start_token_id" in config else "pad_token_id"
+        start = json_id(config.get(name, 0), name, folder / CONFIG)
         return FastTokenizer.from_folder(folder, start_id=start)
     if config.get("model_type") in (*FAST_TOKENIZER_TYPES, *ENCODER_TOKENIZER_TYPES):
         return FastTokenizer.from_folder(folder)
