@@ -12,7 +12,6 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import NotRequired, TypedDict
 
 import equinox as eqx
 import jax
@@ -46,31 +45,16 @@ DAMAGED_FIX = (
 )
 
 
-class QuantizedLayers(TypedDict):
-    """The int8 layers of a model (`zoo.lora.quantize`), as `config.json` records them."""
-
-    mode: str  # "int8"
-    paths: list[str]  # the quantized Linears' paths
-
-
-class ModelRecord(TypedDict):
-    """What `config.json` records of the model itself (a saved folder adds `zoo_version`, the
-    tokenizer's kind and size and the caller's `extra`)."""
-
-    flavor: str
-    config: JSONObject  # the config's fields (`TransformerConfig.to_dict`)
-    lora: NotRequired[dict[str, AdapterShape]]  # adapter shapes by Linear path
-    quantized: NotRequired[QuantizedLayers]
-
-
-def model_config_dict(model: eqx.Module) -> ModelRecord:
-    """Flavor and config; for a model with LoRA adapters also their layout (`zoo.lora`)."""
+def model_config_dict(model: eqx.Module) -> JSONObject:
+    """Flavor and config; for a model with LoRA adapters also their layout (`zoo.lora`), and
+    for one with int8 layers their paths (`saved_adapters` and `saved_quantized` read them)."""
     config = model.config  # type: ignore[attr-defined]
-    meta: ModelRecord = {"flavor": flavor_of(model), "config": config.to_dict()}
+    meta: JSONObject = {"flavor": flavor_of(model), "config": config.to_dict()}
     if has_lora(model):
-        meta["lora"] = describe(model)
+        adapters = describe(model).items()
+        meta["lora"] = {path: {"rank": a["rank"], "alpha": a["alpha"]} for path, a in adapters}
     if quantized := quantized_paths(model):  # int8 layers (zoo.lora.quantize)
-        meta["quantized"] = {"mode": "int8", "paths": quantized}
+        meta["quantized"] = {"mode": "int8", "paths": list(quantized)}
     return meta
 
 
