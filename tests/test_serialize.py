@@ -13,6 +13,7 @@ from zoo.data import CharTokenizer, WordTokenizer
 from zoo.serialize import load_with_tokenizer
 
 TOKENIZER = CharTokenizer(string.ascii_lowercase + " ")
+QUERY = "encoder.blocks.self_attention.query_proj"  # a Linear of the classifier
 
 
 @pytest.fixture(scope="module")
@@ -81,3 +82,25 @@ def test_a_folder_without_the_record_still_refuses_a_larger_tokenizer(saved, tmp
     CharTokenizer(string.ascii_letters + " ").save(copy)  # 57 tokens for a 31-token model
     with pytest.raises(ValueError, match="has 57 tokens but the model's vocabulary only 31"):
         load_with_tokenizer(copy)
+
+
+@pytest.mark.parametrize(
+    "entry, message",
+    [
+        # before: TypeError: string indices must be integers, naming no file
+        ({"lora": {QUERY: "rank 4"}}, rf"the adapter at '{QUERY}' has no whole rank"),
+        # before: the saved adapters sit on Linear layers this model lacks: [4]
+        ({"lora": [4]}, r'"lora" is a list, not an object'),
+        # before: no float Linear layer ... at ['a', 'd', 'e', 'h'] to quantize (its letters)
+        ({"quantized": {"mode": "int8", "paths": "head"}}, r'"quantized" has no list of layer'),
+    ],
+)
+def test_a_garbled_adapter_or_int8_record_is_named(saved, tmp_path, entry, message):
+    import json
+
+    copy = tmp_path / "copy"
+    shutil.copytree(saved, copy)
+    meta = json.loads((copy / "config.json").read_text())
+    (copy / "config.json").write_text(json.dumps({**meta, **entry}))
+    with pytest.raises(ValueError, match=rf"config.json is damaged \({message}"):
+        zoo.load(copy)

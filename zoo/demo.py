@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 import equinox as eqx
 import jax
@@ -21,8 +21,10 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Int
 
 from zoo.data import synthetic
+from zoo.models import GPT, Classifier, Translator
 from zoo.presets import count_params, create
 from zoo.tasks import for_flavor
+from zoo.train.history import Logged
 from zoo.train.optim import adamw
 from zoo.train.settings import LoopSettings, Outputs
 from zoo.train.trainer import Trainer
@@ -42,7 +44,7 @@ class DemoSpec:
     lr: float
     warmup: int
     schedule: str = "cosine"
-    data_options: dict = field(default_factory=dict)
+    data_options: dict[str, int] = field(default_factory=dict)  # for the task's builder
     num_train: int | None = None  # the task's default
     num_eval: int = 1000
 
@@ -60,12 +62,15 @@ SPECS = {
 
 
 @eqx.filter_jit
-def _argmax_predictions(model: Any, arrays: dict[str, Array]) -> tuple[Array, Array]:
+def _argmax_predictions(
+    model: GPT | Classifier | Translator, arrays: dict[str, Array]
+) -> tuple[Array, Array]:
     """(predicted ids, scored positions) for every eval example, from one forward pass."""
-    if "src" in arrays:
+    if isinstance(model, Translator):
         targets = arrays["tgt"][:, 1:]
         logits = jax.vmap(lambda s, t: model(s, t))(arrays["src"], arrays["tgt"][:, :-1])
-        scored = targets != model.config.pad_id  # type: ignore[attr-defined]
+        pad = model.config.pad_id
+        scored = jnp.ones(targets.shape, bool) if pad is None else jnp.not_equal(targets, pad)
     elif "loss_mask" in arrays:
         logits = jax.vmap(lambda t: model(t))(arrays["tokens"][:, :-1])
         scored = arrays["loss_mask"][:, 1:] != 0
@@ -95,6 +100,8 @@ def exact_match(
 
 def held_out_accuracy(model: eqx.Module, data: synthetic.SyntheticData) -> tuple[float, list[str]]:
     """(exact-match accuracy on the eval split, the argmax prediction text of each example)."""
+    if not isinstance(model, GPT | Classifier | Translator):
+        raise TypeError(f"held_out_accuracy needs a zoo model, got {type(model).__name__}")
     arrays = {name: jnp.asarray(value) for name, value in data.eval.items()}
     predictions, scored = _argmax_predictions(model, arrays)
     tokenizer = data.tokenizer
@@ -117,6 +124,20 @@ def held_out_accuracy(model: eqx.Module, data: synthetic.SyntheticData) -> tuple
 # ------------------------------------------------------------------------------------------
 
 
+class DemoRow(TypedDict):
+    """One flavor's line of the demo's table (and of `zoo demo --json`)."""
+
+    flavor: str
+    task: str  # the synthetic task
+    params: int
+    steps: int
+    seconds: float  # data, training and evaluation
+    tokens_per_s: float | None
+    metric: str  # "exact match" or "accuracy"
+    value: float  # the metric on the held-out examples
+    final_loss: Logged | None  # the last logged training loss
+
+
 def run_flavor(
     flavor: str,
     *,
@@ -125,8 +146,8 @@ def run_flavor(
     out_dir: str | None = None,
     progress: bool = True,
     examples: int = 5,
-    echo: Callable[[str], Any] = print,
-) -> dict[str, Any]:
+    echo: Callable[[str], object] = print,
+) -> DemoRow:
     """Generate the flavor's task, train its tiny preset, measure held-out accuracy; one row.
 
     Args:
@@ -147,7 +168,9 @@ def run_flavor(
         spec.data, num_train=spec.num_train, num_eval=spec.num_eval, seed=seed, **spec.data_options
     )
     tokenizer = data.tokenizer
-    overrides: dict[str, Any] = dict(vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id)
+    overrides: dict[str, int | None] = dict(
+        vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id
+    )
     if flavor == "classifier":
         overrides["num_classes"] = data.num_classes
     else:
@@ -183,7 +206,7 @@ def run_flavor(
     }
 
 
-def format_table(rows: list[dict[str, Any]]) -> str:
+def format_table(rows: list[DemoRow]) -> str:
     header = (
         f"{'flavor':<11} {'task':<9} {'params':>9} {'steps':>6} {'time':>7} {'tokens/s':>9}  metric"
     )

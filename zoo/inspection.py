@@ -11,13 +11,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float
+from jaxtyping import Array, ArrayLike, Float
 
 from zoo.extras import pip_install
 from zoo.models import GPT, Classifier, Translator
@@ -35,7 +34,7 @@ def _maps(model, inputs, batched):
     return jax.vmap(one)(*inputs) if batched else one(*inputs)
 
 
-def attention_maps(model: eqx.Module, *inputs: Any) -> AttentionMaps:
+def attention_maps(model: eqx.Module, *inputs: ArrayLike) -> AttentionMaps:
     """Attention weights of every layer and head, without dropout.
 
     - `GPT` / `Classifier`: `attention_maps(model, tokens[, mask])` ->

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import equinox as eqx
 import jax
@@ -21,9 +21,16 @@ import safetensors.numpy
 
 from zoo.data.tokenizers.base import TOKENIZER_FILE, Tokenizer, load_tokenizer
 from zoo.data.tokenizers.pair import source_tokenizer, target_tokenizer
-from zoo.files import read_json_object, save_safetensors, write_atomic, write_text_atomic
+from zoo.files import (
+    JSONObject,
+    damaged,
+    read_json_object,
+    save_safetensors,
+    write_atomic,
+    write_text_atomic,
+)
 from zoo.models import FLAVORS, TransformerConfig, flavor_of
-from zoo.nn.lora import describe, has_lora, rebuild
+from zoo.nn.lora import AdapterShape, describe, has_lora, rebuild
 from zoo.nn.quantized import quantize_at, quantized_paths
 from zoo.presets import build
 from zoo.tree import fill, named_arrays
@@ -38,14 +45,16 @@ DAMAGED_FIX = (
 )
 
 
-def model_config_dict(model: eqx.Module) -> dict[str, Any]:
-    """Flavor and config; for a model with LoRA adapters also their layout (`zoo.lora`)."""
+def model_config_dict(model: eqx.Module) -> JSONObject:
+    """Flavor and config; for a model with LoRA adapters also their layout (`zoo.lora`), and
+    for one with int8 layers their paths (`saved_adapters` and `saved_quantized` read them)."""
     config = model.config  # type: ignore[attr-defined]
-    meta: dict[str, Any] = {"flavor": flavor_of(model), "config": config.to_dict()}
+    meta: JSONObject = {"flavor": flavor_of(model), "config": config.to_dict()}
     if has_lora(model):
-        meta["lora"] = describe(model)
+        adapters = describe(model).items()
+        meta["lora"] = {path: {"rank": a["rank"], "alpha": a["alpha"]} for path, a in adapters}
     if quantized := quantized_paths(model):  # int8 layers (zoo.lora.quantize)
-        meta["quantized"] = {"mode": "int8", "paths": quantized}
+        meta["quantized"] = {"mode": "int8", "paths": list(quantized)}
     return meta
 
 
@@ -54,9 +63,11 @@ def save(
     directory: str | os.PathLike,
     *,
     tokenizer: Tokenizer | None = None,
-    extra: dict[str, Any] | None = None,
+    extra: Mapping[str, object] | None = None,
 ) -> Path:
-    """Write `model` (and its tokenizer) to `directory`; each file is replaced atomically."""
+    """Write `model` (and its tokenizer) to `directory`; each file is replaced atomically.
+
+    `extra` adds entries to `config.json` (JSON values: `zoo train` records its summary)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     tensors = {}
@@ -69,7 +80,11 @@ def save(
         raise OSError(
             error.errno, f"could not save the model to {directory} ({error.strerror or error})"
         ) from None
-    meta = {**model_config_dict(model), "zoo_version": __version__, **(extra or {})}
+    meta: dict[str, object] = {
+        **model_config_dict(model),
+        "zoo_version": __version__,
+        **(extra or {}),
+    }
     if tokenizer is not None:  # load_with_tokenizer checks that the same tokenizer comes back
         meta["tokenizer"] = {"kind": tokenizer.kind, "vocab_size": tokenizer.vocab_size}
     write_text_atomic(directory / CONFIG_FILE, json.dumps(meta, indent=2, sort_keys=True))
@@ -87,21 +102,51 @@ def is_zoo_folder(folder: Path) -> bool:
     return "flavor" in read_json_object(config, fix=fix)
 
 
-def read_config(directory: str | os.PathLike) -> tuple[TransformerConfig, dict[str, Any]]:
-    """The config stored in a saved model directory (and its flavor)."""
+def read_config(directory: str | os.PathLike) -> tuple[TransformerConfig, JSONObject]:
+    """The config stored in a saved model directory, and all that `config.json` holds."""
     path = Path(directory) / CONFIG_FILE
     if not path.is_file():
         raise FileNotFoundError(
             f"no {CONFIG_FILE} in {directory}: not a saved zoo model (see zoo.save)"
         )
     meta = read_json_object(path, fix=DAMAGED_FIX)
-    flavor = meta.get("flavor")
-    if flavor not in FLAVORS:
+    flavor, fields = meta.get("flavor"), meta.get("config")
+    if not isinstance(flavor, str) or flavor not in FLAVORS:
         raise ValueError(f"{path}: unknown flavor {flavor!r}; expected one of {sorted(FLAVORS)}")
-    config_cls: Any = FLAVORS[flavor][0]
-    if not isinstance(meta.get("config"), dict):
+    if not isinstance(fields, dict):
         raise ValueError(f'{path} is damaged (no "config" object); {DAMAGED_FIX}')
-    return config_cls.from_dict(meta["config"]), meta
+    config_class = FLAVORS[flavor][0]
+    if not issubclass(config_class, TransformerConfig):
+        raise TypeError(f"zoo.models.FLAVORS[{flavor!r}] holds no config class")
+    return config_class.from_dict(fields), meta
+
+
+def saved_adapters(meta: JSONObject, path: Path) -> dict[str, AdapterShape]:
+    """The LoRA adapters `config.json` (at `path`) records, checked; `{}` for none."""
+    saved = meta.get("lora") or {}
+    if not isinstance(saved, dict):
+        raise damaged(path, f'"lora" is a {type(saved).__name__}, not an object', DAMAGED_FIX)
+    layout: dict[str, AdapterShape] = {}
+    for name, entry in saved.items():
+        rank = entry.get("rank") if isinstance(entry, dict) else None
+        alpha = entry.get("alpha") if isinstance(entry, dict) else None
+        if not isinstance(rank, int) or not isinstance(alpha, int | float):
+            detail = f"the adapter at {name!r} has no whole rank and numeric alpha"
+            raise damaged(path, detail, DAMAGED_FIX)
+        layout[name] = {"rank": rank, "alpha": float(alpha)}
+    return layout
+
+
+def saved_quantized(meta: JSONObject, path: Path) -> list[str]:
+    """The paths of the int8 layers `config.json` (at `path`) records, checked; `[]` for none."""
+    saved = meta.get("quantized")
+    if not saved:
+        return []
+    paths = saved.get("paths") if isinstance(saved, dict) else None
+    names = [name for name in paths if isinstance(name, str)] if isinstance(paths, list) else []
+    if not isinstance(paths, list) or len(names) != len(paths):
+        raise damaged(path, '"quantized" has no list of layer paths', DAMAGED_FIX)
+    return names
 
 
 def load(directory: str | os.PathLike) -> eqx.Module:
@@ -110,12 +155,13 @@ def load(directory: str | os.PathLike) -> eqx.Module:
     weights = Path(directory) / WEIGHTS_FILE
     if not weights.is_file():
         raise FileNotFoundError(f"no {WEIGHTS_FILE} in {directory}")
+    adapters = saved_adapters(meta, Path(directory) / CONFIG_FILE)
+    quantized = saved_quantized(meta, Path(directory) / CONFIG_FILE)
 
     def skeleton_model() -> eqx.Module:  # saved LoRA adapters (and an int8 base) come back so
         model = build(config, key=jax.random.key(0))
-        model = rebuild(model, meta["lora"]) if meta.get("lora") else model
-        quantized = meta.get("quantized")
-        return quantize_at(model, quantized["paths"]) if quantized else model
+        model = rebuild(model, adapters) if adapters else model
+        return quantize_at(model, quantized) if quantized else model
 
     skeleton = eqx.filter_eval_shape(skeleton_model)
     try:
@@ -139,7 +185,7 @@ def load_with_tokenizer(directory: str | os.PathLike) -> tuple[eqx.Module, Token
 
 
 def check_tokenizer_fits(
-    model: eqx.Module, tokenizer: Tokenizer, meta: dict[str, Any], directory: Path
+    model: eqx.Module, tokenizer: Tokenizer, meta: JSONObject, directory: Path
 ) -> None:
     """The tokenizer beside a model is the one it was saved with (sizes recorded in config.json),
     and never makes ids past the model's vocabulary (older folders)."""

@@ -6,9 +6,11 @@ import gzip
 import json
 from collections import Counter
 
+import jax
 import pytest
 
 import zoo.cli
+from zoo.bench.hardware import Peak
 from zoo.bench.hlo_ops import kernel_category, parse_instruction, parse_program
 from zoo.bench.profile import busy_time, format_summary, module_name, op_spans, summarize
 
@@ -285,3 +287,16 @@ def test_a_failed_profile_keeps_the_row(tmp_path, monkeypatch):
     assert row["tokens_per_s"] > 0 and row["profile"] is None
     assert row["profile_reason"] == "profiling failed: RuntimeError: no CUPTI"
     assert run_spec(spec)["profile_reason"] == "not asked for (--profile DIR)"
+
+
+def test_a_backend_without_the_step_text_is_said(tmp_path, monkeypatch):
+    """Before: TypeError: data must be str, not NoneType (writing the HLO text)."""
+    from zoo.bench.profile import profile_run
+    from zoo.bench.run_zoo import ZooRun
+    from zoo.bench.workload import BenchSpec
+
+    spec = BenchSpec(preset="gpt-tiny", batch=2, seq=8, decode_tokens=0)
+    run = ZooRun(spec, Peak(None, None, "not measured"))
+    monkeypatch.setattr(jax.stages.Compiled, "as_text", lambda self: None)
+    with pytest.raises(RuntimeError, match="backend gives no text of the step"):
+        profile_run(run, tmp_path, steps=1)

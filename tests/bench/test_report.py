@@ -41,9 +41,11 @@ def test_table_and_results_file(tmp_path):
         peer="torch",
         peer_tokens_per_s=10000.0,
         ratio=1.2345,
+        peak_memory_bytes=3 * 2**29,  # an int, as device.memory_stats() gives it
     )
     text = table([row])
     assert "12.3k" in text and "2.5M" in text and "1.23x" in text and "peer tok/s" in text
+    assert "1.50 GiB" in text
     meta = {
         "date": "2026-01-02T03:04:05+00:00",
         "command": "zoo bench",

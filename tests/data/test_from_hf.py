@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import numpy as np
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
 
@@ -14,6 +16,7 @@ from zoo.data import (
     from_hf,
     unpack_blocks,
 )
+from zoo.data.options import DataConfig, DataKeywords
 
 REVIEWS = [
     ("great", 1),
@@ -219,3 +222,8 @@ def test_language_modeling_random_blocks():
     for row in tokens:
         assert data.tokenizer.decode(row, skip_special=False) in text + "<eos>"
     assert isinstance(data.validation, ArrayBatches)  # validation stays in order
+
+
+def test_data_keywords_are_the_fields_of_data_config():
+    """`from_hf(**options)` is typed by `DataKeywords`: it names every field but the task."""
+    assert list(DataKeywords.__annotations__) == [f.name for f in fields(DataConfig)][1:]

@@ -10,6 +10,7 @@ from zoo.data import (
     PreferenceDataConfig,
     build_tokenizer,
     encode_prompt,
+    encode_rows,
     preference_data,
 )
 from zoo.data.chat.preference import (
@@ -55,6 +56,15 @@ def test_malformed_rows_name_the_row():
         row_parts({"chosen": "abc", "rejected": "ab"}, 0)
     with pytest.raises(DataError, match="row 2: 'rejected' is str, expected a list of messages"):
         row_parts({"prompt": SKY, "chosen": BLUE, "rejected": "no"}, 2)
+
+
+def test_a_message_that_is_no_mapping_names_the_row():
+    """Before: AttributeError: 'str' object has no attribute 'get', from inside the encoding."""
+    rows = [{"prompt": SKY, "chosen": BLUE, "rejected": GREEN},
+            {"prompt": ["Why?"], "chosen": BLUE, "rejected": GREEN}]  # fmt: skip
+    tokenizer = build_tokenizer("word", ["what color is the sky it blue green why"])
+    with pytest.raises(DataError, match="row 1: message 0 of 'prompt' is str, expected a mapping"):
+        encode_rows(rows, tokenizer)
 
 
 def char_tokenizer():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 
 import numpy as np
@@ -17,7 +18,7 @@ from zoo.data import (
     source_tokenizer,
     target_tokenizer,
 )
-from zoo.data.tokenizers.word import join_words, split_words
+from zoo.data.tokenizers.word import WordOptions, join_words, split_words
 
 CORPUS = ["the cat sat.", "the dog sat.", "a cat!"]
 
@@ -152,6 +153,26 @@ def test_save_load_char_word_pair(tmp_path):
 def test_save_load_tiktoken(tmp_path, gpt2):
     saved, _ = check_save_load(gpt2, tmp_path, "tiktoken")
     assert saved["state"] == {"encoding": "gpt2", "pretrained": False}
+
+
+def test_a_saved_state_of_the_wrong_types_is_damaged(tmp_path):
+    """Entries that zoo never writes (a word list of numbers, a flag as text, a pair half that
+    is not an object) are refused when the file is read, not left to fail in a later call."""
+    for kind, state, entry in (
+        ("word", {"words": [1, 2], "lowercase": False, "nfkc": True}, "'words'"),
+        ("word", {"words": ["cat"], "lowercase": "yes", "nfkc": True}, "'lowercase'"),
+        ("char", {"chars": 7}, "'chars'"),
+        ("pair", {"source": "char", "target": {}}, "'source'"),
+    ):
+        (tmp_path / "zoo_tokenizer.json").write_text(json.dumps({"kind": kind, "state": state}))
+        with pytest.raises(ValueError, match=rf"is damaged \(missing or wrong entry {entry}"):
+            load_tokenizer(tmp_path)
+
+
+def test_word_options_are_the_keywords_of_from_corpus():
+    parameters = inspect.signature(WordTokenizer.from_corpus).parameters.values()
+    keywords = [p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    assert list(WordOptions.__annotations__) == keywords
 
 
 def test_build_tokenizer_kinds():

@@ -22,6 +22,9 @@ def test_batch_rows_must_split_over_data_and_fsdp():
         "batch size 6 does not split over the mesh data=2,fsdp=2,tensor=2: its data x fsdp "
         "axes take 4 slices of rows; choose a batch size that is a multiple of 4"
     )
+    # before: TypeError: object of type 'numpy.int32' has no len()
+    with pytest.raises(ValueError, match="batch axis first; this one holds a scalar"):
+        layout.check_batch({"step": np.int32(3)})
 
 
 def test_place_batch_on_one_device_mesh():

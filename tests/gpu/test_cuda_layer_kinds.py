@@ -80,7 +80,9 @@ def test_soft_capped_attention_runs_the_explicit_softmax_and_says_so(caplog):
     assert any("soft-capping" in message for message in messages), messages
     # without the soft-cap the same model's attention is cuDNN's
     uncapped = cast_floating(
-        zoo.create("gemma-2-tiny", key=jax.random.key(0), pad_id=None, **{"attention.softcap": None}),
+        zoo.create(
+            "gemma-2-tiny", key=jax.random.key(0), pad_id=None, **{"attention.softcap": None}
+        ),
         jnp.bfloat16,
     )
     text = cuda_text(lambda m, t: jax.vmap(m)(t), uncapped, tokens(uncapped.config.vocab_size))

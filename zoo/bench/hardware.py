@@ -12,6 +12,8 @@ from pathlib import Path
 
 import jax
 
+from zoo.files import JSONObject
+
 # Dense (no sparsity) bf16 tensor peak per device, in TFLOP/s, from the vendors' datasheets.
 # Matched in order against the lower-cased `device.device_kind`; the first match wins, so the
 # variants (PCIe, NVL) come before the plain name. Add a row to get MFU on another device.
@@ -170,9 +172,9 @@ JAX_SETTINGS = (
 )
 
 
-def xla_settings() -> dict[str, str | bool | None]:
+def xla_settings() -> JSONObject:
     """The XLA environment variables (None where unset) and JAX settings in force."""
-    found: dict[str, str | bool | None] = {name: os.environ.get(name) for name in XLA_ENVIRONMENT}
+    found: JSONObject = {name: os.environ.get(name) for name in XLA_ENVIRONMENT}
     for name in JAX_SETTINGS:
         value = getattr(jax.config, name, None)
         # enums (dtype promotion) are written as their value, so the row stays plain JSON

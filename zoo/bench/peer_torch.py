@@ -8,11 +8,15 @@ optional. Needs the `bench` extra: `pip install 'jax-transformer-zoo[bench]'`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, SupportsFloat
 
 from zoo.bench.peer_models import PeerTask, adamw, build_peer, import_torch
-from zoo.bench.timing import Timed
+from zoo.bench.report import BenchRow
+from zoo.bench.timing import Timed, Timer
 from zoo.bench.workload import BenchSpec, make_batch, make_prompts
+
+if TYPE_CHECKING:  # torch is optional (the bench extra)
+    from torch import Tensor
 
 
 class PeerRun:
@@ -45,7 +49,7 @@ class PeerRun:
             # to eager once earlier rows have used up the limit.
             torch._dynamo.reset()
             modules["compiled"] = torch.compile(model)
-        self.timers: dict[str, Timed] = {}
+        self.timers: dict[str, Timer] = {}
         self.compile_error: str | None = None
         for mode, module in modules.items():
 
@@ -70,12 +74,12 @@ class PeerRun:
             prompts = torch.as_tensor(make_prompts(spec)).long().to(device)
             self.timers["decode"] = Timed(lambda _: self.decode(prompts), wait=self.wait)
 
-    def wait(self, _: Any) -> None:
+    def wait(self, _: object) -> None:
         if self.cuda:
             torch, _ = import_torch()
             torch.cuda.synchronize()
 
-    def decode(self, prompts: Any) -> Any:
+    def decode(self, prompts: Tensor) -> Tensor:
         """Greedy decoding with the model's KV cache (`past_key_values`), eager: the peer of
         `run_zoo.make_greedy_decode`."""
         torch, _ = import_torch()
@@ -105,7 +109,7 @@ class PeerRun:
                 self.compile_error = f"torch.compile failed: {type(error).__name__}: {error}"
                 del self.timers[name]
 
-    def fields(self) -> dict[str, Any]:
+    def fields(self) -> BenchRow:
         torch, _ = import_torch()
         spec, tokens = self.spec, self.spec.tokens_per_step()
         train = {
@@ -117,7 +121,9 @@ class PeerRun:
             tokens / timer.median_s for name, timer in self.timers.items() if name.startswith("inf")
         ]
         best = max(train, key=train.__getitem__)
-        fields: dict[str, Any] = dict(
+        timer = self.timers[f"train_{best}"]
+        loss = timer.state if isinstance(timer, Timed) else None  # the last step's, a tensor
+        fields: BenchRow = dict(
             peer="torch",
             peer_model=type(self.model).__name__,
             peer_attention=self.model.config._attn_implementation,
@@ -127,7 +133,7 @@ class PeerRun:
             peer_compiled_tokens_per_s=train.get("compiled"),
             peer_mode=best,
             peer_tokens_per_s=train[best],
-            peer_loss=float(self.timers[f"train_{best}"].state),
+            peer_loss=float(loss) if isinstance(loss, SupportsFloat) else None,
             peer_inference_tokens_per_s=max(inference),
             peer_peak_memory_bytes=int(torch.cuda.max_memory_allocated()) if self.cuda else None,
         )

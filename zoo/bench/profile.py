@@ -21,22 +21,115 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict, TypeVar
 
 import jax
 
 from zoo.bench.hlo_ops import CATEGORIES, Program, kernel_category, parse_program
+from zoo.bench.run_zoo import ZooRun
+from zoo.files import JSONObject, JSONValue
 
 # Device threads that repeat the streams' work as summaries (counting them would count twice).
 _SUMMARY_THREADS = ("XLA Ops", "XLA Modules", "Steps", "Framework", "TensorFlow", "Source")
+State = TypeVar("State")
+# A trace event (Chrome's JSON trace format): `ph` its kind, `pid` / `tid` where it ran, `ts`
+# and `dur` in microseconds, `args` its details.
+Event = JSONObject
+Thread = tuple[JSONValue, JSONValue]  # (pid, tid)
 
 
-def _names(events: list[dict[str, Any]]) -> tuple[dict[Any, str], dict[tuple[Any, Any], str]]:
-    processes, threads = {}, {}
+class OpSpan(TypedDict):
+    """One span of work in a trace, in microseconds."""
+
+    op: str | None  # the HLO instruction it ran for (None: a copy between host and device)
+    kernel: str  # the event's name
+    ts: float
+    dur: float
+    self: float  # `dur` less the spans inside it (on the host; on a device, `dur`)
+
+
+class Share(TypedDict):
+    """The time of a category or phase of work, per step."""
+
+    ms: float
+    share: float  # of the op time
+    ops: int
+
+
+class OpRow(TypedDict):
+    """One op of the step (`top`), its time per step and where it came from."""
+
+    op: str
+    category: str
+    phase: str
+    source: str  # the zoo source lines
+    shape: str
+    ms: float
+    share: float
+    calls_per_step: float
+
+
+class KernelRow(TypedDict):
+    """One kernel on the device, its time per step and the op it ran for."""
+
+    kernel: str
+    op: str
+    ms: float
+    calls_per_step: float
+
+
+class ProfileSummary(TypedDict):
+    """What `summarize` finds in a trace (and `profile_run` writes as `TAG.profile.json`)."""
+
+    module: str
+    steps: int
+    origin: str  # "device" (kernels on its streams) or "host" (ops on threads)
+    op_ms_per_step: float
+    busy_ms_per_step: float
+    wall_ms_per_step: float | None
+    categories: dict[str, Share]
+    phases: dict[str, Share]
+    top: list[OpRow]
+    ops: int
+    kernels: NotRequired[list[KernelRow]]  # on a device
+    # added by `profile_run`: the row profiled and the files written
+    preset: NotRequired[str]
+    batch: NotRequired[int]
+    seq: NotRequired[int]
+    precision: NotRequired[str]
+    device: NotRequired[str]
+    files: NotRequired[dict[str, str]]
+
+
+class _Time(TypedDict):
+    us: float
+    calls: int
+
+
+class _KernelTime(_Time):
+    op: str
+
+
+def _args(event: Event) -> JSONObject:
+    """The event's `args` (`{}` when it has none)."""
+    args = event.get("args")
+    return args if isinstance(args, dict) else {}
+
+
+def _micros(value: JSONValue) -> float:
+    """A time of the trace (`ts`, `dur`), in microseconds."""
+    if isinstance(value, int | float | str):
+        return float(value)
+    raise ValueError(f"a trace time should be a number, found {type(value).__name__}")
+
+
+def _names(events: list[Event]) -> tuple[dict[JSONValue, str], dict[Thread, str]]:
+    processes: dict[JSONValue, str] = {}
+    threads: dict[Thread, str] = {}
     for event in events:
         if event.get("ph") != "M":
             continue
-        name = str(event.get("args", {}).get("name", ""))
+        name = str(_args(event).get("name", ""))
         if event.get("name") == "process_name":
             processes[event.get("pid")] = name
         elif event.get("name") == "thread_name":
@@ -44,12 +137,12 @@ def _names(events: list[dict[str, Any]]) -> tuple[dict[Any, str], dict[tuple[Any
     return processes, threads
 
 
-def _module_matches(event: dict[str, Any], module: str) -> bool:
-    found = str(event.get("args", {}).get("hlo_module", ""))
+def _module_matches(event: Event, module: str) -> bool:
+    found = str(_args(event).get("hlo_module", ""))
     return found == module or found.startswith(module + "(")
 
 
-def op_spans(events: list[dict[str, Any]], module: str) -> tuple[list[dict[str, Any]], str]:
+def op_spans(events: list[Event], module: str) -> tuple[list[OpSpan], str]:
     """The trace's spans of work, each `{op, kernel, ts, dur, self}` (microseconds).
 
     On a device (a process named `/device:...`): every kernel on its streams; `op` is the HLO
@@ -60,40 +153,23 @@ def op_spans(events: list[dict[str, Any]], module: str) -> tuple[list[dict[str, 
     processes, threads = _names(events)
     spans = [event for event in events if event.get("ph") == "X" and "dur" in event]
     devices = {pid for pid, name in processes.items() if name.startswith("/device:")}
+    chosen: list[OpSpan] = []
     if devices:
-        chosen = []
         for event in spans:
             thread = threads.get((event.get("pid"), event.get("tid")), "")
             if event.get("pid") in devices and not thread.startswith(_SUMMARY_THREADS):
-                args = event.get("args", {})
-                op = args.get("hlo_op") if _module_matches(event, module) else None
-                chosen.append(
-                    dict(
-                        op=op,
-                        kernel=event["name"],
-                        ts=float(event["ts"]),
-                        dur=float(event["dur"]),
-                        self=float(event["dur"]),
-                    )
-                )
+                op = _args(event).get("hlo_op") if _module_matches(event, module) else None
+                chosen.append(_span(event, op))
         if chosen:
             return chosen, "device"
-    by_thread: dict[tuple[Any, Any], list[dict[str, Any]]] = defaultdict(list)
+    by_thread: dict[Thread, list[OpSpan]] = defaultdict(list)
     for event in spans:
-        if "hlo_op" in event.get("args", {}) and _module_matches(event, module):
-            by_thread[(event.get("pid"), event.get("tid"))].append(
-                dict(
-                    op=event["args"]["hlo_op"],
-                    kernel=event["name"],
-                    ts=float(event["ts"]),
-                    dur=float(event["dur"]),
-                    self=float(event["dur"]),
-                )
-            )
-    chosen = []
+        if "hlo_op" in _args(event) and _module_matches(event, module):
+            span = _span(event, _args(event)["hlo_op"])
+            by_thread[(event.get("pid"), event.get("tid"))].append(span)
     for thread_spans in by_thread.values():
         thread_spans.sort(key=lambda span: (span["ts"], -span["dur"]))
-        open_spans: list[dict[str, Any]] = []
+        open_spans: list[OpSpan] = []
         for span in thread_spans:
             while open_spans and open_spans[-1]["ts"] + open_spans[-1]["dur"] <= span["ts"]:
                 open_spans.pop()
@@ -104,7 +180,19 @@ def op_spans(events: list[dict[str, Any]], module: str) -> tuple[list[dict[str, 
     return chosen, "host"
 
 
-def busy_time(spans: Iterable[dict[str, Any]]) -> float:
+def _span(event: Event, op: JSONValue) -> OpSpan:
+    """The span of work `event` records, run for the HLO instruction `op`."""
+    duration = _micros(event["dur"])
+    return OpSpan(
+        op=None if op is None else str(op),
+        kernel=str(event["name"]),
+        ts=_micros(event["ts"]),
+        dur=duration,
+        self=duration,
+    )
+
+
+def busy_time(spans: Iterable[OpSpan]) -> float:
     """Microseconds during which at least one span ran (the union of their intervals)."""
     total, end = 0.0, float("-inf")
     for span in sorted(spans, key=lambda span: span["ts"]):
@@ -117,14 +205,14 @@ def busy_time(spans: Iterable[dict[str, Any]]) -> float:
 
 
 def summarize(
-    events: list[dict[str, Any]],
+    events: list[Event],
     program: Program,
     module: str,
     *,
     steps: int,
     wall_s: list[float] | None = None,
     top: int = 15,
-) -> dict[str, Any]:
+) -> ProfileSummary:
     """Time per step by category, phase, op and (on a device) kernel; see the module docstring."""
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
@@ -134,16 +222,16 @@ def summarize(
             f"the trace has no spans of {module!r}: was the step run inside the trace, and does "
             "the trace come from this program?"
         )
-    per_op: dict[str, dict[str, Any]] = {}
-    kernels: dict[str, dict[str, Any]] = {}
+    per_op: dict[str, _Time] = {}
+    kernels: dict[str, _KernelTime] = {}
     for span in spans:
         op = span["op"]
         key = op if op is not None else f"[{span['kernel']}]"
-        entry = per_op.setdefault(key, dict(us=0.0, calls=0))
+        entry = per_op.setdefault(key, _Time(us=0.0, calls=0))
         entry["us"] += max(span["self"], 0.0)
         entry["calls"] += 1
         if origin == "device":
-            kernel = kernels.setdefault(span["kernel"], dict(us=0.0, calls=0, op=key))
+            kernel = kernels.setdefault(span["kernel"], _KernelTime(us=0.0, calls=0, op=key))
             kernel["us"] += span["dur"]
             kernel["calls"] += 1
     total_us = sum(entry["us"] for entry in per_op.values())
@@ -152,22 +240,22 @@ def summarize(
     def share(us: float) -> float:
         return us / total_us if total_us else 0.0
 
-    categories: dict[str, dict[str, Any]] = {}
-    phases: dict[str, dict[str, Any]] = {}
-    rows = []
+    categories: dict[str, Share] = {}
+    phases: dict[str, Share] = {}
+    rows: list[OpRow] = []
     for key, entry in per_op.items():
         if key.startswith("["):
             category, phase, source = kernel_category(key), "other", ""
         else:
             category, phase, source = program.category(key), program.phase(key), program.source(key)
         for table, name in ((categories, category), (phases, phase)):
-            slot = table.setdefault(name, dict(ms=0.0, share=0.0, ops=0))
+            slot = table.setdefault(name, Share(ms=0.0, share=0.0, ops=0))
             slot["ms"] += entry["us"] * ms
             slot["share"] += share(entry["us"])
             slot["ops"] += 1
         instruction = program.instructions.get(key)
         rows.append(
-            dict(
+            OpRow(
                 op=key,
                 category=category,
                 phase=phase,
@@ -180,7 +268,7 @@ def summarize(
         )
     rows.sort(key=lambda row: -row["ms"])
     order = {name: index for index, name in enumerate(CATEGORIES)}
-    summary: dict[str, Any] = dict(
+    summary = ProfileSummary(
         module=module,
         steps=steps,
         origin=origin,
@@ -195,7 +283,7 @@ def summarize(
     if kernels:
         ranked = sorted(kernels.items(), key=lambda item: -item[1]["us"])[:top]
         summary["kernels"] = [
-            dict(
+            KernelRow(
                 kernel=name[:160],
                 op=entry["op"],
                 ms=entry["us"] * ms,
@@ -211,7 +299,7 @@ def _short(shape: str, limit: int = 48) -> str:
     return shape if len(shape) <= limit else shape[: limit - 3] + "..."
 
 
-def format_summary(summary: dict[str, Any], title: str = "") -> str:
+def format_summary(summary: ProfileSummary, title: str = "") -> str:
     """The summary as a few short tables (categories, phases, the top ops)."""
     wall = summary["wall_ms_per_step"]
     where = "kernels on the device" if summary["origin"] == "device" else "ops on host threads"
@@ -240,17 +328,20 @@ def format_summary(summary: dict[str, Any], title: str = "") -> str:
     return "\n".join(lines)
 
 
-def read_trace(path: Path) -> list[dict[str, Any]]:
+def read_trace(path: Path) -> list[Event]:
     """The events of a Chrome/Perfetto JSON trace (`.json` or `.json.gz`)."""
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt") as file:
-        data = json.load(file)
-    return data["traceEvents"] if isinstance(data, dict) else data
+        data: JSONValue = json.load(file)
+    events = data["traceEvents"] if isinstance(data, dict) else data
+    if not isinstance(events, list):
+        raise ValueError(f"{path} holds no list of trace events")
+    return [event for event in events if isinstance(event, dict)]
 
 
 def trace_calls(
-    call: Callable[[Any], Any], state: Any, steps: int, directory: Path
-) -> tuple[Any, list[float], Path]:
+    call: Callable[[State], State], state: State, steps: int, directory: Path
+) -> tuple[State, list[float], Path]:
     """Run `state = call(state)` `steps` times under the profiler, waiting for each.
 
     Returns the last state, each call's wall time and the trace (`perfetto_trace.json.gz`)
@@ -279,7 +370,7 @@ def module_name(hlo_text: str) -> str:
     return first.split()[1].rstrip(",")
 
 
-def profile_run(run: Any, directory: Path, *, steps: int = 3, top: int = 15) -> dict[str, Any]:
+def profile_run(run: ZooRun, directory: Path, *, steps: int = 3, top: int = 15) -> ProfileSummary:
     """Trace `steps` train steps of a started `ZooRun`; write and return the summary.
 
     Writes, under `directory`, `TAG.profile.json` (the summary), `TAG.hlo.txt` (the optimised
@@ -292,11 +383,11 @@ def profile_run(run: Any, directory: Path, *, steps: int = 3, top: int = 15) -> 
     tag = f"{spec.preset}-{spec.batch}x{spec.seq}-{spec.precision}"
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    model, opt_state, _ = run.train.state
     with jax.numpy_dtype_promotion("standard"):
         # the step is in JAX's caches by now: this neither traces nor compiles again
-        compiled = run.train_step.lower(model, opt_state, run.batch, run.key).compile()
-        hlo_text = getattr(compiled, "compiled", compiled).as_text()
+        hlo_text = run.lowered_step().compile().compiled.as_text()
+        if hlo_text is None:  # the HLO names the ops the trace times
+            raise RuntimeError(f"the {jax.default_backend()} backend gives no text of the step")
         raw = directory / f"{tag}.raw"
         shutil.rmtree(raw, ignore_errors=True)
         run.train.state, wall, trace = trace_calls(run.train.call, run.train.state, steps, raw)
@@ -316,13 +407,9 @@ def profile_run(run: Any, directory: Path, *, steps: int = 3, top: int = 15) -> 
         wall_s=wall,
         top=top,
     )
-    summary.update(
-        preset=spec.preset,
-        batch=spec.batch,
-        seq=spec.seq,
-        precision=spec.precision,
-        device=str(jax.devices()[0].device_kind),
-        files=files,
-    )
+    summary["preset"], summary["batch"], summary["seq"] = spec.preset, spec.batch, spec.seq
+    summary["precision"] = spec.precision
+    summary["device"] = str(jax.devices()[0].device_kind)
+    summary["files"] = files
     (directory / f"{tag}.profile.json").write_text(json.dumps(summary, indent=1) + "\n")
     return summary

@@ -5,8 +5,14 @@ from __future__ import annotations
 import datetime
 import json
 import re
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TypeAlias
+
+from zoo.files import JSONObject, JSONValue
+
+# A row: every field of `FIELDS`, a JSON value each (null where it was not measured).
+BenchRow: TypeAlias = JSONObject
 
 # Every field of a row, in order, with what it means. A field that cannot be measured is null,
 # with a `*_reason` field saying why.
@@ -83,7 +89,7 @@ FIELDS: dict[str, str] = {
 }
 
 
-def new_row(**values: Any) -> dict[str, Any]:
+def new_row(**values: JSONValue) -> BenchRow:
     """A row with every field (null where not given); unknown fields raise."""
     unknown = sorted(set(values) - set(FIELDS))
     if unknown:
@@ -91,7 +97,7 @@ def new_row(**values: Any) -> dict[str, Any]:
     return {name: values.get(name) for name in FIELDS}
 
 
-def add_ratios(row: dict[str, Any]) -> dict[str, Any]:
+def add_ratios(row: BenchRow) -> BenchRow:
     """Fill `ratio`, `inference_ratio` and `decode_ratio` where both sides were measured."""
     pairs = {
         "ratio": ("tokens_per_s", "peer_tokens_per_s"),
@@ -99,9 +105,15 @@ def add_ratios(row: dict[str, Any]) -> dict[str, Any]:
         "decode_ratio": ("decode_tokens_per_s", "peer_decode_tokens_per_s"),
     }
     for name, (ours, theirs) in pairs.items():
-        if row.get(ours) and row.get(theirs):
-            row[name] = row[ours] / row[theirs]
+        mine, peers = number(row.get(ours)), number(row.get(theirs))
+        if mine and peers:
+            row[name] = mine / peers
     return row
+
+
+def number(value: JSONValue) -> float | None:
+    """A measured number of a row (None for a null, or for a field that holds no number)."""
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def _count(value: float | None) -> str:
@@ -113,38 +125,40 @@ def _count(value: float | None) -> str:
     return f"{value:.3g}"
 
 
-def _bytes(value: int | None) -> str:
+def _bytes(value: float | None) -> str:
     return "-" if value is None else f"{value / 2**30:.2f} GiB"
 
 
-def table(rows: list[dict[str, Any]]) -> str:
+def table(rows: Sequence[Mapping[str, JSONValue]]) -> str:
     """The rows as a fixed-width text table."""
     with_peer = any(row.get("peer") for row in rows)
-    columns = [
+    columns: list[tuple[str, int, Callable[[Mapping[str, JSONValue]], object]]] = [
         ("flavor", 10, lambda r: r["flavor"]),
         ("preset", 16, lambda r: r["preset"]),
         ("batch x seq", 11, lambda r: f"{r['batch']}x{r['seq']}"),
         ("prec", 4, lambda r: r["precision"]),
-        ("train tok/s", 11, lambda r: _count(r["tokens_per_s"])),
-        ("MFU", 6, lambda r: _percent(r["mfu"])),
-        ("infer tok/s", 11, lambda r: _count(r["inference_tokens_per_s"])),
-        ("decode tok/s", 12, lambda r: _count(r["decode_tokens_per_s"])),
-        ("peak mem", 10, lambda r: _bytes(r["peak_memory_bytes"])),
+        ("train tok/s", 11, lambda r: _count(number(r["tokens_per_s"]))),
+        ("MFU", 6, lambda r: _percent(number(r["mfu"]))),
+        ("infer tok/s", 11, lambda r: _count(number(r["inference_tokens_per_s"]))),
+        ("decode tok/s", 12, lambda r: _count(number(r["decode_tokens_per_s"]))),
+        ("peak mem", 10, lambda r: _bytes(number(r["peak_memory_bytes"]))),
         ("compile s", 9, lambda r: f"{r['compile_s']:.1f}"),
     ]
     if any(row.get("mfu_measured") is not None for row in rows):
-        columns.insert(6, ("MFU meas", 8, lambda r: _percent(r["mfu_measured"])))
+        columns.insert(6, ("MFU meas", 8, lambda r: _percent(number(r["mfu_measured"]))))
     if any(row.get("train_step_min_s") is not None for row in rows):
         columns.insert(5, ("step ms min-max", 15, _step_range))
     if any(row.get("moe_path") for row in rows):  # a mixture of experts: its path and memory
         columns.insert(4, ("moe", 6, lambda r: r.get("moe_path") or "-"))
-        columns.insert(-1, ("step temp", 10, lambda r: _mebibytes(r.get("train_temp_bytes"))))
+        columns.insert(
+            -1, ("step temp", 10, lambda r: _mebibytes(number(r.get("train_temp_bytes"))))
+        )
     if with_peer:
         columns += [
-            ("peer tok/s", 10, lambda r: _count(r["peer_tokens_per_s"])),
+            ("peer tok/s", 10, lambda r: _count(number(r["peer_tokens_per_s"]))),
             ("ratio", 6, lambda r: "-" if r["ratio"] is None else f"{r['ratio']:.2f}x"),
-            ("infer ratio", 11, lambda r: _ratio(r["inference_ratio"])),
-            ("decode ratio", 12, lambda r: _ratio(r["decode_ratio"])),
+            ("infer ratio", 11, lambda r: _ratio(number(r["inference_ratio"]))),
+            ("decode ratio", 12, lambda r: _ratio(number(r["decode_ratio"]))),
         ]
     header = "  ".join(f"{name:>{width}}" for name, width, _ in columns)
     lines = [header, "-" * len(header)]
@@ -153,18 +167,23 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def notes(rows: list[dict[str, Any]]) -> list[str]:
+def notes(rows: Sequence[Mapping[str, JSONValue]]) -> list[str]:
     """The lines under the table: the peaks MFU divides by, and why a number is missing."""
     lines = []
     for column, field in (("MFU", "mfu_peak"), ("MFU meas", "mfu_measured_peak")):
-        for peak in sorted({row[field] for row in rows if row.get(field)}):
+        for peak in sorted(_texts(rows, field)):
             lines.append(f"{column}: against {peak}")
-    for reason in sorted({row["mfu_reason"] for row in rows if row.get("mfu_reason")}):
+    for reason in sorted(_texts(rows, "mfu_reason")):
         lines.append(f"MFU: {reason}")
     return lines
 
 
-def _mebibytes(value: int | None) -> str:
+def _texts(rows: Sequence[Mapping[str, JSONValue]], field: str) -> set[str]:
+    """The different texts `field` holds in `rows` (a label, a reason; nulls and "" left out)."""
+    return {value for row in rows if isinstance(value := row.get(field), str) and value}
+
+
+def _mebibytes(value: float | None) -> str:
     return "-" if value is None else f"{value / 2**20:.1f} MiB"
 
 
@@ -172,8 +191,8 @@ def _percent(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
 
-def _step_range(row: dict[str, Any]) -> str:
-    low, high = row.get("train_step_min_s"), row.get("train_step_max_s")
+def _step_range(row: Mapping[str, JSONValue]) -> str:
+    low, high = number(row.get("train_step_min_s")), number(row.get("train_step_max_s"))
     if low is None or high is None:
         return "-"
     return f"{1e3 * low:.3g}-{1e3 * high:.3g}"
@@ -187,19 +206,31 @@ def now_utc() -> str:
     return datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat()
 
 
-def result_path(directory: Path, date: str, device: dict[str, Any], name: str = "bench") -> Path:
-    """`<name>-<date>-<platform>[-<device kind>].json` under `directory`."""
+def result_path(
+    directory: Path, date: str, device: Mapping[str, object], name: str = "bench"
+) -> Path:
+    """`<name>-<date>-<platform>[-<device kind>].json` under `directory` (`device` as
+    `zoo.bench.hardware.device_info` describes it)."""
     stamp = re.sub(r"[^0-9T]", "", date)[:15]
-    kind = "" if device["platform"] == "cpu" else "-" + device["device_kind"]
+    kind = "" if device["platform"] == "cpu" else f"-{device['device_kind']}"
     slug = re.sub(r"[^a-z0-9]+", "-", f"{device['platform']}{kind}".lower()).strip("-")
     return directory / f"{name}-{stamp}-{slug}.json"
 
 
 def write_results(
-    directory: Path, rows: list[dict[str, Any]], meta: dict[str, Any], name: str = "bench"
+    directory: Path,
+    rows: Sequence[Mapping[str, object]],
+    meta: Mapping[str, object],
+    name: str = "bench",
 ) -> Path:
-    """Write `{"meta": ..., "rows": [...]}` as JSON under `directory`; return the file."""
+    """Write `{"meta": ..., "rows": [...]}` as JSON under `directory`; return the file.
+
+    `meta` says when and where the rows were measured: its `date` (ISO 8601) and `device`
+    (`device_info`) name the file; its other entries and the rows are JSON values."""
+    date, device = meta["date"], meta["device"]
+    if not isinstance(date, str) or not isinstance(device, Mapping):
+        raise TypeError("meta needs a date (text) and a device (a mapping) to name the file")
     directory.mkdir(parents=True, exist_ok=True)
-    path = result_path(directory, meta["date"], meta["device"], name)
+    path = result_path(directory, date, device, name)
     path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
     return path

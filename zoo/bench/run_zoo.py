@@ -4,20 +4,40 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from typing import Any
+from typing import Protocol, TypeAlias, runtime_checkable
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+from jaxtyping import PyTree
 
 from zoo import presets, tasks
 from zoo.bench.flops import train_flops
 from zoo.bench.hardware import Peak, mfu, peak_memory, xla_settings
-from zoo.bench.timing import Timed
+from zoo.bench.report import BenchRow
+from zoo.bench.timing import Timed, Timer
 from zoo.bench.workload import BenchSpec, make_batch, make_prompts
 from zoo.nn.embedding import ids_checked_on_host
 from zoo.train import PRECISIONS, adamw, cast_floating
-from zoo.train.step import make_train_step
+from zoo.train.step import StepOutput, make_train_step
+
+# What the train timer hands from step to step: the model, the optimizer state and the last
+# step's output (None before the first step).
+TrainState: TypeAlias = tuple[eqx.Module, PyTree, StepOutput | None]
+
+
+@runtime_checkable
+class CompiledStep(Protocol):
+    """equinox's `Compiled`: the XLA executable in `compiled`."""
+
+    compiled: jax.stages.Compiled
+
+
+@runtime_checkable
+class LoweredStep(Protocol):
+    """What `TrainStep.lower` returns (equinox's `Lowered`)."""
+
+    def compile(self) -> CompiledStep: ...
 
 
 def model_inputs(flavor: str, batch: dict[str, jax.Array]) -> tuple[jax.Array, ...]:
@@ -117,16 +137,18 @@ class ZooRun:
         step_numbers = itertools.count()
         self.train_step, self.batch, self.key = train_step, batch, key
 
-        def train(state):
+        def train(state: TrainState | None) -> TrainState:
+            if state is None:
+                raise RuntimeError("the train step needs the model and the optimizer state")
             model, opt_state, _ = state
             return train_step(model, opt_state, batch, key, next(step_numbers), checked=True)
 
-        self.train = Timed(train, (model, opt_state, None))
+        self.train: Timed[TrainState] = Timed(train, (model, opt_state, None))
         self.decode_error: str | None = None
         self.memory: dict[str, int | None] = {}
         forward = make_forward(spec.precision)
         inputs = model_inputs(spec.flavor, batch)
-        self.timers = {
+        self.timers: dict[str, Timer] = {
             "train": self.train,
             "inference": Timed(lambda _: forward(self.model, inputs)),
         }
@@ -136,9 +158,24 @@ class ZooRun:
             self.timers["decode"] = Timed(lambda _: decode(self.model, prompts))
 
     @property
-    def model(self) -> Any:
+    def model(self) -> eqx.Module:
         """The latest model: what the last train step returned."""
-        return self.train.state[0]
+        return self.train_state()[0]
+
+    def train_state(self) -> TrainState:
+        """The train timer's state (it starts with the model and optimizer state)."""
+        if self.train.state is None:
+            raise RuntimeError("the train timer lost its state")
+        return self.train.state
+
+    def lowered_step(self) -> LoweredStep:
+        """The train step lowered for the latest model (in JAX's caches once it has run)."""
+        model, opt_state, _ = self.train_state()
+        with jax.numpy_dtype_promotion("standard"):
+            lowered = self.train_step.lower(model, opt_state, self.batch, self.key, 0)
+        if not isinstance(lowered, LoweredStep):
+            raise TypeError(f"TrainStep.lower gave a {type(lowered).__name__}, not a Lowered")
+        return lowered
 
     def start(self) -> None:
         """First (compiling) call and warm-up of each timer, the train step first."""
@@ -159,11 +196,8 @@ class ZooRun:
     def compiled_memory(self) -> dict[str, int | None]:
         """XLA's memory analysis of the compiled train step (the first call compiled it: this
         reads JAX's cache). Temporaries, and arguments + outputs not donated + temporaries."""
-        model, opt_state, _ = self.train.state
         try:
-            with jax.numpy_dtype_promotion("standard"):
-                lowered: Any = self.train_step.lower(model, opt_state, self.batch, self.key, 0)
-            stats = lowered.compile().compiled.memory_analysis()
+            stats = self.lowered_step().compile().compiled.memory_analysis()
         except Exception:  # a backend without the analysis: the row's timings stand
             stats = None
         if stats is None:
@@ -176,18 +210,22 @@ class ZooRun:
         )
         return {"train_temp_bytes": int(stats.temp_size_in_bytes), "train_program_bytes": int(held)}
 
-    def fields(self) -> dict[str, Any]:
+    def fields(self) -> BenchRow:
         spec, train = self.spec, self.train
         step_s = train.median_s
+        spread = train.spread()
         tokens = spec.tokens_per_step()
         inference = self.timers["inference"]
-        fields: dict[str, Any] = dict(
+        output = self.train_state()[2]
+        fields: BenchRow = dict(
             params=self.params,
             flop_params=self.flops.params,
             flops_per_token=self.flops.flops_per_token,
             tokens_per_step=tokens,
             train_step_s=step_s,
-            **{f"train_step_{name}": value for name, value in train.spread().items()},
+            train_step_min_s=spread["min_s"],
+            train_step_max_s=spread["max_s"],
+            train_step_round_medians_s=list(spread["round_medians_s"]),
             tokens_per_s=tokens / step_s,
             mfu=mfu(self.flops.flops_per_step, step_s, self.peak),
             mfu_peak=self.peak.label,
@@ -198,7 +236,7 @@ class ZooRun:
             compile_s=train.compile_s,
             xla_compile_s=train.backend_compile_s,
             first_step_s=train.first_s,
-            loss=float(train.state[2].stats.loss),
+            loss=None if output is None else float(output.stats.loss),
             inference_step_s=inference.median_s,
             inference_tokens_per_s=tokens / inference.median_s,
             inference_compile_s=inference.compile_s,

@@ -3,11 +3,12 @@ from JAX's events."""
 
 from __future__ import annotations
 
+import abc
 import math
 import statistics
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Generic, TypedDict, TypeVar
 
 import jax
 import jax.monitoring
@@ -21,6 +22,7 @@ COMPILE_EVENTS = (
     "/jax/core/compile/backend_compile_duration",
 )
 BACKEND_COMPILE_EVENT = COMPILE_EVENTS[-1]
+State = TypeVar("State")  # what a timed call hands to the next one (None before the first)
 
 
 class CompileClock:
@@ -61,35 +63,31 @@ class CompileClock:
         return float(sum(spans))
 
 
-class Timed:
-    """A call to time again and again: `state = call(state)`, done when `wait(state)` returns.
+class Spread(TypedDict):
+    """How the timed calls of a `Timed` spread, in seconds."""
+
+    min_s: float
+    max_s: float
+    round_medians_s: list[float]  # the median of each round (`sample` call)
+
+
+class Timer(abc.ABC):
+    """The timings of a call made again and again (a `Timed`, whatever its state).
 
     `start` makes the first (compiling) call under a `CompileClock` and the untimed warm-up
-    calls; `sample` adds timed calls. `wait` blocks until the device is done:
-    `jax.block_until_ready`, or `torch.cuda.synchronize` for the peer.
+    calls; `sample` adds timed calls.
     """
 
-    def __init__(
-        self,
-        call: Callable[[Any], Any],
-        state: Any = None,
-        *,
-        wait: Callable[[Any], Any] = jax.block_until_ready,
-    ):
-        self.call = call
-        self.state = state
-        self.wait = wait
+    def __init__(self) -> None:
         self.first_s: float | None = None  # the first call, compile included
         self.compile_s = 0.0  # trace + lower + compile inside the first call (JAX only)
         self.backend_compile_s = 0.0  # the XLA compile alone
         self.samples_s: list[float] = []  # every timed call
         self.rounds_s: list[list[float]] = []  # the timed calls of each `sample` call (a round)
 
+    @abc.abstractmethod
     def _run(self) -> float:
-        start = time.perf_counter()
-        self.state = self.call(self.state)
-        self.wait(self.state)
-        return time.perf_counter() - start
+        """One call, waited for: its seconds."""
 
     def start(self, warmup: int) -> None:
         if warmup < 0:
@@ -113,7 +111,7 @@ class Timed:
             raise ValueError("no timed calls yet: call sample() after start()")
         return statistics.median(self.samples_s)
 
-    def spread(self) -> dict[str, Any]:
+    def spread(self) -> Spread:
         """min, max and the median of each round of the timed calls, in seconds."""
         self.median_s  # noqa: B018 (raises when nothing was timed)
         return {
@@ -123,7 +121,35 @@ class Timed:
         }
 
 
-def interleave(timers: list[Timed], *, steps: int, rounds: int) -> None:
+class Timed(Timer, Generic[State]):
+    """A call to time again and again: `state = call(state)`, done when `wait(state)` returns.
+
+    `wait` blocks until the device is done: `jax.block_until_ready`, or
+    `torch.cuda.synchronize` for the peer. A call without a state of its own is handed None
+    first, then what it returned.
+    """
+
+    def __init__(
+        self,
+        call: Callable[[State | None], State],
+        state: State | None = None,
+        *,
+        wait: Callable[[State], object] = jax.block_until_ready,
+    ):
+        super().__init__()
+        self.call = call
+        self.state = state
+        self.wait = wait
+
+    def _run(self) -> float:
+        start = time.perf_counter()
+        state = self.call(self.state)
+        self.state = state
+        self.wait(state)
+        return time.perf_counter() - start
+
+
+def interleave(timers: Sequence[Timer], *, steps: int, rounds: int) -> None:
     """Give every timer `steps` timed calls, spread over `rounds` rounds that visit each in turn.
 
     On a shared machine the load changes from one second to the next; interleaving lets the
@@ -139,13 +165,13 @@ def interleave(timers: list[Timed], *, steps: int, rounds: int) -> None:
 
 
 def time_calls(
-    call: Callable[[Any], Any],
-    state: Any,
+    call: Callable[[State | None], State],
+    state: State | None,
     *,
     steps: int,
     warmup: int,
-    wait: Callable[[Any], Any] = jax.block_until_ready,
-) -> tuple[Timed, Any]:
+    wait: Callable[[State], object] = jax.block_until_ready,
+) -> tuple[Timed[State], State | None]:
     """Time one call on its own: first call, `warmup` untimed calls, `steps` timed calls.
 
     Returns the `Timed` (median in `median_s`, compile in `compile_s`) and the final state.

@@ -6,7 +6,6 @@ The zoo and its peer get the same `BenchSpec` and the same numpy batch.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -149,7 +148,9 @@ class BenchSpec:
         """The preset's config with this spec's dropout, vocabulary, layers and attention."""
         base = presets.get(self.preset).config
         # the aliases reach every dropout: embeddings, blocks, feed-forward, a classifier's head
-        changes: dict[str, Any] = dict(dropout=self.dropout, attention_dropout=self.dropout)
+        changes: dict[str, float | int | str | None] = dict(
+            dropout=self.dropout, attention_dropout=self.dropout
+        )
         if self.pad_vocab:
             changes["vocab_size"] = round_up(base.vocab_size, VOCAB_MULTIPLE)
             target = getattr(base, "target_vocab_size", None)

@@ -13,7 +13,7 @@ here, as before the subpackages.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING
 
 from zoo.data.batches import ArrayBatches, Batch, BatchSource
 from zoo.data.bucketing import BucketedBatches, DrawnBatches
@@ -42,6 +42,15 @@ from zoo.data.tokenizers.pair import PairTokenizer, source_tokenizer, target_tok
 from zoo.data.tokenizers.tiktoken_tokenizer import TiktokenTokenizer
 from zoo.data.tokenizers.word import WordTokenizer
 
+if TYPE_CHECKING:  # for type checkers, the names loaded on first use below
+    from zoo.data.chat.datasets import ChatData as ChatData
+    from zoo.data.chat.datasets import chat_data as chat_data
+    from zoo.data.hf import TaskData as TaskData
+    from zoo.data.hf import from_hf as from_hf
+    from zoo.data.specs import SCHEMES as SCHEMES
+    from zoo.data.specs import load_spec as load_spec
+    from zoo.data.streaming import StreamingBatches as StreamingBatches
+
 # Names whose modules import `datasets` (about a second): loaded when first asked for.
 _LAZY = {
     "load_spec": "zoo.data.specs",
@@ -54,7 +63,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'zoo.data' has no attribute {name!r}")

@@ -55,12 +55,20 @@ def check_not_empty(split: datasets.Dataset, split_name: str) -> None:
 
 def check_text_values(values: Iterable[object], column: str) -> None:
     """Every value of a text column is a string (not None, not a number)."""
+    text_values(values, column)
+
+
+def text_values(values: Iterable[object], column: str) -> list[str]:
+    """The values of a text column, each checked to be a string (`check_text_values`)."""
+    texts = []
     for value in values:
         if not isinstance(value, str):
             raise DataError(
                 f"column {column!r} holds a {type(value).__name__} value ({value!r}), expected "
                 "text; fill or filter those examples, e.g. dataset.filter(lambda e: e[column])"
             )
+        texts.append(value)
+    return texts
 
 
 def label_values(values: np.ndarray | list, column: str, split_name: str) -> np.ndarray:

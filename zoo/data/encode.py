@@ -8,14 +8,13 @@ cache instead of tokenizing again. The same encoder tokenizes streams (`Iterable
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import datasets
 import numpy as np
 
-from zoo.data.checks import DataError, check_text_values
+from zoo.data.checks import DataError, text_values
 from zoo.data.ragged import Ragged
 from zoo.data.tokenizers.base import Tokenizer
 
@@ -42,13 +41,12 @@ class Encoder:
         self.fields = fields
         self.passthrough = passthrough  # (column, name) pairs copied as they are (labels)
 
-    def __call__(self, batch: Mapping[str, Any]) -> dict[str, list]:
+    def __call__(self, batch: Mapping[str, Collection[object]]) -> dict[str, Sequence[object]]:
         rows = len(batch[self.fields[0].column])
         truncated = [False] * rows
-        out: dict[str, list] = {}
+        out: dict[str, Sequence[object]] = {}
         for field in self.fields:
-            texts = batch[field.column]
-            check_text_values(texts, field.column)
+            texts = text_values(batch[field.column], field.column)
             encoded = field.tokenizer.encode_many(
                 texts, add_bos=field.add_bos, add_eos=field.add_eos
             )

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Unpack
 
 import datasets
 
@@ -27,7 +27,7 @@ from datasets import Dataset  # noqa: F401
 
 from zoo.data.batches import BatchSource
 from zoo.data.checks import check_columns, check_not_empty
-from zoo.data.options import DataConfig
+from zoo.data.options import DataConfig, DataKeywords
 from zoo.data.sources import (
     memory_source,
     memory_sources,
@@ -52,7 +52,7 @@ class TaskData:
     config: DataConfig
     num_classes: int | None = None  # classification only
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[BatchSource | Tokenizer | None]:
         return iter((self.train, self.validation, self.tokenizer))
 
 
@@ -62,7 +62,7 @@ def from_hf(
     task: str,
     tokenizer: Tokenizer | str | None = None,
     streaming: bool = False,
-    **options: Any,
+    **options: Unpack[DataKeywords],
 ) -> TaskData:
     """Batch sources for `task` (classification | language_modeling | translation).
 
@@ -98,7 +98,7 @@ def split_batches(
     task: str,
     tokenizer: Tokenizer,
     split_name: str = "validation",
-    **options: Any,
+    **options: Unpack[DataKeywords],
 ) -> BatchSource:
     """One split's batches in order, every example kept: what evaluating a trained model reads.
 

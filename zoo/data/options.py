@@ -10,11 +10,13 @@ Conversations for instruction tuning have their own record beside this one, `Cha
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
-from typing import Any, cast
+from typing import Any, TypedDict, cast
 
 import numpy as np
+
+from zoo.data.tokenizers.word import WordOptions
 
 TASKS = ("classification", "language_modeling", "translation")
 TASK_ALIASES = {
@@ -56,7 +58,7 @@ class DataConfig:
     truncate: bool = True  # cut over-long examples (and log how many); False raises instead
     seed: int = 0  # shuffling and holdout seed
     share_tokenizer: bool = False  # translation: one vocabulary for both languages
-    tokenizer_options: dict[str, Any] | None = None  # for build_tokenizer, e.g. {"min_freq": 2}
+    tokenizer_options: WordOptions | None = None  # for build_tokenizer, e.g. {"min_freq": 2}
     tokenizer_sample: int = 100_000  # streaming: examples read to learn a char/word vocabulary
     shuffle_buffer: int = 10_000  # streaming: examples in the shuffle buffer (0: no shuffling)
     steps_per_epoch: int | None = None  # streaming: batches per epoch (None: count by one pass)
@@ -94,13 +96,44 @@ class DataConfig:
         object.__setattr__(self, "buckets", check_buckets(self.max_len, self.buckets))
 
     @classmethod
-    def from_options(cls, task: str, options: dict[str, Any]) -> DataConfig:
-        """`DataConfig(task=task, **options)` with an error that lists the valid options."""
+    def from_options(cls, task: str, options: Mapping[str, Any]) -> DataConfig:
+        """`DataConfig(task=task, **options)` with an error that lists the valid options.
+
+        `options` may come from an untyped source (the command line): their names are checked
+        here and their values by the constructor; typed callers pass a `DataKeywords`."""
         valid = sorted(f.name for f in fields(cls) if f.name != "task")
         unknown = sorted(set(options) - set(valid))
         if unknown:
             raise TypeError(f"unknown data options {unknown}; valid options: {valid}")
         return cls(task=task, **options)
+
+
+class DataKeywords(TypedDict, total=False):
+    """`DataConfig`'s fields but `task`, as keywords: the `options` of `from_hf(..., **options)`
+    (each is described on `DataConfig`)."""
+
+    batch_size: int
+    max_len: int
+    text_column: str
+    label_column: str
+    source_column: str
+    target_column: str
+    num_classes: int | None
+    train_split: str
+    validation_split: str | None
+    holdout: float
+    buckets: Sequence[int] | str | None
+    packing: bool
+    group_by_length: bool
+    random_blocks: bool
+    truncate: bool
+    seed: int
+    share_tokenizer: bool
+    tokenizer_options: WordOptions | None
+    tokenizer_sample: int
+    shuffle_buffer: int
+    steps_per_epoch: int | None
+    num_proc: int | None
 
 
 def check_buckets(max_len: int, buckets: Sequence[int] | str | None) -> tuple[int, ...] | str:

@@ -17,11 +17,10 @@ the task also checks that every position it scores is listed).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import numpy as np
 
-from zoo.data.batches import Batch
+from zoo.data.batches import Batch, BatchSource
 
 LOSS_POSITIONS = "loss_positions"
 POSITION_MULTIPLE = 8  # capacities are rounded up to this, so nearby counts share a shape
@@ -72,7 +71,7 @@ class ListedPositions:
     `loss_positions` added, its capacity fixed per padded length from `most`, the most scored
     targets of any row. Everything else (`len`, `lengths`, ...) is the source's."""
 
-    def __init__(self, source: Any, most: int):
+    def __init__(self, source: BatchSource, most: int):
         self.source = source
         self.most = most
 
@@ -90,7 +89,7 @@ class ListedPositions:
     def __iter__(self) -> Iterator[Batch]:
         return (self.batch(step) for step in range(len(self)))
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> object:
         if name in ("source", "most"):  # not set yet (copying, unpickling)
             raise AttributeError(name)
         return getattr(self.source, name)

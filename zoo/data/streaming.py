@@ -2,7 +2,7 @@
 
 The batches form one endless sequence: pass 0 over the stream, then pass 1, ... (each pass
 reshuffled through a buffer seeded by `seed` and the pass number), and `batch(step)` is the
-step-th of them. Reading steps in order costs nothing extra. Any other step (a resumed run)
+step-th of them. Reading steps in order costs nothing extra. A step out of order (a resumed run)
 restarts the stream and re-reads up to that step: resuming costs a re-read of the data already
 trained on. `len(source)` is `steps_per_epoch` when given, otherwise the batches of one pass,
 counted by reading the stream once.

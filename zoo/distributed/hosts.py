@@ -18,10 +18,11 @@ over devices of other processes are gathered with `gather` (every process must c
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TypedDict
 
 import jax
 import numpy as np
+from jaxtyping import PyTree
 
 AUTO = "auto"
 ENV_COORDINATOR = "JAX_COORDINATOR_ADDRESS"
@@ -44,11 +45,19 @@ def _env_int(name: str) -> int | None:
         raise ValueError(f"{name}={text!r} is not a whole number; set it to e.g. 0") from None
 
 
+class InitializeArguments(TypedDict, total=False):
+    """The keyword arguments `jax.distributed.initialize` is called with."""
+
+    coordinator_address: str  # process 0's HOST:PORT
+    num_processes: int
+    process_id: int  # this process, 0 to num_processes - 1
+
+
 def resolve_request(
     coordinator_address: str | None = None,
     num_processes: int | None = None,
     process_id: int | None = None,
-) -> dict[str, Any] | None:
+) -> InitializeArguments | None:
     """The arguments for `jax.distributed.initialize` (`{}` for "auto"), or None: one process.
 
     Arguments win over the environment variables; a partial request raises ValueError."""
@@ -74,8 +83,12 @@ def resolve_request(
         )
     if coordinator_address == AUTO:
         # JAX fills what is left out from the cluster (SLURM, Open MPI, TPU metadata)
-        given = {"num_processes": num_processes, "process_id": process_id}
-        return {name: value for name, value in given.items() if value is not None}
+        given: InitializeArguments = {}
+        if num_processes is not None:
+            given["num_processes"] = num_processes
+        if process_id is not None:
+            given["process_id"] = process_id
+        return given
     missing = [
         name
         for name, value in (
@@ -85,9 +98,8 @@ def resolve_request(
         )
         if value is None
     ]
-    if missing:
+    if missing or coordinator_address is None or num_processes is None or process_id is None:
         raise ValueError(f"a run on many processes needs {' and '.join(missing)}: {_HOW}")
-    assert coordinator_address is not None  # for mypy: checked just above
     host, separator, port = coordinator_address.rpartition(":")
     if not separator or not host or not port.isdigit():
         raise ValueError(
@@ -166,7 +178,7 @@ def all_processes_agree(value: bool) -> bool:
     return bool(np.all(votes))
 
 
-def gather(tree: Any) -> Any:
+def gather(tree: PyTree) -> PyTree:
     """`tree` (a pytree of arrays, e.g. `eqx.filter(model, eqx.is_array)`) with every array
     whole in this process's memory, as numpy arrays.
 
@@ -182,5 +194,5 @@ def gather(tree: Any) -> Any:
     return jax.device_get(tree)
 
 
-def _identity(tree: Any) -> Any:
+def _identity(tree: PyTree) -> PyTree:
     return tree

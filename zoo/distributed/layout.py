@@ -10,17 +10,20 @@ global array whose rows are split over the `data` and `fsdp` axes
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeVar
 
 import equinox as eqx
 import jax
 import numpy as np
 from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec
+from jaxtyping import ArrayLike, PyTree
 
 from zoo.distributed.mesh import BATCH_AXES, as_mesh, axis_size, mesh_string
 from zoo.distributed.rules import RULES, Rule, shardings
+
+Tree = TypeVar("Tree")  # a pytree placed: the same structure, its arrays moved
 
 
 @dataclass(frozen=True)
@@ -31,7 +34,9 @@ class Layout:
     rules: tuple[Rule, ...] = RULES
 
     @classmethod
-    def of(cls, mesh: Mesh | str, rules: Any = None) -> Layout:
+    def of(
+        cls, mesh: Mesh | str, rules: Iterable[tuple[str, Sequence[str | None]]] | None = None
+    ) -> Layout:
         """`mesh` (a `Mesh` or a string like `data=2,fsdp=-1`) with `rules` (default `RULES`)."""
         table = RULES if rules is None else tuple((str(p), tuple(s)) for p, s in rules)
         return cls(as_mesh(mesh), table)
@@ -41,11 +46,11 @@ class Layout:
         """How many slices the batch's rows are split into (data x fsdp)."""
         return math.prod(axis_size(self.mesh, name) for name in BATCH_AXES)
 
-    def shardings(self, tree: Any) -> Any:
+    def shardings(self, tree: PyTree) -> PyTree:
         """The `NamedSharding` of each array of `tree` (see `zoo.distributed.shardings`)."""
         return shardings(tree, self.mesh, self.rules)
 
-    def place(self, tree: Any) -> Any:
+    def place(self, tree: Tree) -> Tree:
         """`tree` with its arrays copied onto their shardings (the input is left as it was)."""
         arrays, static = eqx.partition(tree, eqx.is_array)
         # through host memory: device_put from one device to a sharding compiles a program per
@@ -53,15 +58,15 @@ class Layout:
         placed = jax.device_put(jax.device_get(arrays), self.shardings(arrays))
         return eqx.combine(placed, static)
 
-    def constrain(self, tree: Any) -> Any:
+    def constrain(self, tree: Tree) -> Tree:
         """Inside `jit`: `tree` with its arrays pinned to their shardings."""
         arrays, static = eqx.partition(tree, eqx.is_array)
         pinned = jax.lax.with_sharding_constraint(arrays, self.shardings(arrays))
         return eqx.combine(pinned, static)
 
-    def check_batch(self, batch: Mapping[str, Any]) -> None:
+    def check_batch(self, batch: Mapping[str, ArrayLike]) -> None:
         """The batch's rows must split evenly over the data and fsdp axes."""
-        size = len(next(iter(batch.values())))
+        size = _rows(batch)
         if size % self.batch_ways:
             raise ValueError(
                 f"batch size {size} does not split over the mesh {mesh_string(self.mesh)}: "
@@ -74,7 +79,9 @@ class Layout:
         rows = tuple(a for a in BATCH_AXES if a in self.mesh.axis_names) if split else None
         return NamedSharding(self.mesh, PartitionSpec(rows, *([None] * (ndim - 1))))
 
-    def place_batch(self, batch: Mapping[str, Any], *, even: bool = True) -> dict[str, jax.Array]:
+    def place_batch(
+        self, batch: Mapping[str, ArrayLike], *, even: bool = True
+    ) -> dict[str, jax.Array]:
         """Each array of `batch` (the global batch, the same on every process) as one global
         array split by rows; a process hands over only the rows its devices hold.
 
@@ -85,7 +92,7 @@ class Layout:
         if even:
             self.check_batch(batch)
         else:
-            split = len(next(iter(batch.values()))) % self.batch_ways == 0
+            split = _rows(batch) % self.batch_ways == 0
         placed = {}
         for name, value in batch.items():
             sharding = self.batch_sharding(np.ndim(value), split)
@@ -104,3 +111,11 @@ class Layout:
                 sharding, value[start:stop], value.shape
             )
         return placed
+
+
+def _rows(batch: Mapping[str, ArrayLike]) -> int:
+    """The rows of a batch: the length of the first axis of its first array."""
+    shape = np.shape(next(iter(batch.values())))
+    if not shape:
+        raise ValueError("a batch's arrays have the batch axis first; this one holds a scalar")
+    return shape[0]

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 import jax
 import numpy as np
@@ -98,7 +97,7 @@ def mesh_axes(spec: str) -> tuple[str, ...]:
     return ALL_AXES if "expert" in parse_mesh(spec) else AXES
 
 
-def make_mesh(spec: str, devices: Sequence[Any] | None = None) -> Mesh:
+def make_mesh(spec: str, devices: Sequence[jax.Device] | None = None) -> Mesh:
     """The `Mesh` with axes `AXES` that `spec` describes, over `devices` (default: all)."""
     devices = list(jax.devices() if devices is None else devices)
     processes = len({device.process_index for device in devices})
@@ -119,8 +118,9 @@ def abstract_mesh(spec: str, device_count: int) -> AbstractMesh:
     return AbstractMesh(resolve_sizes(spec, device_count), mesh_axes(spec))
 
 
-def as_mesh(mesh: Any) -> Mesh:
-    """A `Mesh` as it is (its axis names must be among `AXES`), or one made from a string."""
+def as_mesh(mesh: object) -> Mesh:
+    """A `Mesh` as it is (its axis names must be among `AXES`), or one made from a string
+    (anything else is a `TypeError`)."""
     if isinstance(mesh, str):
         return make_mesh(mesh)
     if not isinstance(mesh, Mesh):

@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from typing import Any, TypeVar
+from typing import TypedDict, TypeGuard, TypeVar
 
 import jax
 import numpy as np
 from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec
+from jax.tree_util import PyTreeDef
+from jaxtyping import PyTree
 
 from zoo.distributed.mesh import axis_size, mesh_string
 from zoo.nn.feedforward import FeedForward
@@ -109,22 +111,23 @@ def partition_spec(
     return PartitionSpec(*axes)
 
 
-def _flat_slots(tree: Any) -> tuple[list[tuple[str, Any]], Any]:
+def _flat_slots(tree: PyTree) -> tuple[list[tuple[str, object]], PyTreeDef]:
     flat, treedef = jax.tree_util.tree_flatten_with_path(tree)
     return [(path_name(path), leaf) for path, leaf in flat], treedef
 
 
-def _is_slot(leaf: Any) -> bool:
+def _is_slot(leaf: object) -> TypeGuard[jax.Array | jax.ShapeDtypeStruct | np.ndarray]:
+    """Whether `leaf` is an array (or an array's shape and dtype) that rules place."""
     return isinstance(leaf, jax.Array | jax.ShapeDtypeStruct | np.ndarray)
 
 
-def _parts(tree: object, kind: type[Part]) -> list[Part]:
+def _parts(tree: PyTree, kind: type[Part]) -> list[Part]:
     """The modules of class `kind` in `tree` (a model, or a pytree of its shape)."""
     nodes = jax.tree_util.tree_leaves(tree, is_leaf=lambda node: isinstance(node, kind))
     return [node for node in nodes if isinstance(node, kind)]
 
 
-def check_tensor(tree: Any, mesh: Mesh | AbstractMesh) -> None:
+def check_tensor(tree: PyTree, mesh: Mesh | AbstractMesh) -> None:
     """`tensor` must divide the heads, key/value heads and feed-forward widths of `tree`."""
     tensor = axis_size(mesh, "tensor")
     if tensor == 1:
@@ -146,7 +149,7 @@ def check_tensor(tree: Any, mesh: Mesh | AbstractMesh) -> None:
         )
 
 
-def check_experts(tree: Any, mesh: Mesh | AbstractMesh) -> None:
+def check_experts(tree: PyTree, mesh: Mesh | AbstractMesh) -> None:
     """`expert` must divide the experts of `tree` (and the model must have some)."""
     expert = axis_size(mesh, "expert")
     if expert == 1:
@@ -162,7 +165,7 @@ def check_experts(tree: Any, mesh: Mesh | AbstractMesh) -> None:
         )
 
 
-def shardings(tree: Any, mesh: Mesh | AbstractMesh, rules: tuple[Rule, ...] = RULES) -> Any:
+def shardings(tree: PyTree, mesh: Mesh | AbstractMesh, rules: tuple[Rule, ...] = RULES) -> PyTree:
     """`tree` (a model, an optimizer state, or their `eqx.filter_eval_shape`) with each array
     replaced by its `NamedSharding` on `mesh` (other leaves kept). Nothing is allocated."""
     check_tensor(tree, mesh)
@@ -177,13 +180,25 @@ def shardings(tree: Any, mesh: Mesh | AbstractMesh, rules: tuple[Rule, ...] = RU
     return jax.tree_util.tree_unflatten(treedef, leaves)
 
 
+class ShardingRow(TypedDict):
+    """One array of a tree, and how the rules place it on a mesh."""
+
+    name: str  # its dotted pytree path
+    shape: tuple[int, ...]
+    dtype: str
+    spec: PartitionSpec  # the mesh axes that split its dimensions
+    rule: bool  # whether a rule matched it (a scalar needs none)
+    bytes: int  # in all
+    bytes_per_device: int  # of its largest shard
+
+
 def sharding_table(
-    tree: Any, mesh: Mesh | AbstractMesh, rules: tuple[Rule, ...] = RULES
-) -> list[dict]:
+    tree: PyTree, mesh: Mesh | AbstractMesh, rules: tuple[Rule, ...] = RULES
+) -> list[ShardingRow]:
     """One row per array of `tree`: name, shape, dtype, spec, bytes in all and per device."""
     check_tensor(tree, mesh)
     check_experts(tree, mesh)
-    rows = []
+    rows: list[ShardingRow] = []
     for name, leaf in _flat_slots(tree)[0]:
         if not _is_slot(leaf):
             continue
@@ -216,7 +231,7 @@ def _spec_text(spec: PartitionSpec, ndim: int, matched: bool) -> str:
     return "(" + ", ".join("-" if axis is None else str(axis) for axis in axes) + ")"
 
 
-def describe(model: Any, mesh: Mesh | AbstractMesh, rules: tuple[Rule, ...] = RULES) -> None:
+def describe(model: PyTree, mesh: Mesh | AbstractMesh, rules: tuple[Rule, ...] = RULES) -> None:
     """Print each parameter's shape, sharding and bytes per device on `mesh`, then the totals.
 
     `model` may be `eqx.filter_eval_shape(...)` of a model (or of an optimizer state)."""

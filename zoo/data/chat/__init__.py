@@ -20,7 +20,7 @@ Read in this order:
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING
 
 from zoo.data.chat.batches import ChatExamples, chat_batches, encode_conversations, trained_turns
 from zoo.data.chat.conversations import (
@@ -37,11 +37,15 @@ from zoo.data.chat.tokens import ChatTokens, encode_chat, encode_prompt, end_of_
 from zoo.data.chat.tools import check_tool_support, row_tools
 from zoo.data.chat.turns import TurnSpan, turn_spans
 
+if TYPE_CHECKING:  # for type checkers, the names loaded on first use below
+    from zoo.data.chat.datasets import ChatData as ChatData
+    from zoo.data.chat.datasets import chat_data as chat_data
+
 # Names whose module imports `datasets` (about a second): loaded when first asked for.
 _LAZY = {"chat_data": "zoo.data.chat.datasets", "ChatData": "zoo.data.chat.datasets"}
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'zoo.data.chat' has no attribute {name!r}")

@@ -34,18 +34,29 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, TypeAlias
+from typing import Literal, NotRequired, TypedDict
 
 from zoo.data.chat.tools import row_tools, without_nulls
 from zoo.data.errors import DataError
 
-# {"role": "system" | "user" | "assistant", "content": text}, and "weight": 0 on an assistant
-# turn that is not trained
-Message: TypeAlias = dict[str, Any]
+ToolKey = Literal["tool_calls", "tool_call_id", "name"]
+
+
+class Message(TypedDict):
+    """One checked message, as the template reads it."""
+
+    role: str  # one of ROLES
+    content: str | None  # text; None (or "") only on an assistant turn that calls tools
+    weight: NotRequired[int]  # 0 on an assistant turn that is not trained
+    # an assistant turn's calls, a tool turn's answer to one: as the row wrote them
+    tool_calls: NotRequired[object]
+    tool_call_id: NotRequired[object]
+    name: NotRequired[object]
+
 
 ROLES = ("system", "user", "assistant", "tool")
 # Keys of an assistant or tool message that reach the template besides role and content.
-TOOL_KEYS = ("tool_calls", "tool_call_id", "name")
+TOOL_KEYS: tuple[ToolKey, ...] = ("tool_calls", "tool_call_id", "name")
 FORMATS = ("messages", "instruction", "prompt_completion")
 # ShareGPT speaker names (`from`) -> roles; `human`/`gpt` are ShareGPT's own, the rest pass through.
 SHAREGPT_ROLES = {
@@ -65,11 +76,11 @@ EXPECTED = {
 }
 
 
-class Conversation(list):  # type: ignore[type-arg]
+class Conversation(list[Message]):
     """A conversation's messages (a list), with the row's `tools` (None: none) and, for a
     prompt/completion row, the index of its first completion message (`completion_start`)."""
 
-    tools: list[dict[str, Any]] | None = None
+    tools: list[dict[str, object]] | None = None
     completion_start: int | None = None
 
 
@@ -107,7 +118,7 @@ def detect_format(columns: Iterable[str], *, messages_column: str | None = None)
 
 
 def conversation_messages(
-    row: Mapping[str, Any],
+    row: Mapping[str, object],
     *,
     format: str | None = None,
     index: int = 0,
@@ -139,6 +150,7 @@ def conversation_messages(
     if detected:
         _check_not_mixed(row, chosen, index, messages_column)
     completion_start = None
+    messages: Sequence[object]
     if chosen == "messages":
         messages = _from_messages(row, index, messages_column, roles)
     elif chosen == "instruction":
@@ -156,7 +168,7 @@ def conversation_messages(
 
 
 def conversations(
-    rows: Iterable[Mapping[str, Any]],
+    rows: Iterable[Mapping[str, object]],
     *,
     format: str | None = None,
     require_assistant: bool = True,
@@ -176,7 +188,7 @@ def conversations(
 
 
 def _check_not_mixed(
-    row: Mapping[str, Any], chosen: str, index: int, messages_column: str | None
+    row: Mapping[str, object], chosen: str, index: int, messages_column: str | None
 ) -> None:
     """A `DataError` when the row is written in another format than `chosen` (the format of
     the data, read from its first row or its columns): its own columns fit that other format
@@ -201,7 +213,7 @@ def _check_not_mixed(
         )
 
 
-def _renamed(turn: Any, roles: Mapping[str, str]) -> Any:
+def _renamed(turn: object, roles: Mapping[str, str]) -> object:
     """A message whose role (or ShareGPT speaker) `roles` names, with the role it maps to."""
     if not isinstance(turn, Mapping):
         return turn
@@ -217,7 +229,7 @@ def _renamed(turn: Any, roles: Mapping[str, str]) -> Any:
 
 
 def check_messages(
-    messages: Sequence[Mapping[str, Any]],
+    messages: Sequence[object],
     *,
     index: int = 0,
     require_assistant: bool = True,
@@ -237,7 +249,7 @@ def check_messages(
                 f"{where} should be a mapping with 'role' and 'content', found {message!r}"
             )
         role, content = message["role"], message["content"]
-        if role not in ROLES:
+        if not isinstance(role, str) or role not in ROLES:
             raise DataError(
                 f"{where} has the role {role!r}; roles are {ROLES} (name others with --role "
                 "FROM=TO, roles={FROM: TO})"
@@ -264,12 +276,13 @@ def check_messages(
                 "trained turn by turn: drop the mark from this turn, or train on every token "
                 "(--train-on all, train_on='all')"
             )
-        checked.append({"role": role, "content": content})
+        entry: Message = {"role": role, "content": content}
         for key in TOOL_KEYS if role in ("assistant", "tool") else ():
             if message.get(key) is not None:
-                checked[-1][key] = without_nulls(message[key])
+                entry[key] = without_nulls(message[key])
         if weight == 0 and role == "assistant":
-            checked[-1]["weight"] = 0
+            entry["weight"] = 0
+        checked.append(entry)
     if require_assistant and all(message["role"] != "assistant" for message in checked):
         roles = [message["role"] for message in checked]
         raise DataError(
@@ -287,7 +300,7 @@ def check_messages(
     return checked
 
 
-def message_weight(message: Mapping[str, Any], *, where: str = "a message") -> int | None:
+def message_weight(message: Mapping[str, object], *, where: str = "a message") -> int | None:
     """Whether `message` is trained: 0 or 1 from its `weight` (OpenAI's fine-tuning format) or
     its `train` / `training` flag (axolotl's); None when it carries none of them (a missing key
     and a null are the same). A value other than 0/1 or true/false, or marks that disagree, are
@@ -295,8 +308,7 @@ def message_weight(message: Mapping[str, Any], *, where: str = "a message") -> i
     found: dict[str, int] = {}
     weight = message.get("weight")
     if weight is not None:
-        number = isinstance(weight, int | float) and not isinstance(weight, bool)
-        if not number or weight not in (0, 1):
+        if isinstance(weight, bool) or not isinstance(weight, int | float) or weight not in (0, 1):
             raise DataError(
                 f"{where} has weight {weight!r}; a turn's weight is 0 (not trained) or 1 "
                 "(trained): fix it or drop the row"
@@ -319,7 +331,7 @@ def message_weight(message: Mapping[str, Any], *, where: str = "a message") -> i
     return next(iter(found.values()), None)
 
 
-def _column(row: Mapping[str, Any], name: str, index: int, format: str) -> Any:
+def _column(row: Mapping[str, object], name: str, index: int, format: str) -> object:
     if name not in row:
         raise DataError(
             f"row {index} lacks the column {name!r} of the {format!r} format: expected "
@@ -333,12 +345,12 @@ def _column(row: Mapping[str, Any], name: str, index: int, format: str) -> Any:
     return row[name]
 
 
-def _is_null(value: Any) -> bool:
+def _is_null(value: object) -> bool:
     """None, or the NaN that stands for an empty cell of a CSV column of numbers."""
     return value is None or (isinstance(value, float) and math.isnan(value))
 
 
-def _text(row: Mapping[str, Any], name: str, index: int, *, required: bool) -> str | None:
+def _text(row: Mapping[str, object], name: str, index: int, *, required: bool) -> str | None:
     """The instruction format's column `name` as text: a string as it is, a number as its
     text; None when it is absent or null (a `DataError` where it is `required`)."""
     if required:
@@ -358,17 +370,17 @@ def _text(row: Mapping[str, Any], name: str, index: int, *, required: bool) -> s
     )
 
 
-def _short(value: Any, limit: int = 60) -> str:
+def _short(value: object, limit: int = 60) -> str:
     text = repr(value)
     return text if len(text) <= limit else f"{text[: limit - 3]}..."
 
 
 def _from_messages(
-    row: Mapping[str, Any],
+    row: Mapping[str, object],
     index: int,
     column: str | None = None,
     roles: Mapping[str, str] | None = None,
-) -> list[Any]:
+) -> list[object]:
     if column is not None:
         if column not in row:
             raise DataError(
@@ -391,7 +403,7 @@ def _from_messages(
     return [_sharegpt(turn, index, number) for number, turn in enumerate(turns)]
 
 
-def _sharegpt(turn: Any, index: int, number: int) -> Any:
+def _sharegpt(turn: object, index: int, number: int) -> object:
     """A ShareGPT `{from, value}` turn as `{role, content}`; any other turn as it is."""
     if not isinstance(turn, Mapping) or turn.get("role") is not None or "from" not in turn:
         return turn
@@ -406,7 +418,7 @@ def _sharegpt(turn: Any, index: int, number: int) -> Any:
     return {"role": SHAREGPT_ROLES[speaker], "content": turn.get("value"), **marks}
 
 
-def _from_instruction(row: Mapping[str, Any], index: int) -> list[Any]:
+def _from_instruction(row: Mapping[str, object], index: int) -> list[dict[str, str | None]]:
     instruction = _text(row, "instruction", index, required=True)
     output = _text(row, "output", index, required=True)
     request = instruction
@@ -421,7 +433,7 @@ def _from_instruction(row: Mapping[str, Any], index: int) -> list[Any]:
     return messages
 
 
-def _from_prompt_completion(row: Mapping[str, Any], index: int) -> tuple[list[Any], int]:
+def _from_prompt_completion(row: Mapping[str, object], index: int) -> tuple[list[object], int]:
     """The prompt's and the completion's messages, and the index of the completion's first."""
     prompt = _column(row, "prompt", index, "prompt_completion")
     completion = _column(row, "completion", index, "prompt_completion")
@@ -430,7 +442,7 @@ def _from_prompt_completion(row: Mapping[str, Any], index: int) -> tuple[list[An
     return [*asked, *answered], len(asked)
 
 
-def _as_turns(value: Any, role: str, column: str, index: int) -> list[Any]:
+def _as_turns(value: object, role: str, column: str, index: int) -> list[object]:
     """A text as one turn of `role`; a list (TRL's conversational form) as its messages."""
     if isinstance(value, str):
         return [{"role": role, "content": value}]

@@ -20,11 +20,10 @@ import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from zoo.data.chat.template import DEFAULT_TEMPLATE, ChatTemplate
 from zoo.data.tokenizers.base import Tokenizer
-from zoo.files import damaged, read_json_object
+from zoo.files import JSONObject, damaged, read_json_object
 
 DAMAGED_FIX = "copy the tokenizer's files again from the checkpoint they came from"
 CHAT_TEMPLATE_JINJA = "chat_template.jinja"
@@ -70,7 +69,7 @@ def _read_template(path: Path) -> str:
         ) from None
 
 
-def as_templates(value: Any, where: Any) -> Templates:
+def as_templates(value: object, where: str | os.PathLike) -> Templates:
     """A `chat_template` value (a string, or a list of `{"name", "template"}`) checked."""
     if isinstance(value, str):
         return value
@@ -205,6 +204,6 @@ def _kind(tokenizer: Tokenizer) -> str:
     return f"{tokenizer.kind or type(tokenizer).__name__} tokenizer"
 
 
-def _optional_json(path: Path) -> dict[str, Any]:
+def _optional_json(path: Path) -> JSONObject:
     """A tokenizer folder's optional JSON file, `{}` where it is absent."""
     return read_json_object(path, fix=DAMAGED_FIX, missing_ok=True)

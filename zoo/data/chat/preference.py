@@ -23,9 +23,9 @@ answers, or a prompt that leaves no room for the answer within `max_len`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeAlias, TypeVar
 
 import numpy as np
 
@@ -40,6 +40,13 @@ from zoo.data.tokenizers.build import build_tokenizer
 
 logger = logging.getLogger(__name__)
 ANSWERS = ("chosen", "rejected")
+# A conversational row's prompt or answer: its messages.
+Turns: TypeAlias = list[Mapping[str, object]]
+# A checked row (`row_parts`): prompt, chosen and rejected, three texts or three lists of turns.
+Parts: TypeAlias = tuple[str, str, str] | tuple[Turns, Turns, Turns]
+Side = TypeVar("Side", str, Turns)
+# Preference rows: one split, or a `DatasetDict` (any mapping) of split names to splits.
+Rows: TypeAlias = Iterable[Mapping[str, object]]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,7 +83,7 @@ class PreferencePair:
     rejected: list[int]
 
 
-def preference_format(row: Mapping[str, Any]) -> tuple[str, bool]:
+def preference_format(row: Mapping[str, object]) -> tuple[str, bool]:
     """`(kind, implicit)`: "standard" (text) or "conversational" (messages), and whether the
     prompt is implicit (no `prompt` column); ValueError when `chosen` / `rejected` are missing."""
     missing = [name for name in ANSWERS if name not in row]
@@ -89,7 +96,7 @@ def preference_format(row: Mapping[str, Any]) -> tuple[str, bool]:
     return kind, "prompt" not in row
 
 
-def split_prompt(chosen: Any, rejected: Any) -> tuple[Any, Any, Any]:
+def split_prompt(chosen: Side, rejected: Side) -> tuple[Side, Side, Side]:
     """`(prompt, chosen, rejected)` of an implicit-prompt row: the prompt is the leading part
     (messages, or characters) both answers share; a space before the split stays with them."""
     shared = 0
@@ -102,30 +109,67 @@ def split_prompt(chosen: Any, rejected: Any) -> tuple[Any, Any, Any]:
     return chosen[:shared], chosen[shared:], rejected[shared:]
 
 
-def row_parts(row: Mapping[str, Any], index: int) -> tuple[Any, Any, Any]:
+def row_parts(row: Mapping[str, object], index: int) -> Parts:
     """`(prompt, chosen, rejected)` of row `index`, checked (see the module doc)."""
     kind, implicit = preference_format(row)
-    if implicit:
-        prompt, chosen, rejected = split_prompt(row["chosen"], row["rejected"])
+    parts: Parts
+    if kind == "conversational":
+        parts = _sides(row, index, implicit, _turns)
     else:
-        prompt, chosen, rejected = row["prompt"], row["chosen"], row["rejected"]
-    wanted = list if kind == "conversational" else str
-    for name, value in (("prompt", prompt), ("chosen", chosen), ("rejected", rejected)):
-        if not isinstance(value, list | tuple if wanted is list else str):
-            raise DataError(
-                f"preference row {index}: {name!r} is {type(value).__name__}, expected "
-                f"{'a list of messages' if wanted is list else 'text'} like the row's 'chosen'"
-            )
-    for name, value in (("chosen", chosen), ("rejected", rejected)):
+        parts = _sides(row, index, implicit, _text)
+    for name, value in zip(ANSWERS, parts[1:], strict=True):
         if not value or (isinstance(value, str) and not value.strip()):
             where = " after the prompt the answers share" if implicit else ""
             raise DataError(f"preference row {index}: the {name!r} answer is empty{where}")
-    if chosen == rejected:
+    if parts[1] == parts[2]:
         raise DataError(
             f"preference row {index}: 'chosen' and 'rejected' are identical; a pair needs two "
             "different answers"
         )
-    return prompt, list(chosen) if wanted is list else chosen, rejected
+    return parts
+
+
+def _sides(
+    row: Mapping[str, object],
+    index: int,
+    implicit: bool,
+    read: Callable[[object, str, int], Side],
+) -> tuple[Side, Side, Side]:
+    """`(prompt, chosen, rejected)`, each column read (and checked) by `read`; an implicit
+    prompt is the start the answers share (`split_prompt`)."""
+    prompt = None if implicit else read(row["prompt"], "prompt", index)
+    chosen, rejected = (read(row[name], name, index) for name in ANSWERS)
+    if prompt is None:
+        return split_prompt(chosen, rejected)
+    return prompt, chosen, rejected
+
+
+def _text(value: object, name: str, index: int) -> str:
+    """A standard row's column: text."""
+    if not isinstance(value, str):
+        raise DataError(
+            f"preference row {index}: {name!r} is {type(value).__name__}, expected text like "
+            "the row's 'chosen'"
+        )
+    return value
+
+
+def _turns(value: object, name: str, index: int) -> Turns:
+    """A conversational row's column: a list of messages (mappings)."""
+    if not isinstance(value, list | tuple):
+        raise DataError(
+            f"preference row {index}: {name!r} is {type(value).__name__}, expected a list of "
+            "messages like the row's 'chosen'"
+        )
+    turns = []
+    for number, message in enumerate(value):
+        if not isinstance(message, Mapping):
+            raise DataError(
+                f"preference row {index}: message {number} of {name!r} is "
+                f"{type(message).__name__}, expected a mapping with 'role' and 'content'"
+            )
+        turns.append(message)
+    return turns
 
 
 def _shared_length(left: Sequence[int], right: Sequence[int]) -> int:
@@ -137,27 +181,31 @@ def _shared_length(left: Sequence[int], right: Sequence[int]) -> int:
     return count
 
 
-def _ids(parts: tuple[Any, Any, Any], tokenizer: Tokenizer, template: ChatTemplate | None):
-    prompt, chosen, rejected = parts
-    if isinstance(chosen, list):
-        template = template or chat_template_for(tokenizer)
-        prompt_ids = encode_prompt(prompt, tokenizer, template=template).tolist()
-        whole = [
-            encode_chat([*prompt, *answer], tokenizer, template=template).input_ids.tolist()
-            for answer in (chosen, rejected)
-        ]
-    else:
-        bos = tokenizer.bos_id is not None
-        prompt_ids = tokenizer.encode(prompt, add_bos=bos)
-        eos = tokenizer.eos_id is not None
-        whole = [tokenizer.encode(prompt + answer, add_bos=bos, add_eos=eos)
-                 for answer in (chosen, rejected)]  # fmt: skip
+def _ids(
+    parts: Parts, tokenizer: Tokenizer, template: ChatTemplate | None
+) -> tuple[list[int], list[int], list[int]]:
+    match parts:
+        case (list() as prompt, list() as chosen, list() as rejected):
+            template = template or chat_template_for(tokenizer)
+            prompt_ids = encode_prompt(prompt, tokenizer, template=template).tolist()
+            whole = [
+                encode_chat([*prompt, *answer], tokenizer, template=template).input_ids.tolist()
+                for answer in (chosen, rejected)
+            ]
+        case (str() as prompt, str() as chosen, str() as rejected):
+            bos = tokenizer.bos_id is not None
+            prompt_ids = tokenizer.encode(prompt, add_bos=bos)
+            eos = tokenizer.eos_id is not None
+            whole = [tokenizer.encode(prompt + answer, add_bos=bos, add_eos=eos)
+                     for answer in (chosen, rejected)]  # fmt: skip
+        case _:
+            raise TypeError("parts are three texts or three lists of messages (row_parts)")
     shared = min(_shared_length(prompt_ids, ids) for ids in whole)
     return prompt_ids[:shared], whole[0][shared:], whole[1][shared:]
 
 
 def encode_pair(
-    parts: tuple[Any, Any, Any],
+    parts: Parts,
     tokenizer: Tokenizer,
     *,
     template: ChatTemplate | None = None,
@@ -232,7 +280,7 @@ class PreferenceData:
 
 
 def encode_rows(
-    rows: Sequence[Mapping[str, Any]],
+    rows: Sequence[Mapping[str, object]],
     tokenizer: Tokenizer,
     *,
     template: ChatTemplate | None = None,
@@ -246,7 +294,7 @@ def encode_rows(
             for index, part in enumerate(parts)]  # fmt: skip
 
 
-def _learnt_tokenizer(kind: str, rows: Sequence[Mapping[str, Any]]) -> Tokenizer:
+def _learnt_tokenizer(kind: str, rows: Sequence[Mapping[str, object]]) -> Tokenizer:
     """A char or word tokenizer learnt from the rows' text (a message as `role:\\ncontent`)."""
     if kind.startswith("tiktoken"):
         return build_tokenizer(kind)
@@ -257,12 +305,15 @@ def _learnt_tokenizer(kind: str, rows: Sequence[Mapping[str, Any]]) -> Tokenizer
             if isinstance(value, str):
                 texts.append(value)
             elif isinstance(value, list | tuple):
-                texts.extend(f"{m['role']}:\n{m['content']}" for m in value)
+                # a message that is no mapping is refused with its row (`row_parts`)
+                texts.extend(
+                    f"{m['role']}:\n{m['content']}" for m in value if isinstance(m, Mapping)
+                )
     return build_tokenizer(kind, texts)
 
 
 def preference_data(
-    dataset: Any,
+    dataset: Mapping[str, Rows] | Rows,
     *,
     tokenizer: Tokenizer | str | None = None,
     config: PreferenceDataConfig | None = None,
@@ -308,8 +359,8 @@ def preference_data(
 
 
 def _splits(
-    dataset: Any, config: PreferenceDataConfig
-) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]] | None, str]:
+    dataset: Mapping[str, Rows] | Rows, config: PreferenceDataConfig
+) -> tuple[list[Mapping[str, object]], list[Mapping[str, object]] | None, str]:
     """(train rows, validation rows or None, the validation split's name)."""
     if not isinstance(dataset, Mapping):
         return list(dataset), None, f"{config.train_split} holdout"

@@ -14,14 +14,21 @@ and how many rows the rest pack into.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
+import numpy.typing as npt
+
+# DatasetDict is declared as dict[str, "Dataset"]: the runtime type checker resolves that
+# name in the module that annotates with it.
+from datasets import Dataset  # noqa: F401
 
 from zoo.data.chat.batches import ChatExamples, encode_conversations, pack_conversations
+from zoo.data.chat.conversations import Conversation
 from zoo.data.chat.datasets import chat_data, split_conversations
 from zoo.data.chat.options import ChatDataConfig, resolve_train_on
+from zoo.data.splits import AnyData
 from zoo.data.tokenizers.base import Tokenizer
 
 OPEN, CLOSE = "[[", "]]"  # around trained text, without color
@@ -42,7 +49,7 @@ class ChatPreview:
 
 
 def preview_chat_data(
-    dataset: Any,
+    dataset: AnyData,
     *,
     tokenizer: Tokenizer | str | None = None,
     config: ChatDataConfig | None = None,
@@ -89,7 +96,14 @@ def preview_chat_data(
                        packed_rows, padding)  # fmt: skip
 
 
-def render(ids: Any, mask: Any, tokenizer: Tokenizer, *, limit: int, color: bool = False) -> str:
+def render(
+    ids: npt.ArrayLike,
+    mask: npt.ArrayLike,
+    tokenizer: Tokenizer,
+    *,
+    limit: int,
+    color: bool = False,
+) -> str:
     """One conversation's text, its trained tokens marked (see the module doc); tokens past
     `limit` are left out and noted."""
     over = len(np.asarray(ids)) > limit
@@ -162,9 +176,11 @@ def _statistics(
     return "\n".join(lines)
 
 
-def _train_conversations(dataset: Any, config: ChatDataConfig, format: str) -> list:
+def _train_conversations(
+    dataset: AnyData, config: ChatDataConfig, format: str
+) -> list[Conversation]:
     """The train split's conversations, read as `chat_data` reads them."""
-    split = dataset[config.train_split] if hasattr(dataset, "keys") else dataset
+    split = dataset[config.train_split] if isinstance(dataset, Mapping) else dataset
     accepted = inspect.signature(split_conversations).parameters
     extra = {
         name: getattr(config, name)

@@ -3,9 +3,9 @@
 Rendered the way transformers' `apply_chat_template` renders it: a sandboxed Jinja environment
 (`ImmutableSandboxedEnvironment`, `trim_blocks=True`, `lstrip_blocks=True`, loop controls), a
 `tojson` filter that keeps non-ASCII text, `raise_exception(message)` and `strftime_now(format)`
-globals, and the variables `messages`, `add_generation_prompt`, `tools` (None unless given),
-`documents` (None) and the tokenizer's special token strings (`bos_token`, `eos_token`, ...),
-which the caller's own variables override.
+globals, and the variables `messages`, `add_generation_prompt`, `tools` (None unless given: a
+list of function schemas), `documents` (None) and the tokenizer's special token strings
+(`bos_token`, `eos_token`, ...), which the caller's own variables override.
 
 `{% generation %}...{% endgeneration %}` (transformers' extension) marks text the assistant
 generates; `ChatTemplate.spans` gives its character spans in the rendered text.
@@ -25,7 +25,7 @@ then the eos token, then a newline; the generation prompt is `assistant:` and a 
 Templates come from strangers, so rendering is bounded (`RenderLimits`): a time limit, a limit
 on the rendered text, a limit on the items `range` may produce over one rendering, and on the
 size of a string or list built by `*`. `{% include %}`, `{% import %}` and `{% extends %}` are
-refused (a template is rendered on its own, with no files beside it). Any failure inside a
+refused (a template is rendered on its own, with no files beside it). Every failure inside a
 template, a limit reached or an error of its own, is one `ValueError` naming the template.
 
 jinja2 is an optional dependency: `pip install 'jax-transformer-zoo[chat]'`.
@@ -36,14 +36,21 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from zoo.extras import pip_install
+
+if TYPE_CHECKING:  # jinja2 is optional: imported where a template is rendered
+    from jinja2 import Template
+    from jinja2.parser import Parser
+    from jinja2.runtime import Context
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 INSTALL_CHAT = pip_install("chat")
 MIN_JINJA = (3, 1, 6)  # older releases have known sandbox escapes; hub templates are untrusted
@@ -153,23 +160,22 @@ class ChatTemplate:
 
     def render(
         self,
-        messages: Sequence[Mapping[str, Any]],
+        messages: Sequence[Mapping[str, object]],
         *,
         add_generation_prompt: bool = False,
-        tools: Sequence[Mapping[str, Any]] | None = None,
-        **variables: Any,
+        **variables: object,
     ) -> str:
         """The conversation as text; `add_generation_prompt` ends it with the opening of an
-        assistant turn (for generation); `variables` reach the template (e.g. `date_string`)."""
-        return self._render(messages, add_generation_prompt, tools, variables, marking=False)
+        assistant turn (for generation); `variables` reach the template (`tools`, a list of
+        function schemas; `date_string`, ...)."""
+        return self._render(messages, add_generation_prompt, variables, marking=False)
 
     def spans(
         self,
-        messages: Sequence[Mapping[str, Any]],
+        messages: Sequence[Mapping[str, object]],
         *,
         add_generation_prompt: bool = False,
-        tools: Sequence[Mapping[str, Any]] | None = None,
-        **variables: Any,
+        **variables: object,
     ) -> tuple[str, list[tuple[int, int]]]:
         """`render`'s text and the `(start, end)` character span of every `{% generation %}`
         block in it, in order (none for a template without them)."""
@@ -179,15 +185,14 @@ class ChatTemplate:
                     "the conversation holds the private-use character U+E000 or U+E001, which "
                     "mark {% generation %} blocks while they are measured; remove them"
                 )
-        marked = self._render(messages, add_generation_prompt, tools, variables, marking=True)
+        marked = self._render(messages, add_generation_prompt, variables, marking=True)
         return _unmark(marked, self.origin)
 
     def _render(
         self,
-        messages: Sequence[Mapping[str, Any]],
+        messages: Sequence[Mapping[str, object]],
         add_generation_prompt: bool,
-        tools: Sequence[Mapping[str, Any]] | None,
-        variables: Mapping[str, Any],
+        variables: Mapping[str, object],
         *,
         marking: bool,
     ) -> str:
@@ -197,7 +202,7 @@ class ChatTemplate:
             **self.special_tokens,
             **variables,
             "messages": [dict(message) for message in messages],
-            "tools": None if tools is None else [dict(tool) for tool in tools],
+            "tools": template_tools(variables.get("tools")),
             "documents": None,
             "add_generation_prompt": add_generation_prompt,
         }
@@ -229,6 +234,20 @@ class ChatTemplate:
             _marking.reset(token)
 
 
+def template_tools(tools: object) -> list[dict[str, object]] | None:
+    """The `tools` a template is given: a list of function schemas (mappings) copied, or None."""
+    if tools is None:
+        return None
+    if isinstance(tools, str | bytes) or not isinstance(tools, Sequence):
+        raise TypeError(f"tools should be a list of function schemas, got {type(tools).__name__}")
+    schemas = []
+    for tool in tools:
+        if not isinstance(tool, Mapping):
+            raise TypeError(f"a tool should be a function schema (a mapping), got {tool!r:.60}")
+        schemas.append(dict(tool))
+    return schemas
+
+
 def _bounded_text(chunks: Iterator[str], limits: RenderLimits) -> str:
     """The rendered chunks joined, refused as soon as they pass the size or time limit."""
     budget = _current_budget()
@@ -242,7 +261,7 @@ def _bounded_text(chunks: Iterator[str], limits: RenderLimits) -> str:
     return "".join(pieces)
 
 
-def _jinja() -> Any:
+def _jinja() -> ModuleType:
     """The jinja2 module, or an ImportError that says how to install it."""
     try:
         import jinja2
@@ -258,7 +277,7 @@ def _jinja() -> Any:
 
 
 @lru_cache(maxsize=1)
-def _environment() -> Any:
+def _environment() -> ImmutableSandboxedEnvironment:
     """The one sandboxed environment every template compiles in (see the module doc)."""
     jinja2 = _jinja()
     from jinja2 import nodes
@@ -270,13 +289,13 @@ def _environment() -> Any:
 
         tags = {"generation"}  # noqa: RUF012 (jinja2 reads a set here)
 
-        def parse(self, parser: Any) -> Any:
+        def parse(self, parser: Parser) -> nodes.Node:
             lineno = next(parser.stream).lineno
             body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
             call = self.call_method("_bracket", [])
             return nodes.CallBlock(call, [], [], body).set_lineno(lineno)
 
-        def _bracket(self, caller: Any) -> str:
+        def _bracket(self, caller: Callable[[], str]) -> str:
             text = caller()
             return f"{GENERATION_START}{text}{GENERATION_END}" if _marking.get() else text
 
@@ -284,7 +303,7 @@ def _environment() -> Any:
         raise jinja2.exceptions.TemplateError(message)
 
     def tojson(
-        value: Any,
+        value: object,
         ensure_ascii: bool = False,
         indent: int | None = None,
         separators: tuple[str, str] | None = None,
@@ -304,12 +323,17 @@ def _environment() -> Any:
 
         intercepted_binops = frozenset(["*", "**"])
 
-        def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        def call_binop(
+            self, context: Context, operator: str, left: object, right: object
+        ) -> object:
             limit = _current_budget().limits.repeat
             if operator == "*":
                 for sequence, count in ((left, right), (right, left)):
-                    sized = isinstance(sequence, str | list | tuple)
-                    if sized and isinstance(count, int) and len(sequence) * count > limit:
+                    if (
+                        isinstance(sequence, str | list | tuple)
+                        and isinstance(count, int)
+                        and len(sequence) * count > limit
+                    ):
                         raise TemplateLimitReached(
                             f"it builds a {type(sequence).__name__} of "
                             f"{len(sequence) * count:,} items with '*' (at most {limit:,})"
@@ -318,7 +342,9 @@ def _environment() -> Any:
                 raise TemplateLimitReached(f"it raises a number to the power {right}")
             return super().call_binop(context, operator, left, right)
 
-        def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
+        def call(
+            __self, __context: Context, __obj: object, *args: object, **kwargs: object
+        ) -> object:
             budget = _current_budget()
             budget.check_time()
             # str.ljust(10**10), list.__mul__: a method of a string or list given a huge size
@@ -346,11 +372,11 @@ def _environment() -> Any:
     return environment
 
 
-def _sized_filter(filter_function: Any, name: str) -> Any:
+def _sized_filter(filter_function: Callable[..., object], name: str) -> Callable[..., object]:
     """A filter whose width or count arguments are held to the repeat limit ('x'|center(10**10)
     would build a string of 10 GB)."""
 
-    def bounded(*args: Any, **kwargs: Any) -> Any:
+    def bounded(*args: object, **kwargs: object) -> object:
         limit = _current_budget().limits.repeat
         if any(isinstance(v, int) and abs(v) > limit for v in (*args[1:], *kwargs.values())):
             raise TemplateLimitReached(f"its {name} filter is given a size over {limit:,}")
@@ -361,7 +387,7 @@ def _sized_filter(filter_function: Any, name: str) -> Any:
 
 
 @lru_cache(maxsize=32)
-def _compile(source: str, origin: str) -> Any:
+def _compile(source: str, origin: str) -> Template:
     jinja2 = _jinja()
     from jinja2 import nodes
 
@@ -398,7 +424,9 @@ def _read_variables(source: str, origin: str) -> frozenset[str]:
     return frozenset(meta.find_undeclared_variables(environment.parse(source)) - filled)
 
 
-def _strings(messages: Sequence[Mapping[str, Any]], variables: Mapping[str, Any]) -> list[str]:
+def _strings(
+    messages: Sequence[Mapping[str, object]], variables: Mapping[str, object]
+) -> list[str]:
     values = [value for message in messages for value in message.values()]
     return [value for value in [*values, *variables.values()] if isinstance(value, str)]
 

@@ -57,17 +57,20 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from jaxtyping import Int
 
 from zoo.data.chat.conversations import message_weight
 from zoo.data.chat.files import chat_template_for, token_id_or_none
-from zoo.data.chat.template import ChatTemplate
+from zoo.data.chat.template import ChatTemplate, template_tools
 from zoo.data.chat.tools import check_tool_support
 from zoo.data.chat.turns import PROBE, TurnSpan, check_generation_prompt, closing_text, turn_spans
 from zoo.data.tokenizers.base import Tokenizer
+
+if TYPE_CHECKING:  # the `tokenizers` library is optional (the hf extra)
+    from tokenizers import Tokenizer as BackendTokenizer
 
 Span = tuple[int, int]  # [start, end) character offsets in the rendered text
 # Stands for the first character of a special token's text written in a message's content.
@@ -84,12 +87,12 @@ class ChatTokens:
 
 
 def encode_chat(
-    messages: Sequence[Mapping[str, Any]],
+    messages: Sequence[Mapping[str, object]],
     tokenizer: Tokenizer,
     *,
     template: ChatTemplate | None = None,
     read_turns: bool = True,
-    **variables: Any,
+    **variables: object,
 ) -> ChatTokens:
     """The conversation's ids and assistant mask (see the module doc).
 
@@ -98,16 +101,16 @@ def encode_chat(
     token (training on all of them) without reading the turns.
     """
     template = template or chat_template_for(tokenizer)
-    check_tool_support(template, messages, variables.get("tools"))
+    check_tool_support(template, messages, template_tools(variables.get("tools")))
     check_generation_prompt(template, messages, **variables)
     stops = stop_texts(tokenizer)
     stop_ids: set[int] | None = None
     spans: list[TurnSpan] = []
     if template.has_generation_blocks:
-        text, blocks = template.spans(messages, **variables)
+        text, blocks = template.spans(messages, add_generation_prompt=False, **variables)
         spans = [TurnSpan(start, end, end) for start, end in blocks]
     else:
-        text = template.render(messages, **variables)
+        text = template.render(messages, add_generation_prompt=False, **variables)
     # special token texts in the content are found before the turns are read
     markers = content_defused(template, messages, text, special_texts(tokenizer), variables)
     if read_turns and not template.has_generation_blocks:
@@ -148,7 +151,7 @@ def stop_texts(tokenizer: Tokenizer) -> list[str]:
 
 
 def trained_spans(
-    template: ChatTemplate, messages: Sequence[Mapping[str, Any]], spans: Sequence[TurnSpan]
+    template: ChatTemplate, messages: Sequence[Mapping[str, object]], spans: Sequence[TurnSpan]
 ) -> list[TurnSpan]:
     """`spans` (one per assistant turn, in order) without those of the turns of weight 0."""
     weights = [
@@ -183,11 +186,11 @@ def end_of_turn_ids(tokenizer: Tokenizer, template: ChatTemplate | None = None) 
 
 
 def encode_prompt(
-    messages: Sequence[Mapping[str, Any]],
+    messages: Sequence[Mapping[str, object]],
     tokenizer: Tokenizer,
     *,
     template: ChatTemplate | None = None,
-    **variables: Any,
+    **variables: object,
 ) -> Int[np.ndarray, " seq"]:
     """`int32[seq]`: the ids of the conversation and the opening of the assistant's reply,
     which generation continues from; `variables` reach the template."""
@@ -195,14 +198,14 @@ def encode_prompt(
 
 
 def prompt_ids(
-    messages: Sequence[Mapping[str, Any]],
+    messages: Sequence[Mapping[str, object]],
     tokenizer: Tokenizer,
     template: ChatTemplate,
-    variables: Mapping[str, Any],
+    variables: Mapping[str, object],
 ) -> Int[np.ndarray, " seq"]:
     """`encode_prompt`, the template's variables given as a mapping: a variable of any name
     reaches the template (`template` too, which `encode_prompt` takes for itself)."""
-    check_tool_support(template, messages, variables.get("tools"))
+    check_tool_support(template, messages, template_tools(variables.get("tools")))
     check_generation_prompt(template, messages, **variables)
     text = template.render(messages, add_generation_prompt=True, **variables)
     specials = special_texts(tokenizer)
@@ -249,10 +252,10 @@ def special_texts(tokenizer: Tokenizer) -> dict[str, int]:
 
 def content_defused(
     template: ChatTemplate,
-    messages: Sequence[Mapping[str, Any]],
+    messages: Sequence[Mapping[str, object]],
     text: str,
     specials: Iterable[str],
-    variables: Mapping[str, Any],
+    variables: Mapping[str, object],
     *,
     prompt: bool = False,
 ) -> str | None:
@@ -264,7 +267,7 @@ def content_defused(
     pattern = _alternatives(tuple(specials))
     if pattern is None:
         return None
-    defused: list[Mapping[str, Any]] = []
+    defused: list[Mapping[str, object]] = []
     touched: list[str] = []
     for message in messages:
         content = message.get("content")
@@ -291,7 +294,9 @@ def _alternatives(texts: tuple[str, ...]) -> re.Pattern[str] | None:
     return re.compile("|".join(map(re.escape, longest))) if longest else None
 
 
-def _encode_around_markers(backend: Any, text: str, markers: str) -> tuple[list[int], list[Span]]:
+def _encode_around_markers(
+    backend: BackendTokenizer, text: str, markers: str
+) -> tuple[list[int], list[Span]]:
     """`text` encoded by a `tokenizers` backend with the special tokens `markers` holds as
     their ids and every other special token text as plain text."""
     specials = {
@@ -350,7 +355,7 @@ def span_mask(
     return mask
 
 
-def offsets_backend(tokenizer: Tokenizer) -> Any:
+def offsets_backend(tokenizer: Tokenizer) -> BackendTokenizer | None:
     """The `tokenizers.Tokenizer` behind `tokenizer` (a FastTokenizer's, a transformers fast
     tokenizer's), or None."""
     inner = getattr(tokenizer, "tokenizer", None)

@@ -14,8 +14,7 @@ results come back in `tool` turns. A template that never mentions them is refuse
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence, Sized
 
 from zoo.data.chat.template import ChatTemplate
 from zoo.data.errors import DataError
@@ -25,16 +24,16 @@ TOOLS_COLUMN = "tools"
 TOO_DEEP = object()  # stands for JSON nested past Python's recursion limit
 
 
-def _is_null(value: Any) -> bool:
+def _is_null(value: object) -> bool:
     return value is None or (isinstance(value, float) and value != value)
 
 
-def _short(value: Any, limit: int = 60) -> str:
+def _short(value: object, limit: int = 60) -> str:
     text = repr(value)
     return text if len(text) <= limit else f"{text[: limit - 3]}..."
 
 
-def row_tools(row: Mapping[str, Any], index: int = 0) -> list[dict[str, Any]] | None:
+def row_tools(row: Mapping[str, object], index: int = 0) -> list[dict[str, object]] | None:
     """The row's `tools` column: a list of function schemas (mappings), or that list written
     as a JSON string; None when the row has none (absent, null or empty)."""
     value = row.get(TOOLS_COLUMN)
@@ -66,22 +65,27 @@ def row_tools(row: Mapping[str, Any], index: int = 0) -> list[dict[str, Any]] | 
             f"row {index}: the column 'tools' should hold a list of function schemas "
             f"(mappings, or a JSON string of them), found {_short(value)}"
         )
-    return [without_nulls(tool) for tool in value] or None
+    return [schema_without_nulls(tool) for tool in value] or None
 
 
-def without_nulls(value: Any) -> Any:
+def without_nulls(value: object) -> object:
     """`value` without the null entries a dataset's columns add to mappings that lack a key."""
     if isinstance(value, Mapping):
-        return {key: without_nulls(item) for key, item in value.items() if item is not None}
+        return schema_without_nulls(value)
     if isinstance(value, list | tuple):
         return [without_nulls(item) for item in value]
     return value
 
 
+def schema_without_nulls(schema: Mapping[str, object]) -> dict[str, object]:
+    """A mapping (a function schema, a tool call) as a dict, `without_nulls` all through."""
+    return {key: without_nulls(item) for key, item in schema.items() if item is not None}
+
+
 def check_tool_support(
     template: ChatTemplate,
-    messages: Sequence[Mapping[str, Any]],
-    tools: Sequence[Any] | None = None,
+    messages: Sequence[Mapping[str, object]],
+    tools: Sized | None = None,
 ) -> None:
     """A `ValueError` when the conversation has tools, tool calls or tool turns and `template`
     never mentions them (it would leave them out of the text without a word)."""
@@ -103,4 +107,10 @@ def check_tool_support(
             )
 
 
-__all__ = ["TOOLS_COLUMN", "check_tool_support", "row_tools", "without_nulls"]
+__all__ = [
+    "TOOLS_COLUMN",
+    "check_tool_support",
+    "row_tools",
+    "schema_without_nulls",
+    "without_nulls",
+]

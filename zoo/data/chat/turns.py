@@ -38,13 +38,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from zoo.data.chat.conversations import Message
 from zoo.data.chat.template import ChatTemplate
 from zoo.data.errors import DataError
 
 # The user turn that stands for "the conversation goes on" while a turn's end is read.
-GOES_ON = {"role": "user", "content": "\ue003"}
+GOES_ON: Message = {"role": "user", "content": "\ue003"}
 HOW_TO_FIX = (
     "pass a chat template whose {% generation %} ... {% endgeneration %} blocks mark what the "
     "assistant writes (--template FILE, template=...), or train on every token "
@@ -64,17 +64,17 @@ class TurnSpan:
 
 def turn_spans(
     template: ChatTemplate,
-    messages: Sequence[Mapping[str, Any]],
+    messages: Sequence[Mapping[str, object]],
     *,
     stop_texts: Sequence[str] = (),
     full: str | None = None,
-    **variables: Any,
+    **variables: object,
 ) -> tuple[str, list[TurnSpan]]:
     """The rendered conversation and the span of each assistant turn (see the module doc);
     `stop_texts` are the texts of the tokenizer's stop tokens (`eos_ids`), `full` the
     conversation already rendered (None: rendered here)."""
     if full is None:
-        full = template.render(messages, **variables)
+        full = template.render(messages, add_generation_prompt=False, **variables)
     spans: list[TurnSpan] = []
     for turn, message in enumerate(messages):
         if message.get("role") != "assistant":
@@ -96,10 +96,10 @@ def turn_spans(
 
 def turn_start(
     template: ChatTemplate,
-    messages: Sequence[Mapping[str, Any]],
+    messages: Sequence[Mapping[str, object]],
     turn: int,
     full: str,
-    variables: Mapping[str, Any],
+    variables: Mapping[str, object],
 ) -> int:
     """Where assistant turn `turn` starts in `full`: the end of its generation prompt."""
     try:
@@ -125,12 +125,12 @@ def turn_start(
 
 def turn_end(
     template: ChatTemplate,
-    messages: Sequence[Mapping[str, Any]],
+    messages: Sequence[Mapping[str, object]],
     turn: int,
     full: str,
     start: int,
     stop_texts: Sequence[str],
-    variables: Mapping[str, Any],
+    variables: Mapping[str, object],
 ) -> TurnSpan:
     """The span of assistant turn `turn` in `full` (see the module doc).
 
@@ -145,7 +145,11 @@ def turn_end(
     """
     # the conversation ending with the last turn is `full` itself: no second rendering
     last = turn + 1 == len(messages)
-    through = full if last else template.render(messages[: turn + 1], **variables)
+    through = (
+        full
+        if last
+        else template.render(messages[: turn + 1], add_generation_prompt=False, **variables)
+    )
     shared = len(common_prefix([through, full]))
     if shared == len(through):
         end = soft_end = shared
@@ -169,10 +173,10 @@ def turn_end(
 
 def closing_text(
     template: ChatTemplate,
-    messages: Sequence[Mapping[str, Any]],
+    messages: Sequence[Mapping[str, object]],
     full: str,
     stop_texts: Sequence[str],
-    variables: Mapping[str, Any],
+    variables: Mapping[str, object],
 ) -> str:
     """The stop token text to write after `full` when the conversation ends with an assistant
     reply that the template leaves without one (Qwen1.5's `<|im_end|>`): the stop text the
@@ -213,13 +217,13 @@ def unreadable(template: ChatTemplate, reason: str) -> ValueError:
     )
 
 
-PROBE = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yes"}]
+PROBE: list[Message] = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yes"}]
 # Templates whose generation prompt was seen to open the assistant's turn (or that need none).
 _OPENING_CHECKED: set[tuple[str, str]] = set()
 
 
 def check_generation_prompt(
-    template: ChatTemplate, messages: Sequence[Mapping[str, Any]], /, **variables: Any
+    template: ChatTemplate, messages: Sequence[Mapping[str, object]], /, **variables: object
 ) -> None:
     """A `ValueError` when `template` ignores `add_generation_prompt`: the conversation up to
     its first assistant reply (or up to its last user turn, with a probe reply) renders the same
@@ -238,11 +242,11 @@ def check_generation_prompt(
     if turn is None or messages[turn - 1].get("role") != "user":
         return
     prompt = messages[:turn]
-    plain = template.render(prompt, **variables)
+    plain = template.render(prompt, add_generation_prompt=False, **variables)
     if template.render(prompt, add_generation_prompt=True, **variables) != plain:
         _remember(key)
         return
-    through = template.render(messages[: turn + 1], **variables)
+    through = template.render(messages[: turn + 1], add_generation_prompt=False, **variables)
     reply = str(messages[turn].get("content") or "").strip()
     written = through[len(plain) :] if through.startswith(plain) else ""
     at = written.find(reply) if reply else -1

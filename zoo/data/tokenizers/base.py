@@ -14,12 +14,12 @@ import logging
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
-from zoo.files import read_json_object, write_text_atomic
+from zoo.files import JSONObject, JSONValue, read_json_object, write_text_atomic
 
 TOKENIZER_FILE = "zoo_tokenizer.json"  # not "tokenizer.json": that is HF's fast-tokenizer file
 UNKNOWN_WARNING_RATE = 0.1  # warn when more than this fraction of a text's tokens is <unk>
@@ -35,6 +35,7 @@ _KIND_MODULES = {
     "hf": "zoo.interop.tokenizers.hf_tokenizer",
     "tokenizer.json": "zoo.interop.tokenizers.fast_tokenizer",
 }
+Entry = TypeVar("Entry", str, bool, int)
 
 
 class Tokenizer(abc.ABC):
@@ -42,7 +43,7 @@ class Tokenizer(abc.ABC):
 
     kind: ClassVar[str] = ""
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
         if cls.kind:
             _KINDS[cls.kind] = cls
@@ -84,15 +85,15 @@ class Tokenizer(abc.ABC):
         """Text of ids that are not special tokens."""
 
     @abc.abstractmethod
-    def state(self) -> dict[str, Any]:
+    def state(self) -> JSONObject:
         """JSON-serialisable state; `cls.from_state(state)` rebuilds the tokenizer."""
 
     @classmethod
     @abc.abstractmethod
-    def from_state(cls, state: dict[str, Any]) -> Tokenizer: ...
+    def from_state(cls, state: JSONObject) -> Tokenizer: ...
 
     @classmethod
-    def from_saved(cls, state: dict[str, Any], directory: Path | None) -> Tokenizer:
+    def from_saved(cls, state: JSONObject, directory: Path | None) -> Tokenizer:
         """Rebuild from `state` read in `directory` (for kinds that keep files beside it)."""
         return cls.from_state(state)
 
@@ -217,21 +218,49 @@ def load_tokenizer(directory: str | os.PathLike) -> Tokenizer:
         raise ValueError(f"{path} is damaged (missing or wrong entry {error}); {fix}") from None
 
 
-def tokenizer_to_dict(tokenizer: Tokenizer) -> dict[str, Any]:
+def tokenizer_to_dict(tokenizer: Tokenizer) -> JSONObject:
     """`{"kind": ..., "state": ...}`: what `zoo_tokenizer.json` holds."""
     return {"kind": tokenizer.kind, "state": tokenizer.state()}
 
 
 def tokenizer_from_dict(
-    data: dict[str, Any], *, source: str = "tokenizer data", directory: Path | None = None
+    data: JSONObject, *, source: str = "tokenizer data", directory: Path | None = None
 ) -> Tokenizer:
     """Rebuild a tokenizer from `tokenizer_to_dict` output; `source` names it in errors."""
     kind = data.get("kind")
-    if kind not in _KINDS and kind in _KIND_MODULES:
+    if isinstance(kind, str) and kind not in _KINDS and kind in _KIND_MODULES:
         importlib.import_module(_KIND_MODULES[kind])
-    if kind not in _KINDS:
+    if not isinstance(kind, str) or kind not in _KINDS:
         raise ValueError(f"unknown tokenizer kind {kind!r} in {source}; known: {sorted(_KINDS)}")
-    return _KINDS[kind].from_saved(data["state"], directory)
+    return _KINDS[kind].from_saved(state_object(data, "state"), directory)
+
+
+def state_entry(
+    state: JSONObject, name: str, kind: type[Entry], default: Entry | None = None
+) -> Entry:
+    """`state[name]` (`default` where it is absent and one is given), which must be a `kind`:
+    otherwise a `TypeError` names the entry (`load_tokenizer` reports the file as damaged)."""
+    value = state[name] if default is None else state.get(name, default)
+    if not isinstance(value, kind):
+        raise TypeError(f"{name!r} is {type(value).__name__}, expected {kind.__name__}")
+    return value
+
+
+def state_object(state: JSONObject, name: str) -> JSONObject:
+    """`state[name]`, which must be a JSON object (a `TypeError` names the entry otherwise)."""
+    value = state[name]
+    if not isinstance(value, dict):
+        raise TypeError(f"{name!r} is {type(value).__name__}, expected an object")
+    return value
+
+
+def state_texts(state: JSONObject, name: str) -> list[str]:
+    """`state[name]`, which must be a list of strings (a `TypeError` names the entry otherwise)."""
+    value: JSONValue = state[name]
+    texts = [item for item in value if isinstance(item, str)] if isinstance(value, list) else []
+    if not isinstance(value, list) or len(texts) != len(value):
+        raise TypeError(f"{name!r} should be a list of strings, found {str(value)[:60]}")
+    return texts
 
 
 class VocabularyTokenizer(Tokenizer):

@@ -10,18 +10,20 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Unpack
 
 from zoo.data.tokenizers.base import Tokenizer
 from zoo.data.tokenizers.char import CharTokenizer
 from zoo.data.tokenizers.tiktoken_tokenizer import TiktokenTokenizer
-from zoo.data.tokenizers.word import WordTokenizer
+from zoo.data.tokenizers.word import WordOptions, WordTokenizer
 
 TOKENIZER_KINDS = ("char", "word", "tiktoken:NAME")
-WORD_OPTIONS = ("min_freq", "max_size", "lowercase", "nfkc")
+WORD_OPTIONS = tuple(WordOptions.__annotations__)  # min_freq, max_size, lowercase, nfkc
 
 
-def build_tokenizer(kind: str, texts: Iterable[str] | None = None, **options: Any) -> Tokenizer:
+def build_tokenizer(
+    kind: str, texts: Iterable[str] | None = None, **options: Unpack[WordOptions]
+) -> Tokenizer:
     """A tokenizer of `kind` (char | word | tiktoken:NAME), learnt from `texts` where it needs to.
 
     `options` go to the tokenizer (`min_freq=2` for words, see the table in this module).
@@ -41,7 +43,7 @@ def build_tokenizer(kind: str, texts: Iterable[str] | None = None, **options: An
     return WordTokenizer.from_corpus(texts, **options)
 
 
-def _no_options(kind: str, options: dict[str, Any], *, allowed: tuple[str, ...]) -> None:
+def _no_options(kind: str, options: WordOptions, *, allowed: tuple[str, ...]) -> None:
     unknown = sorted(set(options) - set(allowed))
     if unknown:
         valid = f"valid options: {list(allowed)}" if allowed else "it takes no options"

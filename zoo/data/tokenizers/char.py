@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
 
-from zoo.data.tokenizers.base import VocabularyTokenizer
+from zoo.data.tokenizers.base import VocabularyTokenizer, state_entry
+from zoo.files import JSONObject
 
 
 class CharTokenizer(VocabularyTokenizer):
@@ -42,12 +42,12 @@ class CharTokenizer(VocabularyTokenizer):
         offset = len(self.SPECIALS)
         return "".join(self.chars[i - offset] if i >= offset else self.SPECIALS[i] for i in ids)
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> JSONObject:
         return {"chars": "".join(self.chars)}
 
     @classmethod
-    def from_state(cls, state: dict[str, Any]) -> CharTokenizer:
-        return cls(state["chars"])
+    def from_state(cls, state: JSONObject) -> CharTokenizer:
+        return cls(state_entry(state, "chars", str))
 
 
 __all__ = ["CharTokenizer"]

@@ -13,7 +13,7 @@ from itertools import islice
 
 import datasets
 
-from zoo.data.checks import check_text_values, column_values
+from zoo.data.checks import column_values, text_values
 from zoo.data.options import DataConfig
 from zoo.data.tokenizers.base import Tokenizer
 from zoo.data.tokenizers.build import build_tokenizer
@@ -22,14 +22,15 @@ from zoo.data.tokenizers.pair import PairTokenizer
 DEFAULT_TOKENIZERS = {"classification": "word", "language_modeling": "char", "translation": "word"}
 
 
-def texts_of(split: datasets.Dataset | datasets.IterableDataset, column: str, sample: int) -> list:
+def texts_of(
+    split: datasets.Dataset | datasets.IterableDataset, column: str, sample: int
+) -> list[str]:
     """The strings of `column`: all of a `Dataset`, the first `sample` of a stream."""
     if isinstance(split, datasets.IterableDataset):
-        texts = [example[column] for example in islice(iter(split), sample)]
+        values = [example[column] for example in islice(iter(split), sample)]
     else:
-        texts = column_values(split, column)
-    check_text_values(texts, column)
-    return texts
+        values = column_values(split, column)
+    return text_values(values, column)
 
 
 def choose_tokenizer(
@@ -41,7 +42,7 @@ def choose_tokenizer(
     if isinstance(tokenizer, Tokenizer):
         return tokenizer
     kind = DEFAULT_TOKENIZERS[config.task] if tokenizer is None else tokenizer
-    options = dict(config.tokenizer_options or {})
+    options = config.tokenizer_options or {}
     if kind.startswith("tiktoken"):
         return build_tokenizer(kind, **options)
     sample = config.tokenizer_sample

@@ -11,9 +11,14 @@ one vocabulary between the languages uses a plain tokenizer instead; `source_tok
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
-from zoo.data.tokenizers.base import Tokenizer, tokenizer_from_dict, tokenizer_to_dict
+from zoo.data.tokenizers.base import (
+    Tokenizer,
+    state_object,
+    tokenizer_from_dict,
+    tokenizer_to_dict,
+)
+from zoo.files import JSONObject
 
 
 class PairTokenizer(Tokenizer):
@@ -68,14 +73,18 @@ class PairTokenizer(Tokenizer):
     def _decode(self, ids: Sequence[int]) -> str:
         return self.target.decode(ids, skip_special=False)
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> JSONObject:
         return {"source": tokenizer_to_dict(self.source), "target": tokenizer_to_dict(self.target)}
 
     @classmethod
-    def from_state(cls, state: dict[str, Any]) -> PairTokenizer:
+    def from_state(cls, state: JSONObject) -> PairTokenizer:
         return cls(
-            tokenizer_from_dict(state["source"], source="the source half of a pair tokenizer"),
-            tokenizer_from_dict(state["target"], source="the target half of a pair tokenizer"),
+            tokenizer_from_dict(
+                state_object(state, "source"), source="the source half of a pair tokenizer"
+            ),
+            tokenizer_from_dict(
+                state_object(state, "target"), source="the target half of a pair tokenizer"
+            ),
         )
 
 

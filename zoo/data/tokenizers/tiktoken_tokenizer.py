@@ -12,9 +12,9 @@ Byte-level BPE has no unknown token: every string round-trips exactly.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
-from zoo.data.tokenizers.base import Tokenizer
+from zoo.data.tokenizers.base import Tokenizer, state_entry
+from zoo.files import JSONObject
 
 VOCAB_MULTIPLE = 64
 END_OF_TEXT = "<|endoftext|>"
@@ -118,7 +118,7 @@ class TiktokenTokenizer(Tokenizer):
             pieces.append(self.encoding.decode(run))
         return "".join(pieces)
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> JSONObject:
         return {"encoding": self.encoding_name, "pretrained": self.pretrained}
 
     def __reduce__(self):
@@ -126,8 +126,9 @@ class TiktokenTokenizer(Tokenizer):
         return (_rebuild_tiktoken, (self.encoding_name, self.pretrained))
 
     @classmethod
-    def from_state(cls, state: dict[str, Any]) -> TiktokenTokenizer:
-        return cls(state["encoding"], pretrained=state.get("pretrained", False))
+    def from_state(cls, state: JSONObject) -> TiktokenTokenizer:
+        pretrained = state_entry(state, "pretrained", bool, default=False)
+        return cls(state_entry(state, "encoding", str), pretrained=pretrained)
 
 
 def _rebuild_tiktoken(encoding: str, pretrained: bool) -> TiktokenTokenizer:

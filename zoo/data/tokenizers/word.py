@@ -12,9 +12,10 @@ import re
 import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TypedDict
 
-from zoo.data.tokenizers.base import VocabularyTokenizer
+from zoo.data.tokenizers.base import VocabularyTokenizer, state_entry, state_texts
+from zoo.files import JSONObject
 
 # A word is a run of letters/digits, possibly with inner apostrophes ("don't", "film's");
 # anything else that is not a space is a piece on its own.
@@ -24,6 +25,15 @@ CLOSING = frozenset(".,;:!?%)]}…»")
 OPENING = frozenset("([{$#«¿¡")
 JOINING = frozenset("-/")  # "T-shirt", "and/or"; a spaced dash stays spaced
 QUOTES = frozenset("\"'")
+
+
+class WordOptions(TypedDict, total=False):
+    """The options of `WordTokenizer.from_corpus` (`build_tokenizer("word", texts, **options)`)."""
+
+    min_freq: int
+    max_size: int | None
+    lowercase: bool
+    nfkc: bool
 
 
 def split_words(text: str) -> list[str]:
@@ -137,9 +147,13 @@ class WordTokenizer(VocabularyTokenizer):
             [self.words[i - offset] if i >= offset else self.SPECIALS[i] for i in ids]
         )
 
-    def state(self) -> dict[str, Any]:
-        return {"words": self.words, "lowercase": self.lowercase, "nfkc": self.nfkc}
+    def state(self) -> JSONObject:
+        return {"words": list(self.words), "lowercase": self.lowercase, "nfkc": self.nfkc}
 
     @classmethod
-    def from_state(cls, state: dict[str, Any]) -> WordTokenizer:
-        return cls(state["words"], lowercase=state["lowercase"], nfkc=state["nfkc"])
+    def from_state(cls, state: JSONObject) -> WordTokenizer:
+        return cls(
+            state_texts(state, "words"),
+            lowercase=state_entry(state, "lowercase", bool),
+            nfkc=state_entry(state, "nfkc", bool),
+        )
