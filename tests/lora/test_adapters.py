@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import zoo
+from zoo.nn import QKNorm
 from tests.lora.helpers import forward, randomize_adapters
 
 FLAVORS = {
@@ -14,7 +15,7 @@ FLAVORS = {
     "classifier-tiny": {},
     "translator-tiny": {},
     # Llama-style: rotary, RMSNorm, SwiGLU, grouped-query heads; QK-norm as in Qwen3
-    "llama-tiny": {"qk_norm": True},
+    "llama-tiny": {"attention.qk_norm": QKNorm()},
 }
 
 

@@ -50,7 +50,7 @@ def layer_products(config) -> int:
     """Floats per token of one layer's matrix products: query, key, value, the scores, the
     attention's output and its projection, the gate, up and down projections, and the
     layer's input."""
-    kv_width = config.num_kv_heads * config.head_dim
+    kv_width = config.kv_heads * config.head_dim
     scores = config.num_heads * SEQ
     return 2 * config.d_ff + 4 * config.d_model + 2 * kv_width + scores + config.d_model
 
