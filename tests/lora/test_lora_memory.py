@@ -52,7 +52,8 @@ def layer_products(config) -> int:
     layer's input."""
     kv_width = config.kv_heads * config.head_dim
     scores = config.num_heads * SEQ
-    return 2 * config.d_ff + 4 * config.d_model + 2 * kv_width + scores + config.d_model
+    d_ff = config.layers.block.feed_forward.d_ff
+    return 2 * d_ff + 4 * config.d_model + 2 * kv_width + scores + config.d_model
 
 
 @pytest.fixture(scope="module")
