@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from zoo.cli._data_options import check_holdout, parse_roles
 from zoo.data.chat.conversations import FORMATS
 
 CHAT_FORMATS = ("auto", *FORMATS, "none")
@@ -120,32 +121,6 @@ def read_template(path: str | None) -> str | None:
     if not text.strip():
         raise ValueError(f"--template {path} is empty; give a Jinja chat template")
     return text
-
-
-def check_holdout(holdout: float | None) -> None:
-    """Refuse a `--holdout` that is no fraction in (0, 1)."""
-    if holdout is not None and not 0.0 < holdout < 1.0:
-        raise ValueError(
-            f"--holdout {holdout} is not a fraction in (0, 1); e.g. --holdout 0.1 holds out one "
-            "train example in ten for validation"
-        )
-
-
-def parse_roles(pairs: list[str] | None) -> dict[str, str] | None:
-    """`--role FROM=TO ...` as `{FROM: TO}` (None without any)."""
-    if not pairs:
-        return None
-    roles: dict[str, str] = {}
-    for pair in pairs:
-        source, separator, target = pair.partition("=")
-        if not separator or not source.strip() or not target.strip():
-            raise ValueError(
-                f"--role {pair!r} is not FROM=TO; e.g. --role human=user --role gpt=assistant"
-            )
-        if source.strip() in roles:
-            raise ValueError(f"--role names {source.strip()!r} twice; give each role once")
-        roles[source.strip()] = target.strip()
-    return roles
 
 
 def wants_chat(dataset: Any, flavor: str, options: Any, *, split: str = "train") -> bool:

@@ -22,10 +22,8 @@ from typing import Any
 
 import equinox as eqx
 
+from zoo.cli._data_options import PREFERENCE_OBJECTIVES
 from zoo.models import GPT, flavor_of
-
-# `--objective` values that train on preference pairs (zoo.tasks.preference_loss.OBJECTIVES)
-PREFERENCE_OBJECTIVES = ("dpo", "ipo", "hinge", "robust", "simpo", "orpo")
 
 
 def add_preference_options(parser: argparse.ArgumentParser) -> None:
