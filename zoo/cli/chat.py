@@ -28,12 +28,27 @@ import sys
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from jaxtyping import PRNGKeyArray
 
 from zoo.cli import _inference as inference
 from zoo.cli._chat_data import DEFAULT_TEMPLATE_ORIGIN, read_template, warn_default_template
 
+if TYPE_CHECKING:
+    from zoo.decoding.chat import ChatFormat
+    from zoo.models.gpt import GPT
+
 COMMANDS = {"/reset": "start the conversation again", "/exit": "quit"}
+
+
+@runtime_checkable
+class Lines(Protocol):
+    """Standard input as `zoo chat` reads it: its lines, and whether a terminal types them."""
+
+    def isatty(self) -> bool: ...
+
+    def __iter__(self) -> Iterator[str]: ...
 
 
 def register(commands) -> None:
@@ -102,7 +117,7 @@ def _check_texts(args: argparse.Namespace) -> None:
         )
 
 
-def _converse(session: Session, stdin: Any, model: str) -> int:
+def _converse(session: Session, stdin: Lines, model: str) -> int:
     """Answer the lines of `stdin` (typed at a prompt when it is a terminal); the exit status.
 
     At a terminal Ctrl-C stops the reply being streamed and returns to the prompt (the history
@@ -157,11 +172,11 @@ class Session:
 
     def __init__(
         self,
-        model: Any,
-        chat_format: Any,
+        model: GPT,
+        chat_format: ChatFormat,
         *,
-        options: dict[str, Any],
-        key: Any,
+        options: dict[str, object],
+        key: PRNGKeyArray | None,
         json_output: bool,
     ):
         self.model, self.chat_format = model, chat_format
