@@ -25,7 +25,7 @@ from zoo.models import flavor_of
 from zoo.models.classifier import Classifier
 from zoo.tasks.base import Task
 
-# a config field's value, as `--set FIELD=VALUE` and the data give it (a JSON object for a
+# a config field's value, as `--set NAME=VALUE` and the data give it (a JSON object for a
 # record: `--set head.pooler={}`)
 FieldValue = int | float | str | bool | list | dict | None
 
@@ -233,7 +233,9 @@ def _config_value(text: str) -> FieldValue:
 def model_overrides(
     flavor: str, tokenizer: Tokenizer | None, train: BatchSource, settings: Sequence[str]
 ) -> dict[str, FieldValue]:
-    """Config fields taken from the data (vocabulary, special ids, classes) and from `--set`."""
+    """Config fields taken from the data (vocabulary, special ids, classes) and from `--set`
+    (`settings`, each `NAME=VALUE`: a name `TransformerConfig.replace` takes, by the config
+    tree's path, short block path or alias)."""
     overrides: dict[str, FieldValue] = {}
     if tokenizer is not None:
         overrides.update(vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id)
@@ -258,7 +260,9 @@ def model_overrides(
     for setting in settings:
         name, separator, value = setting.partition("=")
         if not separator:
-            raise ValueError(f"--set takes FIELD=VALUE (e.g. --set dropout=0.1), got {setting!r}")
+            raise ValueError(
+                f"--set takes NAME=VALUE (e.g. --set attention.num_kv_heads=2), got {setting!r}"
+            )
         overrides[name.strip()] = _config_value(value)
     return overrides
 

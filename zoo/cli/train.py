@@ -126,7 +126,17 @@ def register(commands) -> None:
     parser.add_argument("--keep", type=int, default=3, help="checkpoints to keep")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
-        "--set", action="append", default=[], metavar="FIELD=VALUE", help="model config override"
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="change the preset's config (repeatable); NAME as the config tree spells it: a "
+        "dotted path (layers.block.attention.window), a short path that changes every block "
+        "(attention.num_kv_heads, norm.eps, feed_forward.kind), an alias (num_layers, "
+        "num_heads, d_ff, dropout, attention_dropout, num_classes) or a model field (d_model, "
+        "max_positions); VALUE is read as JSON where it can be, a JSON object for a record "
+        "(head.pooler={}); e.g. --set num_layers=2 --set attention.num_kv_heads=1 (see "
+        "docs/configs.md)",
     )
     parser.add_argument("--plot", action="store_true", help="write DIR/curves.png (matplotlib)")
     parser.add_argument(
