@@ -28,7 +28,7 @@ import sys
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, TypedDict, runtime_checkable
 
 from jaxtyping import PRNGKeyArray
 
@@ -37,9 +37,19 @@ from zoo.cli._chat_data import DEFAULT_TEMPLATE_ORIGIN, read_template, warn_defa
 
 if TYPE_CHECKING:
     from zoo.decoding.chat import ChatFormat
+    from zoo.decoding.sampling import SamplingSettings
+    from zoo.distributed.layout import Layout
     from zoo.models.gpt import GPT
 
 COMMANDS = {"/reset": "start the conversation again", "/exit": "quit"}
+
+
+class ReplyOptions(TypedDict):
+    """How each reply is decoded: keywords of `zoo.decoding.chat.reply`."""
+
+    max_new_tokens: int
+    sampling: SamplingSettings
+    mesh: Layout | None
 
 
 @runtime_checkable
@@ -88,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     session = Session(
         model,
         ChatFormat(tokenizer, template=template, system=args.system),
-        options={"max_new_tokens": args.max_new_tokens, "sampling": sampling, "mesh": layout},
+        options=ReplyOptions(max_new_tokens=args.max_new_tokens, sampling=sampling, mesh=layout),
         key=key,
         json_output=args.json,
     )
@@ -175,7 +185,7 @@ class Session:
         model: GPT,
         chat_format: ChatFormat,
         *,
-        options: dict[str, object],
+        options: ReplyOptions,
         key: PRNGKeyArray | None,
         json_output: bool,
     ):
