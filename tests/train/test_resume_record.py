@@ -125,24 +125,22 @@ def test_resume_with_other_optimizer_settings_is_refused(tmp_path, capsys):
 
 
 def test_a_run_recorded_before_buckets_resumes_with_powers_of_two_and_full_heads(tmp_path):
-    import argparse
-
     from zoo.cli._run_dir import run_buckets, run_group_by_length, run_loss_positions
 
     out = tmp_path / "run"
     out.mkdir()
 
     def given(buckets=None, resume=True):
-        return run_buckets(argparse.Namespace(buckets=buckets, resume=resume), out)
+        return run_buckets(buckets, out, resume=resume)
 
     assert given() == "auto"  # a new run
     (out / "train_args.json").write_text(json.dumps({"seed": 0}))  # before --buckets existed
     assert (given(), given(resume=False), given("48,64")) == ("pow2", "auto", "48,64")
     # nor listed the positions its chat batches score: its losses are summed as they were
-    assert not run_loss_positions(argparse.Namespace(resume=True), out)
-    assert run_loss_positions(argparse.Namespace(resume=False), out)
+    assert not run_loss_positions(out, resume=True)
+    assert run_loss_positions(out, resume=False)
     # and grouped its batches by length
-    grouping = [run_group_by_length(argparse.Namespace(group_by_length=given, resume=resume), out)
+    grouping = [run_group_by_length(given, out, resume=resume)
                 for given, resume in ((None, True), (None, False), (False, True))]  # fmt: skip
     assert grouping == [True, False, False]
     (out / "train_args.json").write_text(json.dumps({"seed": 0, "buckets": "auto"}))

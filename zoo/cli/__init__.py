@@ -8,7 +8,6 @@ import pkgutil
 import sys
 import warnings
 from collections.abc import Callable
-from typing import Any
 
 from zoo.cli._mesh import join_processes, quiet_other_processes
 from zoo.host import tune_host_allocator
@@ -58,7 +57,9 @@ def _one_line_warning(command: str) -> Callable[..., None]:
     """Warnings as the CLI's errors are printed (`zoo train: warning: ...`), not in Python's
     `file:line: UserWarning:` form with the source line below it."""
 
-    def show(message: Warning | str, category: type[Warning], *rest: Any, **named: Any) -> None:
+    def show(
+        message: Warning | str, category: type[Warning], *rest: object, **named: object
+    ) -> None:
         print(f"{_process_label()}zoo {command}: warning: {message}", file=sys.stderr)
 
     return show

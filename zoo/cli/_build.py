@@ -1,14 +1,16 @@
 """The model `zoo train` starts from: a preset sized by the data, or `--init` weights.
 
-`build_model` reads `--data` and makes the model for it in one step and returns what it made
-as a `Built` record: the model, the data, and the parts it started fresh.
+The command line's choice of model is one record, `ModelChoice`, and what the run optimises
+another, `Objective`. `build_model` reads `--data` and makes the model for it in one step and
+returns what it made as a `Built` record: the model, the data, and the parts it started fresh.
 """
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import equinox as eqx
@@ -16,15 +18,41 @@ from jaxtyping import PRNGKeyArray
 
 from zoo.cli._datasets import DataOptions, RunData, resolve_data
 from zoo.cli._load import Model, read_model
+from zoo.cli._preference import PreferenceOptions
 from zoo.data.batches import BatchSource
 from zoo.data.tokenizers.base import Tokenizer
 from zoo.models import flavor_of
 from zoo.models.classifier import Classifier
 from zoo.tasks.base import Task
 
-# a config field's value, as `--set FIELD=VALUE` and the data give it (a JSON object for a
+# a config field's value, as `--set NAME=VALUE` and the data give it (a JSON object for a
 # record: `--set head.pooler={}`)
 FieldValue = int | float | str | bool | list | dict | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelChoice:
+    """The model `zoo train` trains: a preset (changed by `--set`) or `--init` weights, and the
+    tokenizer its data is encoded with."""
+
+    flavor: str  # classifier | gpt | translator
+    preset: str | None = None  # --preset NAME
+    init: str | None = None  # --init: a zoo run or model folder, a HF folder, hf:NAME
+    # --set NAME=VALUE: config fields of a fresh model, by the config tree's names (as given)
+    settings: tuple[str, ...] = ()
+    tokenizer: str | None = None  # --tokenizer KIND, else the preset's default
+    tokenizer_given: bool = False  # --tokenizer was given, not a preset's default
+
+
+@dataclass(frozen=True, kw_only=True)
+class Objective:
+    """What `zoo train` optimises: `--objective` and the options of its loss."""
+
+    name: str = "classify"  # classify (the flavor's own task) | mlm | a preference objective
+    label_smoothing: float | None = None  # translator: the targets' smoothing
+    mask_rate: float = 0.15  # mlm: the share of tokens chosen
+    whole_word_masking: bool = False  # mlm: every piece of a chosen word is masked
+    preference: PreferenceOptions | None = None  # dpo, ipo, ...: the loss and its reference
 
 
 @dataclass(frozen=True)
@@ -37,69 +65,76 @@ class Built:
     fresh_parts: tuple[str, ...] = ()
 
 
-def check_preset(args: argparse.Namespace) -> str:
-    """The flavor of `--preset`; it must match the command's flavor."""
+def check_preset(flavor: str, preset: str | None, init: str | None, *, objective: str) -> str:
+    """The flavor of `--preset`; it must match the command's `flavor` (and `--objective`)."""
     from zoo.presets import get
 
-    if getattr(args, "objective", None) == "mlm" and args.flavor != "classifier":
+    if objective == "mlm" and flavor != "classifier":
         raise ValueError(
-            f"--objective mlm pretrains an encoder: use `zoo train classifier`, not {args.flavor}"
+            f"--objective mlm pretrains an encoder: use `zoo train classifier`, not {flavor}"
         )
-    if args.preset is None:
-        if args.init is None:
+    if preset is None:
+        if init is None:
             raise ValueError("zoo train needs --preset NAME (see `zoo presets`) or --init PATH")
-        return args.flavor
-    preset = get(args.preset)
-    if preset.flavor != args.flavor:
+        return flavor
+    found = get(preset)
+    if found.flavor != flavor:
         raise ValueError(
-            f"preset {args.preset!r} is a {preset.flavor}, not a {args.flavor}; pick a "
-            f"{args.flavor} preset (see `zoo presets`)"
+            f"preset {preset!r} is a {found.flavor}, not a {flavor}; pick a "
+            f"{flavor} preset (see `zoo presets`)"
         )
-    return preset.flavor
+    return found.flavor
 
 
 def build_model(
-    args: argparse.Namespace,
+    choice: ModelChoice,
+    data_specs: str | Sequence[str],
+    options: DataOptions,
     model_key: PRNGKeyArray,
     *,
-    tokenizer_given: bool,
     resumed_tokenizer: Tokenizer | None = None,
 ) -> Built:
-    """The model and data of the command line in `args` (its defaults filled).
+    """The model of `choice` and its data, `--data data_specs` read with `options`.
 
-    `tokenizer_given`: whether `--tokenizer` was on the command line (not a preset's default).
     `resumed_tokenizer`: the tokenizer a resumed run saved, used instead of one learnt again
     from the data (a warning counts the words of the data it does not know).
     """
     from zoo.presets import create
 
-    initial, init_tokenizer, max_len = None, resumed_tokenizer, args.max_len
-    if args.init is not None:
-        initial, init_tokenizer = read_model(args.init, option="--init")
-        _check_init_tokenizer(args, init_tokenizer, tokenizer_given)
-        if flavor_of(initial) != args.flavor:
+    initial, init_tokenizer, max_len = None, resumed_tokenizer, options.max_len
+    if choice.init is not None:
+        initial, init_tokenizer = read_model(choice.init, option="--init")
+        _check_init_tokenizer(choice, init_tokenizer)
+        if flavor_of(initial) != choice.flavor:
             raise ValueError(
-                f"--init {args.init} holds a {flavor_of(initial)}, not a {args.flavor}"
+                f"--init {choice.init} holds a {flavor_of(initial)}, not a {choice.flavor}"
             )
         if max_len is None:  # RoBERTa's position offset leaves fewer tokens than positions
-            max_len = getattr(initial.config, "max_tokens", initial.config.max_positions)
-    options = DataOptions.from_args(
-        args, max_len=max_len, tokenizer=init_tokenizer or args.tokenizer
+            max_len = (
+                initial.config.max_tokens
+                if isinstance(initial, Classifier)
+                else initial.config.max_positions
+            )
+    options = dataclasses.replace(
+        options, max_len=max_len, tokenizer=init_tokenizer or choice.tokenizer
     )
-    data = resolve_data(args.data, args.flavor, options)
+    data = resolve_data(data_specs, choice.flavor, options)
     if resumed_tokenizer is not None:
         warn_unknown_words(data)
-    overrides = model_overrides(args.flavor, data.tokenizer, data.train, [])
+    overrides = model_overrides(choice.flavor, data.tokenizer, data.train, [])
     if options.masked_lm:
         overrides |= masked_lm_fields(data.tokenizer, initial)
-    if args.flavor == "classifier" and data.num_classes:
+    if choice.flavor == "classifier" and data.num_classes:
         overrides["num_classes"] = data.num_classes
     if initial is not None:
-        return _from_init(args, initial, overrides, data, key=model_key)
+        return _from_init(choice, initial, overrides, data, masked_lm=options.masked_lm,
+                          key=model_key)  # fmt: skip
     if max_len is not None:  # synthetic data too: its sequences must fit
         overrides["max_positions"] = max_len
-    overrides |= model_overrides(args.flavor, None, data.train, args.set)
-    return Built(create(args.preset, key=model_key, **overrides), data)
+    overrides |= model_overrides(choice.flavor, None, data.train, choice.settings)
+    if choice.preset is None:
+        raise ValueError("zoo train needs --preset NAME (see `zoo presets`) or --init PATH")
+    return Built(create(choice.preset, key=model_key, **overrides), data)
 
 
 def warn_unknown_words(data: RunData) -> None:
@@ -121,18 +156,19 @@ def warn_unknown_words(data: RunData) -> None:
 
 
 def _from_init(
-    args: argparse.Namespace,
+    choice: ModelChoice,
     initial: Model,
     overrides: dict[str, FieldValue],
     data: RunData,
     *,
+    masked_lm: bool,
     key: PRNGKeyArray,
 ) -> Built:
     """The `--init` model fitted to the data: a classifier's head for its classes (and for
-    classification after masked-LM pretraining)."""
+    classification after masked-LM pretraining, unless it goes on with it: `masked_lm`)."""
     from zoo.train.warm_start import with_classes, without_masked_lm
 
-    if args.set:
+    if choice.settings:
         raise ValueError("--set changes a fresh model's config; it cannot be used with --init")
     vocab_size = overrides.get("vocab_size")
     if isinstance(vocab_size, int) and vocab_size > initial.config.vocab_size:
@@ -143,9 +179,9 @@ def _from_init(
     if not isinstance(initial, Classifier):
         return Built(initial, data)
     fresh_parts: tuple[str, ...] = ()
-    if initial.config.masked_lm and getattr(args, "objective", None) != "mlm":
+    if initial.config.masked_lm and not masked_lm:
         print(
-            f"zoo train: --init {args.init} was pretrained with a masked-LM head: it is dropped, "
+            f"zoo train: --init {choice.init} was pretrained with a masked-LM head: it is dropped, "
             "and the classification head is initialised fresh (every encoder weight is kept)",
             file=sys.stderr,
         )
@@ -163,27 +199,26 @@ def _from_init(
     return Built(initial, data, fresh_parts)
 
 
-def _check_init_tokenizer(
-    args: argparse.Namespace, init_tokenizer: Tokenizer | None, given: bool
-) -> None:
+def _check_init_tokenizer(choice: ModelChoice, init_tokenizer: Tokenizer | None) -> None:
     """An `--init` model's embeddings go with its own tokenizer: `--tokenizer` may not replace it
     unnoticed, and a folder without one needs `--tokenizer` said out loud."""
+    given = choice.tokenizer_given
     if init_tokenizer is not None and given:
         raise ValueError(
-            f"--tokenizer {args.tokenizer} would replace the tokenizer of --init {args.init}, "
+            f"--tokenizer {choice.tokenizer} would replace the tokenizer of --init {choice.init}, "
             "whose embeddings are learnt for that tokenizer's ids; drop --tokenizer"
         )
     if init_tokenizer is None and not given:
         raise ValueError(
-            f"--init {args.init} has no tokenizer files (tokenizer.json, vocab.txt, "
+            f"--init {choice.init} has no tokenizer files (tokenizer.json, vocab.txt, "
             "zoo_tokenizer.json, ...); copy the checkpoint's tokenizer files into it, or pass "
             "--tokenizer KIND to learn a new vocabulary from the data (the pretrained token "
             "embeddings then start from unrelated tokens)"
         )
     if init_tokenizer is None:
         print(
-            f"zoo train: --init {args.init} has no tokenizer: training with a new --tokenizer "
-            f"{args.tokenizer} vocabulary; its tokens do not match the pretrained embeddings",
+            f"zoo train: --init {choice.init} has no tokenizer: training with a new --tokenizer "
+            f"{choice.tokenizer} vocabulary; its tokens do not match the pretrained embeddings",
             file=sys.stderr,
         )
 
@@ -196,9 +231,11 @@ def _config_value(text: str) -> FieldValue:
 
 
 def model_overrides(
-    flavor: str, tokenizer: Tokenizer | None, train: BatchSource, settings: list[str]
+    flavor: str, tokenizer: Tokenizer | None, train: BatchSource, settings: Sequence[str]
 ) -> dict[str, FieldValue]:
-    """Config fields taken from the data (vocabulary, special ids, classes) and from `--set`."""
+    """Config fields taken from the data (vocabulary, special ids, classes) and from `--set`
+    (`settings`, each `NAME=VALUE`: a name `TransformerConfig.replace` takes, by the config
+    tree's path, short block path or alias)."""
     overrides: dict[str, FieldValue] = {}
     if tokenizer is not None:
         overrides.update(vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id)
@@ -223,7 +260,9 @@ def model_overrides(
     for setting in settings:
         name, separator, value = setting.partition("=")
         if not separator:
-            raise ValueError(f"--set takes FIELD=VALUE (e.g. --set dropout=0.1), got {setting!r}")
+            raise ValueError(
+                f"--set takes NAME=VALUE (e.g. --set attention.num_kv_heads=2), got {setting!r}"
+            )
         overrides[name.strip()] = _config_value(value)
     return overrides
 
@@ -251,19 +290,22 @@ def masked_lm_fields(tokenizer: Tokenizer | None, initial: Model | None) -> dict
     }
 
 
-def make_task(args: argparse.Namespace, model: eqx.Module, tokenizer: Tokenizer | None) -> Task:
-    """The task `zoo train` optimises: the flavor's, or masked-LM pretraining (`--objective`)."""
+def make_task(
+    flavor: str, objective: Objective, model: eqx.Module, tokenizer: Tokenizer | None
+) -> Task:
+    """The task `zoo train` optimises for `model`, a `flavor`: the flavor's, or masked-LM
+    pretraining on text encoded by `tokenizer` (`--objective`)."""
     from zoo.tasks import for_flavor
     from zoo.tasks.masked_lm import MaskedLanguageModeling
 
-    if getattr(args, "objective", None) != "mlm":
-        options = {"label_smoothing": args.label_smoothing} if args.flavor == "translator" else {}
-        return for_flavor(args.flavor, **options)
+    if objective.name != "mlm":
+        options = {"label_smoothing": objective.label_smoothing} if flavor == "translator" else {}
+        return for_flavor(flavor, **options)
     if not isinstance(model, Classifier) or tokenizer is None:
         raise ValueError("--objective mlm pretrains a classifier's encoder on tokenized text")
     mask_id = model.config.mask_id
     if mask_id is None:
         mask_id = getattr(tokenizer, "mask_id", None)
     return MaskedLanguageModeling.for_tokenizer(
-        tokenizer, args.mask_rate, whole_word=args.whole_word_masking, mask_id=mask_id
+        tokenizer, objective.mask_rate, whole_word=objective.whole_word_masking, mask_id=mask_id
     )

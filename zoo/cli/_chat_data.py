@@ -13,12 +13,20 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
+from zoo.cli._data_options import DataOptions, check_holdout, parse_roles
 from zoo.data.chat.conversations import FORMATS
+from zoo.data.tokenizers.base import Tokenizer
+
+if TYPE_CHECKING:
+    from zoo.data.chat.datasets import ChatData
+    from zoo.data.chat.options import ChatDataConfig
+    from zoo.data.specs import DatasetDicts
 
 CHAT_FORMATS = ("auto", *FORMATS, "none")
 TRAIN_ON = ("auto", "assistant", "completion", "last", "all")
@@ -87,7 +95,7 @@ def add_chat_options(parser: argparse.ArgumentParser, *, pack: bool = True) -> N
     )
 
 
-def positive_int(flag: str) -> Any:
+def positive_int(flag: str) -> Callable[[str], int]:
     """An argparse type: a positive integer, refused naming `flag`."""
 
     def read(text: str) -> int:
@@ -122,38 +130,14 @@ def read_template(path: str | None) -> str | None:
     return text
 
 
-def check_holdout(holdout: float | None) -> None:
-    """Refuse a `--holdout` that is no fraction in (0, 1)."""
-    if holdout is not None and not 0.0 < holdout < 1.0:
-        raise ValueError(
-            f"--holdout {holdout} is not a fraction in (0, 1); e.g. --holdout 0.1 holds out one "
-            "train example in ten for validation"
-        )
-
-
-def parse_roles(pairs: list[str] | None) -> dict[str, str] | None:
-    """`--role FROM=TO ...` as `{FROM: TO}` (None without any)."""
-    if not pairs:
-        return None
-    roles: dict[str, str] = {}
-    for pair in pairs:
-        source, separator, target = pair.partition("=")
-        if not separator or not source.strip() or not target.strip():
-            raise ValueError(
-                f"--role {pair!r} is not FROM=TO; e.g. --role human=user --role gpt=assistant"
-            )
-        if source.strip() in roles:
-            raise ValueError(f"--role names {source.strip()!r} twice; give each role once")
-        roles[source.strip()] = target.strip()
-    return roles
-
-
-def wants_chat(dataset: Any, flavor: str, options: Any, *, split: str = "train") -> bool:
+def wants_chat(
+    dataset: DatasetDicts, flavor: str, options: DataOptions, *, split: str = "train"
+) -> bool:
     """Whether `--data` is read as conversations (see the module doc); `split` is the split
     whose columns are looked at (`zoo eval`: the one it scores, where the data has it)."""
     from zoo.data.chat.datasets import is_chat_data
 
-    chosen = getattr(options, "chat_format", "auto")
+    chosen = options.chat_format
     if chosen == "none":
         _refuse_chat_only(options, "--chat-format none reads plain text")
         return False
@@ -162,7 +146,7 @@ def wants_chat(dataset: Any, flavor: str, options: Any, *, split: str = "train")
             raise ValueError(f"--chat-format {chosen} trains a gpt; a {flavor} reads no chats")
         _refuse_chat_only(options, f"a {flavor} reads no chats")
         return False
-    if chosen != "auto" or getattr(options, "messages_column", None):
+    if chosen != "auto" or options.messages_column:
         return True
     if is_chat_data(dataset, train_split=split):
         return True
@@ -170,54 +154,48 @@ def wants_chat(dataset: Any, flavor: str, options: Any, *, split: str = "train")
     return False
 
 
-def _refuse_chat_only(options: Any, why: str) -> None:
+def _refuse_chat_only(options: DataOptions, why: str) -> None:
     """Chat-data flags given where no conversations are read."""
     given = {
-        "--template": getattr(options, "template", None),
-        "--messages-column": getattr(options, "messages_column", None),
-        "--role": getattr(options, "roles", None) or getattr(options, "role", None),
-        "--show-data": getattr(options, "show_data", None),
+        "--template": options.template,
+        "--messages-column": options.messages_column,
+        "--role": options.roles,
     }
     for flag, value in given.items():
         if value:
             raise ValueError(f"{flag} is for chat data, and {why}: drop {flag}")
-    if getattr(options, "train_on", "auto") not in ("auto", None):
+    if options.train_on != "auto":
         raise ValueError(f"--train-on is for chat data, and {why}: drop --train-on")
 
 
-def chat_config(options: Any, *, template: str | None, **overrides: Any) -> Any:
-    """The `ChatDataConfig` of the command line's chat options (`options`: `DataOptions`)."""
+def chat_config(options: DataOptions, *, template: str | None) -> ChatDataConfig:
+    """The `ChatDataConfig` of the command line's chat options, rendering with the Jinja text
+    `template` (None: the tokenizer's own, else zoo's)."""
     from zoo.data.chat.options import ChatDataConfig
 
-    tokenizer_options = {}
+    tokenizer_options: dict[str, int | bool] = {}
     if options.min_freq is not None:
         tokenizer_options["min_freq"] = options.min_freq
     if options.lowercase:
         tokenizer_options["lowercase"] = True
-    chosen: dict[str, Any] = {
-        "format": options.chat_format,
-        "train_on": options.train_on,
-        "pack": options.pack,
-        "batch_size": options.batch_size,
-        "seed": options.seed,
-        "tokenizer_options": tokenizer_options,
-        "buckets": getattr(options, "buckets", "auto"),
-        "loss_positions": getattr(options, "loss_positions", True),
-        "group_by_length": getattr(options, "group_by_length", False),
-    }
-    if options.max_len is not None:
-        chosen["max_len"] = options.max_len
-    if getattr(options, "holdout", None) is not None:
-        chosen["holdout"] = options.holdout
-    if template is not None:
-        chosen["template"] = template
-    if options.roles:
-        chosen["roles"] = dict(options.roles)
-    if options.messages_column:
-        chosen["messages_column"] = options.messages_column
-    chosen |= overrides
     try:
-        return ChatDataConfig(**chosen)
+        return ChatDataConfig(
+            format=options.chat_format,
+            train_on=options.train_on,
+            pack=options.pack,
+            batch_size=options.batch_size,
+            seed=options.seed,
+            tokenizer_options=tokenizer_options,
+            buckets=options.buckets,
+            loss_positions=options.loss_positions,
+            group_by_length=options.group_by_length,
+            # a value not given keeps ChatDataConfig's default
+            max_len=ChatDataConfig.max_len if options.max_len is None else options.max_len,
+            holdout=ChatDataConfig.holdout if options.holdout is None else options.holdout,
+            template=template,
+            roles=dict(options.roles) if options.roles else None,
+            messages_column=options.messages_column or None,
+        )
     except ValueError as error:  # name the flag the value came from
         raise ValueError(f"{_flag_of(str(error))}: {error}") from None
 
@@ -231,16 +209,17 @@ def _flag_of(message: str) -> str:
     return min(found)[1] if found else "chat data options"
 
 
-def chat_run_data(dataset: Any, options: Any) -> tuple[Any, Any, Any, str, Any]:
-    """(train batches, validation batches, tokenizer, chat template text, the `ChatData`) of a
-    dataset of conversations."""
+def chat_run_data(dataset: DatasetDicts, options: DataOptions) -> ChatData:
+    """The train and validation batches, tokenizer and chat template of a dataset of
+    conversations."""
     from zoo.data.chat.datasets import chat_data
 
     if options.streaming:
         raise ValueError("chat data is read into memory to be packed: drop --streaming")
-    for option in ("source", "target", "text_column", "label_column"):
-        if getattr(options, option) is not None:
-            flag = "--" + option.replace("_", "-")
+    columns = {"--source": options.source, "--target": options.target,
+               "--text-column": options.text_column, "--label-column": options.label_column}  # fmt: skip
+    for flag, column in columns.items():
+        if column is not None:
             raise ValueError(f"{flag} names a plain-text column; chat data reads conversations")
     config = chat_config(options, template=read_template(options.template))
     with naming_flags(options):
@@ -259,11 +238,11 @@ def chat_run_data(dataset: Any, options: Any) -> tuple[Any, Any, Any, str, Any]:
     )
     if data.template.origin == DEFAULT_TEMPLATE_ORIGIN:
         warn_default_template("train", data.tokenizer)
-    return data.train, data.validation, data.tokenizer, data.template.source, data
+    return data
 
 
 @contextlib.contextmanager
-def naming_flags(options: Any) -> Iterator[None]:
+def naming_flags(options: DataOptions) -> Iterator[None]:
     """Errors of the data layer about a chat option, prefixed with the flag that set it."""
     try:
         yield
@@ -287,9 +266,9 @@ def _train_on(train_on: str, format: str) -> str:
     return resolve_train_on(train_on, format)
 
 
-def warn_default_template(command: str, tokenizer: Any) -> None:
+def warn_default_template(command: str, tokenizer: Tokenizer) -> None:
     """One line on stderr: the tokenizer has no chat template, so zoo's default renders."""
-    kind = getattr(tokenizer, "kind", None) or type(tokenizer).__name__
+    kind = tokenizer.kind or type(tokenizer).__name__
     print(
         f"zoo {command}: warning: the {kind} tokenizer has no chat template; using zoo's default "
         "('role:' line, content, eos per turn); pass --template FILE to choose one",
@@ -312,18 +291,17 @@ def run_template(template_flag: str | None, model: str) -> str | None:
     return None if found is None else pick_template(found)
 
 
-def eval_chat_config(args: argparse.Namespace, *, max_len: int, seed: int) -> Any:
-    """The `ChatDataConfig` `zoo eval` scores conversations with (one per row)."""
-    options = argparse.Namespace(
-        chat_format=args.chat_format, train_on=args.train_on, pack=False,
-        batch_size=args.batch_size, seed=seed, min_freq=None, lowercase=None, max_len=max_len,
-        roles=parse_roles(getattr(args, "role", None)),
-        messages_column=getattr(args, "messages_column", None), holdout=args.holdout,
-    )  # fmt: skip
-    return chat_config(options, template=run_template(args.template, args.model))
+def eval_chat_config(options: DataOptions, *, model: str) -> ChatDataConfig:
+    """The `ChatDataConfig` `zoo eval` scores conversations with (one per row), from the data
+    options of its flags (`max_len` and `seed` resolved) and the template of the run in `model`
+    (`run_template`). The word tokenizer's options, `--buckets` and `--group-by-length` are
+    not read: the model's own tokenizer encodes, in buckets fitted to the data."""
+    scoring = dataclasses.replace(options, pack=False, min_freq=None, lowercase=None,
+                                  buckets="auto", loss_positions=True, group_by_length=False)  # fmt: skip
+    return chat_config(scoring, template=run_template(options.template, model))
 
 
-def resolved_train_on(train_on: str, dataset: Any, split: str) -> str:
+def resolved_train_on(train_on: str, dataset: DatasetDicts, split: str) -> str:
     """What `--train-on` means for the conversations of `dataset[split]` (auto resolved)."""
     if train_on != "auto":
         return train_on

@@ -17,7 +17,6 @@ def add_compile_cache_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def use_compile_cache(args: argparse.Namespace) -> None:
-    """Turn on the cache `--compile-cache` names (its default when not given)."""
-    chosen = getattr(args, "compile_cache", None)
+def use_compile_cache(chosen: str | None) -> None:
+    """Turn on the cache `--compile-cache` names (`chosen`; its default when not given)."""
     enable_compile_cache(default_directory() if chosen is None else chosen)

@@ -16,9 +16,14 @@ import argparse
 import difflib
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+
+# a flag's value, as argparse or a --config file gives it (a repeated flag's: a list)
+FlagValue = str | int | float | bool | list[str] | None
+# the options of a run by name, as its flags give them: what `train_args.json` and
+# `train_config.yaml` record
+RunFlags = Mapping[str, FlagValue]
 
 CONFIG_RECORD = "train_config.yaml"  # the resolved config a run records in its folder
 # namespace entries that are not options of the run
@@ -39,7 +44,9 @@ def enable_config_file(parser: argparse.ArgumentParser) -> None:
     )
     parse_known = parser.parse_known_args
 
-    def parse_with_config(args: Sequence[str] | None = None, namespace: Any = None) -> Any:
+    def parse_with_config(
+        args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
         arguments = list(args or [])
         path = _config_path(arguments)
         if path is not None:
@@ -87,11 +94,12 @@ def _given_on_command_line(arguments: list[str], parser: argparse.ArgumentParser
     return given
 
 
-def read_config(path: str, parser: argparse.ArgumentParser) -> dict[str, Any]:
-    """The flags in the file `path` as `{dest: value}`, each checked as its flag checks it."""
+def read_config(path: str, parser: argparse.ArgumentParser) -> dict[str, object]:
+    """The flags in the file `path` as `{dest: value}`, each checked as its flag checks it (the
+    value its flag's type gives)."""
     values = _load(path)
     actions = {action.dest: action for action in parser._actions if action.option_strings}
-    checked: dict[str, Any] = {}
+    checked: dict[str, object] = {}
     for key, value in values.items():
         dest = str(key).replace("-", "_")
         if dest == "flavor":  # the positional FLAVOR, checked against the command line's
@@ -110,7 +118,7 @@ def read_config(path: str, parser: argparse.ArgumentParser) -> dict[str, Any]:
     return checked
 
 
-def _load(path: str) -> dict[str, Any]:
+def _load(path: str) -> dict[object, object]:
     file = Path(path).expanduser()
     if not file.is_file():
         raise FileNotFoundError(f"--config {path}: no such file")
@@ -134,7 +142,7 @@ def _load(path: str) -> dict[str, Any]:
     return loaded
 
 
-def _convert(action: argparse.Action, value: Any, key: Any, path: str) -> Any:
+def _convert(action: argparse.Action, value: object, key: object, path: str) -> object:
     """`value` as the flag of `action` would give it, refused naming the key."""
     where = f"--config {path}: {key}"
     if value is None:  # as if the flag were left out
@@ -151,15 +159,15 @@ def _convert(action: argparse.Action, value: Any, key: Any, path: str) -> Any:
     return _one(action, value, where)
 
 
-def _one(action: argparse.Action, value: Any, where: str) -> Any:
+def _one(action: argparse.Action, value: object, where: str) -> object:
     if isinstance(value, dict | list):
         raise ValueError(f"{where} takes one value, got {type(value).__name__} {value!r}")
-    convert: Any = action.type
+    convert = action.type
     if convert is int and isinstance(value, float) and not value.is_integer():
         raise ValueError(f"{where}: {value!r} is not a whole number")
-    if convert is not None and not isinstance(value, bool):
-        try:  # a number from the file as it is: int("1e-3") would fail where 1e-3 reads
-            value = convert(value) if isinstance(value, int | float) else convert(str(value))
+    if callable(convert) and not isinstance(value, bool):
+        try:
+            value = _converted(convert, value)
         except (TypeError, ValueError, argparse.ArgumentTypeError) as error:
             raise ValueError(f"{where}: {value!r} is not valid ({error})") from None
     elif convert is None and not isinstance(value, str):
@@ -168,6 +176,14 @@ def _one(action: argparse.Action, value: Any, where: str) -> Any:
         choices = ", ".join(str(choice) for choice in action.choices)
         raise ValueError(f"{where}: {value!r} is not one of {choices}")
     return value
+
+
+def _converted(convert: Callable[[str], object], value: object) -> object:
+    """`value` of a file through a flag's type: a number as it is to `int` and `float`
+    (`int("1e-3")` would fail where 1e-3 reads), any other value as text."""
+    if isinstance(value, int | float) and convert in (int, float):
+        return float(value) if convert is float else int(value)
+    return convert(str(value))
 
 
 def required_options(args: argparse.Namespace, names: Sequence[str]) -> None:
@@ -186,29 +202,30 @@ def required_options(args: argparse.Namespace, names: Sequence[str]) -> None:
             raise ValueError(f"{flag} is required: give it on the command line{where}")
 
 
-def resolved_config(args: argparse.Namespace, *, tokenizer_given: bool) -> dict[str, Any]:
-    """Every option of the run in `args` (defaults filled), file paths made absolute: what
+def resolved_config(flags: RunFlags, *, tokenizer_given: bool) -> dict[str, FlagValue]:
+    """Every option of the run of `flags` (defaults filled), file paths made absolute: what
     `--config` reads back to rerun it."""
-    from zoo.cli._mixing import split_weight
-
-    config: dict[str, Any] = {}
-    for name, value in sorted(vars(args).items()):
+    config: dict[str, FlagValue] = {}
+    for name, value in sorted(flags.items()):
         if name in NOT_OPTIONS or name.startswith("_"):
             continue
         if name in PATH_OPTIONS and isinstance(value, str) and os.path.exists(value):
             value = str(Path(value).resolve())
-        config[name] = list(value) if isinstance(value, tuple) else value
-    specs = [args.data] if isinstance(args.data, str) else list(args.data)
-    config["data"] = [_absolute_spec(spec, split_weight) for spec in specs]
+        config[name] = value
+    data = flags["data"]
+    specs = [data] if isinstance(data, str) else data if isinstance(data, list) else []
+    config["data"] = [_absolute_spec(spec) for spec in specs]
     config["resume"] = False  # a rerun starts afresh (pass --resume to continue one)
     config["show_data"] = None
-    if not tokenizer_given and args.init is not None:
+    if not tokenizer_given and flags.get("init") is not None:
         config["tokenizer"] = None  # the --init model's own, not a default
     return config
 
 
-def _absolute_spec(spec: str, split_weight: Any) -> str:
+def _absolute_spec(spec: str) -> str:
     """`json:runs/x` -> `json:/abs/runs/x` (weight kept) where the path exists."""
+    from zoo.cli._mixing import split_weight
+
     plain, weight = split_weight(spec)
     scheme, _, rest = plain.partition(":")
     if scheme != "synthetic" and rest and os.path.exists(rest):
@@ -216,13 +233,14 @@ def _absolute_spec(spec: str, split_weight: Any) -> str:
     return plain if weight is None else f"{plain}:{weight}"
 
 
-def record_config(out: Path, args: argparse.Namespace, *, tokenizer_given: bool) -> None:
-    """Write `out/train_config.yaml`, the run's resolved config (see the module doc)."""
+def record_config(out: Path, flags: RunFlags, *, tokenizer_given: bool) -> None:
+    """Write `out/train_config.yaml`, the resolved config of the run of `flags` (see the module
+    doc)."""
     import yaml
 
     from zoo.files import write_text_atomic
 
-    config = resolved_config(args, tokenizer_given=tokenizer_given)
+    config = resolved_config(flags, tokenizer_given=tokenizer_given)
     text = (
         "# zoo train's resolved config: zoo train --config THIS_FILE --out NEW reruns it\n"
         + yaml.safe_dump(config, sort_keys=True, default_flow_style=False)

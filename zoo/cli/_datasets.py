@@ -1,6 +1,7 @@
 """`--data SCHEME:REST` for `zoo train` and `zoo eval`: a spec and its options -> batch sources.
 
-The command line's data options become one record, `DataOptions`, before any data is read.
+The command line's data options become one record, `DataOptions` (`zoo.cli._data_options`),
+before any data is read.
 `resolve_data` dispatches `zoo train`'s `--data` on its scheme: `synthetic:rot13|addition|
 majority` makes its own data; the file schemes (`hf:`, `json:`, `csv:`, `parquet:`, `text:`)
 share one handler: `zoo.data.load_spec` reads the spec into a `DatasetDict`, `zoo.data.from_hf`
@@ -11,15 +12,18 @@ with `@data_scheme("name")`.
 from __future__ import annotations
 
 import argparse
-import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
-from zoo.cli._chat_data import check_holdout, parse_roles
-from zoo.cli._preference import PREFERENCE_OBJECTIVES
+from zoo.cli._data_options import DataOptions, buckets_flag
 from zoo.data.batches import BatchSource
 from zoo.data.tokenizers.base import Tokenizer
+
+if TYPE_CHECKING:
+    from zoo.data.chat.datasets import ChatData
+    from zoo.data.hf import TaskData
+    from zoo.data.specs import DatasetDicts
 
 FILE_SCHEMES = ("hf", "json", "csv", "parquet", "text")
 TASK_OF_FLAVOR = {
@@ -27,62 +31,7 @@ TASK_OF_FLAVOR = {
     "gpt": "language_modeling",
     "translator": "translation",
 }
-
-
-@dataclass(frozen=True, kw_only=True)
-class DataOptions:
-    """How `--data` becomes batches: the command line's data options, resolved once."""
-
-    batch_size: int  # examples (language modelling: blocks) per batch
-    seed: int = 0  # draws the held-out split and the shuffling
-    # char | word | tiktoken:NAME, or an --init model's own tokenizer (None: the task's default)
-    tokenizer: str | Tokenizer | None = None
-    max_len: int | None = None  # longest sequence in tokens (None: the data's own)
-    num_classes: int | None = None  # classifier: classes the labels do not say themselves
-    source: str | None = None  # translation source column
-    target: str | None = None  # translation target column
-    text_column: str | None = None
-    label_column: str | None = None
-    min_freq: int | None = None  # word tokenizer: min count
-    lowercase: bool | None = None  # word tokenizer: lowercase the text
-    encoding: str = "utf-8"  # of json/csv/text files
-    streaming: bool = False  # read the data as a stream
-    holdout: float | None = None  # share of train held out without a validation split (0.1)
-    masked_lm: bool = False  # `--objective mlm`: plain text, one example per line
-    chat_format: str = "auto"  # gpt: conversations when the columns fit (zoo.cli._chat_data)
-    train_on: str = "auto"  # chat data: the tokens the loss counts (auto, assistant, ...)
-    pack: bool = True  # chat data: conversations packed into rows of max_len + 1 tokens
-    template: str | None = None  # chat data: --template, a Jinja chat template file
-    messages_column: str | None = None  # chat data: the column of each row's messages
-    roles: tuple[tuple[str, str], ...] | None = None  # chat data: --role FROM=TO renames
-    preference: bool = False  # --objective dpo, ...: prompt/chosen/rejected rows (_preference)
-    max_prompt_len: int | None = None  # preference rows: most prompt tokens (its end kept)
-    max_completion_len: int | None = None  # preference rows: most answer tokens (start kept)
-    # --buckets: padded lengths of unpacked rows; auto: fitted to the data, None: powers of two
-    buckets: str | tuple[int, ...] | None = "auto"
-    # chat data: batches list the positions they score (False: resuming a run recorded before)
-    loss_positions: bool = True
-    # unpacked rows: batches of one bucket's examples (--group-by-length) or drawn at random
-    group_by_length: bool = False
-
-    def __post_init__(self) -> None:
-        check_holdout(self.holdout)
-
-    @classmethod
-    def from_args(cls, args: argparse.Namespace, **resolved: Any) -> DataOptions:
-        """The options of `args` (those the command has), with `resolved` values put first."""
-        given = {
-            field.name: getattr(args, field.name)
-            for field in dataclasses.fields(cls)
-            if hasattr(args, field.name)
-        }
-        given["masked_lm"] = getattr(args, "objective", None) == "mlm"
-        given["preference"] = getattr(args, "objective", None) in PREFERENCE_OBJECTIVES
-        roles = parse_roles(getattr(args, "role", None))
-        given["roles"] = None if roles is None else tuple(roles.items())
-        given["buckets"] = bucket_choice(getattr(args, "buckets", None))
-        given["group_by_length"] = bool(getattr(args, "group_by_length", None))
-        return cls(**(given | resolved))
+__all__ = ["DataOptions", "RunData", "buckets_flag", "data_scheme", "resolve_data"]
 
 
 @dataclass(frozen=True)
@@ -94,7 +43,7 @@ class RunData:
     tokenizer: Tokenizer | None
     num_classes: int | None = None  # the classes the data names (None: count the labels)
     chat_template: str | None = None  # chat data: the template's text (saved with the run)
-    chat: Any = None  # chat data: the `zoo.data.chat.ChatData` it came from
+    chat: ChatData | None = None  # chat data: the conversations it came from
 
 
 # scheme -> handler(rest after "SCHEME:", flavor, options)
@@ -112,9 +61,9 @@ def data_scheme(name: str) -> Callable[[DataHandler], DataHandler]:
     return decorate
 
 
-def resolve_data(spec: str | list[str], flavor: str, options: DataOptions) -> RunData:
+def resolve_data(spec: str | Sequence[str], flavor: str, options: DataOptions) -> RunData:
     """`--data SCHEME:REST` -> train and eval batch sources and the tokenizer; several
-    `--data` (a list) are mixed first (`zoo.cli._mixing`)."""
+    `--data` (a sequence) are mixed first (`zoo.cli._mixing`)."""
     if not isinstance(spec, str):
         from zoo.cli._mixing import mix_datasets
 
@@ -166,7 +115,9 @@ def _files(scheme: str) -> DataHandler:
     return handler
 
 
-def dataset_run_data(spec: str, dataset: Any, flavor: str, options: DataOptions) -> RunData:
+def dataset_run_data(
+    spec: str, dataset: DatasetDicts, flavor: str, options: DataOptions
+) -> RunData:
     """The `RunData` of `dataset`, read from `spec` (named in errors): conversations or the
     flavor's task."""
     from zoo.cli._chat_data import chat_run_data, wants_chat
@@ -176,11 +127,13 @@ def dataset_run_data(spec: str, dataset: Any, flavor: str, options: DataOptions)
     if options.preference:
         from zoo.cli._preference import preference_run_data
 
-        train, validation, tokenizer, template = preference_run_data(dataset, flavor, options)
-        return RunData(train, validation, tokenizer, chat_template=template)
+        pairs = preference_run_data(dataset, flavor, options)
+        template = None if pairs.template is None else pairs.template.source
+        return RunData(pairs.train, pairs.validation, pairs.tokenizer, chat_template=template)
     if wants_chat(dataset, flavor, options):
-        train, validation, tokenizer, template, chat = chat_run_data(dataset, options)
-        return RunData(train, validation, tokenizer, chat_template=template, chat=chat)
+        chat = chat_run_data(dataset, options)
+        return RunData(chat.train, chat.validation, chat.tokenizer,
+                       chat_template=chat.template.source, chat=chat)  # fmt: skip
     data = load_task_data(spec, flavor, options, dataset=dataset)
     return RunData(data.train, data.validation, data.tokenizer, data.num_classes)
 
@@ -197,7 +150,7 @@ class OneDataset(argparse.Action):
         self,
         parser: argparse.ArgumentParser,
         namespace: argparse.Namespace,
-        values: Any,
+        values: str | Sequence[object] | None,
         option_string: str | None = None,
     ) -> None:
         earlier = getattr(namespace, self.dest, None)
@@ -254,49 +207,48 @@ def add_data_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def buckets_flag(text: str) -> str:
-    """An argparse type: `--buckets` as written (auto, pow2 or comma-separated lengths),
-    refused when it is none of these."""
-    text = text.strip()
-    if text in ("auto", "pow2"):
-        return text
-    parts = [part.strip() for part in text.split(",")]
-    if not all(part.isdigit() and int(part) > 0 for part in parts):
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: give auto, pow2 or positive lengths separated by commas, e.g. 48,64,96"
-        )
-    return ",".join(parts)
+class HFOptions(TypedDict, total=False):
+    """The keyword options of `zoo.data.from_hf` and `split_batches` (`zoo.data.DataConfig`
+    fields) that the command line sets."""
+
+    batch_size: int
+    seed: int
+    buckets: str | tuple[int, ...] | None
+    group_by_length: bool
+    source_column: str
+    target_column: str
+    text_column: str
+    label_column: str
+    max_len: int
+    num_classes: int
+    holdout: float
+    tokenizer_options: dict[str, int | bool]
+    packing: bool
 
 
-def bucket_choice(flag: str | None) -> str | tuple[int, ...] | None:
-    """The `buckets` option of `--buckets` (None, not given: auto)."""
-    if flag is None or flag == "auto":
-        return "auto"
-    if flag == "pow2":
-        return None
-    return tuple(int(part) for part in flag.split(","))
-
-
-def from_hf_options(options: DataOptions, flavor: str) -> dict[str, Any]:
+def from_hf_options(options: DataOptions, flavor: str) -> HFOptions:
     """`zoo.data.from_hf` keyword options (only those the user set)."""
-    from_hf: dict[str, Any] = {"batch_size": options.batch_size, "seed": options.seed}
-    columns = {
-        "source_column": options.source,
-        "target_column": options.target,
-        "text_column": options.text_column,
-        "label_column": options.label_column,
-        "max_len": options.max_len,
-        "num_classes": options.num_classes,
-        "holdout": options.holdout,
-    }
-    from_hf["buckets"] = options.buckets
-    from_hf["group_by_length"] = options.group_by_length
-    from_hf.update({name: value for name, value in columns.items() if value is not None})
+    from_hf = HFOptions(batch_size=options.batch_size, seed=options.seed,
+                        buckets=options.buckets, group_by_length=options.group_by_length)  # fmt: skip
+    if options.source is not None:
+        from_hf["source_column"] = options.source
+    if options.target is not None:
+        from_hf["target_column"] = options.target
+    if options.text_column is not None:
+        from_hf["text_column"] = options.text_column
+    if options.label_column is not None:
+        from_hf["label_column"] = options.label_column
+    if options.max_len is not None:
+        from_hf["max_len"] = options.max_len
+    if options.num_classes is not None:
+        from_hf["num_classes"] = options.num_classes
+    if options.holdout is not None:
+        from_hf["holdout"] = options.holdout
     if flavor != "translator" and (options.source or options.target):
         raise ValueError("--source/--target name translation columns; use --text-column")
     if flavor != "classifier" and options.num_classes is not None:
         raise ValueError(f"--num-classes is for classifiers; a {flavor} has no classes")
-    tokenizer_options: dict[str, Any] = {}
+    tokenizer_options: dict[str, int | bool] = {}
     if options.min_freq is not None:
         tokenizer_options["min_freq"] = options.min_freq
     if options.lowercase:
@@ -306,7 +258,7 @@ def from_hf_options(options: DataOptions, flavor: str) -> dict[str, Any]:
     return from_hf
 
 
-def load_dataset(spec: str, options: DataOptions, *, file_split: str = "train") -> Any:
+def load_dataset(spec: str, options: DataOptions, *, file_split: str = "train") -> DatasetDicts:
     """The `DatasetDict` of `--data spec`, read with `--encoding` and `--streaming`.
 
     Masked-LM text files (`--objective mlm`) hold one example per line.
@@ -318,7 +270,9 @@ def load_dataset(spec: str, options: DataOptions, *, file_split: str = "train") 
                      file_split=file_split, **extra)  # fmt: skip
 
 
-def load_task_data(spec: str, flavor: str, options: DataOptions, *, dataset: Any = None) -> Any:
+def load_task_data(
+    spec: str, flavor: str, options: DataOptions, *, dataset: DatasetDicts | None = None
+) -> TaskData:
     """`zoo.data.TaskData` for `spec` (SCHEME:REST, a file scheme) and the flavor's task."""
     from zoo.data.hf import from_hf
 

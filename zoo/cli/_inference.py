@@ -6,21 +6,32 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, TypeVar
+
+from jaxtyping import PRNGKeyArray
 
 from zoo.cli._load import MODEL_HELP, Flavor, load_model
 from zoo.cli._mesh import add_mesh_option, layout_from_args
 from zoo.data.tokenizers.base import Tokenizer
 
+if TYPE_CHECKING:
+    from zoo.decoding.sampling import SamplingSettings
+    from zoo.distributed.layout import Layout
 
-def add_model_arguments(parser: Any) -> None:
+# one result of a command, printed as a JSON object or as a line of text
+Row = TypeVar("Row", bound=Mapping[str, object])
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     """MODEL and `--adapter`."""
     parser.add_argument("model", help=MODEL_HELP)
     parser.add_argument("--adapter", help="a PEFT LoRA adapter folder to put on the model")
 
 
-def add_sampling_options(parser: Any, *, max_new_tokens: int, per: str = "") -> None:
+def add_sampling_options(
+    parser: argparse.ArgumentParser, *, max_new_tokens: int, per: str = ""
+) -> None:
     """`--max-new-tokens` (`per` says per what), `--temperature`, `--top-k`, `--top-p`, `--seed`."""
     parser.add_argument("--max-new-tokens", type=int, default=max_new_tokens, help=per or None)
     parser.add_argument("--temperature", type=float, default=0.0, help="0 is greedy")
@@ -29,13 +40,15 @@ def add_sampling_options(parser: Any, *, max_new_tokens: int, per: str = "") -> 
     parser.add_argument("--seed", type=int, default=0, help="draws the samples (temperature > 0)")
 
 
-def add_output_options(parser: Any, *, json_help: str) -> None:
+def add_output_options(parser: argparse.ArgumentParser, *, json_help: str) -> None:
     """`--mesh` and `--json`."""
     add_mesh_option(parser)
     parser.add_argument("--json", action="store_true", help=json_help)
 
 
-def sampling_from_args(args: argparse.Namespace) -> tuple[Any, Any]:
+def sampling_from_args(
+    args: argparse.Namespace,
+) -> tuple[SamplingSettings, PRNGKeyArray | None]:
     """`(SamplingSettings, key or None)` of the sampling options; bad numbers, and `--top-k` or
     `--top-p` with greedy decoding, raise here, before anything is loaded."""
     import jax
@@ -53,7 +66,9 @@ def sampling_from_args(args: argparse.Namespace) -> tuple[Any, Any]:
     return settings, None if settings.greedy else jax.random.key(args.seed)
 
 
-def load_for(args: argparse.Namespace, kind: type[Flavor]) -> tuple[Flavor, Tokenizer, Any]:
+def load_for(
+    args: argparse.Namespace, kind: type[Flavor]
+) -> tuple[Flavor, Tokenizer, Layout | None]:
     """`(model, tokenizer, layout or None)`: `--mesh` is checked first (a mesh that does not
     fit stops before loading), then MODEL with `--adapter` is loaded as a `kind`."""
     layout = layout_from_args(args)
@@ -61,9 +76,7 @@ def load_for(args: argparse.Namespace, kind: type[Flavor]) -> tuple[Flavor, Toke
     return model, tokenizer, layout
 
 
-def print_results(
-    rows: Iterable[dict[str, Any]], as_json: bool, line: Callable[[dict[str, Any]], str]
-) -> None:
+def print_results(rows: Iterable[Row], as_json: bool, line: Callable[[Row], str]) -> None:
     """Each row as a JSON object (`as_json`) or as the text `line(row)`, one a line."""
     for row in rows:
         print(json.dumps(row, ensure_ascii=False) if as_json else line(row))

@@ -81,9 +81,13 @@ def read_model(spec: str, *, option: str) -> tuple[Model, Tokenizer | None]:
     """`(model, tokenizer or None)` of `spec`, the value of the command-line option `option`
     (`MODEL`, `--init`): a zoo directory, a HuggingFace checkpoint folder or `hf:NAME`."""
     model, tokenizer = _read(spec, option)
+    return _zoo_model(model, spec, option), tokenizer
+
+
+def _zoo_model(model: eqx.Module, spec: str, option: str) -> Model:
     if not isinstance(model, GPT | Classifier | Translator):
         raise TypeError(f"{option} {spec} holds a {type(model).__name__}, not a zoo model")
-    return model, tokenizer
+    return model
 
 
 def _read(spec: str, option: str) -> tuple[eqx.Module, Tokenizer | None]:
@@ -97,7 +101,7 @@ def _read(spec: str, option: str) -> tuple[eqx.Module, Tokenizer | None]:
     if folder.is_dir() and is_zoo_folder(folder):
         return load_with_tokenizer(folder)
     if folder.is_dir() and (folder / CONFIG_FILE).is_file():
-        model = from_pretrained(folder)
+        model = _zoo_model(from_pretrained(folder), spec, option)
         return model, folder_tokenizer(folder, model)
     if option == "--init" and _hub_name(spec):
         print(
@@ -122,7 +126,7 @@ def _hub_name(spec: str) -> bool:
     return not local and not path.exists()
 
 
-def folder_tokenizer(folder: Path, model: eqx.Module) -> Tokenizer | None:
+def folder_tokenizer(folder: Path, model: Model) -> Tokenizer | None:
     """The tokenizer of a HuggingFace checkpoint folder, None when it has no tokenizer files.
 
     GPT-2's own vocabulary needs no files (it is tiktoken's gpt2 encoding); any other model
@@ -133,6 +137,6 @@ def folder_tokenizer(folder: Path, model: eqx.Module) -> Tokenizer | None:
 
     patterns = [*TOKENIZER_PATTERNS, TOKENIZER_FILE]
     has_files = any(next(folder.glob(pattern), None) is not None for pattern in patterns)
-    vocab_size = model.config.vocab_size  # type: ignore[attr-defined]
+    vocab_size = model.config.vocab_size
     gpt2_vocabulary = flavor_of(model) == "gpt" and vocab_size == GPT2_VOCAB_SIZE
     return pretrained_tokenizer(folder) if has_files or gpt2_vocabulary else None

@@ -11,7 +11,10 @@ process 0 reports for all of them.
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from zoo.distributed.layout import Layout
 
 MESH_HELP = (
     "train or run on many devices: axis sizes data=N,fsdp=N,tensor=N multiplying to the "
@@ -20,8 +23,9 @@ MESH_HELP = (
 )
 
 
-def add_mesh_option(parser: Any, *, processes: bool = False) -> None:
-    """`--mesh`, and with `processes` the options that join many processes."""
+def add_mesh_option(parser: argparse._ActionsContainer, *, processes: bool = False) -> None:
+    """`--mesh` on `parser` (a parser or one of its groups), and with `processes` the options
+    that join many processes."""
     parser.add_argument("--mesh", metavar="AXES", help=MESH_HELP)
     if not processes:
         return
@@ -75,7 +79,7 @@ def quiet_other_processes() -> None:
     datasets.logging.set_verbosity_error()
 
 
-def layout_from_args(args: argparse.Namespace) -> Any:
+def layout_from_args(args: argparse.Namespace) -> Layout | None:
     """The `zoo.distributed.Layout` of `--mesh` (None without it)."""
     if not getattr(args, "mesh", None):
         return None

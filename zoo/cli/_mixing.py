@@ -14,7 +14,12 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import datasets
+
+    from zoo.data.specs import DatasetDicts
 
 STOPPING_STRATEGY = "first_exhausted"  # the mix ends with its first exhausted dataset
 WEIGHT_TOLERANCE = 1e-6
@@ -27,7 +32,7 @@ class Datasets(argparse.Action):
         self,
         parser: argparse.ArgumentParser,
         namespace: argparse.Namespace,
-        values: Any,
+        values: str | Sequence[object] | None,
         option_string: str | None = None,
     ) -> None:
         earlier = getattr(namespace, self.dest, None)
@@ -93,7 +98,9 @@ def weights(specs: Sequence[str]) -> list[float] | None:
     return [rest if weight is None else weight for weight in given]
 
 
-def mix_datasets(specs: Sequence[str], load: Callable[[str], Any], seed: int) -> tuple[str, Any]:
+def mix_datasets(
+    specs: Sequence[str], load: Callable[[str], DatasetDicts], seed: int
+) -> tuple[str, datasets.DatasetDict]:
     """(a label naming the mix, the mixed `DatasetDict`) of `specs`, each read by `load`."""
     import datasets
 

@@ -18,14 +18,35 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import equinox as eqx
 
+from zoo.cli._data_options import PREFERENCE_OBJECTIVES, DataOptions
+from zoo.data.batches import BatchSource
+from zoo.data.tokenizers.base import Tokenizer
 from zoo.models import GPT, flavor_of
 
-# `--objective` values that train on preference pairs (zoo.tasks.preference_loss.OBJECTIVES)
-PREFERENCE_OBJECTIVES = ("dpo", "ipo", "hinge", "robust", "simpo", "orpo")
+if TYPE_CHECKING:
+    from zoo.cli._load import Model
+    from zoo.data.chat.preference import PreferenceData, PreferenceDataConfig
+    from zoo.data.specs import DatasetDicts
+    from zoo.tasks.preference import Preference
+    from zoo.tasks.preference_loss import PreferenceLoss
+
+
+@dataclass(frozen=True, kw_only=True)
+class PreferenceOptions:
+    """What a preference objective trains or scores with: the loss and its reference model."""
+
+    objective: str  # one of PREFERENCE_OBJECTIVES
+    beta: float | None = None  # β (None: the loss's default, 0.1)
+    dpo_label_smoothing: float | None = None  # robust: ε, the pairs flipped
+    simpo_gamma: float | None = None  # simpo: γ
+    reference: str | None = None  # the reference model, a run, folder or hf:NAME
+    precompute_reference: bool = False  # its log-probabilities computed once before training
 
 
 def add_preference_options(parser: argparse.ArgumentParser) -> None:
@@ -55,52 +76,61 @@ def add_preference_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--max-completion-len", type=int, help="answer tokens kept (the first)")
 
 
-def is_preference(args: argparse.Namespace) -> bool:
-    return getattr(args, "objective", None) in PREFERENCE_OBJECTIVES
-
-
-def check_options(args: argparse.Namespace) -> None:
-    """Refuse preference flags without a preference objective, and mixes that cannot work."""
+def preference_options(args: argparse.Namespace) -> PreferenceOptions | None:
+    """The preference options of `zoo train`'s flags (None: the objective is no preference
+    objective); refuses preference flags without one, and mixes that cannot work."""
     names = ("beta", "reference", "dpo_label_smoothing", "simpo_gamma", "max_prompt_len",
              "max_completion_len")  # fmt: skip
     given = [name for name in names if getattr(args, name, None) is not None]
     if getattr(args, "precompute_reference", False):
         given.append("precompute_reference")
-    if not is_preference(args):
+    if getattr(args, "objective", None) not in PREFERENCE_OBJECTIVES:
         if given:
             flags = ", ".join("--" + name.replace("_", "-") for name in given)
             raise ValueError(f"{flags} go with --objective {'|'.join(PREFERENCE_OBJECTIVES)}")
-        return
+        return None
     if args.flavor != "gpt":
         raise ValueError(f"--objective {args.objective} trains a gpt, not a {args.flavor}")
-    preference_loss(args)  # a bad --beta or ε: refused now
-    if args.objective in ("simpo", "orpo") and (args.reference or args.precompute_reference):
+    options = PreferenceOptions(
+        objective=args.objective,
+        beta=args.beta,
+        dpo_label_smoothing=args.dpo_label_smoothing,
+        simpo_gamma=args.simpo_gamma,
+        reference=args.reference,
+        precompute_reference=bool(args.precompute_reference),
+    )
+    preference_loss(options)  # a bad --beta or ε: refused now
+    if options.objective in ("simpo", "orpo") and (
+        options.reference or options.precompute_reference
+    ):
         raise ValueError(
-            f"--objective {args.objective} reads no reference model: drop --reference and "
+            f"--objective {options.objective} reads no reference model: drop --reference and "
             "--precompute-reference"
         )
+    return options
 
 
-def preference_loss(args: argparse.Namespace) -> Any:
+def preference_loss(options: PreferenceOptions) -> PreferenceLoss:
+    """The loss of `options`; its settings are refused where the objective has none."""
     from zoo.tasks.preference_loss import OBJECTIVES, PreferenceLoss
 
-    if args.dpo_label_smoothing is not None and args.objective != "robust":
+    if options.dpo_label_smoothing is not None and options.objective != "robust":
         raise ValueError("--dpo-label-smoothing is the robust loss's ε: use --objective robust")
-    if args.simpo_gamma is not None and args.objective != "simpo":
+    if options.simpo_gamma is not None and options.objective != "simpo":
         raise ValueError("--simpo-gamma is SimPO's margin: use --objective simpo")
     settings: dict[str, float] = {}
-    if args.beta is not None:
-        settings["beta"] = args.beta
-    if args.dpo_label_smoothing is not None:
-        settings["label_smoothing"] = args.dpo_label_smoothing
-    if args.simpo_gamma is not None:
-        settings["gamma"] = args.simpo_gamma
-    return PreferenceLoss(kind=OBJECTIVES[args.objective], **settings)
+    if options.beta is not None:
+        settings["beta"] = options.beta
+    if options.dpo_label_smoothing is not None:
+        settings["label_smoothing"] = options.dpo_label_smoothing
+    if options.simpo_gamma is not None:
+        settings["gamma"] = options.simpo_gamma
+    return PreferenceLoss(kind=OBJECTIVES[options.objective], **settings)
 
 
-def preference_run_data(dataset: Any, flavor: str, options: Any) -> tuple[Any, Any, Any, Any]:
-    """`(train, validation, tokenizer, chat template text or None)` of a dataset of preference
-    rows (`zoo.data.preference_data`), read with the `DataOptions` of `options`."""
+def preference_run_data(dataset: DatasetDicts, flavor: str, options: DataOptions) -> PreferenceData:
+    """The train and validation batches, tokenizer and chat template (None for text rows) of a
+    dataset of preference rows (`zoo.data.preference_data`), read with `options`."""
     from zoo.data.chat.preference import PreferenceDataConfig, preference_data
 
     if flavor != "gpt":
@@ -119,11 +149,12 @@ def preference_run_data(dataset: Any, flavor: str, options: Any) -> tuple[Any, A
     data = preference_data(dataset, tokenizer=tokenizer, config=config)
     counts = ", ".join(f"{name}: {count} pairs" for name, count in data.counts.items())
     print(f"zoo train: preference data ({data.format}): {counts}", file=sys.stderr)
-    template = None if data.template is None else data.template.source
-    return data.train, data.validation, data.tokenizer, template
+    return data
 
 
-def _check_reference_tokenizer(spec: str, model: Any, tokenizer: Any, own: Any) -> None:
+def _check_reference_tokenizer(
+    spec: str, model: Model, tokenizer: Tokenizer | None, own: Tokenizer | None
+) -> None:
     vocab = model.config.vocab_size
     wanted = own.vocab_size if own is not None else None
     if wanted is not None and vocab < wanted:
@@ -139,27 +170,31 @@ def _check_reference_tokenizer(spec: str, model: Any, tokenizer: Any, own: Any) 
 
 
 def preference_setup(
-    args: argparse.Namespace, model: eqx.Module, data: Any
-) -> tuple[Any, Any, Any]:
-    """`(task, train batches, eval batches)` of a preference run: the loss, and the reference's
-    log-probabilities added to the batches or taken from the adapters-off model."""
+    options: PreferenceOptions,
+    model: eqx.Module,
+    train: BatchSource,
+    evaluation: BatchSource | None,
+    tokenizer: Tokenizer | None,
+) -> tuple[Preference, BatchSource, BatchSource | None]:
+    """`(task, train batches, eval batches)` of a preference run training `model` on batches
+    encoded by `tokenizer`: the loss, and the reference's log-probabilities added to the
+    batches or taken from the adapters-off model."""
     from zoo.cli._load import read_model
     from zoo.nn.lora import has_lora
     from zoo.tasks.preference import Preference
     from zoo.tasks.preference_reference import with_reference
 
-    loss = preference_loss(args)
-    train, evaluation = data.train, data.evaluation
+    loss = preference_loss(options)
     if not loss.needs_reference:
         return Preference(loss), train, evaluation
     lora = has_lora(model)
     reference: eqx.Module
-    if args.reference:
-        reference, tokenizer = read_model(args.reference, option="--reference")
-        _check_reference_tokenizer(args.reference, reference, tokenizer, data.tokenizer)
-        where = args.reference
+    if options.reference:
+        reference, reference_tokenizer = read_model(options.reference, option="--reference")
+        _check_reference_tokenizer(options.reference, reference, reference_tokenizer, tokenizer)
+        where = options.reference
     elif lora:
-        if not args.precompute_reference:
+        if not options.precompute_reference:
             print("zoo train: reference: the base with the LoRA adapters off", file=sys.stderr)
             return Preference(loss, reference="adapters"), train, evaluation
         from zoo.tasks.preference import adapters_off
@@ -169,7 +204,7 @@ def preference_setup(
         reference, where = model, "a frozen copy of the starting weights"
     if not isinstance(reference, GPT):
         raise TypeError(f"preference training trains a GPT, got {type(reference).__name__}")
-    precompute = bool(args.precompute_reference)
+    precompute = options.precompute_reference
     how = "precomputed once" if precompute else "on the fly"
     print(f"zoo train: reference: {where}, {how}", file=sys.stderr)
     train = with_reference(train, reference, precompute=precompute)
@@ -194,7 +229,26 @@ def add_eval_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def is_preference_data(dataset: Any, split: str) -> bool:
+def eval_preference_options(
+    args: argparse.Namespace, record: Mapping[str, object]
+) -> PreferenceOptions:
+    """The loss `zoo eval` scores pairs with: its flags, else those of the run's `record` (its
+    `train_args.json`); the reference is `--reference`, else the run's, else its `--init`."""
+    from zoo.cli._run_dir import recorded_float, recorded_str
+
+    objective = args.objective or recorded_str(record, "objective")
+    return PreferenceOptions(
+        objective=objective if objective in PREFERENCE_OBJECTIVES else "dpo",
+        beta=args.beta if args.beta is not None else recorded_float(record, "beta"),
+        dpo_label_smoothing=recorded_float(record, "dpo_label_smoothing"),
+        simpo_gamma=recorded_float(record, "simpo_gamma"),
+        reference=args.reference
+        or recorded_str(record, "reference")
+        or recorded_str(record, "init"),
+    )
+
+
+def is_preference_data(dataset: DatasetDicts, split: str) -> bool:
     """Whether the split (else train) has the `chosen` and `rejected` columns of pairs."""
     from zoo.data.checks import column_names
 
@@ -203,49 +257,39 @@ def is_preference_data(dataset: Any, split: str) -> bool:
 
 
 def evaluate_pairs(
-    args: argparse.Namespace, model: eqx.Module, tokenizer: Any, dataset: Any, record: dict
-) -> dict[str, Any]:
-    """The preference metrics of `model` on the pairs of `--split` (or those training held out):
-    the loss and TRL's `rewards/*` and `logps/*` (`zoo.tasks.Preference`)."""
+    model: Model,
+    tokenizer: Tokenizer,
+    dataset: DatasetDicts,
+    *,
+    options: PreferenceOptions,
+    config: PreferenceDataConfig,
+    split: str,
+) -> dict[str, object]:
+    """The preference metrics of `model` on the pairs of `split` (`config.validation_split`,
+    or those training held out): the loss and TRL's `rewards/*` and `logps/*`
+    (`zoo.tasks.Preference`), the split's name first."""
     from zoo.cli._load import read_model
-    from zoo.data.chat.preference import PreferenceDataConfig, preference_data
+    from zoo.data.chat.preference import preference_data
     from zoo.tasks.preference import Preference
     from zoo.tasks.preference_reference import with_reference
     from zoo.train.evaluation import evaluate
     from zoo.train.step import make_eval_step
 
-    settings = argparse.Namespace(
-        objective=args.objective or record.get("objective"),
-        beta=args.beta if args.beta is not None else record.get("beta"),
-        dpo_label_smoothing=record.get("dpo_label_smoothing"),
-        simpo_gamma=record.get("simpo_gamma"),
-    )
-    if settings.objective not in PREFERENCE_OBJECTIVES:
-        settings.objective = "dpo"
-    loss = preference_loss(settings)
-    config = PreferenceDataConfig(
-        max_len=args.max_len or record.get("max_len"),
-        max_prompt_len=record.get("max_prompt_len"),
-        max_completion_len=record.get("max_completion_len"),
-        batch_size=args.batch_size,
-        seed=args.seed if args.seed is not None else record.get("seed", 0),
-        validation_split=args.split if args.split in dataset else None,
-    )
+    loss = preference_loss(options)
     data = preference_data(dataset, tokenizer=tokenizer, config=config)
     if data.validation is None:
-        raise ValueError(f"--split {args.split}: no preference pairs to evaluate")
+        raise ValueError(f"--split {split}: no preference pairs to evaluate")
     batches = data.validation
-    reference_spec = args.reference or record.get("reference") or record.get("init")
     if loss.needs_reference:
-        if not reference_spec:
+        if not options.reference:
             raise ValueError(
-                f"--objective {settings.objective} compares with a reference model: name it "
+                f"--objective {options.objective} compares with a reference model: name it "
                 "with --reference RUN_OR_FOLDER (the run records none: it had no --init)"
             )
-        reference, _ = read_model(reference_spec, option="--reference")
+        reference, _ = read_model(options.reference, option="--reference")
         if not isinstance(reference, GPT):
             raise ValueError(
-                f"--reference {reference_spec} holds a {flavor_of(reference)}, not a GPT: "
+                f"--reference {options.reference} holds a {flavor_of(reference)}, not a GPT: "
                 "name a run or folder of the model's family"
             )
         batches = with_reference(batches, reference)
@@ -253,12 +297,9 @@ def evaluate_pairs(
     result = evaluate(task, make_eval_step(task), model, batches)
     name = next(name for name in data.counts if name != config.train_split)
     return {
-        "model": args.model,
-        "flavor": "gpt",
-        "data": args.data,
         "split": name,
-        "objective": settings.objective,
-        "reference": reference_spec if loss.needs_reference else None,
+        "objective": options.objective,
+        "reference": options.reference if loss.needs_reference else None,
         "pairs": result["scored"],
         "loss": result["loss"],
         **result["metrics"],

@@ -9,23 +9,34 @@ so they are the ids training evaluates on.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
+import equinox as eqx
 import numpy as np
+
+from zoo.cli._datasets import RunData
+from zoo.data.batches import BatchSource
+from zoo.data.tokenizers.base import Tokenizer
+from zoo.train.settings import LoopSettings
+
+if TYPE_CHECKING:
+    from zoo.data.chat.datasets import ChatData
+    from zoo.data.chat.template import ChatTemplate
 
 SAMPLES_FILE = "samples.jsonl"
 SAMPLE_PROMPTS = 3  # held-out prompts answered each time
 MAX_NEW_TOKENS = 32  # the longest sampled reply
 
 
-def with_samples(loop: Any, args: argparse.Namespace, data: Any, out: Path, *, writes: bool) -> Any:
-    """`loop` (`LoopSettings`) with a `SampleReplies` callback when `--sample-every` asks."""
-    every = getattr(args, "sample_every", None)
+def with_samples(
+    loop: LoopSettings, every: int | None, data: RunData, out: Path, *, writes: bool
+) -> LoopSettings:
+    """`loop` with a `SampleReplies` callback every `every` steps (`--sample-every`; None:
+    `loop` as it is) answering prompts of `data`, written to `out` where `writes`."""
     if every is None:
         return loop
     if data.chat is None or data.evaluation is None:
@@ -37,13 +48,15 @@ def with_samples(loop: Any, args: argparse.Namespace, data: Any, out: Path, *, w
     return dataclasses.replace(loop, callbacks=(*loop.callbacks, callback))
 
 
-def held_out_prompts(validation: Any, template: Any, tokenizer: Any, count: int) -> list[tuple]:
+def held_out_prompts(
+    validation: BatchSource, template: ChatTemplate, tokenizer: Tokenizer, count: int
+) -> list[tuple[list[int], list[int]]]:
     """Up to `count` (prompt ids, reference ids) of the validation batches: each conversation
     cut before its last trained span (its last assistant turn)."""
     from zoo.data.chat.tokens import end_of_turn_ids
 
     ends = set(end_of_turn_ids(tokenizer, template))
-    found: list[tuple] = []
+    found: list[tuple[list[int], list[int]]] = []
     for index in range(len(validation)):
         batch = {name: np.asarray(value) for name, value in validation.batch(index).items()}
         segments = batch.get("segments", (batch["loss_mask"] >= 0).astype(np.int32))
@@ -66,19 +79,24 @@ def held_out_prompts(validation: Any, template: Any, tokenizer: Any, count: int)
 class SampleReplies:
     """A `LoopSettings` callback: greedy replies to held-out prompts every `every` steps."""
 
-    def __init__(self, every: int, chat: Any, path: Path, *, write: bool = True):
+    def __init__(self, every: int, chat: ChatData, path: Path, *, write: bool = True):
         self.every, self.path, self.write = every, path, write
         self.tokenizer = chat.tokenizer
         self.template = chat.template
         self.prompts = held_out_prompts(chat.validation, chat.template, chat.tokenizer,
                                         SAMPLE_PROMPTS)  # fmt: skip
 
-    def __call__(self, step: int, model: Any) -> None:
+    def __call__(self, step: int, model: eqx.Module) -> None:
         from zoo.data.chat.tokens import end_of_turn_ids
         from zoo.decoding.stream import stream_tokens
+        from zoo.models.gpt import GPT
 
         if not self.prompts:
             return
+        if not isinstance(model, GPT):
+            raise TypeError(
+                f"--sample-every samples a GPT's replies, not a {type(model).__name__}'s"
+            )
         ends = end_of_turn_ids(self.tokenizer, self.template)
         prompts = [prompt for prompt, _ in self.prompts]
         replies: list[list[int]] = [[] for _ in prompts]
@@ -94,12 +112,13 @@ class SampleReplies:
         decode = self.tokenizer.decode
         with self.path.open("a", encoding="utf-8") as log:
             for (prompt, reference), reply in zip(self.prompts, replies, strict=True):
-                record = {"step": step, "prompt": decode(prompt, skip_special=False),
-                          "reply": decode(reply), "reference": decode(reference)}  # fmt: skip
+                shown = decode(prompt, skip_special=False)
+                answer, wanted = decode(reply), decode(reference)
+                record = {"step": step, "prompt": shown, "reply": answer, "reference": wanted}
                 log.write(json.dumps(record, ensure_ascii=False) + "\n")
                 print(
-                    f"zoo train: step {step} sample: {_tail(record['prompt'])!r} -> "
-                    f"{record['reply']!r} (reference {record['reference']!r})",
+                    f"zoo train: step {step} sample: {_tail(shown)!r} -> {answer!r} "
+                    f"(reference {wanted!r})",
                     file=sys.stderr,
                 )
 

@@ -7,37 +7,42 @@ and packed (`zoo.data.chat.preview`). Nothing is trained and the run folder is n
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import sys
+from collections.abc import Sequence
 
+from zoo.cli._build import ModelChoice
 from zoo.cli._chat_data import chat_config, naming_flags, read_template, wants_chat
 from zoo.cli._datasets import DataOptions, load_dataset
 
 
-def show_data(args: argparse.Namespace, count: int) -> int:
-    """Print the preview of `args`'s chat data (see the module doc); the exit status."""
+def show_data(
+    choice: ModelChoice, data_specs: str | Sequence[str], options: DataOptions, count: int
+) -> int:
+    """Print the preview of `count` conversations of `--data data_specs`, read with `options`
+    for the model of `choice` (see the module doc); the exit status."""
     from zoo.data.chat.preview import preview_chat_data
 
-    tokenizer = args.tokenizer
-    max_len = args.max_len
-    if args.init is not None:
+    if choice.init is not None:
         from zoo.cli._load import read_model
 
-        initial, tokenizer = read_model(args.init, option="--init")
-        if max_len is None:
-            max_len = initial.config.max_positions
-    options = DataOptions.from_args(args, tokenizer=tokenizer, max_len=max_len)
-    if isinstance(args.data, str):
-        if args.data.startswith("synthetic:"):
-            raise ValueError(f"--show-data shows chat data; --data {args.data} is no chat data")
-        dataset = load_dataset(args.data, options)
+        initial, tokenizer = read_model(choice.init, option="--init")
+        max_len = initial.config.max_positions if options.max_len is None else options.max_len
+        options = dataclasses.replace(options, tokenizer=tokenizer, max_len=max_len)
+    if isinstance(data_specs, str):
+        if data_specs.startswith("synthetic:"):
+            raise ValueError(f"--show-data shows chat data; --data {data_specs} is no chat data")
+        dataset = load_dataset(data_specs, options)
     else:
         from zoo.cli._mixing import mix_datasets
 
-        _, dataset = mix_datasets(args.data, lambda spec: load_dataset(spec, options), args.seed)
-    if not wants_chat(dataset, args.flavor, options):
+        _, dataset = mix_datasets(
+            data_specs, lambda spec: load_dataset(spec, options), options.seed
+        )
+    if not wants_chat(dataset, choice.flavor, options):
+        shown = data_specs if isinstance(data_specs, str) else list(data_specs)
         raise ValueError(
-            f"--show-data shows chat data, and --data {args.data} is not read as conversations "
+            f"--show-data shows chat data, and --data {shown} is not read as conversations "
             "(its columns fit no chat format; see --chat-format)"
         )
     config = chat_config(options, template=read_template(options.template))

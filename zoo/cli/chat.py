@@ -28,12 +28,37 @@ import sys
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Protocol, TypedDict, runtime_checkable
+
+from jaxtyping import PRNGKeyArray
 
 from zoo.cli import _inference as inference
 from zoo.cli._chat_data import DEFAULT_TEMPLATE_ORIGIN, read_template, warn_default_template
 
+if TYPE_CHECKING:
+    from zoo.decoding.chat import ChatFormat
+    from zoo.decoding.sampling import SamplingSettings
+    from zoo.distributed.layout import Layout
+    from zoo.models.gpt import GPT
+
 COMMANDS = {"/reset": "start the conversation again", "/exit": "quit"}
+
+
+class ReplyOptions(TypedDict):
+    """How each reply is decoded: keywords of `zoo.decoding.chat.reply`."""
+
+    max_new_tokens: int
+    sampling: SamplingSettings
+    mesh: Layout | None
+
+
+@runtime_checkable
+class Lines(Protocol):
+    """Standard input as `zoo chat` reads it: its lines, and whether a terminal types them."""
+
+    def isatty(self) -> bool: ...
+
+    def __iter__(self) -> Iterator[str]: ...
 
 
 def register(commands) -> None:
@@ -73,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     session = Session(
         model,
         ChatFormat(tokenizer, template=template, system=args.system),
-        options={"max_new_tokens": args.max_new_tokens, "sampling": sampling, "mesh": layout},
+        options=ReplyOptions(max_new_tokens=args.max_new_tokens, sampling=sampling, mesh=layout),
         key=key,
         json_output=args.json,
     )
@@ -102,7 +127,7 @@ def _check_texts(args: argparse.Namespace) -> None:
         )
 
 
-def _converse(session: Session, stdin: Any, model: str) -> int:
+def _converse(session: Session, stdin: Lines, model: str) -> int:
     """Answer the lines of `stdin` (typed at a prompt when it is a terminal); the exit status.
 
     At a terminal Ctrl-C stops the reply being streamed and returns to the prompt (the history
@@ -157,11 +182,11 @@ class Session:
 
     def __init__(
         self,
-        model: Any,
-        chat_format: Any,
+        model: GPT,
+        chat_format: ChatFormat,
         *,
-        options: dict[str, Any],
-        key: Any,
+        options: ReplyOptions,
+        key: PRNGKeyArray | None,
         json_output: bool,
     ):
         self.model, self.chat_format = model, chat_format

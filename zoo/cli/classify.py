@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+
 from zoo.cli import _inference as inference
 
 
@@ -13,7 +15,7 @@ def register(commands) -> None:
     parser.set_defaults(run=run)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from zoo.decoding.text import classify_texts
     from zoo.models.classifier import Classifier
 

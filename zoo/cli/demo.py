@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -25,7 +26,7 @@ def register(commands) -> None:
     parser.set_defaults(run=run)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from zoo.demo import FLAVOR_ORDER, format_table, run_flavor
 
     flavors = FLAVOR_ORDER if args.flavor == "all" else (args.flavor,)

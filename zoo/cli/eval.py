@@ -25,8 +25,9 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from zoo.cli import _preference
 from zoo.cli._chat_data import add_chat_options, wants_chat
@@ -34,13 +35,26 @@ from zoo.cli._datasets import (
     FILE_SCHEMES,
     TASK_OF_FLAVOR,
     DataOptions,
+    HFOptions,
     OneDataset,
     add_data_options,
     from_hf_options,
     load_dataset,
 )
-from zoo.cli._load import MODEL_HELP
+from zoo.cli._load import MODEL_HELP, Model
 from zoo.cli._mesh import add_mesh_option, layout_from_args
+from zoo.data.batches import Batch, BatchSource
+from zoo.data.tokenizers.base import Tokenizer
+from zoo.models.translator import Translator
+
+if TYPE_CHECKING:
+    from zoo.data.specs import DatasetDicts
+    from zoo.data.splits import AnySplit
+    from zoo.distributed.layout import Layout
+    from zoo.tasks.base import Stats, Task
+
+# one result of `zoo eval`, printed as JSON or a line per entry
+Result = dict[str, object]
 
 
 def register(commands) -> None:
@@ -72,24 +86,32 @@ def register(commands) -> None:
     parser.set_defaults(run=run)
 
 
-def _statistics(model: Any, task: Any, source: Any, layout: Any) -> tuple[Any, list[dict]]:
+def _statistics(
+    model: Model, task: Task, source: BatchSource, layout: Layout | None
+) -> tuple[Stats, list[Batch]]:
+    """The statistics of `task` summed over the batches of `source`, and the batches."""
     import equinox as eqx
 
     @eqx.filter_jit
     def stats(model, batch):
         return task.statistics(model, batch)
 
-    total, batches = None, []
+    total: Stats | None = None
+    batches: list[Batch] = []
     for index in range(len(source)):
         batch = source.batch(index)
         task.check_batch(batch, model)
         part = stats(model, batch if layout is None else layout.place_batch(batch, even=False))
         total = part if total is None else total + part
         batches.append(batch)
+    if total is None:
+        raise ValueError("the split gives no batches to evaluate; check --data and --split")
     return total, batches
 
 
-def _classes(model: Any, batches: list[dict], layout: Any) -> tuple[list[int], list[int]]:
+def _classes(
+    model: Model, batches: list[Batch], layout: Layout | None
+) -> tuple[list[int], list[int]]:
     import equinox as eqx
     import jax
     import jax.numpy as jnp
@@ -112,8 +134,12 @@ def _classes(model: Any, batches: list[dict], layout: Any) -> tuple[list[int], l
 
 
 def _bleu(
-    model: Any, tokenizer: Any, args: argparse.Namespace, split: Any, layout: Any
-) -> dict[str, Any]:
+    model: Translator,
+    tokenizer: Tokenizer,
+    args: argparse.Namespace,
+    split: AnySplit,
+    layout: Layout | None,
+) -> Result:
     """BLEU of greedy or beam translations; on a mesh the sources' rows are split over it (on
     many processes too) and the tokens gathered whole into every process."""
     from zoo.data.metrics import bleu
@@ -143,7 +169,7 @@ def _bleu(
     }
 
 
-def evaluate(args: argparse.Namespace) -> dict[str, Any]:
+def evaluate(args: argparse.Namespace) -> Result:
     """The metrics `zoo eval` prints, as a dict."""
     from zoo.cli._load import load_model
     from zoo.data.hf import split_batches
@@ -171,9 +197,9 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     options = from_hf_options(data, flavor)
     dataset = load_dataset(args.data, data, file_split=_file_split(args, record))
     if flavor == "gpt" and _preference.is_preference_data(dataset, args.split):
-        return _preference.evaluate_pairs(args, model, tokenizer, dataset, record)
-    if wants_chat(dataset, flavor, args, split=args.split if args.split in dataset else "train"):
-        return _evaluate_chat(args, model, tokenizer, dataset, layout, seed=seed)
+        return _evaluate_pairs(args, model, tokenizer, dataset, record, seed=seed)
+    if wants_chat(dataset, flavor, data, split=args.split if args.split in dataset else "train"):
+        return _evaluate_chat(args, model, tokenizer, dataset, data, layout)
     split, split_label = _eval_split(dataset, args, flavor, options)
     source = split_batches(split, task=TASK_OF_FLAVOR[flavor], tokenizer=tokenizer,
                            split_name=args.split, **options)  # fmt: skip
@@ -181,7 +207,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     stats, batches = _statistics(model, task, source, layout)
     scored = max(float(stats.weight), 1.0)
     loss = float(stats.nll_sum) / scored
-    result: dict[str, Any] = {
+    result: Result = {
         "model": args.model,
         "flavor": flavor,
         "data": args.data,
@@ -198,25 +224,58 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     elif flavor == "gpt":
         result["tokens"] = int(stats.weight)
         result["perplexity"] = math.exp(loss)
-    else:
+    elif isinstance(model, Translator):
         result["token_accuracy"] = float(stats.accuracy)
         result |= _bleu(model, tokenizer, args, split, layout)
     return result
 
 
+def _evaluate_pairs(
+    args: argparse.Namespace,
+    model: Model,
+    tokenizer: Tokenizer,
+    dataset: DatasetDicts,
+    record: Mapping[str, object],
+    *,
+    seed: int,
+) -> Result:
+    """A GPT's preference metrics on pairs (`zoo.cli._preference.evaluate_pairs`), with the
+    loss and data options of its flags, else those the run recorded, and `seed` (`_seed`)."""
+    from zoo.cli._run_dir import recorded_int
+    from zoo.data.chat.preference import PreferenceDataConfig
+
+    config = PreferenceDataConfig(
+        max_len=args.max_len or recorded_int(record, "max_len"),
+        max_prompt_len=recorded_int(record, "max_prompt_len"),
+        max_completion_len=recorded_int(record, "max_completion_len"),
+        batch_size=args.batch_size,
+        seed=seed,
+        validation_split=args.split if args.split in dataset else None,
+    )
+    options = _preference.eval_preference_options(args, record)
+    pairs = _preference.evaluate_pairs(model, tokenizer, dataset, options=options,
+                                       config=config, split=args.split)  # fmt: skip
+    return {"model": args.model, "flavor": "gpt", "data": args.data, **pairs}
+
+
 def _evaluate_chat(
-    args: argparse.Namespace, model: Any, tokenizer: Any, dataset: Any, layout: Any, *, seed: int
-) -> dict[str, Any]:
-    """A GPT's loss, perplexity and token accuracy on conversations (see the module doc)."""
+    args: argparse.Namespace,
+    model: Model,
+    tokenizer: Tokenizer,
+    dataset: DatasetDicts,
+    data: DataOptions,
+    layout: Layout | None,
+) -> Result:
+    """A GPT's loss, perplexity and token accuracy on conversations (see the module doc), read
+    with the data options `data` (their `max_len` and `seed` resolved)."""
     from zoo.cli._chat_data import eval_chat_config, naming_flags, resolved_train_on
     from zoo.data.chat.datasets import chat_evaluation
     from zoo.tasks import LanguageModeling
 
-    if args.streaming:
+    if data.streaming:
         raise ValueError("chat data is read into memory: drop --streaming")
-    max_len = model.config.max_positions if args.max_len is None else args.max_len
-    config = eval_chat_config(args, max_len=max_len, seed=seed)  # the run's template
-    with naming_flags(args):
+    config = eval_chat_config(data, model=args.model)  # the run's template
+    with naming_flags(data):
         chats = chat_evaluation(dataset, tokenizer, split=args.split, config=config)
     stats, _ = _statistics(model, LanguageModeling(), chats.batches, layout)
     loss = float(stats.nll_sum) / max(float(stats.weight), 1.0)
@@ -236,7 +295,7 @@ def _evaluate_chat(
     }
 
 
-def training_record(model: str) -> dict[str, Any]:
+def training_record(model: str) -> Mapping[str, object]:
     """The options `zoo train` recorded for the run in `model` (`train_args.json`); `{}` for a
     model without one (a HuggingFace folder, `hf:NAME`, a `zoo.save` folder)."""
     from zoo.cli._run_dir import RUN_ARGS_FILE
@@ -247,7 +306,7 @@ def training_record(model: str) -> dict[str, Any]:
     return read_json_object(path, fix=fix, missing_ok=True) if path.is_file() else {}
 
 
-def _seed(args: argparse.Namespace, record: dict[str, Any]) -> int:
+def _seed(args: argparse.Namespace, record: Mapping[str, object]) -> int:
     """`--seed`, else the run's own (the one that held out its validation), else 0."""
     from zoo.distributed.hosts import is_writer
 
@@ -264,7 +323,7 @@ def _seed(args: argparse.Namespace, record: dict[str, Any]) -> int:
     return recorded if isinstance(recorded, int) else 0
 
 
-def _file_split(args: argparse.Namespace, record: dict[str, Any]) -> str:
+def _file_split(args: argparse.Namespace, record: Mapping[str, object]) -> str:
     """The split a single `--data` file is read as: `--split`, except the run's own training
     file where training held out its validation: the train split, as training read it, so that
     `--split validation` is the part it held out (see the module doc)."""
@@ -288,7 +347,7 @@ def _file_split(args: argparse.Namespace, record: dict[str, Any]) -> str:
     return args.split
 
 
-def _training_files(record: dict[str, Any], scheme: str) -> tuple[list[Path], bool]:
+def _training_files(record: Mapping[str, object], scheme: str) -> tuple[list[Path], bool]:
     """(the files of the run's train split, whether training held validation out of them):
     from `data` in its `train_args.json`, a spec relative to where `zoo train` ran."""
     from zoo.data.specs import split_files
@@ -307,8 +366,8 @@ def _training_files(record: dict[str, Any], scheme: str) -> tuple[list[Path], bo
 
 
 def _eval_split(
-    dataset: Any, args: argparse.Namespace, flavor: str, options: dict[str, Any]
-) -> tuple[Any, str]:
+    dataset: DatasetDicts, args: argparse.Namespace, flavor: str, options: HFOptions
+) -> tuple[AnySplit, str]:
     """(the rows to evaluate, how the result names them): `--split` itself, or for validation
     without such a split the part `zoo train` held out of train (same seed and fraction)."""
     import datasets
@@ -326,7 +385,7 @@ def _eval_split(
             )
         train = dataset.get("train")
         if args.split == "validation" and isinstance(train, datasets.Dataset):
-            config = DataConfig.from_options(TASK_OF_FLAVOR[flavor], options)
+            config = DataConfig.from_options(TASK_OF_FLAVOR[flavor], dict(options))
             return hold_out(train, config)[1], "validation (held out of train)"
         check_split(dataset, args.split, args.data)
     if args.split == "train" and is_writer():
@@ -338,7 +397,9 @@ def _eval_split(
     return dataset[args.split], args.split
 
 
-def _unknown_rate(tokenizer: Any, split: Any, flavor: str, args: argparse.Namespace) -> Any:
+def _unknown_rate(
+    tokenizer: Tokenizer, split: AnySplit, flavor: str, args: argparse.Namespace
+) -> float | None:
     """The share of `<unk>` tokens in the evaluated input text (warned about when high)."""
     import datasets
 
@@ -367,6 +428,7 @@ def run(args: argparse.Namespace) -> int:
     for name, value in result.items():
         if name != "samples":
             print(f"{name:>16}: {value}")
-    for sample in result.get("samples", []):
+    samples = result.get("samples")  # a translator's first translations
+    for sample in samples if isinstance(samples, list) else []:
         print(f"  {sample['source']}\n    -> {sample['hypothesis']}\n    == {sample['reference']}")
     return 0

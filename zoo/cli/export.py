@@ -15,7 +15,6 @@ import argparse
 import json
 import logging
 from pathlib import Path
-from typing import Any
 
 from zoo.cli._load import MODEL_HELP, Model, read_model
 from zoo.data.tokenizers.base import Tokenizer
@@ -152,7 +151,7 @@ def _describe(tokenizer: Tokenizer) -> str:
     return f"{tokenizer.kind} tokenizer" + (f" ({encoding})" if encoding else "")
 
 
-def check_exportable(model: Any, spec: str) -> tuple[str, str]:
+def check_exportable(model: Model, spec: str) -> tuple[str, str]:
     """`(transformers class, model_type)` MODEL exports to; refuses with the reason before
     anything is written. (Warnings about settings left out come once, from `save_hf`.)"""
     from zoo.interop.architecture import UnsupportedExport

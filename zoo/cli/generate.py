@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+
 from zoo.cli import _inference as inference
 
 
@@ -14,7 +16,7 @@ def register(commands) -> None:
     parser.set_defaults(run=run)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from zoo.decoding.text import generate_texts
     from zoo.models.gpt import GPT
 

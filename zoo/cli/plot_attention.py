@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+import argparse
+
+import numpy as np
 
 from zoo.cli._load import MODEL_HELP
+from zoo.data.tokenizers.base import Tokenizer
 
 
 def register(commands) -> None:
@@ -25,13 +28,11 @@ def register(commands) -> None:
     parser.set_defaults(run=run)
 
 
-def _labels(tokenizer, ids) -> list[str]:
+def _labels(tokenizer: Tokenizer, ids: np.ndarray) -> list[str]:
     return [tokenizer.decode([int(i)], skip_special=False) for i in ids]
 
 
-def run(args) -> int:
-    import numpy as np
-
+def run(args: argparse.Namespace) -> int:
     from zoo.cli._load import load_model
     from zoo.data.tokenizers.pair import source_tokenizer, target_tokenizer
     from zoo.inspection import attention_maps, plot_attention
@@ -40,7 +41,6 @@ def run(args) -> int:
 
     model, tokenizer = load_model(args.model)
     flavor = flavor_of(model)
-    maps: Any
     if isinstance(model, Translator):
         from zoo.decoding.text import encode_texts
         from zoo.decoding.translate import translate
@@ -51,7 +51,8 @@ def run(args) -> int:
         eos = model.config.eos_id
         stop = int(np.argmax(out == eos)) + 1 if (out == eos).any() else len(out)
         tgt = np.concatenate([[model.config.bos_id], out[:stop]]).astype(np.int32)
-        maps = attention_maps(model, src, tgt[:-1])[args.kind]
+        maps = attention_maps(model, src, tgt[:-1])  # by kind: encoder, decoder, cross
+        stacked = np.asarray(maps[args.kind] if isinstance(maps, dict) else maps)
         target = target_tokenizer(tokenizer)
         outputs, inputs = _labels(target, tgt[:-1]), _labels(source, src)
         queries = inputs if args.kind == "encoder" else outputs
@@ -59,9 +60,8 @@ def run(args) -> int:
     else:
         add_bos = flavor == "classifier" and tokenizer.bos_id is not None
         tokens = np.asarray(tokenizer.encode(args.text, add_bos=add_bos), np.int32)
-        maps = attention_maps(model, tokens)
+        stacked = np.asarray(attention_maps(model, tokens))
         queries = keys = _labels(tokenizer, tokens)
-    stacked = np.asarray(maps)
     layer = args.layer % stacked.shape[0]
     plot_attention(stacked[layer], queries, keys, args.out, title=f"{flavor}: layer {layer}")
     print(f"wrote {args.out}")

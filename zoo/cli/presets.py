@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 
 
@@ -34,7 +35,7 @@ def rows() -> list[dict]:
     return out
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     table = rows()
     if args.json:
         for row in table:

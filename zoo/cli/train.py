@@ -7,8 +7,8 @@ new scheme registers with `data_scheme`; see `zoo.cli._datasets`). Options left 
 the preset's row in `zoo.train.defaults`; `--init` and `--freeze` fine-tune, `--lora` adapts.
 
 Read in this order: `register` (the flags), `run` = `execute(plan(args))`, `plan` (what the
-flags decide, a `TrainPlan`; nothing is read or written yet), `execute` (the run folder held,
-checked and recorded, the model built, trained and reported).
+flags decide, a `TrainPlan` of records; nothing is read or written yet: `zoo.cli._plan`),
+`execute` (the run folder held, checked and recorded, the model built, trained and reported).
 """
 
 from __future__ import annotations
@@ -17,48 +17,36 @@ import argparse
 import contextlib
 import json
 import sys
-from dataclasses import dataclass
-from pathlib import Path
 
 import equinox as eqx
 import jax
-from jax.sharding import Mesh
 
 from zoo.cli import _preference
-from zoo.cli._build import Built, build_model, check_preset, make_task
-from zoo.cli._chat_data import add_chat_options, check_chat_flags
+from zoo.cli._build import Built, build_model, make_task
+from zoo.cli._chat_data import add_chat_options
 from zoo.cli._compile_cache import add_compile_cache_option, use_compile_cache
-from zoo.cli._config_file import enable_config_file, required_options
+from zoo.cli._config_file import enable_config_file
 from zoo.cli._datasets import add_data_options, data_scheme, resolve_data
 from zoo.cli._load import HUB
-from zoo.cli._lora import LoRASpec, finish_run, parse_lora, trained_prefixes, with_lora
+from zoo.cli._lora import finish_run, trained_prefixes, with_lora
 from zoo.cli._mesh import add_mesh_option
-from zoo.cli._mixing import Datasets, data_specs
-from zoo.cli._run_dir import (
-    check_out_dir,
-    check_resume,
-    record_run,
-    resumed_tokenizer,
-    run_buckets,
-    run_group_by_length,
-    run_loss_positions,
-)
+from zoo.cli._mixing import Datasets
+from zoo.cli._plan import TrainPlan, fill_defaults, plan
+from zoo.cli._run_dir import check_resume, record_run, resumed_tokenizer
 from zoo.cli._samples import with_samples
 from zoo.data.tokenizers.base import Tokenizer
 from zoo.distributed.hosts import is_writer
-from zoo.distributed.mesh import as_mesh
 from zoo.presets import count_params
+from zoo.tasks.base import Task
 from zoo.train.checkpoint import list_checkpoints
-from zoo.train.defaults import Default, training_defaults
 from zoo.train.freeze import check_freeze, freeze, parse_freeze
 from zoo.train.history import History
 from zoo.train.interrupts import Terminated, ignore_further_interrupts
 from zoo.train.lock import RunLock
 from zoo.train.loop import TrainingDiverged
-from zoo.train.optim import Optimizer, OptimizerLike, adamw
-from zoo.train.plot import check_matplotlib
+from zoo.train.optim import OptimizerLike
 from zoo.train.run_setup import check_folders
-from zoo.train.settings import LoopSettings, Outputs
+from zoo.train.settings import Outputs
 from zoo.train.trainer import Trainer
 
 FLAVORS = ("classifier", "gpt", "translator")
@@ -138,7 +126,17 @@ def register(commands) -> None:
     parser.add_argument("--keep", type=int, default=3, help="checkpoints to keep")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
-        "--set", action="append", default=[], metavar="FIELD=VALUE", help="model config override"
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="change the preset's config (repeatable); NAME as the config tree spells it: a "
+        "dotted path (layers.block.attention.window), a short path that changes every block "
+        "(attention.num_kv_heads, norm.eps, feed_forward.kind), an alias (num_layers, "
+        "num_heads, d_ff, dropout, attention_dropout, num_classes) or a model field (d_model, "
+        "max_positions); VALUE is read as JSON where it can be, a JSON object for a record "
+        "(head.pooler={}); e.g. --set num_layers=2 --set attention.num_kv_heads=1 (see "
+        "docs/configs.md)",
     )
     parser.add_argument("--plot", action="store_true", help="write DIR/curves.png (matplotlib)")
     parser.add_argument(
@@ -161,140 +159,8 @@ def register(commands) -> None:
 def run(args: argparse.Namespace) -> int:
     """`zoo train`: decide the run from the flags, then run it."""
     decided = plan(args)
-    use_compile_cache(args)
+    use_compile_cache(args.compile_cache)
     return execute(decided)
-
-
-# -- plan: the flags checked and decided ----------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TrainPlan:
-    """Everything `zoo train` decides from its flags, before it reads data or writes a file.
-
-    `args` keeps the flags (the preset's defaults filled in) for what reads them whole: the
-    data and the model (`zoo.cli._build`), the run's record (`train_args.json`) and the summary.
-    """
-
-    args: argparse.Namespace  # the flags, with the preset's defaults filled in
-    out: Path  # --out, the run folder
-    filled: dict[str, Default]  # the options the preset's defaults filled (reported)
-    tokenizer_given: bool  # --tokenizer was on the command line, not a preset's default
-    steps: int
-    seed: int
-    resume: bool
-    optimizer: Optimizer  # adamw of --lr, --warmup, --schedule, ...; before --freeze or --lora
-    freeze_spec: str | None  # --freeze, checked
-    lora: LoRASpec | None  # --lora, parsed
-    quantize: str | None  # --quantize (with --lora)
-    merge: bool  # --merge (with --lora)
-    loop: LoopSettings  # --log-every, --eval-every, --eval-limit, --checkpoint-every, --keep, ...
-    precision: str
-    accumulate: int
-    mesh: Mesh | None  # --mesh
-    plot: bool
-    print_json: bool  # --json: the summary as JSON on stdout
-    show_data: int | None = None  # --show-data N: show the chat data and exit
-
-
-def plan(args: argparse.Namespace) -> TrainPlan:
-    """Check the flags of `args` and decide the run; raises ValueError (or ImportError for a
-    missing extra) for a flag, or a mix of flags, that cannot work. `args` is left as it is."""
-    args = argparse.Namespace(**vars(args))
-    required_options(args, ("data",) if getattr(args, "show_data", None) else ("data", "out"))
-    args.data = data_specs(args.data)
-    check_chat_flags(args)
-    check_preset(args)
-    _preference.check_options(args)  # --objective dpo|... and its flags
-    mesh = as_mesh(args.mesh) if args.mesh else None  # one that does not fit: before any work
-    if args.plot:
-        check_matplotlib()  # before training, not after it
-    out = check_out_dir(args.out) if args.out is not None else Path()  # --show-data: unused
-    tokenizer_given = args.tokenizer is not None  # before the preset's default fills it
-    args.buckets = run_buckets(args, out)
-    args.loss_positions = run_loss_positions(args, out)
-    args.group_by_length = run_group_by_length(args, out)
-    filled = fill_defaults(args, args.preset or "", args.flavor)
-    return TrainPlan(
-        args=args,
-        out=out,
-        filled=filled,
-        tokenizer_given=tokenizer_given,
-        steps=args.steps,
-        seed=args.seed,
-        resume=args.resume,
-        optimizer=adamw(
-            args.lr,
-            warmup=args.warmup,
-            schedule=args.schedule,
-            total_steps=args.steps,
-            weight_decay=args.weight_decay,
-            clip_norm=args.clip_norm or None,
-        ),
-        freeze_spec=_freeze_spec(args),
-        lora=_lora_spec(args),
-        quantize=args.quantize,
-        merge=args.merge,
-        loop=LoopSettings(
-            log_every=args.log_every,
-            eval_every=args.eval_every,
-            eval_limit=args.eval_limit,
-            checkpoint_every=args.checkpoint_every,
-            keep=args.keep,
-            progress=not args.no_progress,
-            loggers=args.log,  # a logger's missing package is named here
-        ),
-        precision=args.precision,
-        accumulate=args.accumulate,
-        mesh=mesh,
-        plot=args.plot,
-        print_json=args.json,
-        show_data=getattr(args, "show_data", None),
-    )
-
-
-def fill_defaults(args: argparse.Namespace, preset: str, flavor: str) -> dict[str, Default]:
-    """Set every option of `args` still None to the preset's default (`zoo.train.defaults`);
-    returns the values it filled."""
-    filled: dict[str, Default] = {}
-    for name, value in training_defaults(preset, flavor).items():
-        if getattr(args, name, None) is None and value is not None:
-            setattr(args, name, value)
-            filled[name] = value
-        elif not hasattr(args, name):
-            setattr(args, name, value)
-    if "warmup" in filled and "steps" not in filled and args.warmup >= args.steps:
-        # a short run asked for by --steps: keep the warmup a tenth of it
-        args.warmup = filled["warmup"] = max(1, args.steps // 10)
-    return filled
-
-
-def _freeze_spec(args: argparse.Namespace) -> str | None:
-    """`--freeze`, parsed once to refuse a bad spec now (it is applied to the built model)."""
-    if not args.freeze:
-        return None
-    if args.lora:
-        raise ValueError("--lora trains only the adapters already; leave out --freeze")
-    parse_freeze(args.freeze)
-    return args.freeze
-
-
-def _lora_spec(args: argparse.Namespace) -> LoRASpec | None:
-    """`--lora`, parsed; `--merge` and `--quantize` only go with it."""
-    if not args.lora:
-        if args.merge:
-            raise ValueError("--merge folds LoRA adapters into the weights: use it with --lora")
-        if args.quantize:
-            raise ValueError(
-                "--quantize stores the frozen base of LoRA adapters: use it with --lora"
-            )
-        return None
-    if jax.process_count() > 1:
-        raise ValueError(
-            "--lora trains on one process for now; run it without --num-processes / "
-            "--distributed (a mesh over one process's devices works)"
-        )
-    return parse_lora(args.lora)
 
 
 # -- execute: the run folder held, checked and recorded; the model built, trained, reported -------
@@ -312,38 +178,43 @@ def execute(plan: TrainPlan) -> int:
     if plan.show_data is not None:  # nothing is trained or written
         from zoo.cli._show_data import show_data
 
-        return show_data(plan.args, plan.show_data)
+        return show_data(plan.model, plan.data, plan.data_options, plan.show_data)
     writes = is_writer()  # with many processes, process 0 alone prints and writes
     if plan.filled and not plan.print_json and writes:
         shown = ", ".join(f"{name}={value}" for name, value in plan.filled.items())
         print(f"zoo train: defaults: {shown}", file=sys.stderr)
     with RunLock(plan.out) if writes else contextlib.nullcontext():
         fresh = _check_run_folder(plan)
-        saved_tokenizer = None if fresh else resumed_tokenizer(plan.args, plan.out)
+        saved_tokenizer = None if fresh else _resumed_tokenizer(plan)
         model_key, train_key = jax.random.split(jax.random.key(plan.seed))
-        built = build_model(plan.args, model_key, tokenizer_given=plan.tokenizer_given,
+        built = build_model(plan.model, plan.data, plan.data_options, model_key,
                             resumed_tokenizer=saved_tokenizer)  # fmt: skip
         model, optimizer, lora_train = _trainable(plan, built, model_key, writes=writes)
-        train, evaluation = built.data.train, built.data.evaluation
-        if _preference.is_preference(plan.args):  # the reference's numbers join the batches
-            task, train, evaluation = _preference.preference_setup(plan.args, model, built.data)
+        data = built.data
+        train, evaluation = data.train, data.evaluation
+        preference = plan.objective.preference
+        task: Task
+        if preference is not None:  # the reference's numbers join the batches
+            task, train, evaluation = _preference.preference_setup(
+                preference, model, train, evaluation, data.tokenizer
+            )
         else:
-            task = make_task(plan.args, model, built.data.tokenizer)
+            task = make_task(plan.model.flavor, plan.objective, model, data.tokenizer)
         trainer = Trainer(
             task,
             optimizer,
-            loop=with_samples(plan.loop, plan.args, built.data, plan.out, writes=writes),
+            loop=with_samples(plan.loop, plan.sample_every, data, plan.out, writes=writes),
             precision=plan.precision,
             accumulate=plan.accumulate,
             mesh=plan.mesh,
         )
         if fresh and writes:
             record_run(
-                plan.args,
+                plan.flags,
                 plan.out,
                 built.data.tokenizer,
                 chat_template=built.data.chat_template,
-                tokenizer_given=plan.tokenizer_given,
+                tokenizer_given=plan.model.tokenizer_given,
             )
         outputs = Outputs(plan.out / CHECKPOINTS, plan.out, tokenizer=built.data.tokenizer,
                           plot=plan.plot, chat_template=built.data.chat_template)  # fmt: skip
@@ -373,7 +244,8 @@ def _check_run_folder(plan: TrainPlan) -> bool:
     """Refuse a run that would harm what `plan.out` holds (its lock held); whether the run
     starts without a checkpoint."""
     found = list_checkpoints(plan.out / CHECKPOINTS)
-    check_resume(plan.args, plan.out, found[-1][0] if found else None)
+    check_resume(plan.flags, plan.out, found[-1][0] if found else None, steps=plan.steps,
+                 resume=plan.resume)  # fmt: skip
     check_folders(Outputs(plan.out / CHECKPOINTS, plan.out), resume=plan.resume)
     return not found
 
@@ -391,7 +263,7 @@ def _trainable(
         return model, freeze(optimizer, plan.freeze_spec), ()
     if plan.lora is None:
         return model, optimizer, ()
-    train = trained_prefixes(plan.lora, plan.args.flavor, built.fresh_parts)
+    train = trained_prefixes(plan.lora, plan.model.flavor, built.fresh_parts)
     model, adapted = with_lora(model, optimizer, plan.lora, train=train, quantize=plan.quantize,
                                key=jax.random.fold_in(model_key, 1))  # fmt: skip
     return model, adapted, train
@@ -406,10 +278,10 @@ def _report(
     tokenizer: Tokenizer | None,
 ) -> None:
     """Print the run's summary, after writing a LoRA run's adapter (and merged model)."""
-    args = plan.args
-    summary = _summary(args, model, history)
+    summary = _summary(plan, model, history)
     if plan.lora is not None:
-        base = args.init.removeprefix(HUB) if args.init else args.preset  # PEFT: hub names bare
+        init = plan.model.init
+        base = init.removeprefix(HUB) if init else plan.model.preset  # PEFT: hub names bare
         summary |= finish_run(model, plan.out, train=lora_train, merge=plan.merge,
                               base_model=base, tokenizer=tokenizer)  # fmt: skip
     if plan.print_json:
@@ -419,15 +291,22 @@ def _report(
             print(f"{name:>14}: {value}")
 
 
-def _summary(args: argparse.Namespace, model: eqx.Module, history: History) -> dict[str, object]:
+def _resumed_tokenizer(plan: TrainPlan) -> Tokenizer | None:
+    """The tokenizer the resumed run in `plan.out` saved (`zoo.cli._run_dir.resumed_tokenizer`)."""
+    choice = plan.model
+    return resumed_tokenizer(plan.out, data=plan.data, init=choice.init,
+                             tokenizer=choice.tokenizer)  # fmt: skip
+
+
+def _summary(plan: TrainPlan, model: eqx.Module, history: History) -> dict[str, object]:
     info = history.summary
     train_row, eval_row = info["final_train"], info["final_eval"]
     shown = eval_row or train_row
     metric_name = None if shown is None else shown["metric_name"]
     return {
-        "flavor": args.flavor,
-        "preset": args.preset,
-        "data": args.data,
+        "flavor": plan.model.flavor,
+        "preset": plan.model.preset,
+        "data": plan.data if isinstance(plan.data, str) else list(plan.data),
         "params": count_params(model),
         "steps": info["steps"],
         "resumed_from": info["resumed_from"],
@@ -437,7 +316,7 @@ def _summary(args: argparse.Namespace, model: eqx.Module, history: History) -> d
         "eval_metric": None if eval_row is None else eval_row["metric"],
         "tokens_per_s": info["tokens_per_s"],
         "wall_seconds": info["wall_seconds"],
-        "out": str(Path(args.out)),
+        "out": str(plan.out),
         "checkpoint": info["checkpoint"],
         # the accelerator's peak memory, where the device reports it (a GPU; None on a CPU)
         "device_peak_mb": _device_peak_mb(),

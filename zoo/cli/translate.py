@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+
 from zoo.cli import _inference as inference
 
 
@@ -16,7 +18,7 @@ def register(commands) -> None:
     parser.set_defaults(run=run)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from zoo.decoding.text import translate_texts
     from zoo.models.translator import Translator
 
