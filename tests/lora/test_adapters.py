@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import zoo
-from zoo.nn import QKNorm
 from tests.lora.helpers import forward, randomize_adapters
+from zoo.nn import QKNorm
 
 FLAVORS = {
     "gpt-tiny": {},

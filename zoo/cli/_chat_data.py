@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from zoo.cli._data_options import DataOptions, check_holdout, parse_roles
+from zoo.cli._data_options import DataOptions, check_holdout, parse_roles, word_options
 from zoo.data.chat.conversations import FORMATS
 from zoo.data.tokenizers.base import Tokenizer
 
@@ -173,11 +173,7 @@ def chat_config(options: DataOptions, *, template: str | None) -> ChatDataConfig
     `template` (None: the tokenizer's own, else zoo's)."""
     from zoo.data.chat.options import ChatDataConfig
 
-    tokenizer_options: dict[str, int | bool] = {}
-    if options.min_freq is not None:
-        tokenizer_options["min_freq"] = options.min_freq
-    if options.lowercase:
-        tokenizer_options["lowercase"] = True
+    tokenizer_options = word_options(options)
     try:
         return ChatDataConfig(
             format=options.chat_format,

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TypedDict, Unpack
 
 from zoo.data.tokenizers.base import Tokenizer
+from zoo.data.tokenizers.word import WordOptions
 
 # `--objective` values that train on preference pairs (zoo.tasks.preference_loss.OBJECTIVES)
 PREFERENCE_OBJECTIVES = ("dpo", "ipo", "hinge", "robust", "simpo", "orpo")
@@ -132,3 +133,14 @@ def bucket_choice(flag: str | None) -> str | tuple[int, ...] | None:
     if flag == "pow2":
         return None
     return tuple(int(part) for part in flag.split(","))
+
+
+def word_options(options: DataOptions) -> WordOptions:
+    """The options a word tokenizer learnt from the data takes (`--min-freq`, `--lowercase`),
+    only those the user set."""
+    chosen = WordOptions()
+    if options.min_freq is not None:
+        chosen["min_freq"] = options.min_freq
+    if options.lowercase:
+        chosen["lowercase"] = True
+    return chosen

@@ -16,9 +16,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypedDict
 
-from zoo.cli._data_options import DataOptions, buckets_flag
+from zoo.cli._data_options import DataOptions, buckets_flag, word_options
 from zoo.data.batches import BatchSource
 from zoo.data.tokenizers.base import Tokenizer
+from zoo.data.tokenizers.word import WordOptions
 
 if TYPE_CHECKING:
     from zoo.data.chat.datasets import ChatData
@@ -222,7 +223,7 @@ class HFOptions(TypedDict, total=False):
     max_len: int
     num_classes: int
     holdout: float
-    tokenizer_options: dict[str, int | bool]
+    tokenizer_options: WordOptions
     packing: bool
 
 
@@ -248,11 +249,7 @@ def from_hf_options(options: DataOptions, flavor: str) -> HFOptions:
         raise ValueError("--source/--target name translation columns; use --text-column")
     if flavor != "classifier" and options.num_classes is not None:
         raise ValueError(f"--num-classes is for classifiers; a {flavor} has no classes")
-    tokenizer_options: dict[str, int | bool] = {}
-    if options.min_freq is not None:
-        tokenizer_options["min_freq"] = options.min_freq
-    if options.lowercase:
-        tokenizer_options["lowercase"] = True
+    tokenizer_options = word_options(options)
     if tokenizer_options:
         from_hf["tokenizer_options"] = tokenizer_options
     return from_hf

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from zoo.data.chat.conversations import FORMATS, check_roles
 from zoo.data.chat.template import ChatTemplate
 from zoo.data.options import AUTO, check_buckets
+from zoo.data.tokenizers.word import WordOptions
 
 CHAT_FORMATS = ("auto", *FORMATS)
 # auto: completion for prompt/completion rows, assistant otherwise; assistant: every assistant
@@ -47,7 +47,7 @@ class ChatDataConfig:
     truncate: bool = True  # cut over-long conversations (and log how many); False raises instead
     loss_positions: bool = True  # list the positions scored, where few (the head runs there)
     group_by_length: bool = False  # unpacked: batches of one bucket (True) or drawn at random
-    tokenizer_options: Mapping[str, Any] | None = None  # for build_tokenizer, e.g. {"min_freq": 2}
+    tokenizer_options: WordOptions | None = None  # for build_tokenizer, e.g. {"min_freq": 2}
     roles: Mapping[str, str] | None = None  # speaker names -> roles, e.g. {"human": "user"}
     messages_column: str | None = (
         None  # the column holding the messages; None: messages/conversations
