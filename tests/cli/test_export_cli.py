@@ -101,10 +101,12 @@ def test_a_model_without_an_hf_architecture_is_refused_in_one_line(tmp_path, cap
     assert status == 2
     assert err == (
         f"zoo export: error: {run} cannot be exported to transformers: "
-        "BertForSequenceClassification cannot express this zoo model: norm_first=True (needs "
-        "False), embedding_norm=False (needs True), pooling='mean' (needs 'first'), pooler=False "
-        "(needs True); train with a preset of a HuggingFace family (gpt2, llama-tiny, bert-base, "
-        "...: see zoo presets) or keep using the model with zoo\n"
+        "BertForSequenceClassification cannot express this zoo model: "
+        "layers.block.norm_first=True (needs False), embedder.norm=None (needs "
+        "NormSettings(kind='layernorm', eps=1e-05, weight_offset=0.0, bias=True)), "
+        "head.pooling='mean' (needs 'first'), head.pooler=None (needs Pooler(activation='tanh', "
+        "bias=True, norm=False)); train with a preset of a HuggingFace family (gpt2, llama-tiny, "
+        "bert-base, ...: see zoo presets) or keep using the model with zoo\n"
     )
     assert not (tmp_path / "hf").exists()
 

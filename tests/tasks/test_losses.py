@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import zoo
+from zoo.models import Routed
 from zoo.nn import VocabHead
 from zoo.tasks import Classification, LanguageModeling, Translation
 
@@ -47,8 +48,8 @@ class NextTokenStub(eqx.Module):
         return self.table[tokens]
 
     # features one-hot, head the table: the same logits along the loss's own path
-    def features(self, tokens, mask=None, *, key=None):
-        return jax.nn.one_hot(tokens, self.table.shape[0], dtype=self.table.dtype)
+    def features_and_router(self, tokens, mask=None, *, segments=None, key=None):
+        return Routed(jax.nn.one_hot(tokens, self.table.shape[0], dtype=self.table.dtype), None)
 
     @property
     def output_head(self):
@@ -64,8 +65,8 @@ class TranslatorStub(eqx.Module):
     def __call__(self, src, tgt, src_mask=None, *, key=None):
         return self.table[tgt]
 
-    def features(self, src, tgt, src_mask=None, *, key=None):
-        return jax.nn.one_hot(tgt, self.table.shape[0], dtype=self.table.dtype)
+    def features_and_router(self, src, tgt, src_mask=None, *, key=None):
+        return Routed(jax.nn.one_hot(tgt, self.table.shape[0], dtype=self.table.dtype), None)
 
     @property
     def output_head(self):
@@ -78,8 +79,8 @@ class ClassifierStub(eqx.Module):
     table: jax.Array
     config: SimpleNamespace = eqx.field(static=True)
 
-    def __call__(self, tokens, mask=None, token_types=None, *, key=None):
-        return self.table[tokens[0], :3]
+    def logits_and_router(self, tokens, mask=None, token_types=None, *, key=None):
+        return Routed(self.table[tokens[0], :3], None)
 
 
 def stub(cls, pad_id=0, table=TABLE):

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import zoo
+from zoo.models.translator import TranslatorHead
 from zoo.nn import Linear, VocabHead, kernel_platform, vocab_multiple
 from zoo.tasks.base import token_losses, weighted_stats
 from zoo.tasks.vocab_loss import loss_chunks, vocab_statistics
@@ -147,7 +148,7 @@ def test_models_are_their_features_through_their_output_head(preset, overrides):
 
 def test_marian_bias_and_t5_scale_are_part_of_the_translator_head():
     model = zoo.create(
-        "translator-tiny", key=jax.random.key(0), output_bias=True, scale_output=True
+        "translator-tiny", key=jax.random.key(0), head=TranslatorHead(bias=True, scale=True)
     )
     head = model.output_head
     assert head.bias is model.output_bias and head.scale == model.config.d_model**-0.5

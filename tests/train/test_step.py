@@ -14,6 +14,7 @@ import pytest
 import zoo
 from zoo import demo
 from zoo.data import synthetic
+from zoo.models import Routed
 from zoo.nn.vocab import VocabHead
 from zoo.serialize import named_arrays
 from zoo.tasks import Classification, LanguageModeling, Translation
@@ -32,15 +33,15 @@ class Bigram(eqx.Module):
     proj: jax.Array
     config: SimpleNamespace = eqx.field(static=True)
 
-    def features(self, tokens, mask=None, *, key=None):
-        return jnp.tanh(self.table[tokens])
+    def features_and_router(self, tokens, mask=None, *, segments=None, key=None):
+        return Routed(jnp.tanh(self.table[tokens]), None)
 
     @property
     def output_head(self) -> VocabHead:  # the language-modelling loss starts from features
         return VocabHead(self.proj.T)
 
     def __call__(self, tokens, mask=None, *, key=None):
-        return self.output_head(self.features(tokens))
+        return self.output_head(self.features_and_router(tokens).output)
 
 
 def test_gradient_accumulation_equals_one_big_batch():

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, ClassVar, Generic, Protocol, TypeVar, runtime_checkable
+from typing import ClassVar, Generic, Protocol, TypeVar, runtime_checkable
 
 import equinox as eqx
 import jax
@@ -18,23 +18,88 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray
 
-if TYPE_CHECKING:
-    from zoo.models.config import TransformerConfig
+from zoo.models.classifier import Classifier, ClassifierConfig
+from zoo.models.common import Routed
+from zoo.models.config import TransformerConfig
+from zoo.models.gpt import GPT
+from zoo.models.translator import Translator, TranslatorConfig
+from zoo.nn.vocab import VocabHead
 
 
 @runtime_checkable
 class TaskModel(Protocol):
-    """What every task reads of a model besides its own flavor's calls: the config (vocabulary,
-    lengths, padding, and the router loss weights of a mixture of experts). Each flavor's
-    call that a task runs returns its output with the routers' statistics (`zoo.models.Routed`:
-    `GPT.features_and_router`, `Classifier.logits_and_router`,
-    `Classifier.masked_lm_logits_and_router`, `Translator.features_and_router`), so every task
-    adds the router losses of a mixture of experts (`zoo.tasks.router_losses`)."""
+    """What every task reads of a model: its config (vocabulary, lengths, padding, and the
+    router loss weights of a mixture of experts) and one call that returns its output with the
+    routers' statistics (`zoo.models.Routed`), so that every task adds the router losses of a
+    mixture of experts (`zoo.tasks.router_losses`). Each flavor's protocol below names that
+    call; the flavor's class (`zoo.GPT`, `zoo.Classifier`, `zoo.Translator`) has it, and so may
+    a model of one's own."""
 
     @property
     def config(self) -> TransformerConfig: ...
 
 
+@runtime_checkable
+class CausalModel(TaskModel, Protocol):
+    """A GPT as `LanguageModeling` and `Preference` read it: the features of every position
+    with the routers' statistics, and the head that turns features into vocabulary logits."""
+
+    @property
+    def output_head(self) -> VocabHead: ...
+
+    def features_and_router(
+        self,
+        tokens: Int[Array, " seq"],
+        mask: Bool[Array, " seq"] | None = None,
+        *,
+        segments: Int[Array, " seq"] | None = None,
+        key: PRNGKeyArray | None = None,
+    ) -> Routed: ...
+
+
+@runtime_checkable
+class SequenceClassifier(TaskModel, Protocol):
+    """A classifier as `Classification` reads it: class logits with the routers' statistics."""
+
+    @property
+    def config(self) -> ClassifierConfig: ...
+
+    def logits_and_router(
+        self,
+        tokens: Int[Array, " seq"],
+        mask: Bool[Array, " seq"] | None = None,
+        token_types: Int[Array, " seq"] | None = None,
+        *,
+        key: PRNGKeyArray | None = None,
+    ) -> Routed: ...
+
+
+@runtime_checkable
+class SequenceToSequence(TaskModel, Protocol):
+    """A translator as `Translation` reads it: the decoder's features of every target position
+    with the routers' statistics, and the head onto the target vocabulary."""
+
+    @property
+    def config(self) -> TranslatorConfig: ...
+
+    @property
+    def output_head(self) -> VocabHead: ...
+
+    def features_and_router(
+        self,
+        src: Int[Array, " src"],
+        tgt: Int[Array, " tgt"],
+        src_mask: Bool[Array, " src"] | None = None,
+        *,
+        key: PRNGKeyArray | None = None,
+    ) -> Routed: ...
+
+
+# a task's model: the flavor's class, or any model with the calls of the flavor's protocol (the
+# class comes first, so that a model of it, abstract ones too, is told by its class alone)
+LanguageModel = GPT | CausalModel
+Classifies = Classifier | SequenceClassifier
+Translates = Translator | SequenceToSequence
 ModelT = TypeVar("ModelT", bound=TaskModel)
 
 

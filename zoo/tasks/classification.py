@@ -10,12 +10,19 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import ArrayLike, PRNGKeyArray
 
-from zoo.models.classifier import Classifier
-from zoo.tasks.base import Stats, Task, check_ids, example_keys, token_losses, weighted_stats
+from zoo.tasks.base import (
+    Classifies,
+    Stats,
+    Task,
+    check_ids,
+    example_keys,
+    token_losses,
+    weighted_stats,
+)
 from zoo.tasks.router_losses import with_router_losses
 
 
-class Classification(Task[Classifier]):
+class Classification(Task[Classifies]):
     """Train a `zoo.Classifier` on `tokens [batch, seq]` and `labels [batch]`.
 
     Loss: mean cross-entropy per example (fp32). Metric: accuracy. Padding inside `tokens` is
@@ -30,7 +37,11 @@ class Classification(Task[Classifier]):
     optional: ClassVar[dict[str, str]] = {"token_types": "[batch, seq]"}
 
     def statistics(
-        self, model: Classifier, batch: Mapping[str, ArrayLike], *, key: PRNGKeyArray | None = None
+        self,
+        model: Classifies,
+        batch: Mapping[str, ArrayLike],
+        *,
+        key: PRNGKeyArray | None = None,
     ) -> Stats:
         tokens = jnp.asarray(batch["tokens"])
         labels = jnp.asarray(batch["labels"])
@@ -43,9 +54,9 @@ class Classification(Task[Classifier]):
         logits, router = jax.vmap(one)(tokens, token_types, example_keys(key, tokens.shape[0]))
         objective, nll, correct = token_losses(logits, labels)
         stats = weighted_stats(objective, nll, correct, jnp.ones(labels.shape, bool))
-        return with_router_losses(stats, router, model.config)
+        return with_router_losses(stats, router, model)
 
-    def _check_values(self, batch: Mapping[str, np.ndarray], model: Classifier) -> None:
+    def _check_values(self, batch: Mapping[str, np.ndarray], model: Classifies) -> None:
         config = model.config
         types = config.embedder.type_vocab_size
         check_ids("tokens", batch["tokens"], config.vocab_size, config.max_tokens)

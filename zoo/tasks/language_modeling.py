@@ -10,8 +10,14 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
-from zoo.models.gpt import GPT
-from zoo.tasks.base import Stats, Task, check_ids, example_keys, target_weights
+from zoo.tasks.base import (
+    LanguageModel,
+    Stats,
+    Task,
+    check_ids,
+    example_keys,
+    target_weights,
+)
 from zoo.tasks.positions import check_loss_positions, scored_only
 from zoo.tasks.router_losses import with_router_losses
 from zoo.tasks.vocab_loss import CHUNK_BYTES, vocab_statistics
@@ -27,7 +33,7 @@ def loss_chunk_bytes() -> int:
     return CPU_CHUNK_BYTES if jax.default_backend() == "cpu" else CHUNK_BYTES
 
 
-class LanguageModeling(Task[GPT]):
+class LanguageModeling(Task[LanguageModel]):
     """Train a `zoo.GPT` on `tokens [batch, seq]`: position t predicts token t+1.
 
     The model reads `tokens[:, :-1]` and is scored on `tokens[:, 1:]`. Targets equal to the
@@ -55,7 +61,11 @@ class LanguageModeling(Task[GPT]):
     }
 
     def statistics(
-        self, model: GPT, batch: Mapping[str, ArrayLike], *, key: PRNGKeyArray | None = None
+        self,
+        model: LanguageModel,
+        batch: Mapping[str, ArrayLike],
+        *,
+        key: PRNGKeyArray | None = None,
     ) -> Stats:
         tokens = jnp.asarray(batch["tokens"])
         inputs, targets = tokens[:, :-1], tokens[:, 1:]
@@ -78,12 +88,12 @@ class LanguageModeling(Task[GPT]):
             )
         head = model.output_head
         stats = vocab_statistics(head, features, targets, weight, chunk_bytes=loss_chunk_bytes())
-        return with_router_losses(stats, router, model.config)
+        return with_router_losses(stats, router, model)
 
     def metric(self, stats: Stats) -> Float[Array, ""]:
         return stats.perplexity
 
-    def _check_values(self, batch: Mapping[str, np.ndarray], model: GPT) -> None:
+    def _check_values(self, batch: Mapping[str, np.ndarray], model: LanguageModel) -> None:
         config = model.config
         check_ids("tokens", batch["tokens"], config.vocab_size, config.max_positions, shifted=True)
         if "loss_positions" in batch:

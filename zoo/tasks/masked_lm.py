@@ -178,7 +178,7 @@ class MaskedLanguageModeling(Task[Classifier]):
         logits, router = jax.vmap(one)(inputs, example_keys(dropout_key, tokens.shape[0]))
         objective, nll, correct = token_losses(logits, tokens)
         stats = weighted_stats(objective, nll, correct, chosen)
-        return with_router_losses(stats, router, model.config)
+        return with_router_losses(stats, router, model)
 
     def check_model(self, model: object) -> None:
         super().check_model(model)

@@ -33,16 +33,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar, TypeVar
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
-from zoo.models.gpt import GPT
 from zoo.nn.lora import is_lora
 from zoo.nn.moe import RouterStats
-from zoo.tasks.base import Stats, Task, check_ids, example_keys
+from zoo.tasks.base import LanguageModel, Stats, Task, check_ids, example_keys
 from zoo.tasks.positions import check_loss_positions, scored_only
 from zoo.tasks.preference_loss import PreferenceLoss, pair_losses
 from zoo.tasks.router_losses import with_router_losses
@@ -50,7 +48,7 @@ from zoo.tasks.vocab_loss import vocab_statistics
 
 REFERENCES = ("batch", "adapters")
 REFERENCE_KEY = "reference_logps"
-M = TypeVar("M", bound=eqx.Module)
+M = TypeVar("M")
 
 
 def adapters_off(model: M) -> M:
@@ -72,7 +70,7 @@ def _pairs(values: Array) -> Array:
 
 
 def answer_logps(
-    model: GPT, batch: Mapping[str, ArrayLike], *, key: PRNGKeyArray | None = None
+    model: LanguageModel, batch: Mapping[str, ArrayLike], *, key: PRNGKeyArray | None = None
 ) -> tuple[Float[Array, "batch 2"], Float[Array, "batch 2"]]:
     """`(log-probabilities, token counts)` of each pair's answers, summed over their tokens.
 
@@ -83,7 +81,7 @@ def answer_logps(
 
 
 def _features(
-    model: GPT, tokens: Array, lengths: Array, key: PRNGKeyArray | None
+    model: LanguageModel, tokens: Array, lengths: Array, key: PRNGKeyArray | None
 ) -> tuple[Array, RouterStats | None]:
     """The features of every row's positions but the last (each predicts the next token), and
     the routers' statistics of a mixture of experts: over every real token, the last one too,
@@ -105,7 +103,7 @@ def _features(
 
 
 def _row_statistics(
-    model: GPT, batch: Mapping[str, ArrayLike], *, key: PRNGKeyArray | None, orpo: bool
+    model: LanguageModel, batch: Mapping[str, ArrayLike], *, key: PRNGKeyArray | None, orpo: bool
 ) -> tuple[Array, Array, Stats | None, RouterStats | None]:
     tokens = _rows(jnp.asarray(batch["tokens"]))
     answer = _rows(jnp.asarray(batch["loss_mask"]))[:, 1:] != 0
@@ -125,7 +123,7 @@ def _row_statistics(
     return _pairs(-per_row.nll_sum), _pairs(per_row.weight), chosen_nll, router
 
 
-class Preference(Task[GPT]):
+class Preference(Task[LanguageModel]):
     """Train a `zoo.GPT` on pairs of answers with a `PreferenceLoss` (see the module doc).
 
     ```python
@@ -159,7 +157,11 @@ class Preference(Task[GPT]):
         self.reference = reference
 
     def statistics(
-        self, model: GPT, batch: Mapping[str, ArrayLike], *, key: PRNGKeyArray | None = None
+        self,
+        model: LanguageModel,
+        batch: Mapping[str, ArrayLike],
+        *,
+        key: PRNGKeyArray | None = None,
     ) -> Stats:
         loss = self.loss
         orpo = loss.kind == "orpo"
@@ -196,7 +198,7 @@ class Preference(Task[GPT]):
             correct=jnp.sum((chosen > rejected).astype(jnp.float32)),
             extra=extra,
         )
-        return with_router_losses(stats, router, model.config)
+        return with_router_losses(stats, router, model)
 
     def metric(self, stats: Stats) -> Float[Array, ""]:
         return stats.accuracy
@@ -207,7 +209,7 @@ class Preference(Task[GPT]):
     def num_tokens(self, batch: Mapping[str, ArrayLike]) -> int:
         return int(np.size(batch["tokens"]))
 
-    def check_batch(self, batch: Mapping[str, ArrayLike], model: GPT) -> None:
+    def check_batch(self, batch: Mapping[str, ArrayLike], model: LanguageModel) -> None:
         super().check_batch({k: v for k, v in batch.items() if k != REFERENCE_KEY}, model)
         if not (self.loss.needs_reference and self.reference == "batch"):
             return
@@ -225,7 +227,7 @@ class Preference(Task[GPT]):
                 f"{values.dtype} {values.shape}"
             )
 
-    def _check_values(self, batch: Mapping[str, np.ndarray], model: GPT) -> None:
+    def _check_values(self, batch: Mapping[str, np.ndarray], model: LanguageModel) -> None:
         config = model.config
         tokens = batch["tokens"]
         if tokens.shape[1] != 2 or batch["loss_mask"].shape != tokens.shape:

@@ -18,17 +18,17 @@ import numpy as np
 from jaxtyping import ArrayLike
 
 from zoo.data.batches import ArrayBatches, Batch, BatchSource
-from zoo.models.gpt import GPT
+from zoo.tasks.base import LanguageModel
 from zoo.tasks.preference import REFERENCE_KEY, answer_logps
 
 
 @eqx.filter_jit
-def _reference_logps(model: GPT, batch: Mapping[str, ArrayLike]) -> jax.Array:
+def _reference_logps(model: LanguageModel, batch: Mapping[str, ArrayLike]) -> jax.Array:
     logps, _ = answer_logps(model, batch)
     return logps
 
 
-def reference_logps(model: GPT, batch: Mapping[str, ArrayLike]) -> np.ndarray:
+def reference_logps(model: LanguageModel, batch: Mapping[str, ArrayLike]) -> np.ndarray:
     """`float32[batch, 2]`: `model`'s log-probability of each answer of `batch` (no dropout)."""
     arrays = {name: np.asarray(batch[name]) for name in ("tokens", "loss_mask", "lengths")}
     return np.asarray(_reference_logps(model, arrays), np.float32)
@@ -37,7 +37,7 @@ def reference_logps(model: GPT, batch: Mapping[str, ArrayLike]) -> np.ndarray:
 class ReferenceBatches:
     """`batches` with the reference model's `reference_logps` added to each batch."""
 
-    def __init__(self, batches: BatchSource, reference: GPT):
+    def __init__(self, batches: BatchSource, reference: LanguageModel):
         self.batches = batches
         self.reference = reference
 
@@ -53,7 +53,7 @@ class ReferenceBatches:
         return (self.batch(step) for step in range(len(self)))
 
 
-def precompute_reference(batches: ArrayBatches, reference: GPT) -> ArrayBatches:
+def precompute_reference(batches: ArrayBatches, reference: LanguageModel) -> ArrayBatches:
     """A copy of `batches` whose arrays hold the reference's `reference_logps` of every pair,
     computed once, a batch of rows at a time in the data's order."""
     arrays = dict(batches.arrays)
@@ -73,7 +73,7 @@ def precompute_reference(batches: ArrayBatches, reference: GPT) -> ArrayBatches:
 
 
 def with_reference(
-    batches: BatchSource, reference: GPT, *, precompute: bool = False
+    batches: BatchSource, reference: LanguageModel, *, precompute: bool = False
 ) -> BatchSource:
     """`batches` whose batches carry the `reference_logps` of `reference` (see the module doc).
 

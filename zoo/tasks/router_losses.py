@@ -12,18 +12,17 @@ transformers does per forward pass.
 
 from __future__ import annotations
 
-from zoo.models.config import TransformerConfig
 from zoo.nn.moe import RouterStats, expert_load, router_losses
-from zoo.tasks.base import Stats
+from zoo.tasks.base import Stats, TaskModel
 
 
-def with_router_losses(
-    stats: Stats, router: RouterStats | None, config: TransformerConfig
-) -> Stats:
-    """`stats` with the router losses of a model of `config` added, weighted as its experts'
-    settings say; unchanged for a dense model."""
-    experts = config.experts()
-    if router is None or experts is None:
+def with_router_losses(stats: Stats, router: RouterStats | None, model: TaskModel) -> Stats:
+    """`stats` with the router losses of `model` added, weighted as its experts' settings say;
+    unchanged for a dense model."""
+    if router is None:  # a dense model
+        return stats
+    experts = model.config.experts()
+    if experts is None:
         return stats
     return add_router_losses(stats, router, experts.aux_loss_coef, experts.z_loss_coef)
 

@@ -10,13 +10,19 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import ArrayLike, PRNGKeyArray
 
-from zoo.models.translator import Translator
-from zoo.tasks.base import Stats, Task, check_ids, example_keys, target_weights
+from zoo.tasks.base import (
+    Stats,
+    Task,
+    Translates,
+    check_ids,
+    example_keys,
+    target_weights,
+)
 from zoo.tasks.router_losses import with_router_losses
 from zoo.tasks.vocab_loss import vocab_statistics
 
 
-class Translation(Task[Translator]):
+class Translation(Task[Translates]):
     """Train a `zoo.Translator` on `src [batch, src]` and `tgt [batch, tgt]` (bos .. eos pad).
 
     Teacher forcing: the decoder reads `tgt[:, :-1]` and is scored on `tgt[:, 1:]`; targets
@@ -36,7 +42,11 @@ class Translation(Task[Translator]):
         self.label_smoothing = float(label_smoothing)
 
     def statistics(
-        self, model: Translator, batch: Mapping[str, ArrayLike], *, key: PRNGKeyArray | None = None
+        self,
+        model: Translates,
+        batch: Mapping[str, ArrayLike],
+        *,
+        key: PRNGKeyArray | None = None,
     ) -> Stats:
         src = jnp.asarray(batch["src"])
         tgt = jnp.asarray(batch["tgt"])
@@ -50,9 +60,9 @@ class Translation(Task[Translator]):
         stats = vocab_statistics(
             model.output_head, features, targets, weight, label_smoothing=self.label_smoothing
         )
-        return with_router_losses(stats, router, model.config)
+        return with_router_losses(stats, router, model)
 
-    def _check_values(self, batch: Mapping[str, np.ndarray], model: Translator) -> None:
+    def _check_values(self, batch: Mapping[str, np.ndarray], model: Translates) -> None:
         config = model.config
         check_ids("src", batch["src"], config.vocab_size, config.max_positions)
         check_ids("tgt", batch["tgt"], config.tgt_vocab, config.max_positions, shifted=True)
