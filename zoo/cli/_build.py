@@ -23,6 +23,7 @@ from zoo.data.batches import BatchSource
 from zoo.data.tokenizers.base import Tokenizer
 from zoo.models import flavor_of
 from zoo.models.classifier import Classifier
+from zoo.models.flat import renamed_setting
 from zoo.tasks.base import Task
 
 # a config field's value, as `--set NAME=VALUE` and the data give it (a JSON object for a
@@ -92,12 +93,15 @@ def build_model(
     options: DataOptions,
     model_key: PRNGKeyArray,
     *,
+    resumed: bool = False,
     resumed_tokenizer: Tokenizer | None = None,
 ) -> Built:
     """The model of `choice` and its data, `--data data_specs` read with `options`.
 
-    `resumed_tokenizer`: the tokenizer a resumed run saved, used instead of one learnt again
-    from the data (a warning counts the words of the data it does not know).
+    `resumed`: the run folder holds a run to resume, whose command may spell `--set` as zoo 0.1
+    did (`zoo.models.flat.renamed_setting`). `resumed_tokenizer`: the tokenizer a resumed run
+    saved, used instead of one learnt again from the data (a warning counts the words of the
+    data it does not know).
     """
     from zoo.presets import create
 
@@ -131,7 +135,10 @@ def build_model(
                           key=model_key)  # fmt: skip
     if max_len is not None:  # synthetic data too: its sequences must fit
         overrides["max_positions"] = max_len
-    overrides |= model_overrides(choice.flavor, None, data.train, choice.settings)
+    settings = choice.settings
+    if resumed:  # the command that started the run, perhaps under 0.1
+        settings = tuple(renamed_setting(setting) for setting in settings)
+    overrides |= model_overrides(choice.flavor, None, data.train, settings)
     if choice.preset is None:
         raise ValueError("zoo train needs --preset NAME (see `zoo presets`) or --init PATH")
     return Built(create(choice.preset, key=model_key, **overrides), data)

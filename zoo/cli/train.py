@@ -188,7 +188,7 @@ def execute(plan: TrainPlan) -> int:
         saved_tokenizer = None if fresh else _resumed_tokenizer(plan)
         model_key, train_key = jax.random.split(jax.random.key(plan.seed))
         built = build_model(plan.model, plan.data, plan.data_options, model_key,
-                            resumed_tokenizer=saved_tokenizer)  # fmt: skip
+                            resumed=not fresh, resumed_tokenizer=saved_tokenizer)  # fmt: skip
         model, optimizer, lora_train = _trainable(plan, built, model_key, writes=writes)
         data = built.data
         train, evaluation = data.train, data.evaluation

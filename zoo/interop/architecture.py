@@ -183,8 +183,11 @@ class Architecture(Generic[ConfigT]):
         raise NotImplementedError
 
     def zoo_config(self, fields: ConfigFields) -> ConfigT:
-        """The zoo config of `zoo_fields`' paths: `zoo_base` with them changed."""
-        return self.zoo_base.replace(**fields)
+        """The zoo config of `zoo_fields`' paths: `zoo_base` with them changed. The preset
+        parts' execution choices are not a checkpoint's: a loaded model keeps every
+        intermediate in the backward (`remat=None`) unless `fields` (or an override of the
+        caller) says otherwise."""
+        return self.zoo_base.replace(**{"remat": None, **fields})
 
     def hf_defaults(self) -> HFDict:
         """The defaults of the transformers config class, for options a config.json omits."""

@@ -100,6 +100,35 @@ RENAMED = {
 }  # fmt: skip
 
 
+# the 0.1 names whose value is one field of the tree, and that field: what `--set NAME=VALUE`
+# of a run started under 0.1 means when the run is resumed by the command that started it
+ONE_FIELD = {
+    "num_kv_heads": "attention.num_kv_heads", "attention_head_dim": "attention.head_dim",
+    "qkv_bias": "attention.qkv_bias", "attention_output_bias": "attention.output_bias",
+    "attention_softcap": "attention.softcap", "sliding_window": "attention.window",
+    "attention_implementation": "attention.implementation", "feed_forward": "feed_forward.kind",
+    "activation": "feed_forward.activation", "activation_dropout": "feed_forward.dropout",
+    "feed_forward_bias": "feed_forward.bias", "norm": "norm.kind", "layer_norm_eps": "norm.eps",
+    "norm_weight_offset": "norm.weight_offset", "norm_bias": "norm.bias",
+    "sinusoid_layout": "embedder.sinusoid_layout", "scale_embeddings": "embedder.scale",
+    "type_vocab_size": "embedder.type_vocab_size", "position_offset": "embedder.position_offset",
+    "num_experts_per_tok": "feed_forward.top_k", "moe_intermediate_size": "feed_forward.d_ff",
+    "router_aux_loss_coef": "feed_forward.aux_loss_coef",
+    "router_z_loss_coef": "feed_forward.z_loss_coef", "tie_embeddings": "head.tie",
+    "final_logit_softcap": "head.softcap", "pooling": "head.pooling",
+    "classifier_dropout": "head.dropout", "num_decoder_layers": "decoder.num_layers",
+    "tie_output": "head.tie", "output_bias": "head.bias", "scale_output": "head.scale",
+}  # fmt: skip
+
+
+def renamed_setting(setting: str) -> str:
+    """A `--set NAME=VALUE` of zoo 0.1 in the tree's spelling (`num_kv_heads=1` ->
+    `attention.num_kv_heads=1`); any other setting as it is."""
+    name, separator, value = setting.partition("=")
+    path = ONE_FIELD.get(name.strip())
+    return f"{path}{separator}{value}" if path is not None and separator else setting
+
+
 def unknown_name(
     cls: type, name: str, aliases: tuple[str, ...], flavors: Sequence[type] = ()
 ) -> ValueError:
