@@ -293,3 +293,15 @@ def test_the_norm_record_is_the_blocks_and_the_final_norms():
     assert config.layers.block.norm == NormSettings(kind="rmsnorm", eps=1e-5)
     model = zoo.create("olmo-2-tiny", key=jax.random.key(0))
     assert model.final_norm is not None and model.final_norm.eps == 1e-5
+
+
+def test_a_setting_of_0_1_reads_as_its_one_field():
+    """What `zoo train --resume` makes of a run's command written under 0.1."""
+    from zoo.models.flat import renamed_setting
+
+    assert renamed_setting("num_kv_heads=1") == "attention.num_kv_heads=1"
+    assert renamed_setting("tie_embeddings=false") == "head.tie=false"
+    assert renamed_setting("num_layers=2") == "num_layers=2"  # an alias of today
+    assert renamed_setting("global_layers=[0]") == "global_layers=[0]"  # no one field: refused
+    config = zoo.presets.config("llama-tiny", **{"attention.num_kv_heads": 1})
+    assert config.kv_heads == 1
