@@ -59,6 +59,17 @@ def wheel(source, tmp_path_factory) -> zipfile.ZipFile:
     return zipfile.ZipFile(path)
 
 
+def zoo_version() -> str:
+    """The version the checkout declares (pyproject.toml), which zoo.version repeats."""
+    import tomllib
+
+    from zoo.version import __version__
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert declared == __version__
+    return declared
+
+
 def dist_info_file(wheel: zipfile.ZipFile, name: str) -> str:
     (path,) = [n for n in wheel.namelist() if n.endswith(f".dist-info/{name}")]
     return wheel.read(path).decode()
@@ -69,7 +80,8 @@ def test_wheel_metadata_names_the_distribution(wheel):
     metadata = dist_info_file(wheel, "METADATA").splitlines()
     assert "Name: jax-transformer-zoo" in metadata
     assert f"Name: {DISTRIBUTION}" in metadata
-    assert Path(wheel.filename).name.startswith("jax_transformer_zoo-0.1.0-py3-none-any")
+    version = zoo_version()
+    assert Path(wheel.filename).name.startswith(f"jax_transformer_zoo-{version}-py3-none-any")
 
 
 @pytest.mark.slow
