@@ -10,9 +10,16 @@ import numpy as np
 import pytest
 
 import zoo
+from zoo.data.chat.preference import PreferencePair, pair_arrays
 from zoo.nn import MoESettings
 from zoo.nn.moe import router_losses
-from zoo.tasks import Classification, MaskedLanguageModeling, Translation
+from zoo.tasks import (
+    Classification,
+    MaskedLanguageModeling,
+    Preference,
+    PreferenceLoss,
+    Translation,
+)
 
 EXPERTS = MoESettings(num_experts=4, top_k=2, d_ff=32, aux_loss_coef=0.5, z_loss_coef=0.01)
 TOKENS = jnp.asarray([[5, 9, 3, 17, 22, 8, 0, 0], [7, 30, 12, 4, 6, 11, 2, 40]], jnp.int32)
@@ -65,6 +72,25 @@ def test_masked_lm_pretraining_adds_them_too():
     loss, metrics = task(model, {"tokens": TOKENS})
     plain_loss, _ = task(without_router_losses(model), {"tokens": TOKENS})
     expected = 0.5 * metrics["router_aux_loss"] + 0.01 * metrics["router_z_loss"]
+    np.testing.assert_allclose(loss - plain_loss, expected, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["sigmoid", "simpo"])  # with a reference model, and without
+def test_preference_training_adds_them_as_trl_does(kind):
+    """DPO and its relatives on experts add the router losses of the chosen and rejected rows."""
+    model = routed("llama-tiny", vocab_size=48, max_positions=16)
+    pairs = [
+        PreferencePair([1, 5], [6, 7, 2], [8, 2]),
+        PreferencePair([1, 9, 10], [12, 2], [13, 2]),
+    ]
+    batch = pair_arrays(pairs, pad_id=0)
+    task = Preference(PreferenceLoss(kind=kind), reference="batch")
+    if kind == "sigmoid":
+        batch = {**batch, "reference_logps": np.full((2, 2), -9.0, np.float32)}
+    loss, metrics = task(model, batch)
+    plain_loss, _ = task(without_router_losses(model), batch)
+    expected = 0.5 * metrics["router_aux_loss"] + 0.01 * metrics["router_z_loss"]
+    assert float(metrics["router_aux_loss"]) > 1.0
     np.testing.assert_allclose(loss - plain_loss, expected, rtol=1e-5)
 
 
