@@ -89,7 +89,8 @@ PYTHON="${PYTHON:-python3}"
 # The rows, most important first (the budget cuts the last ones). Every row runs zoo's own
 # defaults: the options below choose what is measured (shapes, the peer, a profile), never how
 # zoo runs. GPU: the published shapes in bf16 against the peer (sdpa; eager and torch.compile,
-# bf16 autocast); nanoGPT's bench.py right after zoo's gpt2 row, on the same GPU in the same
+# bf16 autocast) and the plain-JAX floor (the same model without zoo's code: gpt2, bert-base and
+# decoding); nanoGPT's bench.py right after zoo's gpt2 row, on the same GPU in the same
 # call ("nanogpt BATCH SEQ"); the LoRA fine-tune against TRL; batch-1 decoding for the
 # weight-bandwidth floor; smollm2-135m (its peer is LlamaForCausalLM, compiled: fewer timed
 # steps keep the row within its limit).
@@ -98,19 +99,19 @@ PYTHON="${PYTHON:-python3}"
 # The training rows also profile zoo's step (PROFILE is replaced by RESULTS_DIR/profile): a
 # short call of its own after the timed row, zoo alone, with XLA's command buffers off.
 GPU_PRESETS="
-gpt2 16 1024 --peer torch --peer-compile --profile PROFILE
+gpt2 16 1024 --peer torch --peer-compile --peer floor --profile PROFILE
 nanogpt 16 1024
 finetune 16 512 --random-preset smollm2-135m --steps 30
-bert-base 32 512 --peer torch --peer-compile --profile PROFILE
+bert-base 32 512 --peer torch --peer-compile --peer floor --profile PROFILE
 transformer-base 32 128 --peer torch --peer-compile
-gpt2 1 128 --decode-prompt 128 --decode-tokens 256 --steps 5 --peer torch
+gpt2 1 128 --decode-prompt 128 --decode-tokens 256 --steps 5 --peer torch --peer floor
 smollm2-135m 16 1024 --peer torch --peer-compile --steps 6 --rounds 3 --warmup 1
 olmoe-1b-7b 8 1024 --num-layers 2 --moe-path ragged,dense --peer torch --decode-tokens 0 --steps 6 --rounds 3 --warmup 1
 "
 GPU_BENCH_ARGS="--precision bf16 --steps 10 --warmup 2 --rounds 5"
 # Dry run: the same rows on tiny presets, so every code path but the GPU's runs on the CPU.
 DRY_PRESETS="
-gpt-tiny 4 32 --peer torch --peer-compile --profile PROFILE
+gpt-tiny 4 32 --peer torch --peer-compile --peer floor --profile PROFILE
 nanogpt 4 32
 classifier-tiny 4 32 --peer torch
 translator-tiny 4 32 --peer torch

@@ -56,6 +56,7 @@ PEER_TARGETS = (
 # the mixture of experts row: OLMoE-1B-7B's widths in 2 layers, zoo's ragged path over the peer
 MOE_ROW = ("olmoe-1b-7b", 8, 1024)
 DECODE_FLOOR_FACTOR = 3.0  # batch-1 decoding within 3x of the weight-bandwidth floor
+FLOOR_RATIO = 0.95  # zoo over the plain-JAX floor (`--peer floor`), every row that has one
 COMPILE_S = 60.0  # gpt2 train step: trace + lower + XLA compile
 PEER_PARAMS_RTOL = 0.1  # a peer further than this from zoo's parameter count is another model
 
@@ -215,6 +216,7 @@ def targets(
         found.append(_ratio_target(_find(rows, preset, batch=batch, seq=seq), preset, goal))
     found.append(_moe_target(rows))
     found.append(_decode_target(_find(rows, "gpt2", batch=1)))
+    found += _floor_targets(rows)
     compile_s = gpt2 and gpt2["compile_s"]
     found.append(
         _target(
@@ -224,6 +226,20 @@ def targets(
             None if compile_s is None else compile_s < COMPILE_S,
         )
     )
+    return found
+
+
+def _floor_targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """zoo over the plain-JAX floor, for each row and measurement the floor ran."""
+    found = []
+    for row in rows:
+        for kind, field in (("train", "floor_ratio"), ("decode", "floor_decode_ratio")):
+            ratio = row.get(field)
+            if ratio is None:
+                continue
+            name = f"{row['preset']} {row['batch']}x{row['seq']} {kind} / floor"
+            target = _target(name, ratio, f">= {FLOOR_RATIO}x", ratio >= FLOOR_RATIO)
+            found.append(target)
     return found
 
 

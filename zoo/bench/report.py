@@ -80,6 +80,16 @@ FIELDS: dict[str, str] = {
     "ratio": "tokens_per_s / peer_tokens_per_s (> 1: zoo is faster)",
     "inference_ratio": "inference_tokens_per_s / peer_inference_tokens_per_s",
     "decode_ratio": "decode_tokens_per_s / peer_decode_tokens_per_s",
+    "floor_tokens_per_s": "training tokens per second of the plain-JAX floor (--peer floor)",
+    "floor_train_step_s": "the floor's median train step",
+    "floor_compile_s": "the floor's first train step minus a timed one",
+    "floor_loss": "the floor's training loss after the timed steps (starts from zoo's weights)",
+    "floor_inference_tokens_per_s": "the floor's forward, tokens per second",
+    "floor_decode_tokens_per_s": "the floor's greedy KV-cache decoding, tokens per second",
+    "floor_reason": "why the floor fields are null (a model or mesh the floor does not have)",
+    "floor_ratio": "tokens_per_s / floor_tokens_per_s (1: zoo costs what the plain program does)",
+    "floor_inference_ratio": "inference_tokens_per_s / floor_inference_tokens_per_s",
+    "floor_decode_ratio": "decode_tokens_per_s / floor_decode_tokens_per_s",
     "profile": "the --profile summary of the train step (file name), null without --profile",
     "profile_categories": "share of the profiled step's op time by kind of work (--profile)",
     "profile_reason": "why profile is null: not asked for, or the trace failed (the timings stand)",
@@ -98,11 +108,15 @@ def new_row(**values: JSONValue) -> BenchRow:
 
 
 def add_ratios(row: BenchRow) -> BenchRow:
-    """Fill `ratio`, `inference_ratio` and `decode_ratio` where both sides were measured."""
+    """Fill `ratio`, `inference_ratio` and `decode_ratio` (zoo over the PyTorch peer) and their
+    `floor_` namesakes (zoo over the plain-JAX floor) where both sides were measured."""
     pairs = {
         "ratio": ("tokens_per_s", "peer_tokens_per_s"),
         "inference_ratio": ("inference_tokens_per_s", "peer_inference_tokens_per_s"),
         "decode_ratio": ("decode_tokens_per_s", "peer_decode_tokens_per_s"),
+        "floor_ratio": ("tokens_per_s", "floor_tokens_per_s"),
+        "floor_inference_ratio": ("inference_tokens_per_s", "floor_inference_tokens_per_s"),
+        "floor_decode_ratio": ("decode_tokens_per_s", "floor_decode_tokens_per_s"),
     }
     for name, (ours, theirs) in pairs.items():
         mine, peers = number(row.get(ours)), number(row.get(theirs))
@@ -159,6 +173,12 @@ def table(rows: Sequence[Mapping[str, JSONValue]]) -> str:
             ("ratio", 6, lambda r: "-" if r["ratio"] is None else f"{r['ratio']:.2f}x"),
             ("infer ratio", 11, lambda r: _ratio(number(r["inference_ratio"]))),
             ("decode ratio", 12, lambda r: _ratio(number(r["decode_ratio"]))),
+        ]
+    if any(row.get("floor_tokens_per_s") for row in rows):
+        columns += [
+            ("floor tok/s", 11, lambda r: _count(number(r.get("floor_tokens_per_s")))),
+            ("vs floor", 8, lambda r: _ratio(number(r.get("floor_ratio")))),
+            ("decode vs floor", 15, lambda r: _ratio(number(r.get("floor_decode_ratio")))),
         ]
     header = "  ".join(f"{name:>{width}}" for name, width, _ in columns)
     lines = [header, "-" * len(header)]

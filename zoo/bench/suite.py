@@ -10,6 +10,7 @@ import math
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypedDict, Unpack
@@ -17,6 +18,7 @@ from typing import Any, TypedDict, Unpack
 import jax
 
 from zoo import presets
+from zoo.bench.floor import covers as floor_covers
 from zoo.bench.hardware import (
     PEER_PACKAGES,
     ZOO_PACKAGES,
@@ -42,7 +44,7 @@ from zoo.host import allocator_note
 from zoo.nn.stack import scans
 from zoo.version import __version__
 
-PEERS = ("torch",)
+PEERS = ("torch", "floor")
 
 
 def attention_for(choice: str, platform: str, precision: str) -> str | None:
@@ -187,7 +189,7 @@ def plan(
 def run_spec(
     spec: BenchSpec,
     *,
-    peer: str | None = None,
+    peer: str | Sequence[str] | None = None,
     peer_compile: bool = False,
     date: str | None = None,
     first: bool = True,
@@ -202,7 +204,8 @@ def run_spec(
 
     Args:
         spec: the row: preset, shapes, precision and how to time it.
-        peer: `torch` to time HuggingFace transformers on the same work too; None: zoo alone.
+        peer: `torch` to time HuggingFace transformers on the same work too, `floor` the plain-JAX
+            floor (`zoo.bench.floor`), or both (a sequence); None: zoo alone.
         peer_compile: also time the peer under `torch.compile` (the faster mode is compared).
         date: the row's date (UTC, ISO 8601); None: now.
         first: whether this is the first row of the process (a later row's peak memory may be
@@ -242,29 +245,38 @@ def run_spec(
         peak_bf16(device["device_kind"], device["platform"]),
         measured_peak_bf16(device["device_kind"], device["platform"]),
     )
-    if peer is None:
-        row["peer_reason"] = "no peer requested (--peer torch)"
-        zoo_run = ZooRun(spec, *peaks)
-        row.update(_timed([zoo_run], spec)[0])
-    else:
-        if peer not in PEERS:
-            raise ValueError(f"unknown peer {peer!r}; choose from {PEERS}")
+    peers = (peer,) if isinstance(peer, str) else tuple(peer or ())
+    for name in peers:
+        if name not in PEERS:
+            raise ValueError(f"unknown peer {name!r}; choose from {PEERS}")
+    runs: list[Any] = []  # timed in turns: the torch peer, the floor, zoo
+    torch_device = None
+    if "torch" in peers:
         from zoo.bench import peer_torch
 
         torch_device = peer_torch.torch_device(device["platform"])
-        peer_run = peer_torch.PeerRun(spec, torch_device, compile=peer_compile)
-        if sequential:
-            row.update(_timed([peer_run], spec)[0])
-            del peer_run
+        runs.append(peer_torch.PeerRun(spec, torch_device, compile=peer_compile))
+        if sequential:  # the peer alone, its memory freed before the JAX runs start
+            row.update(_timed(runs, spec)[0])
+            runs.clear()
             peer_torch.release_memory(torch_device)
-            zoo_run = ZooRun(spec, *peaks)
-            row.update(_timed([zoo_run], spec)[0])
+    else:
+        row["peer_reason"] = "no peer requested (--peer torch)"
+    if "floor" in peers:
+        reason = floor_reason(spec)
+        if reason is None:
+            from zoo.bench.peer_floor import FloorRun
+
+            runs.append(FloorRun(spec))
         else:
-            zoo_run = ZooRun(spec, *peaks)
-            for fields in _timed([peer_run, zoo_run], spec):
-                row.update(fields)
-            del peer_run
-            peer_torch.release_memory(torch_device)
+            row["floor_reason"] = reason
+    zoo_run = ZooRun(spec, *peaks)
+    runs.append(zoo_run)
+    for fields in _timed(runs, spec):
+        row.update(fields)
+    runs.clear()
+    if torch_device is not None:
+        peer_torch.release_memory(torch_device)
     if profile is not None:
         from zoo.bench.profile import format_summary, profile_run
 
@@ -290,6 +302,15 @@ def run_spec(
             "bench one preset per process for its own peak"
         )
     return finite(add_ratios(row))
+
+
+def floor_reason(spec: BenchSpec) -> str | None:
+    """None when the floor can run this row, else why it does not."""
+    if spec.mesh is not None:
+        return "the floor runs on one device (drop --mesh)"
+    if spec.dropout:
+        return "the floor has no dropout (--dropout 0)"
+    return floor_covers(spec.flavor, spec.config())
 
 
 def _timed(runs: list[Any], spec: BenchSpec) -> list[dict[str, Any]]:

@@ -15,6 +15,8 @@ examples:
   zoo bench                                    every flavor at the device's default shapes
   zoo bench --flavor gpt --preset gpt2 --batch 16 --seq 1024 --precision bf16 --json
   zoo bench --peer torch                       the same work on HuggingFace transformers
+  zoo bench --preset gpt2 --peer floor         the same model as plain JAX: what zoo's own
+                                               code costs beyond XLA's program
   zoo bench --preset mixtral-bench --moe-path ragged,dense --peer torch
                                                both MoE paths and transformers' Mixtral
 
@@ -105,8 +107,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     peer = parser.add_argument_group("peer")
     peer.add_argument(
         "--peer",
-        choices=("torch",),
-        help="also run HuggingFace transformers (PyTorch) on the same work",
+        choices=("torch", "floor"),
+        action="append",
+        help="also run a peer on the same work, timed in turns with zoo (repeatable): torch, "
+        "HuggingFace transformers; floor, the same model as plain JAX (gpt2*, bert* presets)",
     )
     peer.add_argument(
         "--peer-compile",
@@ -180,7 +184,8 @@ def moe_paths(values: list[str] | None) -> list[str] | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.peer:
+    torch_peer = "torch" in (args.peer or ())
+    if torch_peer:
         # JAX would otherwise take 75% of GPU memory up front and starve the peer.
         os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     from zoo.bench import report, suite
@@ -217,8 +222,8 @@ def run(args: argparse.Namespace) -> int:
     if args.profile is not None:  # an unwritable folder fails now, before any work
         args.profile.mkdir(parents=True, exist_ok=True)
     if args.mesh and args.peer:
-        raise ValueError("--peer runs PyTorch on one device: drop --mesh or --peer")
-    if args.peer:
+        raise ValueError("--peer runs on one device: drop --mesh or --peer")
+    if torch_peer:
         from zoo.bench.peer_models import import_torch
 
         # after checking the options (cheap), before any work: a missing torch is a one-line
@@ -248,7 +253,7 @@ def run(args: argparse.Namespace) -> int:
         for line in report.notes(rows):
             print(line)
     if not args.no_save:
-        meta = suite.run_meta(command_line(args), date, peer=args.peer)
+        meta = suite.run_meta(command_line(args), date, peer="torch" if torch_peer else None)
         path = report.write_results(args.out, rows, meta)
         print(f"zoo bench: wrote {path}", file=sys.stderr)
     return 0
