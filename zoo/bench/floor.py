@@ -27,6 +27,8 @@ from zoo.models.classifier import Pooler
 from zoo.models.config import TransformerConfig
 from zoo.models.gpt import LMHead
 from zoo.nn import FeedForwardSettings
+from zoo.nn.kernel import current_platform
+from zoo.nn.layer_loop import scans
 from zoo.records import get_path
 
 # zoo's attention implementations as `jax.nn.dot_product_attention`'s (zoo's explicit softmax and
@@ -170,7 +172,7 @@ class Floor(eqx.Module):
     eps: float = eqx.field(static=True)
     activation: str = eqx.field(static=True)  # gelu_tanh (GPT-2) | gelu (BERT)
     attention: Literal["xla", "cudnn"] | None = eqx.field(static=True)  # the kernel (None: JAX's)
-    scan: bool = eqx.field(static=True)  # layers in a lax.scan (else a Python loop)
+    scan: bool | None = eqx.field(static=True)  # lax.scan, a Python loop, or None: as zoo
 
     @classmethod
     def of(cls, config: TransformerConfig) -> Floor:
@@ -180,7 +182,7 @@ class Floor(eqx.Module):
             eps=block.norm.eps,
             activation=block.feed_forward.activation,
             attention=KERNELS.get(block.attention.implementation or ""),
-            scan=config.layer_loop != "unroll",
+            scan=config.scan_layers,
         )
 
     def feed_forward(self, x: Array, p: LayerParams) -> Array:
@@ -196,16 +198,23 @@ class Floor(eqx.Module):
         return q, k, v
 
     def attend(self, q: Array, k: Array, v: Array, p: LayerParams, **mask: Any) -> Array:
-        out = jax.nn.dot_product_attention(q, k, v, implementation=self.attention, **mask)
+        # cuDNN where zoo would call it: on a GPU (or a program lowered as for one)
+        kernel = self.attention if current_platform() == "gpu" else None
+        out = jax.nn.dot_product_attention(q, k, v, implementation=kernel, **mask)
         return out.reshape(*out.shape[:-2], -1) @ p["out_w"] + p["out_b"]
 
+    def loop(self, block: Callable[[Array, Any], tuple[Array, Any]], x: Array, xs: Any):
+        """`block` over the layers (`xs` stacked on the first axis): scanned or unrolled."""
+        if scans(self.scan):  # zoo's choice: unrolled on a GPU, scanned elsewhere
+            return jax.lax.scan(block, x, xs)
+        outputs = []
+        for i in range(jax.tree_util.tree_leaves(xs)[0].shape[0]):
+            x, out = block(x, jax.tree_util.tree_map(lambda value, i=i: value[i], xs))
+            outputs.append(out)
+        return x, jax.tree_util.tree_map(lambda *values: jnp.stack(values), *outputs)
+
     def layers(self, x: Array, layers: LayerParams, block: Callable[[Array, LayerParams], Array]):
-        if self.scan:
-            return jax.lax.scan(lambda h, p: (block(h, p), None), x, layers)[0]
-        count = next(iter(layers.values())).shape[0]
-        for i in range(count):
-            x = block(x, {name: value[i] for name, value in layers.items()})
-        return x
+        return self.loop(lambda h, p: (block(h, p), None), x, layers)[0]
 
     def gpt2_features(self, params: Params, tokens: Int[Array, "batch seq"]) -> Array:
         x = params["token"][tokens] + params["position"][: tokens.shape[1]]
@@ -269,7 +278,7 @@ class Floor(eqx.Module):
                 ff_in = _layer_norm(x, p["norm2_w"], p["norm2_b"], self.eps)
                 return x + self.feed_forward(ff_in, p), (k_cache, v_cache)
 
-            x, (keys, values) = jax.lax.scan(block, x, (layers, keys, values))
+            x, (keys, values) = self.loop(block, x, (layers, keys, values))
             x = _layer_norm(x[:, -1], params["final_w"], params["final_b"], self.eps)
             token = jnp.argmax(x @ params["token"].T, -1).astype(jnp.int32)
             return token, keys, values
