@@ -1,6 +1,7 @@
 """Control characters of data and replies reach the terminal escaped (`\\x1b`, `\\u202e`), never
 raw: `--show-data` (conversations and preference pairs), the CLI's errors and warnings, a chat
-template's refusals, `zoo eval`'s samples and `zoo chat`'s replies (unless `--raw`)."""
+template's refusals, `zoo eval`'s samples, and the model's text of `zoo chat` and `zoo generate`
+(unless `--raw`)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from zoo.cli import main
 from zoo.cli import presets as presets_command
 from zoo.data import CharTokenizer
 from zoo.decoding import chat as chat_decoding
+from zoo.decoding import text as text_decoding
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("jinja2") is None, reason="chat templates need jinja2 (zoo[chat])"
@@ -181,3 +183,15 @@ def test_chat_history_keeps_the_reply_as_written(chat_model, hostile_model, monk
     monkeypatch.setattr("sys.stdin", io.StringIO("hi\nagain\n"))
     assert main(["chat", chat_model]) == 0
     assert seen[1][1] == {"role": "assistant", "content": "".join(HOSTILE_REPLY)}
+
+
+def test_generate_prints_the_output_escaped_unless_raw(chat_model, monkeypatch, capsys):
+    monkeypatch.setattr(text_decoding, "generate_texts",
+                        lambda model, tokenizer, prompts, **options: ["".join(HOSTILE_REPLY)])  # fmt: skip
+    assert main(["generate", chat_model, "--prompt", "hi "]) == 0
+    assert capsys.readouterr().out == "hi ok\\x1b[2J\\u202eih\\x1b]0;owned\\x07\n"
+    assert main(["generate", chat_model, "--prompt", "hi ", "--raw"]) == 0
+    assert capsys.readouterr().out == "hi " + "".join(HOSTILE_REPLY) + "\n"
+    assert main(["generate", chat_model, "--prompt", "hi ", "--json"]) == 0
+    line = capsys.readouterr().out
+    assert raw_controls(line) == [] and json.loads(line)["output"] == "".join(HOSTILE_REPLY)

@@ -85,12 +85,6 @@ def register(commands) -> None:
     )
     inference.add_sampling_options(parser, max_new_tokens=256, per="per reply")
     inference.add_output_options(parser, json_help="one JSON object per reply")
-    parser.add_argument(
-        "--raw",
-        action="store_true",
-        help="print the replies exactly as the model wrote them, control characters included "
-        "(by default ESC, CR, U+202E and the like are shown escaped: \\x1b, \\r, \\u202e)",
-    )
     parser.set_defaults(run=run)
 
 
