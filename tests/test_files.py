@@ -128,3 +128,13 @@ def test_an_interrupted_folder_leaves_the_old_one_and_no_hidden_folder(tmp_path)
     assert sorted(p.name for p in target.iterdir()) == ["config", "notes.txt", "weights"]
     assert (target / "weights").read_bytes() == b"new"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]
+
+
+def test_a_folder_written_whole_fills_an_empty_folder(tmp_path):
+    target = tmp_path / "export"
+    target.mkdir()
+    with folder_written_whole(target) as staging:
+        (staging / "config").write_text("{}")
+        (staging / "tokenizer").mkdir()  # a folder of its own moves with it
+    assert sorted(p.name for p in target.iterdir()) == ["config", "tokenizer"]
+    assert [p.name for p in tmp_path.iterdir()] == ["export"]

@@ -340,9 +340,10 @@ def _file_split(args: argparse.Namespace, record: Mapping[str, object]) -> str:
     if args.split == "train" or (held_out and len(train_files) == 1 and args.split == "validation"):
         return "train"
     if is_writer():
+        recorded = printable(str(record.get("data")))  # read from the run's folder
         print(
             f"zoo eval: --data {args.data} is training data of the run in {args.model} "
-            f"(train_args.json: {record.get('data')}); read as --split {args.split}, its scores "
+            f"(train_args.json: {recorded}); read as --split {args.split}, its scores "
             "are on examples the model was trained on",
             file=sys.stderr,
         )
