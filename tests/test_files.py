@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from zoo.files import MAX_JSON_DEPTH, json_depth, read_json_object, write_atomic, write_text_atomic
+from zoo.files import (
+    MAX_JSON_DEPTH,
+    folder_written_whole,
+    json_depth,
+    read_json_object,
+    write_atomic,
+    write_text_atomic,
+)
 
 
 def test_an_atomic_write_replaces_the_file_whole(tmp_path):
@@ -89,3 +96,45 @@ def test_a_failed_safetensors_write_is_an_os_error_with_its_errno(tmp_path):
         result.stdout
         == f"OSError {errno.EFBIG} [Errno {errno.EFBIG}] File too large while writing {path}\n"
     )
+
+
+def test_a_folder_written_whole_takes_its_place_only_at_the_end(tmp_path):
+    target = tmp_path / "export"
+    with folder_written_whole(target) as staging:
+        (staging / "weights").write_bytes(b"new")
+        assert staging.parent == tmp_path and staging.name.startswith(".export.")
+        assert not target.exists()  # nothing looks complete while it is written
+    assert [p.name for p in tmp_path.iterdir()] == ["export"]
+    assert (target / "weights").read_bytes() == b"new"
+    # a new folder gets the permissions of any new folder (umask), not a private temp's 0700
+    (tmp_path / "plain").mkdir()
+    assert target.stat().st_mode & 0o777 == (tmp_path / "plain").stat().st_mode & 0o777
+
+
+def test_an_interrupted_folder_leaves_the_old_one_and_no_hidden_folder(tmp_path):
+    target = tmp_path / "export"
+    target.mkdir()
+    (target / "weights").write_bytes(b"old")
+    (target / "notes.txt").write_text("mine")
+    with pytest.raises(KeyboardInterrupt), folder_written_whole(target) as staging:
+        (staging / "weights").write_bytes(b"half")
+        raise KeyboardInterrupt
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]
+    assert (target / "weights").read_bytes() == b"old"
+    # finished, it replaces its namesakes and keeps the folder's other files
+    with folder_written_whole(target, last=("weights",)) as staging:
+        (staging / "weights").write_bytes(b"new")
+        (staging / "config").write_text("{}")
+    assert sorted(p.name for p in target.iterdir()) == ["config", "notes.txt", "weights"]
+    assert (target / "weights").read_bytes() == b"new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]
+
+
+def test_a_folder_written_whole_fills_an_empty_folder(tmp_path):
+    target = tmp_path / "export"
+    target.mkdir()
+    with folder_written_whole(target) as staging:
+        (staging / "config").write_text("{}")
+        (staging / "tokenizer").mkdir()  # a folder of its own moves with it
+    assert sorted(p.name for p in target.iterdir()) == ["config", "tokenizer"]
+    assert [p.name for p in tmp_path.iterdir()] == ["export"]

@@ -2,7 +2,9 @@
 
 Every file zoo writes beside a model or a run (config, tokenizer, weights, records) goes through
 `write_atomic`: a crash or a full disk leaves the old file or the new one, never half of one, and
-no temporary file behind. Every damaged file is reported the same way: `damaged(path, detail,
+no temporary file behind. A folder written as one thing (an exported checkpoint) is written in
+a hidden folder beside its place and moved there at the end (`folder_written_whole`), so an
+interrupted write leaves nothing that looks complete. Every damaged file is reported the same way: `damaged(path, detail,
 fix)` says which file, what is wrong with it and what to do.
 """
 
@@ -11,8 +13,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
+import shutil
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeAlias
 
@@ -50,6 +55,68 @@ def write_atomic(path: Path, write: Callable[[Path], object]) -> None:
 def write_text_atomic(path: Path, text: str) -> None:
     """Write a UTF-8 text file so that a crash never leaves it half-written."""
     write_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+# the end of a folder's name while it is written, before it takes its place (`.NAME.1a2b.partial`)
+PARTIAL_SUFFIX = ".partial"
+
+
+@contextmanager
+def folder_written_whole(path: Path, *, last: Sequence[str] = ()) -> Iterator[Path]:
+    """A new hidden folder beside `path` to write into, that becomes `path` when the block ends.
+
+    Leaving the block normally flushes its files to disk and moves them into place: the folder
+    is renamed to `path` where that is absent or empty, else each entry replaces its namesake in
+    `path` (those named in `last` after the rest: the file that marks the folder as complete)
+    and the other entries of `path` stay. On any error, Ctrl-C (KeyboardInterrupt) included,
+    the hidden folder is removed and `path` is as it was.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = _new_partial_folder(path)
+    try:
+        yield staging
+        sync_files(staging)
+        _move_into_place(staging, path, last)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def _new_partial_folder(path: Path) -> Path:
+    """`.NAME.<random>.partial` beside `path`, made with the permissions a new folder gets
+    (`tempfile.mkdtemp`'s would be private to its owner)."""
+    while True:
+        staging = path.with_name(f".{path.name}.{secrets.token_hex(4)}{PARTIAL_SUFFIX}")
+        try:
+            staging.mkdir()
+            return staging
+        except FileExistsError:
+            continue
+
+
+def _move_into_place(staging: Path, path: Path, last: Sequence[str]) -> None:
+    if not path.exists() or (not path.is_symlink() and path.is_dir() and not any(path.iterdir())):
+        if path.exists():
+            path.rmdir()
+        os.replace(staging, path)
+        return
+    entries = sorted(staging.iterdir(), key=lambda entry: (entry.name in last, entry.name))
+    for entry in entries:
+        target = path / entry.name
+        if entry.is_dir() and target.is_dir():
+            shutil.rmtree(target)
+        os.replace(entry, target)
+    staging.rmdir()
+
+
+def sync_files(directory: Path) -> None:
+    """Flush the files directly in `directory` to disk (its folders are left to their own
+    writers), before it is published under its final name."""
+    for path in directory.iterdir():
+        if path.is_dir():
+            continue
+        with open(path, "rb") as handle:
+            os.fsync(handle.fileno())
 
 
 def damaged(path: Path, detail: str, fix: str) -> ValueError:

@@ -24,13 +24,13 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_ctrl_c_during_a_periodic_checkpoint_write_finishes_that_write(
     tmp_path, tiny_gpt, lm_trainer, monkeypatch
 ):
-    real_sync = checkpoint_folder._sync_files
+    real_sync = checkpoint_folder.sync_files
 
     def sync_hit_by_ctrl_c(directory):  # the files of step 2 are written, not yet published
         os.kill(os.getpid(), signal.SIGINT)
         real_sync(directory)
 
-    monkeypatch.setattr(checkpoint_folder, "_sync_files", sync_hit_by_ctrl_c)
+    monkeypatch.setattr(checkpoint_folder, "sync_files", sync_hit_by_ctrl_c)
     with pytest.raises(KeyboardInterrupt):
         lm_trainer.fit(
             tiny_gpt, lm_batches(), steps=10, key=jax.random.key(0), outputs=Outputs(tmp_path)

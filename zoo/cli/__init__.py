@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import importlib
 import pkgutil
+import signal
 import sys
 import warnings
 from collections.abc import Callable
 
 from zoo.cli._mesh import join_processes, quiet_other_processes
 from zoo.host import tune_host_allocator
+from zoo.text import printable
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,8 +30,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+    except KeyboardInterrupt as stop:  # Ctrl-C while the commands' modules load
+        return _interrupted("zoo", stop)
     if not getattr(args, "run", None):
         parser.print_help()
         return 2
@@ -43,14 +48,31 @@ def main(argv: list[str] | None = None) -> int:
     # ImportError: an optional package is missing; the message says which extra installs it.
     except (ValueError, KeyError, FileNotFoundError, TypeError, ImportError) as error:
         message = error.args[0] if isinstance(error, KeyError) and error.args else error
-        print(f"{_process_label()}zoo {args.command}: error: {message}", file=sys.stderr)
+        _say(f"zoo {args.command}: error: {message}")
         return 2
     # OSError: the world failed (hub unreachable, disk full, permissions): one line, status 1.
     except OSError as error:
-        print(f"{_process_label()}zoo {args.command}: error: {error}", file=sys.stderr)
+        _say(f"zoo {args.command}: error: {error}")
         return 1
+    except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM where a command turns it into one
+        return _interrupted(f"zoo {args.command}", stop)
     finally:
         warnings.showwarning = shown
+
+
+def _say(line: str) -> None:
+    """Print a line of the CLI's own on stderr: an error or a warning, whose message may quote
+    data (a row, a value, a template's words), so its control characters are shown escaped."""
+    print(f"{_process_label()}{printable(line)}", file=sys.stderr)
+
+
+def _interrupted(command: str, stop: KeyboardInterrupt) -> int:
+    """One line for Ctrl-C (status 130, as a shell gives) or SIGTERM (`exit_status`: 143)
+    instead of a traceback; what the command was writing it removed on the way out."""
+    status = getattr(stop, "exit_status", 128 + signal.SIGINT)
+    cause = "terminated (SIGTERM)" if status == 128 + signal.SIGTERM else "interrupted"
+    print(f"{command}: {cause}", file=sys.stderr)
+    return status
 
 
 def _one_line_warning(command: str) -> Callable[..., None]:
@@ -60,7 +82,7 @@ def _one_line_warning(command: str) -> Callable[..., None]:
     def show(
         message: Warning | str, category: type[Warning], *rest: object, **named: object
     ) -> None:
-        print(f"{_process_label()}zoo {command}: warning: {message}", file=sys.stderr)
+        _say(f"zoo {command}: warning: {message}")
 
     return show
 

@@ -1,6 +1,7 @@
 """What the inference commands share (`zoo generate`, `zoo translate`, `zoo classify`, `zoo
-chat`): the MODEL argument and `--adapter`, the sampling options, `--mesh` and `--json`, the
-model loaded once the options are checked, and one result printed a line."""
+chat`): the MODEL argument and `--adapter`, the sampling options, `--mesh`, `--json` and
+`--raw`, the model loaded once the options are checked, and one result printed a line, its
+control characters shown escaped (`zoo.text.printable`) unless `--raw`."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from jaxtyping import PRNGKeyArray
 from zoo.cli._load import MODEL_HELP, Flavor, load_model
 from zoo.cli._mesh import add_mesh_option, layout_from_args
 from zoo.data.tokenizers.base import Tokenizer
+from zoo.text import printable, printable_json
 
 if TYPE_CHECKING:
     from zoo.decoding.sampling import SamplingSettings
@@ -41,9 +43,15 @@ def add_sampling_options(
 
 
 def add_output_options(parser: argparse.ArgumentParser, *, json_help: str) -> None:
-    """`--mesh` and `--json`."""
+    """`--mesh`, `--json` and `--raw`."""
     add_mesh_option(parser)
     parser.add_argument("--json", action="store_true", help=json_help)
+    parser.add_argument(
+        "--raw",
+        action="store_true",
+        help="print the text exactly as it is, control characters included (by default ESC, "
+        "CR, U+202E and the like are shown escaped: \\x1b, \\r, \\u202e)",
+    )
 
 
 def sampling_from_args(
@@ -76,7 +84,13 @@ def load_for(
     return model, tokenizer, layout
 
 
-def print_results(rows: Iterable[Row], as_json: bool, line: Callable[[Row], str]) -> None:
-    """Each row as a JSON object (`as_json`) or as the text `line(row)`, one a line."""
+def print_results(
+    rows: Iterable[Row], as_json: bool, line: Callable[[Row], str], *, raw: bool = False
+) -> None:
+    """Each row as a JSON object (`as_json`) or as the text `line(row)`, one a line; the
+    control characters of the model's text escaped (`zoo.text`) unless `raw` (`--raw`)."""
     for row in rows:
-        print(json.dumps(row, ensure_ascii=False) if as_json else line(row))
+        shown = json.dumps(row, ensure_ascii=False) if as_json else line(row)
+        if not raw:
+            shown = printable_json(shown) if as_json else printable(shown)
+        print(shown)

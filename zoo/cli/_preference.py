@@ -131,13 +131,24 @@ def preference_loss(options: PreferenceOptions) -> PreferenceLoss:
 def preference_run_data(dataset: DatasetDicts, flavor: str, options: DataOptions) -> PreferenceData:
     """The train and validation batches, tokenizer and chat template (None for text rows) of a
     dataset of preference rows (`zoo.data.preference_data`), read with `options`."""
-    from zoo.data.chat.preference import PreferenceDataConfig, preference_data
+    from zoo.data.chat.preference import preference_data
 
     if flavor != "gpt":
         raise ValueError(f"preference pairs train a gpt, not a {flavor}")
     if options.streaming:
         raise ValueError("preference data is read into memory: drop --streaming")
-    config = PreferenceDataConfig(
+    tokenizer = options.tokenizer
+    data = preference_data(dataset, tokenizer=tokenizer, config=preference_config(options))
+    counts = ", ".join(f"{name}: {count} pairs" for name, count in data.counts.items())
+    print(f"zoo train: preference data ({data.format}): {counts}", file=sys.stderr)
+    return data
+
+
+def preference_config(options: DataOptions) -> PreferenceDataConfig:
+    """How the flags' data options read preference rows (lengths, batches, seed)."""
+    from zoo.data.chat.preference import PreferenceDataConfig
+
+    return PreferenceDataConfig(
         max_len=options.max_len,
         max_prompt_len=options.max_prompt_len,
         max_completion_len=options.max_completion_len,
@@ -145,11 +156,6 @@ def preference_run_data(dataset: DatasetDicts, flavor: str, options: DataOptions
         seed=options.seed,
         loss_positions=options.loss_positions,
     )
-    tokenizer = options.tokenizer
-    data = preference_data(dataset, tokenizer=tokenizer, config=config)
-    counts = ", ".join(f"{name}: {count} pairs" for name, count in data.counts.items())
-    print(f"zoo train: preference data ({data.format}): {counts}", file=sys.stderr)
-    return data
 
 
 def _check_reference_tokenizer(

@@ -2,7 +2,10 @@
 
 Prints N conversations rendered with the run's chat template, the trained tokens marked (green
 on a terminal, `[[ ]]` otherwise), the length percentiles, and the conversations cut, dropped
-and packed (`zoo.data.chat.preview`). Nothing is trained and the run folder is not written.
+and packed (`zoo.data.chat.preview`). Preference pairs (`prompt`/`chosen`/`rejected` rows, or a
+preference `--objective`) are shown as pairs: each prompt, then its chosen and rejected answer
+with the scored tokens marked (`zoo.data.chat.preference_preview`). Control characters of the
+data are shown escaped. Nothing is trained and the run folder is not written.
 """
 
 from __future__ import annotations
@@ -10,10 +13,15 @@ from __future__ import annotations
 import dataclasses
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from zoo.cli._build import ModelChoice
 from zoo.cli._chat_data import chat_config, naming_flags, read_template, wants_chat
 from zoo.cli._datasets import DataOptions, load_dataset
+from zoo.cli._preference import is_preference_data, preference_config
+
+if TYPE_CHECKING:
+    from zoo.data.specs import DatasetDicts
 
 
 def show_data(
@@ -39,6 +47,8 @@ def show_data(
         _, dataset = mix_datasets(
             data_specs, lambda spec: load_dataset(spec, options), options.seed
         )
+    if options.preference or is_preference_data(dataset, "train"):
+        return _show_pairs(dataset, options, count)
     if not wants_chat(dataset, choice.flavor, options):
         shown = data_specs if isinstance(data_specs, str) else list(data_specs)
         raise ValueError(
@@ -49,5 +59,18 @@ def show_data(
     with naming_flags(options):
         preview = preview_chat_data(dataset, tokenizer=options.tokenizer, config=config,
                                     count=count, color=sys.stdout.isatty())  # fmt: skip
+    print(preview.text)
+    return 0
+
+
+def _show_pairs(dataset: DatasetDicts, options: DataOptions, count: int) -> int:
+    """Print `count` preference pairs of `dataset` as a preference objective trains them."""
+    from zoo.data.chat.preference_preview import preview_preference_data
+
+    if options.streaming:
+        raise ValueError("preference data is read into memory: drop --streaming")
+    preview = preview_preference_data(dataset, tokenizer=options.tokenizer,
+                                      config=preference_config(options), count=count,
+                                      color=sys.stdout.isatty())  # fmt: skip
     print(preview.text)
     return 0

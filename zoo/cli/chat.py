@@ -18,6 +18,10 @@ refused before the model loads.
 `--json` prints one JSON object per reply instead of the text: `turn`, `user`, `reply`,
 `finish_reason` (`stop` at the end of the turn, `length` when `--max-new-tokens` or the model's
 positions ran out), `new_tokens` and `prompt_tokens`.
+
+A reply's control characters (ESC, CR, BEL, U+202E, ...) are shown escaped (`\\x1b`, `\\r`,
+`\\u202e`; in JSON its own `\\u001b`), so a model cannot clear the screen or reverse the text;
+`--raw` prints them as they are. The history keeps the reply as the model wrote it.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from jaxtyping import PRNGKeyArray
 
 from zoo.cli import _inference as inference
 from zoo.cli._chat_data import DEFAULT_TEMPLATE_ORIGIN, read_template, warn_default_template
+from zoo.text import printable, printable_json
 
 if TYPE_CHECKING:
     from zoo.decoding.chat import ChatFormat
@@ -101,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
         options=ReplyOptions(max_new_tokens=args.max_new_tokens, sampling=sampling, mesh=layout),
         key=key,
         json_output=args.json,
+        raw=args.raw,
     )
     try:
         if args.message:
@@ -149,7 +155,7 @@ def _converse(session: Session, stdin: Lines, model: str) -> int:
             try:
                 session.answer(text)
             except ValueError as error:  # e.g. the history outgrew the model: say so, go on
-                print(f"zoo chat: error: {error}", file=sys.stderr)
+                print(f"zoo chat: error: {printable(str(error))}", file=sys.stderr)
             except KeyboardInterrupt:
                 if not interactive:
                     raise
@@ -188,10 +194,11 @@ class Session:
         options: ReplyOptions,
         key: PRNGKeyArray | None,
         json_output: bool,
+        raw: bool = False,
     ):
         self.model, self.chat_format = model, chat_format
         self.options, self.key = options, key
-        self.json_output = json_output
+        self.json_output, self.raw = json_output, raw
         self.history: list[dict[str, str]] = []
         self.turn = 0
 
@@ -212,7 +219,7 @@ class Session:
         messages = [*self.history, {"role": "user", "content": text}]
         key = None if self.key is None else jax.random.fold_in(self.key, self.turn)
         shown: list[str] = []
-        stream = None if self.json_output else _printer(shown)
+        stream = None if self.json_output else _printer(shown, raw=self.raw)
         try:
             with warnings.catch_warnings():
                 if self.turn > 0:  # said once, on the first turn: each turn would repeat it
@@ -240,15 +247,17 @@ class Session:
             "new_tokens": len(answer.tokens),
             "prompt_tokens": answer.prompt_tokens,
         }
-        print(json.dumps(record, ensure_ascii=False), flush=True)
+        line = json.dumps(record, ensure_ascii=False)
+        print(line if self.raw else printable_json(line), flush=True)
 
 
-def _printer(shown: list[str]) -> Callable[[str], None]:
-    """Writes each piece of a reply to stdout as it comes, and keeps it in `shown`."""
+def _printer(shown: list[str], *, raw: bool) -> Callable[[str], None]:
+    """Writes each piece of a reply to stdout as it comes (its control characters escaped
+    unless `raw`), and keeps it as it is in `shown`."""
 
     def show(piece: str) -> None:
         shown.append(piece)
-        _print_piece(piece)
+        _print_piece(piece if raw else printable(piece))
 
     return show
 

@@ -29,5 +29,6 @@ def run(args: argparse.Namespace) -> int:
         rows,
         args.json,
         lambda row: f"{row['label']}\t{row['probabilities'][row['label']]:.3f}\t{row['text']}",
+        raw=args.raw,
     )
     return 0

@@ -16,7 +16,8 @@ as the split `--split` names, except the very file the run trained on (its `trai
 `data`), which is read as training read it, as the train split, so that its validation is the
 part training held out, as for a folder. With `--mesh` the batches' rows (and a translator's
 sources) are split over the devices, of many processes too (`--coordinator ...`: every process
-runs the command, process 0 prints).
+runs the command, process 0 prints). Text of the data or the model that is printed (a
+translator's samples) comes with its control characters escaped (`zoo.text.printable`).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from zoo.cli._mesh import add_mesh_option, layout_from_args
 from zoo.data.batches import Batch, BatchSource
 from zoo.data.tokenizers.base import Tokenizer
 from zoo.models.translator import Translator
+from zoo.text import printable
 
 if TYPE_CHECKING:
     from zoo.data.specs import DatasetDicts
@@ -338,9 +340,10 @@ def _file_split(args: argparse.Namespace, record: Mapping[str, object]) -> str:
     if args.split == "train" or (held_out and len(train_files) == 1 and args.split == "validation"):
         return "train"
     if is_writer():
+        recorded = printable(str(record.get("data")))  # read from the run's folder
         print(
             f"zoo eval: --data {args.data} is training data of the run in {args.model} "
-            f"(train_args.json: {record.get('data')}); read as --split {args.split}, its scores "
+            f"(train_args.json: {recorded}); read as --split {args.split}, its scores "
             "are on examples the model was trained on",
             file=sys.stderr,
         )
@@ -427,8 +430,11 @@ def run(args: argparse.Namespace) -> int:
         return 0
     for name, value in result.items():
         if name != "samples":
-            print(f"{name:>16}: {value}")
+            print(f"{name:>16}: {printable(str(value))}")
     samples = result.get("samples")  # a translator's first translations
     for sample in samples if isinstance(samples, list) else []:
-        print(f"  {sample['source']}\n    -> {sample['hypothesis']}\n    == {sample['reference']}")
+        # text of the data and the model, one line each: its control characters shown escaped
+        source, hypothesis, reference = (printable(str(sample[name]), multiline=False)
+                                         for name in ("source", "hypothesis", "reference"))  # fmt: skip
+        print(f"  {source}\n    -> {hypothesis}\n    == {reference}")
     return 0

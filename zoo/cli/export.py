@@ -6,7 +6,9 @@ naming every end of turn (`zoo.interop.save_hf` writes them). A LoRA run, or MOD
 `--adapter`, is exported merged (the adapters folded into the weights, as PEFT's
 `merge_and_unload` gives). Refused before anything is written: a tokenizer transformers cannot
 read (char, word, tiktoken: `--no-tokenizer` exports the weights alone), a model its HF
-architecture cannot express, an output folder that is not empty (`--force`).
+architecture cannot express, an output folder that is not empty (`--force`). The files are
+written in a hidden folder beside DIR and moved into it at the end: Ctrl-C or SIGTERM on the way
+leaves DIR as it was (status 130 or 143).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ def register(commands) -> None:
 def run(args: argparse.Namespace) -> int:
     from zoo.interop.export import save_hf
     from zoo.presets import count_params
+    from zoo.train.interrupts import HeldInterrupts
 
     out = Path(args.hf).expanduser()
     check_output(out, args.model, force=args.force)
@@ -57,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
         tokenizer = None
     else:
         check_tokenizer(tokenizer, args.model)
-    save_hf(model, out, tokenizer=tokenizer)
+    with HeldInterrupts() as interrupts, interrupts.immediate():
+        save_hf(model, out, tokenizer=tokenizer)  # SIGTERM too stops it, writing nothing
     record = {
         "hf": str(out),
         "architecture": export_class,

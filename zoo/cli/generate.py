@@ -27,5 +27,7 @@ def run(args: argparse.Namespace) -> int:
         key=key, mesh=layout,
     )  # fmt: skip
     rows = [{"prompt": p, "output": o} for p, o in zip(args.prompt, outputs)]
-    inference.print_results(rows, args.json, lambda row: row["prompt"] + row["output"])
+    inference.print_results(
+        rows, args.json, lambda row: row["prompt"] + row["output"], raw=args.raw
+    )
     return 0

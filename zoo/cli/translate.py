@@ -28,5 +28,5 @@ def run(args: argparse.Namespace) -> int:
         length_penalty=args.length_penalty, max_len=args.max_len, mesh=layout,
     )  # fmt: skip
     rows = [{"source": s, "translation": t} for s, t in zip(args.text, outputs)]
-    inference.print_results(rows, args.json, lambda row: row["translation"])
+    inference.print_results(rows, args.json, lambda row: row["translation"], raw=args.raw)
     return 0

@@ -10,7 +10,7 @@ import ml_dtypes
 import numpy as np
 
 from zoo.data.tokenizers.base import Tokenizer
-from zoo.files import write_text_atomic
+from zoo.files import folder_written_whole, write_text_atomic
 from zoo.interop.architecture import ZooModel
 from zoo.interop.architectures import architecture_for
 from zoo.interop.architectures.moe import MoEFamily
@@ -122,21 +122,35 @@ def save_hf(
     `FastTokenizer`'s `tokenizer.json` and chat template, which `AutoTokenizer` reads), and a
     GPT's `generation_config.json` names every id that ends a reply
     (`zoo.interop.tokenizers.generation_config`). Needs neither torch nor transformers.
+
+    The files are written in a hidden folder beside `directory` and moved into it at the end
+    (`zoo.files.folder_written_whole`): an error or Ctrl-C on the way leaves `directory` as it
+    was. Other files already in `directory` stay; weights of an earlier save there are removed.
     """
     max_bytes = parse_size(max_shard_size)
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    if tokenizer is not None:
-        save_tokenizer_files(model, tokenizer, directory)
-    arrays, hf_config = to_state_dict(model, full=False)
+    arrays, hf_config = to_state_dict(model, full=False)  # refusals: before anything is written
     hf_config = {**hf_config, "dtype": model.config.dtype}
-    write_text_atomic(directory / CONFIG, json.dumps(hf_config, indent=2, sort_keys=True))
+    # written beside `directory` and moved into it at the end: an interrupted save leaves no
+    # folder that looks complete, and config.json, which makes it a checkpoint, comes last
+    with folder_written_whole(directory, last=(CONFIG,)) as staging:
+        if tokenizer is not None:
+            save_tokenizer_files(model, tokenizer, staging)
+        write_text_atomic(staging / CONFIG, json.dumps(hf_config, indent=2, sort_keys=True))
+        _write_weights(arrays, staging, max_bytes)
+        if directory.is_dir():  # a previous save must not leave weights beside these
+            for stale in [directory / WEIGHTS, directory / INDEX,
+                          *directory.glob("model-*.safetensors")]:  # fmt: skip
+                stale.unlink(missing_ok=True)
+    return directory
+
+
+def _write_weights(arrays: dict[str, np.ndarray], directory: Path, max_bytes: int) -> None:
+    """`model.safetensors`, or shards of at most `max_bytes` listed by their index."""
     shards = plan_shards(arrays, max_bytes)
-    for stale in [directory / WEIGHTS, directory / INDEX, *directory.glob("model-*.safetensors")]:
-        stale.unlink(missing_ok=True)  # a previous save must not leave weights beside these
     if len(shards) == 1:
         write_safetensors(arrays, directory / WEIGHTS)
-        return directory
+        return
     weight_map = {}
     for number, names in enumerate(shards, start=1):
         filename = f"model-{number:05d}-of-{len(shards):05d}.safetensors"
@@ -145,4 +159,3 @@ def save_hf(
     total = sum(array.nbytes for array in arrays.values())
     index = {"metadata": {"total_size": total}, "weight_map": weight_map}
     write_text_atomic(directory / INDEX, json.dumps(index, indent=2, sort_keys=True))
-    return directory

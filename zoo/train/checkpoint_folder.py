@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import PRNGKeyArray, PyTree
 
-from zoo.files import JSONObject, read_json_object
+from zoo.files import JSONObject, read_json_object, sync_files
 from zoo.serialize import model_config_dict
 from zoo.tree import path_name
 
@@ -163,18 +163,9 @@ def _key_from_json(saved: JSONObject) -> PRNGKeyArray:
     return jax.random.wrap_key_data(data, impl=impl)
 
 
-def _sync_files(directory: Path) -> None:
-    """Flush the directory's files to disk before it is published under its final name."""
-    for path in directory.iterdir():
-        if path.is_dir():  # orbax's arrays/: it syncs its own files
-            continue
-        with open(path, "rb") as handle:
-            os.fsync(handle.fileno())
-
-
 def publish(staging: Path, final: Path) -> None:
     """Flush `staging` to disk and rename it to `final`: the checkpoint now counts."""
-    _sync_files(staging)
+    sync_files(staging)  # orbax's arrays/ (a folder) syncs its own files
     if final.exists():  # the same step saved again (e.g. an interrupted final save)
         shutil.rmtree(final)
     os.replace(staging, final)

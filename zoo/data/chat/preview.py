@@ -6,9 +6,10 @@ and what the lengths, the cut and the packing do to the data (`zoo train --show-
 
 Each shown conversation is the chat template's rendering, token by token: the tokens the loss
 counts are wrapped in `[[` and `]]` (green on a terminal, `color=True`), and a conversation cut
-at `max_len + 1` tokens ends with a note. Below come the length percentiles in tokens (before
-any cut), how many conversations were cut, how many lost every trained token and are dropped,
-and how many rows the rest pack into.
+at `max_len + 1` tokens ends with a note. Control characters of the data (ESC, CR, U+202E, ...)
+are shown as their escapes (`\\x1b`, `\\r`, `\\u202e`), never sent to the terminal. Below
+come the length percentiles in tokens (before any cut), how many conversations were cut, how
+many lost every trained token and are dropped, and how many rows the rest pack into.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from zoo.data.chat.datasets import chat_data, split_conversations
 from zoo.data.chat.options import ChatDataConfig, resolve_train_on
 from zoo.data.splits import AnyData
 from zoo.data.tokenizers.base import Tokenizer
+from zoo.text import printable
 
 OPEN, CLOSE = "[[", "]]"  # around trained text, without color
 GREEN, RESET = "\x1b[32m", "\x1b[0m"  # around trained text, with color
@@ -89,7 +91,7 @@ def preview_chat_data(
     legend = (f"{GREEN}green{RESET}" if color else f"{OPEN}marked{CLOSE}") + " text is trained"
     lines = [f"--- conversation {index} ---\n{text}" for index, text in enumerate(shown)]
     lines.append(f"--- legend: {legend} (loss on {train_on} tokens); "
-                 f"{data.format} format, {data.template.origin} ---")  # fmt: skip
+                 f"{data.format} format, {printable(data.template.origin)} ---")  # fmt: skip
     lines.append(_statistics(len(examples), percentiles, truncated, dropped, limit, kept,
                              packed_rows, padding))  # fmt: skip
     return ChatPreview("\n".join(lines), len(examples), percentiles, truncated, dropped,
@@ -105,24 +107,43 @@ def render(
     color: bool = False,
 ) -> str:
     """One conversation's text, its trained tokens marked (see the module doc); tokens past
-    `limit` are left out and noted."""
+    `limit` are left out and noted. Control characters of the text are shown escaped
+    (`zoo.text.printable`): the data cannot move the cursor or clear the screen."""
     over = len(np.asarray(ids)) > limit
     ids, mask = np.asarray(ids)[:limit], np.asarray(mask)[:limit].copy()
     if len(mask):
         mask[0] = 0  # the first token is no target: nothing comes before it
-    start, prefix, pieces = 0, "", []
+    note = f"\n... (cut here: max_len + 1 = {limit} tokens)" if over else ""
+    return marked(spans(ids, mask, tokenizer), color=color) + note
+
+
+def spans(ids: npt.ArrayLike, mask: npt.ArrayLike, tokenizer: Tokenizer) -> list[tuple[str, bool]]:
+    """`(text, trained)` of each run of tokens the loss counts or not, in order: the decoded
+    text of `ids` (special tokens spelt out), cut where `mask` changes."""
+    ids, mask = np.asarray(ids), np.asarray(mask)
+    start, prefix, found = 0, "", []
     for end in [*np.flatnonzero(np.diff(mask)) + 1, len(ids)]:
         text = tokenizer.decode(ids[:end], skip_special=False)
         piece = text[len(prefix) :] if text.startswith(prefix) else text
         prefix = text
-        if mask[start] and piece:
-            lead = len(piece) - len(piece.lstrip())
-            opened, closed = (GREEN, RESET) if color else (OPEN, CLOSE)
-            piece = f"{piece[:lead]}{opened}{piece[lead:]}{closed}"
-        pieces.append(piece)
+        if piece:
+            found.append((piece, bool(mask[start])))
         start = end
-    note = f"\n... (cut here: max_len + 1 = {limit} tokens)" if over else ""
-    return "".join(pieces) + note
+    return found
+
+
+def marked(pieces: list[tuple[str, bool]], *, color: bool = False) -> str:
+    """The pieces of `spans` joined, each control character escaped and the trained ones
+    wrapped in `[[ ]]` (green with `color`), their leading whitespace left outside."""
+    opened, closed = (GREEN, RESET) if color else (OPEN, CLOSE)
+    shown = []
+    for piece, trained in pieces:
+        piece = printable(piece)
+        if trained:
+            lead = len(piece) - len(piece.lstrip())
+            piece = f"{piece[:lead]}{opened}{piece[lead:]}{closed}"
+        shown.append(piece)
+    return "".join(shown)
 
 
 def _cut(examples: ChatExamples, limit: int) -> tuple[ChatExamples | None, int, int]:
@@ -192,4 +213,4 @@ def _train_conversations(
     return split_conversations(split, format=format, **extra)
 
 
-__all__ = ["ChatPreview", "preview_chat_data", "render"]
+__all__ = ["ChatPreview", "marked", "preview_chat_data", "render", "spans"]

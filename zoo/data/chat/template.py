@@ -26,7 +26,9 @@ Templates come from strangers, so rendering is bounded (`RenderLimits`): a time 
 on the rendered text, a limit on the items `range` may produce over one rendering, and on the
 size of a string or list built by `*`. `{% include %}`, `{% import %}` and `{% extends %}` are
 refused (a template is rendered on its own, with no files beside it). Every failure inside a
-template, a limit reached or an error of its own, is one `ValueError` naming the template.
+template, a limit reached or an error of its own, is one `ValueError` naming the template; the
+words of a template's own refusal (`raise_exception`), which may quote the conversation, come
+with their control characters escaped (`zoo.text.printable`).
 
 jinja2 is an optional dependency: `pip install 'jax-transformer-zoo[chat]'`.
 """
@@ -45,6 +47,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 from zoo.extras import pip_install
+from zoo.text import printable
 
 if TYPE_CHECKING:  # jinja2 is optional: imported where a template is rendered
     from jinja2 import Template
@@ -213,9 +216,9 @@ class ChatTemplate:
             return _bounded_text(compiled.generate(**context), limits)
         except TemplateLimitReached as error:
             raise ValueError(f"{self.origin} refused: {error}") from None
-        except jinja2.TemplateError as error:
+        except jinja2.TemplateError as error:  # raise_exception's words may quote the data
             raise ValueError(
-                f"{self.origin} cannot render this conversation: {error} (roles: "
+                f"{self.origin} cannot render this conversation: {printable(str(error))} (roles: "
                 f"{[message.get('role') for message in messages]})"
             ) from None
         except RecursionError:
@@ -227,7 +230,8 @@ class ChatTemplate:
             raise ValueError(f"{self.origin} refused: it ran out of memory") from None
         except Exception as error:  # the template's own code failed (a TypeError, ...)
             raise ValueError(
-                f"{self.origin} failed while rendering: {type(error).__name__}: {error}"
+                f"{self.origin} failed while rendering: {type(error).__name__}: "
+                f"{printable(str(error))}"
             ) from None
         finally:
             _budget.reset(budget)
