@@ -238,7 +238,7 @@ def test_metadata_of_the_wrong_type_is_refused_by_its_key(tmp_path):
     assert (config["vocab_size"], config["hidden_size"], config["head_dim"]) == (8, 4, 2)
     wrong = [
         ("llama.attention.head_count", STRING, string("2"), "is '2', not an integer"),
-        ("llama.attention.head_count", U32, struct.pack("<I", 0), "is 0, not a number of heads"),
+        ("llama.attention.head_count", U32, struct.pack("<I", 0), "is 0; it must be a positive"),
         ("llama.rope.freq_base", STRING, string("high"), "is 'high', not a number"),
         ("tokenizer.ggml.bos_token_id", F32, struct.pack("<f", 0.5), "is 0.5, not an integer"),
     ]

@@ -19,6 +19,7 @@ and the reason.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
@@ -116,14 +117,16 @@ class GGUFFile:
     @overload
     def number(self, key: str, default: float) -> float: ...
     def number(self, key: str, default: float | None = None) -> float | None:
-        """The number at `key` as a float (`default` where there is none); another value is
-        refused."""
+        """The number at `key` as a float (`default` where there is none); another value, or
+        an infinite or NaN one, is refused."""
         value = self.get(key, default)
         if value is None:
             return None
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-        raise self.error(f"{key} is {_shown(value)}, not a number")
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            raise self.error(f"{key} is {_shown(value)}, not a number")
+        if not math.isfinite(value):
+            raise self.error(f"{key} is {value}; it must be a finite number")
+        return float(value)
 
     def text(self, key: str) -> str | None:
         """The string at `key`, or None where there is none; another value is refused."""
