@@ -138,3 +138,27 @@ def test_a_folder_written_whole_fills_an_empty_folder(tmp_path):
         (staging / "tokenizer").mkdir()  # a folder of its own moves with it
     assert sorted(p.name for p in target.iterdir()) == ["config", "tokenizer"]
     assert [p.name for p in tmp_path.iterdir()] == ["export"]
+def test_json_past_the_size_bound_is_refused_before_it_is_parsed(tmp_path, monkeypatch):
+    """Every JSON file read through `read_json_object` (a checkpoint's config.json, its
+    safetensors index, tokenizer_config.json, generation_config.json, a run's records) is
+    held to `MAX_JSON_BYTES`; only one byte past it is read."""
+    from zoo import files
+    from zoo.interop.files import INDEX, read_config
+    from zoo.interop.weights import read_weights
+
+    monkeypatch.setattr(files, "MAX_JSON_BYTES", 20)
+    path = tmp_path / "config.json"
+    path.write_text('{"a": "' + "x" * 11 + '"}')  # 20 bytes: at the bound
+    assert read_json_object(path, fix="unused") == {"a": "x" * 11}
+    path.write_text('{"a": "' + "x" * 12 + '"}')
+    message = (
+        rf"^{path} refused: it holds more than the 20 bytes zoo reads of a JSON file; a real "
+        r"one is far smaller, so check that it is the file you meant$"
+    )
+    with pytest.raises(files.TooLarge, match=message):
+        read_json_object(path, fix="unused")
+    with pytest.raises(files.TooLarge, match=message):
+        read_config(tmp_path)
+    (tmp_path / INDEX).write_text('{"weight_map": {"a": "model-1.safetensors"}}')
+    with pytest.raises(files.TooLarge, match=rf"^{tmp_path / INDEX} refused: it holds more than"):
+        read_weights(tmp_path)

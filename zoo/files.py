@@ -26,6 +26,9 @@ import numpy as np
 # JSON nested deeper than this is refused: every file zoo reads is a few levels deep, and a
 # crafted file of 100,000 levels would otherwise exhaust Python's recursion
 MAX_JSON_DEPTH = 64
+# A JSON file longer than this is refused before it is parsed: the largest zoo reads are a
+# tokenizer's `tokenizer_config.json` or a word vocabulary (a few MB), a config is a few kB
+MAX_JSON_BYTES = 64 * 2**20
 
 # What `json.loads` gives: objects, arrays, strings, numbers, booleans and null, nested.
 if TYPE_CHECKING:
@@ -131,7 +134,7 @@ def read_json_object(path: Path, *, fix: str, missing_ok: bool = False) -> JSONO
     if missing_ok and not path.is_file():
         return {}
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_bounded(path, MAX_JSON_BYTES, "a JSON file").decode("utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise damaged(path, f"not valid JSON: {error}", fix) from None
     except RecursionError:
@@ -140,6 +143,23 @@ def read_json_object(path: Path, *, fix: str, missing_ok: bool = False) -> JSONO
         raise damaged(path, f"a JSON {type(data).__name__}, not an object", fix)
     if json_depth(data) > MAX_JSON_DEPTH:
         raise damaged(path, f"JSON nested deeper than {MAX_JSON_DEPTH} levels", fix)
+    return data
+
+
+class TooLarge(ValueError):
+    """A file longer than zoo's bound for its kind; the message names the file and the bound."""
+
+
+def read_bounded(path: Path, bound: int, what: str) -> bytes:
+    """The bytes of `path`, refused with `TooLarge` when it holds more than `bound` (only
+    `bound + 1` bytes are read, so a file of any size, or an endless one, costs no more)."""
+    with path.open("rb") as handle:
+        data = handle.read(bound + 1)
+    if len(data) > bound:
+        raise TooLarge(
+            f"{path} refused: it holds more than the {bound:,} bytes zoo reads of {what}; a "
+            "real one is far smaller, so check that it is the file you meant"
+        )
     return data
 
 

@@ -117,3 +117,36 @@ def test_a_template_file_that_is_not_utf8_is_named(tmp_path):
         f"{tmp_path / 'chat_template.jinja'} is damaged (not UTF-8 text: byte 0xff at offset 14); "
         "save the template as UTF-8, or delete it to use the tokenizer's own"
     )
+
+
+def test_a_template_past_the_length_bound_is_refused_before_it_is_parsed(monkeypatch, tmp_path):
+    from zoo.data.chat import files
+
+    for module in (template_module, files):
+        monkeypatch.setattr(module, "MAX_TEMPLATE_CHARS", 40)
+    source = "{{ messages[0]['content'] }}" + " " * 13  # 41 characters
+    message = refusal(source, origin="long.jinja")
+    assert message == (
+        "long.jinja refused: it is 41 characters long, past zoo's bound of 40 for a chat "
+        "template; a real one is far shorter, so check that it is the template you meant"
+    )
+    assert ChatTemplate(source[:-1], origin="long.jinja").render(HI) == "Hi" + " " * 12
+    # a file is read no further than 4 bytes a character past the bound
+    (tmp_path / "chat_template.jinja").write_text("x" * 161)
+    with pytest.raises(
+        ValueError, match=r"chat_template.jinja refused: it holds more than the 160"
+    ):
+        files.read_chat_templates(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "{{ " + "(" * 5000 + "1" + ")" * 5000 + " }}",
+        "{% if 1 %}" * 3000 + "x" + "{% endif %}" * 3000,
+        "{{ " + "[" * 5000 + "]" * 5000 + " }}",
+    ],
+)
+def test_a_template_nested_too_deeply_to_parse_is_refused_not_a_recursion_error(source):
+    message = refusal(source)
+    assert message.startswith("chat_template.jinja refused: it nests expressions or blocks too")

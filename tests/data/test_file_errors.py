@@ -98,3 +98,25 @@ def test_a_csv_header_naming_a_column_twice_is_refused(tmp_path):
     )
     (tmp_path / "train.csv").write_text("instruction,output,note\nsay hi,hi,hello\n")
     assert load_spec(f"csv:{tmp_path}")["train"].column_names == ["instruction", "output", "note"]
+
+
+def test_rows_nested_past_the_depth_bound_are_refused_before_pyarrow_reads_them(tmp_path):
+    """pyarrow's JSON reader crashes the process on a row nested some thousands of levels
+    deep: rows deeper than 32 levels are refused with their line before it runs. Brackets in
+    strings, after escaped quotes and backslashes, are text, not nesting."""
+    tricky = {"text": 'a "quoted [[[" \\ { text', "label": 1, "x": [[[]]]}
+    lines = [json.dumps(ROWS[0]), json.dumps(tricky) + "  ", json.dumps(ROWS[1])]
+    deep = 31 * "[" + 31 * "]"  # the row's object and 31 lists: 32 levels
+    lines.append('{"text": "x", "label": 0, "x": ' + deep + "}")
+    folder = jsonl(tmp_path / "d", "train.jsonl", lines)
+    assert load_spec(f"json:{folder}", cache_dir=tmp_path / "c")["train"].num_rows == 4
+    for levels in (32, 100_000):
+        deep = levels * "[" + levels * "]"
+        lines[2] = '{"text": "x [[", "label": 0, "x": ' + deep + "}"
+        folder = jsonl(tmp_path / f"e{levels}", "train.jsonl", lines)
+        with pytest.raises(
+            DataError,
+            match=r"train.jsonl line 3 nests its JSON deeper than 32 levels, which no row of data "
+            r"needs \(and which crashes the JSON reader\): flatten or delete that row",
+        ):
+            load_spec(f"json:{folder}", cache_dir=tmp_path / "c")

@@ -340,3 +340,29 @@ def test_missing_tokenizers_library_names_the_extra(folders, monkeypatch):
         ImportError, match=r"tokenizers library: pip install 'jax-transformer-zoo\[hf\]'"
     ):
         FastTokenizer.from_folder(folders["llama3"])
+
+
+def test_tokenizer_json_past_its_bounds_is_refused_in_one_line(tmp_path, monkeypatch):
+    """A tokenizer.json larger than `MAX_TOKENIZER_JSON_BYTES` is refused before the library
+    reads it; one nested deeper than the library's JSON reader allows (128 levels) is named as
+    damaged, in one line, with no crash."""
+    from zoo.files import TooLarge
+    from zoo.interop.tokenizers import fast_tokenizer
+
+    llama3_folder(tmp_path)
+    path = tmp_path / "tokenizer.json"
+    size = path.stat().st_size
+    monkeypatch.setattr(fast_tokenizer, "MAX_TOKENIZER_JSON_BYTES", size - 1)
+    with pytest.raises(TooLarge, match=rf"^{path} refused: it holds {size:,} bytes, more than"):
+        pretrained_tokenizer(tmp_path)
+    monkeypatch.setattr(fast_tokenizer, "MAX_TOKENIZER_JSON_BYTES", size)
+    assert pretrained_tokenizer(tmp_path).encode("Hello") != []
+    monkeypatch.undo()
+    document = {**json.loads(path.read_text()), "normalizer": "DEEP"}
+    deep = '{"type": "Sequence", "normalizers": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    path.write_text(json.dumps(document).replace('"DEEP"', deep))
+    with pytest.raises(
+        ValueError, match=rf"^{path} is damaged: the tokenizers library cannot"
+    ) as error:
+        pretrained_tokenizer(tmp_path)
+    assert "\n" not in str(error.value)

@@ -138,6 +138,52 @@ def test_absurd_counts_and_lengths_are_refused_before_allocating(tmp_path):
     )
 
 
+def test_counts_strings_and_arrays_past_zoos_bounds_are_refused(tmp_path, monkeypatch):
+    """Each bound, made small: a file the size of a real one may still claim more than any
+    real model holds (the package's reader walks every array element in Python)."""
+    from zoo.interop.gguf import reader
+
+    for name, value in [
+        ("MAX_TENSORS", 2),
+        ("MAX_ENTRIES", 3),
+        ("MAX_STRING_BYTES", 64),
+        ("MAX_ARRAY_ELEMENTS", 8),
+        ("MAX_METADATA_ELEMENTS", 12),
+        ("MAX_METADATA_BYTES", 100),
+    ]:
+        monkeypatch.setattr(reader, name, value)
+    data = np.zeros(3 * 16, np.float32).tobytes()
+    tensors = [info(f"w{i}", (16,), 0, 64 * i) for i in range(3)]
+    refused(
+        write(tmp_path, gguf_bytes([ARCH], tensors, data)),
+        r"it claims 3 tensors, past zoo's bound of 2 \(a real model's file holds far fewer; the",
+    )
+    many = [entry(f"k{i}", U32, bytes(4)) for i in range(4)]
+    refused(
+        write(tmp_path, gguf_bytes(many)), r"it claims 4 metadata entries, past zoo's bound of 3"
+    )
+    long = entry("general.name", STRING, string("x" * 65))
+    refused(
+        write(tmp_path, gguf_bytes([long])),
+        r"its header holds a string of 65 bytes at byte \d+, past zoo's bound of 64 bytes",
+    )
+    words = [entry(f"w{i}", STRING, string("x" * 40)) for i in range(3)]  # 40 + 2-byte keys
+    refused(write(tmp_path, gguf_bytes(words)), r"holds 126 bytes of strings at byte \d+, past")
+
+    def array(key: str, count: int) -> bytes:
+        return entry(key, ARRAY, struct.pack("<IQ", U32, count) + bytes(4 * count))
+
+    assert read_gguf(write(tmp_path, gguf_bytes([array("a", 8)]))).metadata["a"] == [0] * 8
+    refused(
+        write(tmp_path, gguf_bytes([array("a", 9)])),
+        r"its metadata holds an array of 9 elements at byte \d+, past zoo's bound of 8 \(a real",
+    )
+    refused(
+        write(tmp_path, gguf_bytes([array("a", 8), array("b", 5)])),
+        r"its metadata holds 13 array elements at byte \d+, past zoo's bound of 12",
+    )
+
+
 def test_damaged_metadata(tmp_path):
     refused(
         write(tmp_path, gguf_bytes([entry("k", STRING, string(b"\xff\xfe"))])),
@@ -238,7 +284,7 @@ def test_metadata_of_the_wrong_type_is_refused_by_its_key(tmp_path):
     assert (config["vocab_size"], config["hidden_size"], config["head_dim"]) == (8, 4, 2)
     wrong = [
         ("llama.attention.head_count", STRING, string("2"), "is '2', not an integer"),
-        ("llama.attention.head_count", U32, struct.pack("<I", 0), "is 0, not a number of heads"),
+        ("llama.attention.head_count", U32, struct.pack("<I", 0), "is 0; it must be a positive"),
         ("llama.rope.freq_base", STRING, string("high"), "is 'high', not a number"),
         ("tokenizer.ggml.bos_token_id", F32, struct.pack("<f", 0.5), "is 0.5, not an integer"),
     ]

@@ -14,9 +14,15 @@ import io
 import json
 from pathlib import Path
 
+import numpy as np
+
 from zoo.data.errors import DataError
 
 COMPRESSED = (".gz", ".bz2", ".xz", ".zst", ".zip")
+# A data row nested deeper than this is refused before pyarrow reads it: pyarrow refuses some
+# 64 levels with an obscure error and crashes the process on some thousands; a chat row with
+# tool calls is under 10 levels deep
+MAX_ROW_DEPTH = 32
 
 
 def check_files_not_empty(files: dict[str, list[str]]) -> None:
@@ -31,25 +37,68 @@ def check_files_not_empty(files: dict[str, list[str]]) -> None:
 
 
 def check_json_encoding(files: dict[str, list[str]], encoding: str) -> None:
-    """Every JSON file decodes as `encoding`: pyarrow reads invalid UTF-8 into its strings
-    unchecked, and the error surfaces later, far from the file."""
+    """Every JSON file decodes as `encoding` (pyarrow reads invalid UTF-8 into its strings
+    unchecked, and the error surfaces later, far from the file) and nests its rows at most
+    `MAX_ROW_DEPTH` levels deep (pyarrow crashes the process on a row nested some thousands
+    of levels deep)."""
     for paths in files.values():
         for name in paths:
             path = Path(name)
             if path.name.endswith(COMPRESSED):
                 continue
             decoder = codecs.getincrementaldecoder(encoding)()
+            nesting = _Nesting(path)
             try:
                 with path.open("rb") as handle:
                     while chunk := handle.read(1 << 20):
-                        decoder.decode(chunk)
-                decoder.decode(b"", final=True)
+                        nesting.read(decoder.decode(chunk))
+                nesting.read(decoder.decode(b"", final=True), final=True)
             except UnicodeDecodeError:
                 data = path.read_bytes()
                 try:
                     data.decode(encoding)
                 except UnicodeDecodeError as bad:
                     raise DataError(_encoding_problem(path, data, encoding, bad)) from None
+
+
+class _Nesting:
+    """How deeply a JSON file nests, read piece by piece: escaped backslashes and quotes are
+    taken out, brackets between quotes are skipped (a JSON string never spans lines, so whole
+    lines are read together), and the depth is the running sum of the brackets left."""
+
+    NOT_SYNTAX = bytes(sorted(set(range(256)) - set(b'"[]{}')))  # every byte but these
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.depth, self.lines, self.rest = path, 0, 0, ""
+
+    def read(self, text: str, *, final: bool = False) -> None:
+        text = self.rest + text
+        end = len(text) if final else text.rfind("\n") + 1
+        whole, self.rest = text[:end], text[end:]
+        deepest, depth = self.deepest(whole, self.depth)
+        if deepest > MAX_ROW_DEPTH:
+            for number, line in enumerate(whole.splitlines(), start=self.lines + 1):
+                deepest, self.depth = self.deepest(line, self.depth)
+                if deepest > MAX_ROW_DEPTH:
+                    raise DataError(
+                        f"{self.path} line {number} nests its JSON deeper than "
+                        f"{MAX_ROW_DEPTH} levels, which no row of data needs (and which "
+                        "crashes the JSON reader): flatten or delete that row"
+                    )
+        self.depth, self.lines = depth, self.lines + whole.count("\n")
+
+    def deepest(self, text: str, depth: int) -> tuple[int, int]:
+        """The deepest level of `text`'s brackets, starting at `depth`, and the level at its end."""
+        unescaped = text.replace("\\\\", "").replace('\\"', "")
+        kept = unescaped.encode("utf-8", "surrogatepass").translate(None, self.NOT_SYNTAX)
+        data = np.frombuffer(kept, np.uint8)
+        quoted = np.cumsum(data == ord('"')) % 2 == 1
+        opens = ((data == ord("[")) | (data == ord("{"))) & ~quoted
+        closes = ((data == ord("]")) | (data == ord("}"))) & ~quoted
+        levels = depth + np.cumsum(opens.astype(np.int64) - closes)
+        if not len(levels):
+            return depth, depth
+        return max(depth, int(levels.max())), int(levels[-1])
 
 
 def check_csv_headers(files: dict[str, list[str]], encoding: str) -> None:

@@ -21,9 +21,9 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from zoo.data.chat.template import DEFAULT_TEMPLATE, ChatTemplate
+from zoo.data.chat.template import DEFAULT_TEMPLATE, MAX_TEMPLATE_CHARS, ChatTemplate
 from zoo.data.tokenizers.base import Tokenizer
-from zoo.files import JSONObject, damaged, read_json_object
+from zoo.files import JSONObject, damaged, read_bounded, read_json_object
 
 DAMAGED_FIX = "copy the tokenizer's files again from the checkpoint they came from"
 CHAT_TEMPLATE_JINJA = "chat_template.jinja"
@@ -59,8 +59,10 @@ def read_chat_templates(folder: str | os.PathLike) -> Templates | None:
 
 def _read_template(path: Path) -> str:
     """A template file's text; one that is not UTF-8 is named as damaged."""
+    # up to 4 bytes a character; the template's length is then checked where it is compiled
+    data = read_bounded(path, 4 * MAX_TEMPLATE_CHARS, "a chat template")
     try:
-        return path.read_text(encoding="utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise damaged(
             path,

@@ -57,6 +57,9 @@ if TYPE_CHECKING:  # jinja2 is optional: imported where a template is rendered
 
 INSTALL_CHAT = pip_install("chat")
 MIN_JINJA = (3, 1, 6)  # older releases have known sandbox escapes; hub templates are untrusted
+# A template longer than this is refused before it is parsed: the longest real ones, with tool
+# calling and reasoning, are some tens of thousands of characters
+MAX_TEMPLATE_CHARS = 1_000_000
 # Private-use characters that bracket `{% generation %}` output while spans are being found.
 GENERATION_START, GENERATION_END = "\ue000", "\ue001"
 GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")
@@ -400,12 +403,22 @@ def _compile(source: str, origin: str) -> Template:
             f"{origin} is empty: a chat template must write the conversation; remove the empty "
             "file (zoo's default template is then used) or put the model's template in it"
         )
+    if len(source) > MAX_TEMPLATE_CHARS:
+        raise ValueError(
+            f"{origin} refused: it is {len(source):,} characters long, past zoo's bound of "
+            f"{MAX_TEMPLATE_CHARS:,} for a chat template; a real one is far shorter, so check "
+            "that it is the template you meant"
+        )
     environment = _environment()
     try:
         tree = environment.parse(source)
     except jinja2.TemplateSyntaxError as error:
         raise ValueError(
             f"{origin} is not a valid Jinja template: {error.message} (line {error.lineno})"
+        ) from None
+    except RecursionError:  # Jinja's parser and compiler recurse once per nested expression
+        raise ValueError(
+            f"{origin} refused: it nests expressions or blocks too deeply to be parsed"
         ) from None
     for kind, tag in ((nodes.Include, "include"), (nodes.Import, "import"),
                       (nodes.FromImport, "from ... import"), (nodes.Extends, "extends")):  # fmt: skip
@@ -415,7 +428,12 @@ def _compile(source: str, origin: str) -> Template:
                 f"{origin} uses {{% {tag} %}} (line {found.lineno}): a chat template is rendered "
                 "on its own, with no other template files; write the included text into it"
             )
-    return environment.from_string(tree)
+    try:
+        return environment.from_string(tree)
+    except RecursionError:
+        raise ValueError(
+            f"{origin} refused: it nests expressions or blocks too deeply to be compiled"
+        ) from None
 
 
 @lru_cache(maxsize=32)

@@ -20,7 +20,8 @@ from typing import TypedDict
 import numpy as np
 
 from zoo.interop.gguf.quants import dequantize
-from zoo.interop.gguf.reader import GGUFFile, GGUFScalar
+from zoo.interop.gguf.reader import GGUFFile
+from zoo.interop.gguf.sizes import float_field, int_field, read_sizes
 
 # general.architecture -> (HuggingFace model_type, class)
 ARCHITECTURES = {
@@ -163,41 +164,12 @@ def architecture(gguf: GGUFFile) -> str:
     return name
 
 
-def _field(gguf: GGUFFile, arch: str, key: str, default: GGUFScalar | None = None) -> GGUFScalar:
-    """`{arch}.{key}`, which a model of `arch` needs (`default` where there is none); a
-    per-layer list must hold one value for every layer."""
-    value = gguf.get(f"{arch}.{key}", default)
-    if value is None:
-        raise gguf.error(f"the metadata lacks {arch}.{key}, which a {arch} model needs")
-    if isinstance(value, list):  # a per-layer list: zoo gives every layer the same
-        if len(set(value)) != 1:
-            raise gguf.error(f"{arch}.{key} differs between layers ({value}); zoo needs one value")
-        value = value[0]
-    return value
-
-
-def _int_field(gguf: GGUFFile, arch: str, key: str, default: int | None = None) -> int:
-    """`_field` of an integer setting (a count, a width, a length)."""
-    value = _field(gguf, arch, key, default)
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    raise gguf.error(f"{arch}.{key} is {value!r}, not an integer")
-
-
-def _float_field(gguf: GGUFFile, arch: str, key: str, default: float | None = None) -> float:
-    """`_field` of a real-valued setting (an epsilon, a base, a factor)."""
-    value = _field(gguf, arch, key, default)
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    raise gguf.error(f"{arch}.{key} is {value!r}, not a number")
-
-
 def _rope(gguf: GGUFFile, arch: str) -> FamilyFields:
     scaling = gguf.get(f"{arch}.rope.scaling.type", "none")
     if scaling == "none":
         return {}
     if scaling == "linear":
-        factor = _float_field(gguf, arch, "rope.scaling.factor")
+        factor = float_field(gguf, arch, "rope.scaling.factor", positive=True)
         return {"rope_scaling": {"rope_type": "linear", "factor": factor}}
     raise gguf.error(
         f"{arch}.rope.scaling.type {scaling!r} is not supported; zoo reads none and linear"
@@ -208,19 +180,8 @@ def hf_config(gguf: GGUFFile) -> GGUFConfig:
     """The HuggingFace `config.json` the file's metadata describes."""
     arch = architecture(gguf)
     model_type, hf_class = ARCHITECTURES[arch]
-    if "token_embd.weight" not in gguf.tensors:
-        raise gguf.error("it holds no token_embd.weight, the embedding every model has")
-    shape = gguf.tensors["token_embd.weight"].shape
-    if len(shape) != 2:
-        raise gguf.error(f"token_embd.weight has shape {shape}, not (vocabulary, width)")
-    vocab, d_model = shape
-    heads = _int_field(gguf, arch, "attention.head_count")
-    if heads <= 0:
-        raise gguf.error(f"{arch}.attention.head_count is {heads}, not a number of heads")
-    head_dim = _int_field(gguf, arch, "attention.key_length", d_model // heads)
-    if head_dim <= 0:
-        raise gguf.error(f"{arch}.attention.key_length is {head_dim}, not a width of a head")
-    rotary = gguf.integer(f"{arch}.rope.dimension_count", head_dim)
+    sizes = read_sizes(gguf, arch)
+    vocab, d_model, head_dim, rotary = sizes.vocab, sizes.d_model, sizes.head_dim, sizes.rotary
     if rotary != head_dim and arch != "phi3":
         raise gguf.error(
             f"{arch}.rope.dimension_count {rotary} rotates part of each {head_dim}-wide head; "
@@ -233,14 +194,14 @@ def hf_config(gguf: GGUFFile) -> GGUFConfig:
         architectures=[hf_class],
         vocab_size=vocab,
         hidden_size=d_model,
-        intermediate_size=_int_field(gguf, arch, "feed_forward_length"),
-        num_hidden_layers=_int_field(gguf, arch, "block_count"),
-        num_attention_heads=heads,
-        num_key_value_heads=_int_field(gguf, arch, "attention.head_count_kv", heads),
+        intermediate_size=sizes.d_ff,
+        num_hidden_layers=sizes.layers,
+        num_attention_heads=sizes.heads,
+        num_key_value_heads=sizes.kv_heads,
         head_dim=head_dim,
-        max_position_embeddings=_int_field(gguf, arch, "context_length", 2048),
-        rms_norm_eps=_float_field(gguf, arch, "attention.layer_norm_rms_epsilon", 1e-6),
-        rope_theta=_float_field(gguf, arch, "rope.freq_base", 10000.0),
+        max_position_embeddings=sizes.context,
+        rms_norm_eps=float_field(gguf, arch, "attention.layer_norm_rms_epsilon", 1e-6),
+        rope_theta=float_field(gguf, arch, "rope.freq_base", 10000.0, positive=True),
         attention_bias="blk.0.attn_q.bias" in gguf.tensors,
         tie_word_embeddings="output.weight" not in gguf.tensors,
         bos_token_id=gguf.integer("tokenizer.ggml.bos_token_id"),
@@ -249,7 +210,7 @@ def hf_config(gguf: GGUFFile) -> GGUFConfig:
         **_rope(gguf, arch),
         **_phi3(gguf, arch, rotary / head_dim),
         **longrope(gguf),
-        **_gemma(gguf, arch, head_dim, d_model // heads),
+        **_gemma(gguf, arch, head_dim, d_model // sizes.heads),
     )
 
 
@@ -260,14 +221,14 @@ def _gemma(gguf: GGUFFile, arch: str, head_dim: int, width_per_head: int) -> Fam
     if arch not in NORMS_PLUS_ONE:
         return {}
     scale = gguf.number(f"{arch}.attention.scale")
-    layers = _int_field(gguf, arch, "block_count")
+    layers = int_field(gguf, arch, "block_count")  # checked by `read_sizes`
     scalar = width_per_head if layers == LAYERS_27B[arch] else head_dim
     fields = FamilyFields(
         hidden_activation="gelu_pytorch_tanh",
         query_pre_attn_scalar=scale**-2 if scale is not None and scale > 0 else scalar,
         attn_logit_softcapping=gguf.number(f"{arch}.attn_logit_softcapping"),
         final_logit_softcapping=gguf.number(f"{arch}.final_logit_softcapping"),
-        sliding_window=gguf.integer(f"{arch}.attention.sliding_window"),
+        sliding_window=_window(gguf, f"{arch}.attention.sliding_window"),
     )
     pattern = gguf.get(f"{arch}.attention.sliding_window_pattern")
     if isinstance(pattern, list):  # one flag per layer: true for a sliding one
@@ -279,18 +240,27 @@ def _gemma(gguf: GGUFFile, arch: str, head_dim: int, width_per_head: int) -> Fam
     return fields
 
 
+def _window(gguf: GGUFFile, key: str, default: int | None = None) -> int | None:
+    """The positive length (a window, a context) at `key`, or `default` where there is none."""
+    value = gguf.integer(key, default) if default is not None else gguf.integer(key)
+    if value is not None and value < 1:
+        raise gguf.error(f"{key} is {value}; it must be a positive integer")
+    return value
+
+
 def _phi3(gguf: GGUFFile, arch: str, partial_rotary: float) -> FamilyFields:
     """Phi-3's own fields: partial rotary (Phi-4-mini), its window, its original context; none
     for other architectures."""
     if arch != "phi3":
         return {}
-    context = _int_field(gguf, "phi3", "context_length", 4096)
+    context = int_field(gguf, "phi3", "context_length", 4096)
     window = gguf.integer("phi3.attention.sliding_window")
     return FamilyFields(
         partial_rotary_factor=partial_rotary,
-        original_max_position_embeddings=gguf.integer(
-            "phi3.rope.scaling.original_context_length", context
-        ),
+        original_max_position_embeddings=_window(
+            gguf, "phi3.rope.scaling.original_context_length", context
+        )
+        or context,
         sliding_window=window if window is not None and window > 0 else None,
     )
 

@@ -10,6 +10,9 @@ bounds:
 - while it runs, every read must lie inside the file (the package's own reads past the end
   return short arrays), and an array's element count must fit in the bytes after it (the
   package loops over the elements one by one);
+- the counts, strings and arrays stay inside zoo's bounds (`MAX_TENSORS`, `MAX_ENTRIES`,
+  `MAX_STRING_BYTES`, `MAX_ARRAY_ELEMENTS`, `MAX_METADATA_ELEMENTS`, `MAX_METADATA_BYTES`),
+  which bound the time and memory a file can cost whatever its size;
 - after it runs, each tensor has 1 to 4 dimensions, a type the package dequantizes, and data
   that lies wholly inside the file at the file's alignment.
 
@@ -19,6 +22,7 @@ and the reason.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
@@ -44,6 +48,17 @@ MAGIC = b"GGUF"
 VERSIONS = (2, 3)  # version 1 had 32-bit counts and is long gone
 HEADER_BYTES = 4 + 4 + 8 + 8  # magic, version, tensor count, metadata count
 MAX_DIMS = 4  # GGML_MAX_DIMS
+# Bounds on what the header may claim. The package's reader walks every array element in
+# Python (tens of microseconds each), so the element counts bound the time a file can cost;
+# real files sit far inside them (a 262,144-token vocabulary: three arrays of 262,144, about
+# 4 MB of strings; a few hundred to a few thousand tensors; a few dozen entries)
+MAX_TENSORS = 65_536  # entries of the tensor table
+MAX_ENTRIES = 65_536  # metadata entries
+MAX_STRING_BYTES = 16 * 2**20  # one string: a key, a value, a token, a tensor's name
+MAX_ARRAY_ELEMENTS = 2**20  # elements of one metadata array
+MAX_METADATA_ELEMENTS = 2**22  # array elements of all the metadata together
+MAX_METADATA_BYTES = 64 * 2**20  # bytes of all its strings together
+BOUND_HINT = "a real model's file holds far fewer; the file is damaged or hostile"
 # the fewest bytes one table entry takes: a tensor (name length, dimension count, one size,
 # type, offset) and a metadata entry (key length, value type, a one-byte value)
 LEAST_TENSOR_BYTES = 8 + 4 + 8 + 4 + 8
@@ -116,14 +131,16 @@ class GGUFFile:
     @overload
     def number(self, key: str, default: float) -> float: ...
     def number(self, key: str, default: float | None = None) -> float | None:
-        """The number at `key` as a float (`default` where there is none); another value is
-        refused."""
+        """The number at `key` as a float (`default` where there is none); another value, or
+        an infinite or NaN one, is refused."""
         value = self.get(key, default)
         if value is None:
             return None
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-        raise self.error(f"{key} is {_shown(value)}, not a number")
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            raise self.error(f"{key} is {_shown(value)}, not a number")
+        if not math.isfinite(value):
+            raise self.error(f"{key} is {value}; it must be a finite number")
+        return float(value)
 
     def text(self, key: str) -> str | None:
         """The string at `key`, or None where there is none; another value is refused."""
@@ -139,8 +156,9 @@ def _shown(value: GGUFValue) -> str:
     return text if len(text) <= 60 else f"{text[:57]}..."
 
 
-class _PastTheEnd(Exception):
-    """A read of the package's reader that would run past the end of the file."""
+class _OutOfBounds(Exception):
+    """A read of the package's reader that would run past the end of the file, or past one of
+    zoo's bounds."""
 
 
 @cache
@@ -154,6 +172,28 @@ def _bounded_reader() -> type[gguf.GGUFReader]:
     from gguf import GGUFReader, GGUFValueType
 
     class BoundedReader(GGUFReader):
+        def __init__(self, path: str) -> None:
+            self.elements_read = 0  # array elements of the metadata, all arrays together
+            self.string_bytes_read = 0  # bytes of every string, together
+            super().__init__(path)
+
+        def _get_str(self, offset: int) -> tuple[np.ndarray, np.ndarray]:
+            length = int(self._get(offset, np.uint64)[0])
+            if offset + 8 + length > len(self.data):  # `_get` names the end of the file
+                return super()._get_str(offset)
+            self.string_bytes_read += length
+            if length > MAX_STRING_BYTES or self.string_bytes_read > MAX_METADATA_BYTES:
+                bound, what = (
+                    (MAX_STRING_BYTES, f"a string of {length:,} bytes")
+                    if length > MAX_STRING_BYTES
+                    else (MAX_METADATA_BYTES, f"{self.string_bytes_read:,} bytes of strings")
+                )
+                raise _OutOfBounds(
+                    f"its header holds {what} at byte {offset}, past zoo's bound of "
+                    f"{bound:,} bytes ({BOUND_HINT})"
+                )
+            return super()._get_str(offset)
+
         def _get(
             self,
             offset: int | np.integer,
@@ -164,7 +204,7 @@ def _bounded_reader() -> type[gguf.GGUFReader]:
             size = np.dtype(dtype).itemsize * int(count)
             if int(offset) + size > len(self.data):
                 what = "a tensor's data" if hasattr(self, "data_offset") else "the header"
-                raise _PastTheEnd(
+                raise _OutOfBounds(
                     f"truncated or damaged: {what} needs {size} bytes at byte {offset}, past "
                     f"the end of its {len(self.data)} bytes; an unfinished download? download "
                     "it again"
@@ -181,10 +221,21 @@ def _bounded_reader() -> type[gguf.GGUFReader]:
                 )
                 least = SCALAR_BYTES.get(element, 8 if element == STRING else 12)
                 if count * least > len(self.data) - offset - 12:
-                    raise _PastTheEnd(
+                    raise _OutOfBounds(
                         f"an array at byte {offset} claims {count} elements, more than the "
                         f"{len(self.data) - offset - 12} bytes after it can hold: the file is "
                         "damaged or not a GGUF file"
+                    )
+                self.elements_read += count
+                if count > MAX_ARRAY_ELEMENTS or self.elements_read > MAX_METADATA_ELEMENTS:
+                    bound, what = (
+                        (MAX_ARRAY_ELEMENTS, f"an array of {count:,} elements")
+                        if count > MAX_ARRAY_ELEMENTS
+                        else (MAX_METADATA_ELEMENTS, f"{self.elements_read:,} array elements")
+                    )
+                    raise _OutOfBounds(
+                        f"its metadata holds {what} at byte {offset}, past zoo's bound of "
+                        f"{bound:,} ({BOUND_HINT})"
                     )
             return super()._get_field_parts(int(offset), int(value_type))
 
@@ -215,6 +266,14 @@ def _check_header(path: Path) -> None:
             f"{path}: it claims {tensors} tensors and {entries} metadata entries, more than its "
             f"{size} bytes can hold: the file is damaged or not a GGUF file"
         )
+    for count, bound, what in (
+        (tensors, MAX_TENSORS, "tensors"),
+        (entries, MAX_ENTRIES, "metadata entries"),
+    ):
+        if count > bound:
+            raise GGUFError(
+                f"{path}: it claims {count:,} {what}, past zoo's bound of {bound:,} ({BOUND_HINT})"
+            )
 
 
 def _value(field: gguf.ReaderField) -> GGUFValue:
@@ -240,7 +299,7 @@ def _scalar(value: object) -> GGUFScalar:
 
 def _reason(error: BaseException) -> str:
     """The one-line reason for what the package's reader raised."""
-    if isinstance(error, _PastTheEnd):
+    if isinstance(error, _OutOfBounds):
         return str(error)
     message = str(error.args[0] if isinstance(error, KeyError) and error.args else error)
     message = " ".join(message.split())[:300]
@@ -303,7 +362,7 @@ def read_gguf(path: str | Path) -> GGUFFile:
             for name, field in reader.fields.items()
             if not name.startswith("GGUF.")  # the header, as the reader lists it
         }
-    except (*READER_ERRORS, _PastTheEnd) as error:
+    except (*READER_ERRORS, _OutOfBounds) as error:
         raise GGUFError(f"{path}: {_reason(error)}") from None
     size, alignment = len(reader.data), int(reader.alignment)
     tensors = {

@@ -41,13 +41,15 @@ from zoo.data.chat.files import (
     read_chat_templates,
 )
 from zoo.data.tokenizers.base import Tokenizer
-from zoo.files import JSONObject, JSONValue, write_text_atomic
+from zoo.files import JSONObject, JSONValue, TooLarge, write_text_atomic
 from zoo.interop.files import CONFIG, INSTALL_HF, json_ids, read_json
 
 if TYPE_CHECKING:
     import tokenizers
 
 TOKENIZER_JSON = "tokenizer.json"
+# the largest real ones (a 262,144-token vocabulary with its merges) are some tens of MB
+MAX_TOKENIZER_JSON_BYTES = 256 * 2**20
 TOKENIZER_CONFIG = "tokenizer_config.json"
 SPECIAL_TOKENS_MAP = "special_tokens_map.json"
 GENERATION_CONFIG = "generation_config.json"
@@ -309,6 +311,12 @@ def read_tokenizer_json(folder: Path) -> tokenizers.Tokenizer:
                 "`AutoTokenizer.from_pretrained(DIR).save_pretrained(DIR)`"
             )
         raise FileNotFoundError(f"{folder} has no {TOKENIZER_JSON}: {DOWNLOAD_HINT}{hint}")
+    if path.stat().st_size > MAX_TOKENIZER_JSON_BYTES:  # read whole by the library
+        raise TooLarge(
+            f"{path} refused: it holds {path.stat().st_size:,} bytes, more than the "
+            f"{MAX_TOKENIZER_JSON_BYTES:,} zoo reads of a {TOKENIZER_JSON}; a real one is far "
+            "smaller, so check that it is the file you meant"
+        )
     try:
         return tokenizers.Tokenizer.from_file(str(path))
     except Exception as error:  # the Rust side raises a bare Exception
