@@ -85,6 +85,11 @@ def test_continue_trains_the_same_adapters_against_the_init_model(runs, capsys):
     assert_same_rows(continued, named)
     assert continued[0]["loss"] == pytest.approx(math.log(2), abs=1e-6)
     assert continued[-1]["metrics"]["rewards/margins"] != 0.0
+    # stopped after step 2 and resumed: the same steps (the --init model rebuilt the same way)
+    init_args = ["--init", init, *LORA, "--checkpoint-every", "1"]
+    train(runs, "resumed", *init_args, "--steps", "2")
+    resumed = train(runs, "resumed", *init_args, "--resume")
+    assert_same_rows(resumed, continued)
     # the adapters went on from the first run's values: the same arrays, moved
     first = load_file(runs["first"] / "adapter" / "adapter_model.safetensors")
     after = load_file(runs["root"] / "continued" / "adapter" / "adapter_model.safetensors")

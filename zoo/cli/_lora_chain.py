@@ -39,6 +39,7 @@ def chained_lora(
     from zoo.lora.chain import adapter_summary, check_continues
     from zoo.lora.quantized import quantize as quantized
     from zoo.lora.targets import OUTPUT_LAYERS
+    from zoo.nn.quantized import quantized_paths
     from zoo.presets import count_params
 
     held = adapter_summary(model)
@@ -51,7 +52,10 @@ def chained_lora(
           "into the base and starts new ones)", file=sys.stderr)  # fmt: skip
     check_continues(model, rank=spec.rank, alpha=spec.alpha, targets=spec.targets,
                     merge_instead="--lora-init merge")  # fmt: skip
-    if quantize:
+    if quantize and quantized_paths(model):
+        print(f"zoo train: the base of --init {init} is int8 already: --quantize {quantize} "
+              "changes nothing", file=sys.stderr)  # fmt: skip
+    elif quantize:
         model = quantized(model, quantize, skip=(*OUTPUT_LAYERS, *train))
     total = sum(leaf.size for leaf in adapter_arrays(model, train).values())
     print(f"zoo train: LoRA trains {total:,} of {count_params(model):,} parameters",
