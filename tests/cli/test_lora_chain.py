@@ -108,3 +108,7 @@ def test_continue_refuses_another_spec_and_lora_init_needs_lora(runs, capsys):
     assert "Traceback" not in err
     assert main([*ARGS, *runs["data"], "--init", init, "--lora-init", "merge", "--out", out]) != 0
     assert "use it with --lora" in capsys.readouterr().err
+    export = str(runs["export"])  # a plain model: nothing to continue or merge
+    assert main([*ARGS, *runs["data"], "--init", export, "--tokenizer", "char", *LORA,
+                 "--lora-init", "continue", "--out", out]) != 0  # fmt: skip
+    assert f"--init {export} has none: drop --lora-init" in capsys.readouterr().err

@@ -89,6 +89,12 @@ def with_adapter_values(model: M, values: list[tuple[Array, Array]]) -> M:
             return node
         lora_a, lora_b = next(remaining)
         assert isinstance(node, LoRALinear | LoRAExperts)
+        if (lora_a.shape, lora_b.shape) != (node.lora_a.shape, node.lora_b.shape):
+            raise ValueError(
+                f"the reference's adapter values are {lora_a.shape} and {lora_b.shape}, the "
+                f"model's adapter {node.lora_a.shape} and {node.lora_b.shape}: take them with "
+                "adapter_values of the model the run starts from"
+            )
         held = (jnp.asarray(lora_a, node.lora_a.dtype), jnp.asarray(lora_b, node.lora_b.dtype))
         return eqx.tree_at(lambda layer: (layer.lora_a, layer.lora_b), node, held)
 
