@@ -225,6 +225,12 @@ NOT_RUN = {
     "rank=8,targets=all-linear --quantize int8 --max-len 512 --batch-size 8 --steps 300 --merge "
     "--out runs/smol-chat": READERS,
     'zoo chat runs/smol-chat --system "You are a concise assistant."': RUN_DIR,
+    # docs/preference.md: SFT with LoRA, then DPO with LoRA from it
+    "zoo train gpt --init hf:HuggingFaceTB/SmolLM2-135M-Instruct --data json:my_chats --lora "
+    "rank=8,alpha=16,targets=all-linear --steps 300 --out runs/sft-lora": READERS,
+    "zoo train gpt --init runs/sft-lora --data json:pairs/ --objective dpo --beta 0.1 --lora "
+    "rank=8,alpha=16,targets=all-linear --precompute-reference --steps 200 --lr 5e-5 --out "
+    "runs/dpo-lora": READERS,
     "zoo export runs/smol-chat --hf runs/smol-chat-hf": RUN_DIR,
     "zoo export runs/smol-chat --hf runs/smol-chat-hf --json": RUN_DIR,
     "zoo train classifier --init runs/rt --data json:my_reviews --freeze embeddings,layers:0-0 "

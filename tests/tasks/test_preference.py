@@ -13,7 +13,7 @@ import pytest
 import zoo
 import zoo.lora
 from zoo.data.chat.preference import PreferencePair, pair_arrays
-from zoo.tasks import Preference, PreferenceLoss, answer_logps, with_reference
+from zoo.tasks import Preference, PreferenceLoss, adapter_values, answer_logps, with_reference
 from zoo.tasks.preference_loss import pair_losses
 
 LOGPS = np.array([[-3.0, -5.0], [-4.0, -2.5]], np.float32)  # policy: (chosen, rejected)
@@ -161,6 +161,41 @@ def test_reference_modes_agree_at_the_start():
     fresh = zoo.lora.apply(base, rank=2, alpha=4, targets="attention", key=jax.random.key(3))
     off_fresh, _ = Preference(reference="adapters")(fresh, batches.batch(0))
     assert float(off_fresh) == pytest.approx(math.log(2), rel=1e-6)
+
+
+def test_a_continued_adapter_is_compared_with_the_model_it_started_from():
+    """reference_adapters: the reference is the starting model (base + its adapters' starting
+    values), as a frozen copy of that model gives, not the base with the adapters off."""
+    from tests.lora.helpers import randomize_adapters
+
+    base = tiny_model()
+    adapted = zoo.lora.apply(base, rank=2, alpha=4, targets="attention", key=jax.random.key(3))
+    start = randomize_adapters(adapted, seed=1)  # a trained adapter: B is not zero
+    policy = randomize_adapters(adapted, seed=2)  # the same adapter trained further
+    task = Preference(
+        PreferenceLoss(beta=0.5),
+        reference="adapters",
+        reference_adapters=adapter_values(start),
+    )
+    batches = zoo.data.ArrayBatches(one_batch(), batch_size=2, shuffle=False)
+    loss, _ = task(policy, batches.batch(0))
+    frozen_copy, _ = Preference(PreferenceLoss(beta=0.5))(
+        policy, with_reference(batches, start).batch(0)
+    )
+    base_reference, _ = Preference(PreferenceLoss(beta=0.5), reference="adapters")(
+        policy, batches.batch(0)
+    )
+    assert float(loss) == pytest.approx(float(frozen_copy), rel=1e-6)
+    assert abs(float(loss) - float(base_reference)) > 1e-3
+    at_start, _ = task(start, batches.batch(0))
+    assert float(at_start) == pytest.approx(math.log(2), rel=1e-6)
+    # the policy's adapters are what the gradient reaches: the reference's values are constants
+    grads = eqx.filter_grad(lambda model: task.statistics(model, batches.batch(0)).loss_sum)(policy)
+    assert all(
+        float(jnp.abs(layer.lora_b).max()) > 0 for layer in zoo.lora.lora_layers(grads).values()
+    )
+    with pytest.raises(ValueError, match="LoRA adapters"):
+        task(base, batches.batch(0))  # no adapters to hold the values
 
 
 def test_accumulated_step_equals_the_whole_batch():

@@ -330,3 +330,48 @@ def llama_of(vocab_size: int):
         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
     )  # fmt: skip
     return transformers.LlamaForCausalLM(config)
+
+
+def test_a_continued_adapter_has_trl_reference(models, batch, tmp_path):
+    """TRL's `DPOTrainer` given a `PeftModel` (no `ref_model`, no `peft_config`) trains its
+    adapter further and compares it with a frozen copy of the adapter ("ref"): the reference is
+    the SFT model, not the base. zoo's `reference_adapters` gives TRL's loss and metrics."""
+    peft = pytest.importorskip("peft")
+    from zoo.tasks import adapter_values
+
+    policy_pt = llama(0)
+    config = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+                             lora_dropout=0.0)  # fmt: skip
+    sft_pt = peft.get_peft_model(policy_pt, config)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # a trained adapter: B is not zero
+        for name, parameter in sft_pt.named_parameters():
+            if "lora_B" in name:
+                parameter.copy_(0.3 * torch.randn(parameter.shape, generator=generator))
+    sft_pt.save_pretrained(tmp_path / "sft")
+    trainer = dpo_trainer(sft_pt, None, "sigmoid", 0.3)
+    assert "ref" in trainer.model.peft_config  # TRL's frozen copy of the adapter
+    with torch.no_grad():  # the adapter trained further: TRL's "default" moves, "ref" stays
+        for name, parameter in trainer.model.named_parameters():
+            if "lora_B.default" in name:
+                parameter.add_(0.2 * torch.randn(parameter.shape, generator=generator))
+    trainer.model.save_pretrained(tmp_path / "moved")  # the "default" adapter only
+    expected_loss, expected = trl_dpo_loss(trainer, batch)
+
+    base = models[2]
+    sft = zoo.lora.load_adapter(base, tmp_path / "sft")
+    policy = zoo.lora.load_adapter(base, tmp_path / "moved")
+    task = Preference(
+        PreferenceLoss(beta=0.3), reference="adapters", reference_adapters=adapter_values(sft)
+    )
+    value, metrics = task(policy, {k: jnp.asarray(v) for k, v in batch.items()})
+    expected_loss = expected_loss.detach()
+    assert abs(float(expected_loss) - np.log(2)) > 1e-3  # the adapter moved from the reference
+    assert float(value) == pytest.approx(float(expected_loss), rel=1e-5)
+    for name in METRICS:
+        assert float(metrics[name]) == pytest.approx(expected[name], rel=1e-4, abs=1e-5)
+    # the base as reference (the adapters off) is another number
+    off, _ = Preference(PreferenceLoss(beta=0.3), reference="adapters")(
+        policy, {k: jnp.asarray(v) for k, v in batch.items()}
+    )
+    assert abs(float(off) - float(expected_loss)) > 1e-3

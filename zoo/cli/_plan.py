@@ -55,6 +55,7 @@ class TrainPlan:
     lora: LoRASpec | None  # --lora, parsed
     quantize: str | None  # --quantize (with --lora)
     merge: bool  # --merge (with --lora)
+    lora_init: str | None  # --lora-init continue|merge (with --lora; None: continue)
     loop: LoopSettings  # --log-every, --eval-every, --eval-limit, --checkpoint-every, --keep, ...
     precision: str
     accumulate: int
@@ -113,6 +114,7 @@ def plan(args: argparse.Namespace) -> TrainPlan:
         lora=_lora_spec(args),
         quantize=args.quantize,
         merge=args.merge,
+        lora_init=getattr(args, "lora_init", None),
         loop=LoopSettings(
             log_every=args.log_every,
             eval_every=args.eval_every,
@@ -181,6 +183,11 @@ def _freeze_spec(args: argparse.Namespace) -> str | None:
 def _lora_spec(args: argparse.Namespace) -> LoRASpec | None:
     """`--lora`, parsed; `--merge` and `--quantize` only go with it."""
     if not args.lora:
+        if getattr(args, "lora_init", None):
+            raise ValueError(
+                "--lora-init continue|merge says how --lora goes on from the adapters of a LoRA "
+                "run given to --init: use it with --lora"
+            )
         if args.merge:
             raise ValueError("--merge folds LoRA adapters into the weights: use it with --lora")
         if args.quantize:

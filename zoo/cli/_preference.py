@@ -8,10 +8,15 @@ The data is rows of `prompt` / `chosen` / `rejected` (`zoo.data.chat.preference`
 - `--reference RUN_OR_FOLDER`: that model (a zoo run, an HF folder, `hf:NAME`), with the
   same tokenizer as the trained one;
 - with `--lora`: the trained model with its adapters off (the frozen base, no second copy);
+  when the adapters came with `--init` (a LoRA run) and train further (`--lora-init
+  continue`), the model with its adapters at their starting values: the `--init` model, as
+  TRL's frozen copy of a `PeftModel`'s adapter (after `--lora-init merge`, the new adapters
+  off leave the merged `--init` model);
 - otherwise a frozen copy of the starting weights.
 
 `--precompute-reference` combines with `--reference` (whose numbers it stores) and with LoRA
-(the base's numbers). SimPO and ORPO read no reference.
+(the base's numbers); the numbers are kept in the run folder for `--resume`
+(`zoo.cli._reference_pass`). SimPO and ORPO read no reference.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import argparse
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import equinox as eqx
@@ -181,13 +187,29 @@ def preference_setup(
     train: BatchSource,
     evaluation: BatchSource | None,
     tokenizer: Tokenizer | None,
+    *,
+    continued: bool = False,
+    out: Path | None = None,
+    progress: bool = True,
 ) -> tuple[Preference, BatchSource, BatchSource | None]:
     """`(task, train batches, eval batches)` of a preference run training `model` on batches
     encoded by `tokenizer`: the loss, and the reference's log-probabilities added to the
-    batches or taken from the adapters-off model."""
+    batches or taken from the model with its adapters off (or, `continued`: its adapters
+    continue from an `--init` LoRA run, at their starting values).
+
+    Args:
+        options: the loss and its reference (`--reference`, `--precompute-reference`).
+        model: the model as training starts.
+        train: the training pairs.
+        evaluation: the held-out pairs (None: none).
+        tokenizer: the trained model's tokenizer (a `--reference` must share it).
+        continued: `model`'s adapters came with `--init` and train further.
+        out: the run folder, where precomputed numbers are kept (None: not kept).
+        progress: a progress bar for the reference pass on a terminal.
+    """
     from zoo.cli._load import read_model
     from zoo.nn.lora import has_lora
-    from zoo.tasks.preference import Preference
+    from zoo.tasks.preference import Preference, adapter_values, adapters_off
     from zoo.tasks.preference_reference import with_reference
 
     loss = preference_loss(options)
@@ -199,12 +221,21 @@ def preference_setup(
         reference, reference_tokenizer = read_model(options.reference, option="--reference")
         _check_reference_tokenizer(options.reference, reference, reference_tokenizer, tokenizer)
         where = options.reference
+    elif lora and continued:  # TRL: a frozen copy of the PeftModel's adapter ("ref")
+        where = "the --init model (its LoRA adapters at their starting values)"
+        if not options.precompute_reference:
+            print(f"zoo train: reference: {where}", file=sys.stderr)
+            values = adapter_values(model)
+            return (
+                Preference(loss, reference="adapters", reference_adapters=values),
+                train,
+                evaluation,
+            )
+        reference = model
     elif lora:
         if not options.precompute_reference:
             print("zoo train: reference: the base with the LoRA adapters off", file=sys.stderr)
             return Preference(loss, reference="adapters"), train, evaluation
-        from zoo.tasks.preference import adapters_off
-
         reference, where = adapters_off(model), "the base (LoRA adapters off)"
     else:
         reference, where = model, "a frozen copy of the starting weights"
@@ -213,9 +244,15 @@ def preference_setup(
     precompute = options.precompute_reference
     how = "precomputed once" if precompute else "on the fly"
     print(f"zoo train: reference: {where}, {how}", file=sys.stderr)
-    train = with_reference(train, reference, precompute=precompute)
+    if precompute:
+        from zoo.cli._reference_pass import precomputed
+
+        splits = {"train": train} | ({} if evaluation is None else {"validation": evaluation})
+        done = precomputed(splits, reference, out=out, progress=progress)
+        return Preference(loss), done["train"], done.get("validation")
+    train = with_reference(train, reference)
     if evaluation is not None:
-        evaluation = with_reference(evaluation, reference, precompute=precompute)
+        evaluation = with_reference(evaluation, reference)
     return Preference(loss), train, evaluation
 
 

@@ -29,6 +29,7 @@ from zoo.cli._config_file import enable_config_file
 from zoo.cli._datasets import add_data_options, data_scheme, resolve_data
 from zoo.cli._load import HUB
 from zoo.cli._lora import finish_run, trained_prefixes, with_lora
+from zoo.cli._lora_chain import chained_lora
 from zoo.cli._mesh import add_mesh_option
 from zoo.cli._mixing import Datasets
 from zoo.cli._plan import TrainPlan, fill_defaults, plan
@@ -36,6 +37,8 @@ from zoo.cli._run_dir import check_resume, record_run, resumed_tokenizer
 from zoo.cli._samples import with_samples
 from zoo.data.tokenizers.base import Tokenizer
 from zoo.distributed.hosts import is_writer
+from zoo.lora.chain import DEFAULT_LORA_INIT
+from zoo.nn.lora import has_lora
 from zoo.presets import count_params
 from zoo.tasks.base import Task
 from zoo.train.checkpoint import list_checkpoints
@@ -72,6 +75,12 @@ def register(commands) -> None:
         "--lora",
         metavar="SPEC",
         help="train LoRA adapters only, e.g. rank=8,alpha=16,targets=attention (see zoo.lora)",
+    )
+    parser.add_argument(
+        "--lora-init",
+        choices=("continue", "merge"),
+        help="with --lora and an --init whose model has LoRA adapters (a LoRA run): continue "
+        "(default, as TRL) trains them further, merge folds them into the base and starts new ones",
     )
     parser.add_argument(
         "--merge", action="store_true", help="with --lora: also save the merged model in DIR"
@@ -195,9 +204,12 @@ def execute(plan: TrainPlan) -> int:
         preference = plan.objective.preference
         task: Task
         if preference is not None:  # the reference's numbers join the batches
+            continued = has_lora(built.model) and plan.lora is not None and (
+                plan.lora_init or DEFAULT_LORA_INIT) == "continue"  # fmt: skip
             task, train, evaluation = _preference.preference_setup(
-                preference, model, train, evaluation, data.tokenizer
-            )
+                preference, model, train, evaluation, data.tokenizer,
+                continued=continued, out=plan.out if writes else None,
+                progress=plan.loop.progress)  # fmt: skip
         else:
             task = make_task(plan.model.flavor, plan.objective, model, data.tokenizer)
         trainer = Trainer(
@@ -264,8 +276,19 @@ def _trainable(
     if plan.lora is None:
         return model, optimizer, ()
     train = trained_prefixes(plan.lora, plan.model.flavor, built.fresh_parts)
+    key = jax.random.fold_in(model_key, 1)
+    if has_lora(model):  # --init of a LoRA run: its adapters continue, or merge
+        model, adapted = chained_lora(model, optimizer, plan.lora, train=train, key=key,
+                                      mode=plan.lora_init or DEFAULT_LORA_INIT,
+                                      init=plan.model.init, quantize=plan.quantize)  # fmt: skip
+        return model, adapted, train
+    if plan.lora_init is not None:
+        raise ValueError(
+            f"--lora-init {plan.lora_init} says what becomes of the LoRA adapters of --init, and "
+            f"--init {plan.model.init} has none: drop --lora-init"
+        )
     model, adapted = with_lora(model, optimizer, plan.lora, train=train, quantize=plan.quantize,
-                               key=jax.random.fold_in(model_key, 1))  # fmt: skip
+                               key=key)  # fmt: skip
     return model, adapted, train
 
 

@@ -17,7 +17,13 @@ from zoo.tasks.base import TASK_FOR_FLAVOR, Stats, Task, token_losses
 from zoo.tasks.classification import Classification
 from zoo.tasks.language_modeling import LanguageModeling
 from zoo.tasks.masked_lm import MaskedLanguageModeling, mask_tokens
-from zoo.tasks.preference import Preference, adapters_off, answer_logps
+from zoo.tasks.preference import (
+    Preference,
+    adapter_values,
+    adapters_off,
+    answer_logps,
+    with_adapter_values,
+)
 from zoo.tasks.preference_loss import PreferenceLoss
 from zoo.tasks.preference_reference import precompute_reference, with_reference
 from zoo.tasks.translation import Translation
@@ -39,11 +45,13 @@ __all__ = [
     "Stats",
     "Task",
     "Translation",
+    "adapter_values",
     "adapters_off",
     "answer_logps",
     "for_flavor",
     "mask_tokens",
     "precompute_reference",
     "token_losses",
+    "with_adapter_values",
     "with_reference",
 ]

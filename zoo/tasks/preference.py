@@ -21,7 +21,10 @@ Where the reference log-probabilities come from (`reference=`):
   (`zoo.tasks.with_reference`: a copy of the starting weights or any model with the same
   tokenizer, on the fly or precomputed once);
 - `"adapters"`: the trained model itself with its LoRA adapters off, inside the step: the base
-  is the reference and no second copy is held.
+  is the reference and no second copy is held. With `reference_adapters` (an `adapter_values`
+  of the starting model), the adapters hold those values instead of being off: the reference of
+  an adapter that continues training is the model it started from (TRL copies the adapter of a
+  `PeftModel` into a frozen "ref" adapter for the same reason); only the adapters are kept twice.
 
 SimPO and ORPO read no reference. Metrics (TRL's names): `rewards/chosen`, `rewards/rejected`,
 `rewards/accuracies` (the headline), `rewards/margins`, `logps/chosen`, `logps/rejected`, and for
@@ -33,12 +36,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar, TypeVar
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
-from zoo.nn.lora import is_lora
+from zoo.nn.lora import LoRAExperts, LoRALinear, is_lora
 from zoo.nn.moe import RouterStats
 from zoo.tasks.base import LanguageModel, Stats, Task, check_ids, example_keys
 from zoo.tasks.positions import check_loss_positions, scored_only
@@ -56,6 +60,45 @@ def adapters_off(model: M) -> M:
     return jax.tree_util.tree_map(
         lambda node: node.base if is_lora(node) else node, model, is_leaf=is_lora
     )
+
+
+def _is_adapter(node: object) -> bool:
+    return isinstance(node, LoRALinear | LoRAExperts)
+
+
+def adapter_values(model: object) -> list[tuple[Array, Array]]:
+    """The `(lora_a, lora_b)` of every adapter of `model` (linear layers and experts), in
+    pytree order: what `with_adapter_values` puts back."""
+    nodes = jax.tree_util.tree_leaves(model, is_leaf=_is_adapter)
+    return [(node.lora_a, node.lora_b) for node in nodes if _is_adapter(node)]
+
+
+def with_adapter_values(model: M, values: list[tuple[Array, Array]]) -> M:
+    """`model` with its adapters holding `values` (from `adapter_values` of a model with the same
+    adapters), each cast to the dtype the model's adapter has now; every other array is shared."""
+    found = len(adapter_values(model))
+    if found != len(values):
+        raise ValueError(
+            f"the model has {found} LoRA adapters and the reference's values {len(values)}: take "
+            "them with adapter_values of the model the run starts from"
+        )
+    remaining = iter(values)
+
+    def swap(node: object) -> object:
+        if not _is_adapter(node):
+            return node
+        lora_a, lora_b = next(remaining)
+        assert isinstance(node, LoRALinear | LoRAExperts)
+        if (lora_a.shape, lora_b.shape) != (node.lora_a.shape, node.lora_b.shape):
+            raise ValueError(
+                f"the reference's adapter values are {lora_a.shape} and {lora_b.shape}, the "
+                f"model's adapter {node.lora_a.shape} and {node.lora_b.shape}: take them with "
+                "adapter_values of the model the run starts from"
+            )
+        held = (jnp.asarray(lora_a, node.lora_a.dtype), jnp.asarray(lora_b, node.lora_b.dtype))
+        return eqx.tree_at(lambda layer: (layer.lora_a, layer.lora_b), node, held)
+
+    return jax.tree_util.tree_map(swap, model, is_leaf=_is_adapter)
 
 
 def _rows(values: Array) -> Array:
@@ -135,7 +178,10 @@ class Preference(Task[LanguageModel]):
     Args:
         loss: the loss and its settings (default: DPO's sigmoid loss, beta 0.1).
         reference: "batch" (the batch's `reference_logps`) or "adapters" (the model with its
-            LoRA adapters off).
+            LoRA adapters off, or holding `reference_adapters`).
+        reference_adapters: with `reference="adapters"`, the adapters' values the reference
+            holds (`adapter_values` of the starting model: it is the reference, as when an
+            adapter trained before continues); None: the adapters off, the base is the reference.
     """
 
     flavor = "gpt"
@@ -148,13 +194,29 @@ class Preference(Task[LanguageModel]):
     }
     optional: ClassVar[dict[str, str]] = {"loss_positions": "[batch, 2, capacity]"}
 
-    def __init__(self, loss: PreferenceLoss | None = None, *, reference: str = "batch"):
+    def __init__(
+        self,
+        loss: PreferenceLoss | None = None,
+        *,
+        reference: str = "batch",
+        reference_adapters: list[tuple[Array, Array]] | None = None,
+    ):
         if loss is not None and not isinstance(loss, PreferenceLoss):
             raise TypeError(f"loss must be a zoo.tasks.PreferenceLoss, got {type(loss).__name__}")
         if reference not in REFERENCES:
             raise ValueError(f"reference must be one of {REFERENCES}, got {reference!r}")
+        if reference_adapters is not None and reference != "adapters":
+            raise ValueError("reference_adapters go with reference='adapters'")
         self.loss = loss or PreferenceLoss()
         self.reference = reference
+        self.reference_adapters = reference_adapters
+
+    def reference_model(self, model: LanguageModel) -> LanguageModel:
+        """The reference of `reference="adapters"`: `model` with its adapters off, or holding
+        `reference_adapters`."""
+        if self.reference_adapters is None:
+            return adapters_off(model)
+        return with_adapter_values(model, self.reference_adapters)
 
     def statistics(
         self,
@@ -169,7 +231,7 @@ class Preference(Task[LanguageModel]):
         reference = None
         if loss.needs_reference:
             if self.reference == "adapters":
-                reference, _ = answer_logps(adapters_off(model), batch)
+                reference, _ = answer_logps(self.reference_model(model), batch)
                 reference = jax.lax.stop_gradient(reference)
             elif REFERENCE_KEY in batch:
                 reference = jnp.asarray(batch[REFERENCE_KEY], jnp.float32)

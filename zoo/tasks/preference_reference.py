@@ -10,7 +10,7 @@ numbers, batch for batch.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import equinox as eqx
 import jax
@@ -53,23 +53,57 @@ class ReferenceBatches:
         return (self.batch(step) for step in range(len(self)))
 
 
-def precompute_reference(batches: ArrayBatches, reference: LanguageModel) -> ArrayBatches:
-    """A copy of `batches` whose arrays hold the reference's `reference_logps` of every pair,
-    computed once, a batch of rows at a time in the data's order."""
-    arrays = dict(batches.arrays)
+def reference_numbers(
+    batches: ArrayBatches, reference: LanguageModel, *, progress: Callable[[], object] | None = None
+) -> np.ndarray:
+    """`float32[examples, 2]`: the reference's `reference_logps` of every pair of `batches`, in
+    the arrays' order, a batch of rows at a time (`progress()` is called after each batch).
+
+    Each batch is dispatched before the previous one is read back, so the device never waits
+    for the host between batches (as an evaluation's pass).
+    """
+    arrays = batches.arrays
     count, size = batches.num_examples, batches.batch_size
-    parts = []
+    parts: list[jax.Array] = []
     for start in range(0, count, size):
         rows = np.arange(start, min(start + size, count))
         if len(rows) < size:  # the last rows: padded with the first, so one shape compiles
             rows = np.concatenate([rows, np.zeros(size - len(rows), rows.dtype)])
         chunk = {name: arrays[name][rows] for name in ("tokens", "loss_mask", "lengths")}
-        parts.append(reference_logps(reference, chunk))
-    arrays[REFERENCE_KEY] = np.concatenate(parts)[:count]
+        parts.append(_reference_logps(reference, chunk))
+        if len(parts) > 1:
+            parts[-2].block_until_ready()
+            if progress is not None:
+                progress()
+    if parts:
+        parts[-1].block_until_ready()
+        if progress is not None:
+            progress()
+    numbers = np.concatenate([np.asarray(part, np.float32) for part in parts])
+    return numbers[:count]
+
+
+def with_reference_numbers(batches: ArrayBatches, numbers: np.ndarray) -> ArrayBatches:
+    """A copy of `batches` whose arrays hold `numbers` (`[examples, 2]`, from
+    `reference_numbers`) as each pair's `reference_logps`."""
+    if numbers.shape != (batches.num_examples, 2):
+        raise ValueError(
+            f"reference numbers must be [examples, 2] = ({batches.num_examples}, 2), got "
+            f"{numbers.shape}"
+        )
     copy = ArrayBatches.__new__(ArrayBatches)
     copy.__dict__.update(vars(batches))
-    copy.arrays = arrays
+    copy.arrays = {**batches.arrays, REFERENCE_KEY: np.asarray(numbers, np.float32)}
     return copy
+
+
+def precompute_reference(
+    batches: ArrayBatches, reference: LanguageModel, *, progress: Callable[[], object] | None = None
+) -> ArrayBatches:
+    """A copy of `batches` whose arrays hold the reference's `reference_logps` of every pair,
+    computed once, a batch of rows at a time in the data's order (`progress()` after each)."""
+    numbers = reference_numbers(batches, reference, progress=progress)
+    return with_reference_numbers(batches, numbers)
 
 
 def with_reference(
