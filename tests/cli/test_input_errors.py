@@ -110,7 +110,10 @@ def test_a_read_only_out_directory(tmp_path, capsys, monkeypatch):
     ("option", "message"),
     [
         (["--lr", "nan"], "--lr: nan is not a finite number > 0"),
-        (["--clip-norm", "-1"], "--clip-norm: -1 is not a finite number >= 0 (0 turns clipping off)"),
+        (
+            ["--clip-norm", "-1"],
+            "--clip-norm: -1 is not a finite number >= 0 (0 turns clipping off)",
+        ),
     ],
 )
 def test_training_numbers_are_checked(tmp_path, capsys, option, message):
