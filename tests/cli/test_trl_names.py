@@ -4,6 +4,10 @@ nearest flag where zoo has no such option, every bad key at once."""
 
 from __future__ import annotations
 
+import argparse
+import re
+from pathlib import Path
+
 import pytest
 
 from zoo.cli import build_parser, main
@@ -73,19 +77,33 @@ def test_every_bad_key_is_refused_at_once_each_with_its_reason(tmp_path, capsys)
 
 
 def test_the_tables_name_flags_that_exist_and_keep_apart():
-    flags = {action.dest for action in _train_parser()._actions if action.option_strings}
+    train = _commands()["train"]
+    flags = {action.dest for action in train._actions if action.option_strings}
     assert {alias.flag for alias in ALIASES.values()} <= flags
     assert not (set(ALIASES) | set(NOT_OFFERED)) & flags  # a zoo flag's name is zoo's
     assert set(SAME_AS_ZOO) <= set(NOT_OFFERED)  # other values are refused with a reason
     assert not set(ALIASES) & set(NOT_OFFERED)
 
 
-def _train_parser():
-    import argparse
-
-    commands = next(
-        action
+def _commands() -> dict[str, argparse.ArgumentParser]:
+    """Each `zoo` command's parser by name."""
+    return next(
+        action.choices
         for action in build_parser()._actions
         if isinstance(action, argparse._SubParsersAction)
     )
-    return commands.choices["train"]
+
+
+def test_the_coming_from_trl_page_names_real_flags_and_every_name_of_the_tables():
+    page = (Path(__file__).resolve().parents[2] / "docs" / "coming-from-trl.md").read_text()
+    flags = {
+        string
+        for parser in _commands().values()
+        for action in parser._actions
+        for string in action.option_strings
+    }
+    named = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*[a-z]", page))
+    assert named - flags == set()
+    assert {"--epochs", "--gradient-checkpointing", "--lr", "--accumulate"} <= named
+    for name in [*ALIASES, *NOT_OFFERED]:
+        assert f"`{name}`" in page, name
