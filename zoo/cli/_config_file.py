@@ -109,7 +109,6 @@ def read_config(path: str, parser: argparse.ArgumentParser) -> dict[str, object]
     said in one line). Every bad key is refused at once, one line each."""
     values = load_config_file(path)
     actions = {action.dest: action for action in parser._actions if action.option_strings}
-    flags = sorted("--" + name.replace("_", "-") for name in actions if name not in NOT_OPTIONS)
     checked: dict[str, object] = {}
     setters: dict[str, tuple[object, object]] = {}  # dest -> the key and value that set it
     aliased: list[str] = []
@@ -126,7 +125,7 @@ def read_config(path: str, parser: argparse.ArgumentParser) -> dict[str, object]
             if dest not in NOT_OPTIONS and dest in actions:
                 converted = _convert(actions[dest], value, key, path)
             else:
-                dest, converted = _trl_key(str(key), value, flags, actions, path)
+                dest, converted = _trl_key(str(key), value, actions, path)
                 if converted != actions[dest].default:
                     aliased.append(f"{key} -> --{dest.replace('_', '-')}")
         except ValueError as error:
@@ -152,7 +151,7 @@ def read_config(path: str, parser: argparse.ArgumentParser) -> dict[str, object]
 
 
 def _trl_key(
-    key: str, value: object, flags: list[str], actions: Mapping[str, argparse.Action], path: str
+    key: str, value: object, actions: Mapping[str, argparse.Action], path: str
 ) -> tuple[str, object]:
     """The zoo flag (dest) and value of the TRL/HF name `key`; ValueError for a key that names
     neither, with the reason or the closest flag."""
