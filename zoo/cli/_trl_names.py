@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from zoo.cli._config_load import shown
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Alias:
     """A TRL/HF name of a zoo flag, and how its values read."""
 
@@ -39,35 +39,37 @@ SCHEDULES: dict[object, object] = {"cosine": "cosine", "constant": "constant", "
              "inverse_sqrt": "inverse_sqrt"}  # fmt: skip
 
 ALIASES: dict[str, Alias] = {
-    "learning_rate": Alias("lr"),
-    "per_device_train_batch_size": Alias("batch_size"),
-    "gradient_accumulation_steps": Alias("accumulate"),
-    "num_train_epochs": Alias("epochs"),
-    "max_steps": Alias("steps", unset=(-1,)),  # HF's -1: not set, the epochs decide
-    "max_length": Alias("max_len"),
-    "max_seq_length": Alias("max_len"),  # TRL's name before 0.20
-    "max_prompt_length": Alias("max_prompt_len"),
-    "max_completion_length": Alias("max_completion_len"),
-    "warmup_steps": Alias("warmup"),
-    "lr_scheduler_type": Alias("schedule", SCHEDULES),
-    "loss_type": Alias("objective", LOSS_TYPES),
-    "max_grad_norm": Alias("clip_norm"),
-    "label_smoothing_factor": Alias("label_smoothing"),
-    "logging_steps": Alias("log_every"),
-    "eval_steps": Alias("eval_every"),
-    "save_steps": Alias("checkpoint_every"),
-    "save_total_limit": Alias("keep"),
-    "output_dir": Alias("out"),
-    "model_name_or_path": Alias("init"),
-    "dataset_text_field": Alias("text_column"),
-    "packing": Alias("pack"),
-    "chat_template_path": Alias("template"),
-    "completion_only_loss": Alias("train_on", {True: "completion", False: "all"}),
-    "assistant_only_loss": Alias("train_on", {True: "assistant"}, unset=(False,)),
-    "precompute_ref_log_probs": Alias("precompute_reference"),
-    "bf16": Alias("precision", {True: "bf16", False: "fp32"}),
-    "report_to": Alias("log", {"none": [], "tensorboard": ["tensorboard"], "wandb": ["wandb"]}),
-    "resume_from_checkpoint": Alias("resume", {True: True, False: False}),
+    "learning_rate": Alias(flag="lr"),
+    "per_device_train_batch_size": Alias(flag="batch_size"),
+    "gradient_accumulation_steps": Alias(flag="accumulate"),
+    "num_train_epochs": Alias(flag="epochs"),
+    "max_steps": Alias(flag="steps", unset=(-1,)),  # HF's -1: not set, the epochs decide
+    "max_length": Alias(flag="max_len"),
+    "max_seq_length": Alias(flag="max_len"),  # the name in older TRL
+    "max_prompt_length": Alias(flag="max_prompt_len"),
+    "max_completion_length": Alias(flag="max_completion_len"),
+    "warmup_steps": Alias(flag="warmup"),
+    "lr_scheduler_type": Alias(flag="schedule", values=SCHEDULES),
+    "loss_type": Alias(flag="objective", values=LOSS_TYPES),
+    "max_grad_norm": Alias(flag="clip_norm"),
+    "label_smoothing_factor": Alias(flag="label_smoothing"),
+    "logging_steps": Alias(flag="log_every"),
+    "eval_steps": Alias(flag="eval_every"),
+    "save_steps": Alias(flag="checkpoint_every"),
+    "save_total_limit": Alias(flag="keep"),
+    "output_dir": Alias(flag="out"),
+    "model_name_or_path": Alias(flag="init"),
+    "dataset_text_field": Alias(flag="text_column"),
+    "packing": Alias(flag="pack"),
+    "chat_template_path": Alias(flag="template"),
+    "completion_only_loss": Alias(flag="train_on", values={True: "completion", False: "all"}),
+    "assistant_only_loss": Alias(flag="train_on", values={True: "assistant"}, unset=(False,)),
+    "precompute_ref_log_probs": Alias(flag="precompute_reference"),
+    "bf16": Alias(flag="precision", values={True: "bf16", False: "fp32"}),
+    "report_to": Alias(
+        flag="log", values={"none": [], "tensorboard": ["tensorboard"], "wandb": ["wandb"]}
+    ),
+    "resume_from_checkpoint": Alias(flag="resume", values={True: True, False: False}),
 }
 
 # names zoo has no option for: why, or the flag that does the nearest thing
