@@ -5,12 +5,15 @@ hold several."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, is_dataclass
 
 import pytest
 
+from zoo import presets
 from zoo.records import (
     FrozenMap,
+    field_types,
     from_data,
     get_path,
     replace_path,
@@ -98,3 +101,54 @@ def test_a_frozen_map_is_a_mapping_that_hashes():
     assert hash(changes) == hash(FrozenMap([("a.b", 1), ("c", None)]))
     with pytest.raises(ValueError, match="a key is given twice"):
         FrozenMap([("a", 1), ("a", 2)])
+
+
+@dataclass(frozen=True, kw_only=True)
+class Bounded:
+    rate: float = 0.5  # checked: in [0, 1)
+    scale: float = 1.0  # not checked
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.rate < 1.0:
+            raise ValueError(f"rate must be in [0, 1), got {self.rate}")
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_a_non_finite_number_is_refused_with_the_fields_range(bad):
+    with pytest.raises(
+        ValueError, match=rf"rate={bad} is not a finite number \(rate must be in \[0, 1\)\)$"
+    ):
+        replace_path(Bounded(), "rate", bad)
+    # a field whose record checks nothing (inf passed every `>=` test) is refused all the same
+    with pytest.raises(ValueError, match=rf"scale={bad} is not a finite number; scale takes a"):
+        replace_path(Bounded(), "scale", bad)
+    with pytest.raises(ValueError, match=rf"rate={bad} is not a finite number \(rate must be"):
+        from_data(Bounded, {"rate": bad})  # a config file read back
+    with pytest.raises(ValueError, match="sizes takes finite numbers"):
+        replace_path(Root(), "leaf.sizes", [1.0, bad])
+    with pytest.raises(ValueError, match="rate='nan' is text; rate takes a number"):
+        replace_path(Root(), "leaf.rate", "nan")  # never a TypeError from `<` inside the record
+
+
+def float_fields(record: object, prefix: str = "") -> list[str]:
+    """The dotted path of every float field of the record tree `record`."""
+    paths = []
+    for name, hint in field_types(type(record)).items():
+        value = getattr(record, name)
+        if is_dataclass(value) and not isinstance(value, type):
+            paths += float_fields(value, f"{prefix}{name}.")
+        elif "float" in str(hint):
+            paths.append(prefix + name)
+    return paths
+
+
+@pytest.mark.parametrize("preset", ["mixtral-tiny", "gemma-3-tiny", "classifier-tiny",
+                                    "translator-tiny", "phi-3-tiny"])  # fmt: skip
+def test_every_float_field_of_a_models_config_refuses_nan_and_infinities(preset):
+    config = presets.get(preset).config
+    paths = float_fields(config)
+    assert "init_std" in paths and "layers.block.norm.eps" in paths
+    for path in paths:
+        for bad in (math.nan, math.inf, -math.inf):
+            with pytest.raises(ValueError, match=f"={bad} is not a finite number"):
+                config.replace(**{path: bad})

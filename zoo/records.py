@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
+import re
 import types
 import typing
 from collections.abc import Iterator, Mapping, Sequence
@@ -141,7 +143,7 @@ def _replaced(record: object, changes: Mapping[str, object]) -> object:
         if rest:
             nested.setdefault(name, {})[rest] = value
         else:
-            direct[name] = coerce(fields[name], value, name)
+            direct[name] = field_value(record, name, fields[name], value)
     for name, inner_changes in nested.items():
         inner = direct.get(name, getattr(record, name))
         if inner is None:
@@ -181,12 +183,21 @@ def _is_number_field(hint: object) -> bool:
     return any(member in (int, float) for member in _union_members(hint))
 
 
+def _admits_text(hint: object) -> bool:
+    return any(
+        member in (str, object) or typing.get_origin(member) is not None
+        for member in _union_members(hint)
+    )
+
+
 def coerce(hint: object, value: object, name: str = "the value") -> object:
     """`value` as a field declared `hint` holds it: JSON data made into records and tuples."""
     if value is None:
         return None
     if isinstance(value, bool) and _is_number_field(hint) and not _admits_bool(hint):
         raise ValueError(f"{name}={value!r} is a bool; {name} takes a number")
+    if isinstance(value, str) and _is_number_field(hint) and not _admits_text(hint):
+        raise ValueError(f"{name}={value!r} is text; {name} takes a number")
     classes = _record_classes(hint)
     if isinstance(value, Mapping) and not isinstance(value, FrozenMap) and classes:
         return _record_from(classes, value, name)
@@ -194,6 +205,40 @@ def coerce(hint: object, value: object, name: str = "the value") -> object:
         element = _element_type(hint)
         return tuple(coerce(element, item, name) for item in value)
     return value
+
+
+def field_value(record: object, name: str, hint: object, value: object) -> object:
+    """`value` for the field `name` (declared `hint`) of `record` (or of a new record, given
+    its class), as `coerce` makes it; NaN or an infinity in a number field is refused naming
+    the field's range.
+
+    NaN passes every `<` test a record's check makes, and an infinity passes `>= 0`: a
+    `router aux_loss_coef` of inf trained to a NaN loss."""
+    coerced = coerce(hint, value, name)
+    numbers = coerced if isinstance(coerced, tuple) else (coerced,)
+    bad = next((n for n in numbers if isinstance(n, float) and not math.isfinite(n)), None)
+    if bad is None or not (_is_number_field(hint) or _is_number_field(_element_type(hint))):
+        return coerced
+    many = isinstance(coerced, tuple)
+    allowed = "" if many else _range_of(record, name)
+    reason = f" ({allowed})" if allowed else f"; {name} takes finite numbers" if many else ""
+    reason = reason or f"; {name} takes a finite number"
+    raise ValueError(f"{name}={value} is not a finite number{reason}")
+
+
+def _range_of(record: object, name: str) -> str:
+    """What `record` (a record or its class) allows in its field `name`, as its own check says
+    when the field is NaN (its message up to ", got"); "" when it does not refuse NaN."""
+    try:
+        if isinstance(record, type):
+            record(**{name: math.nan})
+        else:
+            dataclasses.replace(record, **{name: math.nan})  # type: ignore[type-var]
+    except ValueError as error:
+        return re.sub(r",? got .*$", "", str(error), flags=re.DOTALL).strip()
+    except Exception:  # a record that cannot be made from its defaults: no range to quote
+        return ""
+    return ""
 
 
 def _element_type(hint: object) -> object:
@@ -227,7 +272,9 @@ def from_data(cls: type[R], data: Mapping[str, object]) -> R:
     for name in data:
         if name not in fields:
             raise _unknown(name, cls, "")
-    return cls(**{name: coerce(fields[name], value, name) for name, value in data.items()})
+    return cls(
+        **{name: field_value(cls, name, fields[name], value) for name, value in data.items()}
+    )
 
 
 def to_data(record: object) -> dict[str, JSONData]:

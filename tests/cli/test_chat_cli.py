@@ -124,8 +124,9 @@ def test_system_prompt_template_file_and_sampling(chat_dir, tmp_path, capsys):
 
 def test_bad_requests_fail_before_loading_or_say_why(chat_dir, monkeypatch, capsys):
     _, directory = chat_dir
-    assert main(["chat", directory, "--message", "hi", "--temperature", "-1"]) == 2
-    assert "temperature must be a finite number >= 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # refused by the flag's type, as argparse refuses
+        main(["chat", directory, "--message", "hi", "--temperature", "-1"])
+    assert "--temperature: -1 is not a finite number >= 0" in capsys.readouterr().err
     assert main(["chat", directory, "--message", "hi" * 80]) == 2
     assert "no room to answer" in capsys.readouterr().err
     # on stdin a turn that fails is reported and the chat goes on

@@ -70,8 +70,9 @@ def test_show_data_options_are_refused_without_chat_data(tmp_path, capsys, revie
     with pytest.raises(SystemExit):
         main([*base, "--show-data", "0"])
     assert "--show-data takes a positive number, got 0" in capsys.readouterr().err
-    assert main([*base, "--out", str(tmp_path / "h"), "--holdout", "1.5"]) == 2
-    assert "--holdout 1.5 is not a fraction in (0, 1)" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # refused by the flag's type, as argparse refuses
+        main([*base, "--out", str(tmp_path / "h"), "--holdout", "1.5"])
+    assert "--holdout: 1.5 is not a finite number in (0, 1)" in capsys.readouterr().err
     assert not (tmp_path / "h").exists()  # refused before the run folder is touched
 
 

@@ -102,3 +102,69 @@ def test_the_recorded_config_reruns_the_run_bit_for_bit(tmp_path, capsys):
     assert rerun["eval_loss"] == original["eval_loss"]
     assert Path(again / "chat_template.jinja").read_text() == template.read_text()
     assert json.loads((first / "train_args.json").read_text())["train_on"] == "all"
+
+
+def refusal(config: Path, capsys) -> str:
+    """The error `zoo train --config config` stops with (argparse's status 2)."""
+    with pytest.raises(SystemExit) as stopped:
+        main(["train", "gpt", "--config", str(config), "--data", "synthetic:addition"])
+    assert stopped.value.code == 2
+    return capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        ("run.json", '{"steps": 3, "lr": 0.001, "lr": 5.0}',
+         "the key 'lr' is given twice, as 0.001 and 5.0: keep one"),
+        ("run.yaml", "lr: 0.001\nsteps: 3\nlr: 5.0\n",
+         "the key 'lr' is given twice, as 0.001 (line 1) and 5.0 (line 3): keep one"),
+        ("run.json", '{"set": ["d_model=32"], "x": {"a": 1, "a": 2}}',
+         "the key 'a' is given twice, as 1 and 2"),
+        ("run.yaml", "data:\n  - json:a\nset: [d_model=32]\ndata: json:b\n",
+         "the key 'data' is given twice, as a list (line 2) and json:b (line 4)"),
+    ],
+)  # fmt: skip
+def test_a_key_given_twice_is_refused_naming_it_and_both_values(name, text, message, tmp_path,
+                                                                capsys):  # fmt: skip
+    config = tmp_path / name
+    config.write_text(text, encoding="utf-8")
+    assert f"--config {config}: {message}" in refusal(config, capsys)
+
+
+def test_a_yaml_merge_may_give_a_key_again(tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_text("common: &common {lr: 0.5, steps: 3}\n", encoding="utf-8")
+    from zoo.cli._config_load import load_config_file
+
+    config.write_text("a: &a {lr: 0.5, steps: 3}\nb:\n  <<: *a\n  lr: 0.1\n", encoding="utf-8")
+    assert load_config_file(str(config))["b"] == {"lr": 0.1, "steps": 3}
+
+
+def test_a_config_file_is_bounded_and_named_when_it_is_no_config(tmp_path, capsys):
+    from zoo.cli._config_load import MAX_CONFIG_BYTES
+
+    big = tmp_path / "big.yaml"
+    big.write_text("steps: 3\n" + "#" * MAX_CONFIG_BYTES, encoding="utf-8")
+    assert f"--config {big} is over 1 MiB, the most a run config may hold" in refusal(big, capsys)
+    folder = tmp_path / "run.yaml"
+    folder.mkdir()
+    assert f"--config {folder} is a folder, expected a .json/.yaml file" in refusal(folder, capsys)
+    binary = tmp_path / "weights.yaml"
+    binary.write_bytes(b"steps: 3\n\x89PNG\r\n\x1a\n\xff")
+    err = refusal(binary, capsys)
+    assert f"--config {binary} is not UTF-8 text (byte 0x89 at offset 9)" in err
+    assert "Traceback" not in err
+    at_bound = tmp_path / "at_bound.yaml"
+    at_bound.write_text("steps: 3\n" + "#" * (MAX_CONFIG_BYTES - 9), encoding="utf-8")
+    assert parsed("--config", str(at_bound))["steps"] == 3  # the bound itself is read
+
+
+def test_anchors_nested_many_times_stay_one_object_and_are_refused_at_once(tmp_path, capsys):
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 10)]
+    config = tmp_path / "laughs.yaml"
+    config.write_text("\n".join([*lines, "set: *a9"]) + "\n", encoding="utf-8")
+    err = refusal(config, capsys)  # 9**10 items if expanded
+    assert "unknown key 'a0'" in err and "unknown key 'a9'" in err
+    assert "set takes one value, got list" in err

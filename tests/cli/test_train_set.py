@@ -65,3 +65,20 @@ def test_help_spells_set_as_the_config_tree(capsys):
                      "num_layers, num_heads, d_ff, dropout, attention_dropout, num_classes",
                      "(head.pooler={})", "e.g. --set num_layers=2 --set attention.num_kv_heads=1"):  # fmt: skip
         assert spelling in shown
+
+
+@pytest.mark.parametrize("value", ["nan", "-inf"])
+def test_a_non_finite_setting_is_read_as_a_number_and_refused_with_the_fields_range(
+    value, tmp_path, capsys
+):
+    out = tmp_path / "run"
+    argv = ["train", "gpt", "--preset", "mixtral-tiny", "--data", "synthetic:addition",
+            "--steps", "1", "--out", str(out), "--set", f"feed_forward.aux_loss_coef={value}"]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    number = float(value)
+    assert (
+        f"zoo train: error: aux_loss_coef={number} is not a finite number (aux_loss_coef must "
+        "be >= 0)"
+    ) in err
+    assert "not supported between" not in err and not (out / "train_args.json").exists()

@@ -230,10 +230,17 @@ def _check_init_tokenizer(choice: ModelChoice, init_tokenizer: Tokenizer | None)
         )
 
 
+# the spellings of the non-finite numbers a --set value may give (JSON's NaN and Infinity
+# parse as JSON); read as floats, so that the field refuses them with its range
+NON_FINITE = ("nan", "inf", "infinity")
+
+
 def _config_value(text: str) -> FieldValue:
     try:
         return json.loads(text)
     except json.JSONDecodeError:
+        if text.strip().lower().lstrip("+-") in NON_FINITE:
+            return float(text)
         return text
 
 

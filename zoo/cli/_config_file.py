@@ -14,10 +14,14 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import json
 import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+
+from zoo.cli._config_load import load_config_file, shown
+from zoo.cli._numbers import Real
+from zoo.cli._trl_names import ALIASES, alias_of, refusal_of, same_as_zoo, trl_value
 
 # a flag's value, as argparse or a --config file gives it (a repeated flag's: a list)
 FlagValue = str | int | float | bool | list[str] | None
@@ -31,6 +35,8 @@ CONFIG_RECORD = "train_config.yaml"  # the resolved config a run records in its 
 NOT_OPTIONS = ("run", "command", "config", "loss_positions")
 # where the namespace keeps the file's FLAVOR (a positional, given on the command line too)
 CONFIG_FLAVOR = "_config_flavor"
+# options of which a run takes one: the command line's replaces the file's
+ONE_OF = (("steps", "epochs"),)
 # options that name files: recorded as absolute paths so the config reruns from anywhere
 PATH_OPTIONS = ("template", "init")
 
@@ -55,6 +61,9 @@ def enable_config_file(parser: argparse.ArgumentParser) -> None:
             except (ValueError, FileNotFoundError) as error:
                 parser.error(str(error))  # exits with status 2, as for any bad flag
             given = _given_on_command_line(arguments, parser)
+            for group in ONE_OF:  # --steps on the command line replaces the file's epochs
+                if given & set(group):
+                    given |= set(group)
             namespace = namespace or argparse.Namespace()
             for dest, value in values.items():
                 if dest not in given:
@@ -96,50 +105,91 @@ def _given_on_command_line(arguments: list[str], parser: argparse.ArgumentParser
 
 def read_config(path: str, parser: argparse.ArgumentParser) -> dict[str, object]:
     """The flags in the file `path` as `{dest: value}`, each checked as its flag checks it (the
-    value its flag's type gives)."""
-    values = _load(path)
+    value its flag's type gives); TRL/HF names are read as zoo's flags (`zoo.cli._trl_names`,
+    said in one line). Every bad key is refused at once, one line each."""
+    values = load_config_file(path)
     actions = {action.dest: action for action in parser._actions if action.option_strings}
     checked: dict[str, object] = {}
+    setters: dict[str, tuple[object, object]] = {}  # dest -> the key and value that set it
+    aliased: list[str] = []
+    problems: list[str] = []
     for key, value in values.items():
         dest = str(key).replace("-", "_")
         if dest == "flavor":  # the positional FLAVOR, checked against the command line's
             checked[CONFIG_FLAVOR] = (str(value), path)
             continue
-        if dest in NOT_OPTIONS or dest not in actions:
-            flags = sorted(
-                "--" + name.replace("_", "-") for name in actions if name not in NOT_OPTIONS
+        if dest not in actions and same_as_zoo(str(key), value):
+            aliased.append(f"{key} {value} (zoo's own)")
+            continue
+        try:
+            if dest not in NOT_OPTIONS and dest in actions:
+                converted = _convert(actions[dest], value, key, path)
+            else:
+                dest, converted = _trl_key(str(key), value, actions, path)
+                if converted != actions[dest].default:
+                    aliased.append(f"{key} -> --{dest.replace('_', '-')}")
+        except ValueError as error:
+            problems.append(str(error))
+            continue
+        if dest in setters:
+            first_key, first_value = setters[dest]
+            flag = "--" + dest.replace("_", "-")
+            problems.append(
+                f"--config {path}: {first_key} and {key} both set {flag} ({shown(first_value)} and "
+                f"{shown(value)}); keep one"
             )
-            close = difflib.get_close_matches("--" + dest.replace("_", "-"), flags, n=1)
-            hint = f"; the closest flag is {close[0]}" if close else ""
-            raise ValueError(
-                f"--config {path}: unknown key {key!r}, which names no flag of zoo train{hint}"
-            )
-        checked[dest] = _convert(actions[dest], value, key, path)
+            continue
+        setters[dest] = (key, value)
+        checked[dest] = converted
+    if problems:
+        raise ValueError("\n".join(problems))
+    batch = _combine_trl_batch(values, checked)
+    if aliased:
+        print(f"zoo train: --config {path}: TRL/HF names read as zoo's: "
+              f"{', '.join(aliased)}{batch}", file=sys.stderr)  # fmt: skip
     return checked
 
 
-def _load(path: str) -> dict[object, object]:
-    file = Path(path).expanduser()
-    if not file.is_file():
-        raise FileNotFoundError(f"--config {path}: no such file")
-    text = file.read_text(encoding="utf-8")
-    try:
-        if file.suffix == ".json":
-            loaded = json.loads(text)
-        else:
-            import yaml
+def _trl_key(
+    key: str, value: object, actions: Mapping[str, argparse.Action], path: str
+) -> tuple[str, object]:
+    """The zoo flag (dest) and value of the TRL/HF name `key`; ValueError for a key that names
+    neither, with the reason or the closest flag."""
+    alias = alias_of(key)
+    if alias is not None and alias.flag in actions:
+        try:
+            converted = trl_value(key, alias, value)
+        except ValueError as error:
+            raise ValueError(f"--config {path}: {error}") from None
+        if converted is None:
+            return alias.flag, actions[alias.flag].default
+        return alias.flag, _convert(actions[alias.flag], converted, key, path)
+    reason = refusal_of(key)
+    if reason is not None:
+        raise ValueError(f"--config {path}: {key}: {reason}")
+    candidates = {
+        name: "--" + name.replace("_", "-") for name in actions if name not in NOT_OPTIONS
+    }
+    for name, known in ALIASES.items():
+        candidates[name] = f"--{known.flag.replace('_', '-')} (TRL's {name})"
+    close = difflib.get_close_matches(key.replace("-", "_"), list(candidates), n=1)
+    hint = f"; the closest flag is {candidates[close[0]]}" if close else ""
+    raise ValueError(
+        f"--config {path}: unknown key {shown(key)}, which names no flag of zoo train{hint}"
+    )
 
-            loaded = yaml.safe_load(text)
-    except Exception as error:  # yaml.YAMLError or json.JSONDecodeError: the file is bad
-        raise ValueError(f"--config {path} cannot be read: {error}") from None
-    if loaded is None:
-        return {}
-    if not isinstance(loaded, dict):
-        raise ValueError(
-            f"--config {path} holds a {type(loaded).__name__}; it should map flag names to "
-            "values (e.g. steps: 100)"
-        )
-    return loaded
+
+def _combine_trl_batch(values: Mapping[object, object], checked: dict[str, object]) -> str:
+    """TRL's batch is one forward pass's, zoo's one optimizer step's: `--batch-size` becomes
+    `per_device_train_batch_size` times `gradient_accumulation_steps`; returns what to say."""
+    per_pass, passes = checked.get("batch_size"), checked.get("accumulate")
+    if "per_device_train_batch_size" not in values or not isinstance(per_pass, int):
+        return ""
+    if not isinstance(passes, int) or passes == 1:
+        return ""
+    checked["batch_size"] = per_pass * passes
+    return (f" (--batch-size is a step's batch: {per_pass} x gradient_accumulation_steps "
+            f"{passes} = {per_pass * passes}, cut into {passes} micro-batches)")  # fmt: skip
 
 
 def _convert(action: argparse.Action, value: object, key: object, path: str) -> object:
@@ -154,27 +204,29 @@ def _convert(action: argparse.Action, value: object, key: object, path: str) -> 
         return converted[0] if action.dest == "data" and len(converted) == 1 else converted
     if action.nargs == 0 or isinstance(action, argparse.BooleanOptionalAction):
         if not isinstance(value, bool):
-            raise ValueError(f"{where} is a switch: give true or false, not {value!r}")
+            raise ValueError(f"{where} is a switch: give true or false, not {shown(value)}")
         return value
     return _one(action, value, where)
 
 
 def _one(action: argparse.Action, value: object, where: str) -> object:
     if isinstance(value, dict | list):
-        raise ValueError(f"{where} takes one value, got {type(value).__name__} {value!r}")
+        raise ValueError(f"{where} takes one value, got {type(value).__name__} {shown(value)}")
     convert = action.type
     if convert is int and isinstance(value, float) and not value.is_integer():
-        raise ValueError(f"{where}: {value!r} is not a whole number")
+        raise ValueError(f"{where}: {shown(value)} is not a whole number")
     if callable(convert) and not isinstance(value, bool):
         try:
             value = _converted(convert, value)
-        except (TypeError, ValueError, argparse.ArgumentTypeError) as error:
-            raise ValueError(f"{where}: {value!r} is not valid ({error})") from None
+        except argparse.ArgumentTypeError as error:  # the flag's type says what it takes
+            raise ValueError(f"{where}: {error}") from None
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"{where}: {shown(value)} is not valid ({error})") from None
     elif convert is None and not isinstance(value, str):
         value = str(value)
     if action.choices is not None and value not in action.choices:
         choices = ", ".join(str(choice) for choice in action.choices)
-        raise ValueError(f"{where}: {value!r} is not one of {choices}")
+        raise ValueError(f"{where}: {shown(value)} is not one of {choices}")
     return value
 
 
@@ -183,6 +235,8 @@ def _converted(convert: Callable[[str], object], value: object) -> object:
     (`int("1e-3")` would fail where 1e-3 reads), any other value as text."""
     if isinstance(value, int | float) and convert in (int, float):
         return float(value) if convert is float else int(value)
+    if isinstance(value, float) and value.is_integer() and not isinstance(convert, Real):
+        value = int(value)  # HF writes num_train_epochs: 3.0 for a whole-number flag
     return convert(str(value))
 
 
@@ -216,6 +270,8 @@ def resolved_config(flags: RunFlags, *, tokenizer_given: bool) -> dict[str, Flag
     specs = [data] if isinstance(data, str) else data if isinstance(data, list) else []
     config["data"] = [_absolute_spec(spec) for spec in specs]
     config["resume"] = False  # a rerun starts afresh (pass --resume to continue one)
+    if config.get("epochs") is not None:
+        config["steps"] = None  # the epochs decide, as they did
     config["show_data"] = None
     if not tokenizer_given and flags.get("init") is not None:
         config["tokenizer"] = None  # the --init model's own, not a default

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypedDict
 
 from zoo.cli._data_options import DataOptions, buckets_flag, word_options
+from zoo.cli._numbers import FRACTION
 from zoo.data.batches import BatchSource
 from zoo.data.tokenizers.base import Tokenizer
 from zoo.data.tokenizers.word import WordOptions
@@ -201,7 +202,7 @@ def add_data_options(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--holdout",
-        type=float,
+        type=FRACTION,
         metavar="FRACTION",
         help="the share of train held out for validation when the data has no validation "
         "split (default 0.1; zoo eval: give the run's own)",

@@ -14,6 +14,7 @@ from jaxtyping import PRNGKeyArray
 
 from zoo.cli._load import MODEL_HELP, Flavor, load_model
 from zoo.cli._mesh import add_mesh_option, layout_from_args
+from zoo.cli._numbers import NON_NEGATIVE, SHARE
 from zoo.data.tokenizers.base import Tokenizer
 from zoo.text import printable, printable_json
 
@@ -36,9 +37,9 @@ def add_sampling_options(
 ) -> None:
     """`--max-new-tokens` (`per` says per what), `--temperature`, `--top-k`, `--top-p`, `--seed`."""
     parser.add_argument("--max-new-tokens", type=int, default=max_new_tokens, help=per or None)
-    parser.add_argument("--temperature", type=float, default=0.0, help="0 is greedy")
+    parser.add_argument("--temperature", type=NON_NEGATIVE, default=0.0, help="0 is greedy")
     parser.add_argument("--top-k", type=int, default=None)
-    parser.add_argument("--top-p", type=float, default=None)
+    parser.add_argument("--top-p", type=SHARE, default=None)
     parser.add_argument("--seed", type=int, default=0, help="draws the samples (temperature > 0)")
 
 

@@ -11,7 +11,8 @@ training loop (`LoopSettings`) and, for the run's own record, every option by na
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import jax
@@ -25,6 +26,7 @@ from zoo.cli._lora import LoRASpec, parse_lora
 from zoo.cli._mixing import data_specs
 from zoo.cli._preference import PreferenceOptions, preference_options
 from zoo.cli._run_dir import check_out_dir, run_buckets, run_group_by_length, run_loss_positions
+from zoo.distributed.hosts import is_writer
 from zoo.distributed.mesh import as_mesh
 from zoo.train.defaults import Default, training_defaults
 from zoo.train.freeze import parse_freeze
@@ -47,10 +49,11 @@ class TrainPlan:
     flags: RunFlags  # every option by name, defaults filled: the run's record of its flags
     out: Path  # --out, the run folder
     filled: dict[str, Default]  # the options the preset's defaults filled (reported)
-    steps: int
+    steps: int | None  # optimizer updates in all (None: --epochs decides, see `with_epochs`)
     seed: int
     resume: bool
-    optimizer: Optimizer  # adamw of --lr, --warmup, --schedule, ...; before --freeze or --lora
+    # adamw of --lr, --warmup, --schedule, ...; before --freeze or --lora (None with steps)
+    optimizer: Optimizer | None
     freeze_spec: str | None  # --freeze, checked
     lora: LoRASpec | None  # --lora, parsed
     quantize: str | None  # --quantize (with --lora)
@@ -64,6 +67,7 @@ class TrainPlan:
     print_json: bool  # --json: the summary as JSON on stdout
     show_data: int | None = None  # --show-data N: show the chat data and exit
     sample_every: int | None = None  # --sample-every N: sample replies to held-out prompts
+    epochs: int | None = None  # --epochs N: passes over the training data, instead of --steps
 
 
 def plan(args: argparse.Namespace) -> TrainPlan:
@@ -72,6 +76,8 @@ def plan(args: argparse.Namespace) -> TrainPlan:
     args = argparse.Namespace(**vars(args))
     required_options(args, ("data",) if getattr(args, "show_data", None) else ("data", "out"))
     args.data = data_specs(args.data)
+    _check_length(args)
+    args.set = remat_settings(args)
     check_chat_flags(args)
     check_preset(args.flavor, args.preset, args.init, objective=args.objective)
     preference = preference_options(args)  # --objective dpo|... and its flags
@@ -102,14 +108,7 @@ def plan(args: argparse.Namespace) -> TrainPlan:
         steps=args.steps,
         seed=args.seed,
         resume=args.resume,
-        optimizer=adamw(
-            args.lr,
-            warmup=args.warmup,
-            schedule=args.schedule,
-            total_steps=args.steps,
-            weight_decay=args.weight_decay,
-            clip_norm=args.clip_norm or None,
-        ),
+        optimizer=None if args.steps is None else run_optimizer(vars(args), args.steps),
         freeze_spec=_freeze_spec(args),
         lora=_lora_spec(args),
         quantize=args.quantize,
@@ -131,6 +130,7 @@ def plan(args: argparse.Namespace) -> TrainPlan:
         print_json=args.json,
         show_data=getattr(args, "show_data", None),
         sample_every=getattr(args, "sample_every", None),
+        epochs=args.epochs,
     )
 
 
@@ -139,15 +139,92 @@ def fill_defaults(args: argparse.Namespace, preset: str, flavor: str) -> dict[st
     returns the values it filled."""
     filled: dict[str, Default] = {}
     for name, value in training_defaults(preset, flavor).items():
+        if name == "steps" and getattr(args, "epochs", None) is not None:
+            continue  # the epochs decide, once the data is read (`with_epochs`)
         if getattr(args, name, None) is None and value is not None:
             setattr(args, name, value)
             filled[name] = value
         elif not hasattr(args, name):
             setattr(args, name, value)
-    if "warmup" in filled and "steps" not in filled and args.warmup >= args.steps:
-        # a short run asked for by --steps: keep the warmup a tenth of it
-        args.warmup = filled["warmup"] = max(1, args.steps // 10)
+    if args.steps is not None and "steps" not in filled:
+        _shorter_warmup(args.steps, filled, args)
     return filled
+
+
+def _shorter_warmup(steps: int, filled: dict[str, Default], args: argparse.Namespace) -> None:
+    """Keep the warmup of a short run asked for by --steps or --epochs a tenth of it, where the
+    preset's default warmup would outlast it (`args` and `filled` are changed)."""
+    if "warmup" in filled and args.warmup >= steps:
+        args.warmup = filled["warmup"] = max(1, steps // 10)
+
+
+def run_optimizer(flags: RunFlags, steps: int) -> Optimizer:
+    """The optimizer of a run of `steps` updates with the options of `flags`: AdamW of `--lr`,
+    `--warmup`, `--schedule`, `--weight-decay` and `--clip-norm` (0: no clipping)."""
+    return adamw(
+        _number(flags["lr"]),
+        warmup=int(_number(flags["warmup"])),
+        schedule=None if flags["schedule"] is None else str(flags["schedule"]),
+        total_steps=steps,
+        weight_decay=_number(flags["weight_decay"]),
+        clip_norm=_number(flags["clip_norm"]) or None,
+    )
+
+
+def _number(value: FlagValue) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"expected a number, got {value!r}")  # the parser gave numbers
+    return float(value)
+
+
+def with_epochs(plan: TrainPlan, batches_per_epoch: int) -> TrainPlan:
+    """`plan` of a run of `--epochs N` with its steps and optimizer decided: N passes over the
+    training data's `batches_per_epoch` batches (one optimizer step each), said in one line."""
+    if plan.epochs is None or plan.steps is not None:
+        return plan
+    steps = plan.epochs * batches_per_epoch
+    args = argparse.Namespace(**plan.flags)
+    filled = dict(plan.filled)
+    _shorter_warmup(steps, filled, args)
+    flags = {**plan.flags, "steps": steps, "warmup": args.warmup}
+    warmup = f", warmup {args.warmup}" if filled.get("warmup") != plan.filled.get("warmup") else ""
+    if is_writer():
+        print(f"zoo train: --epochs {plan.epochs}: {batches_per_epoch} batches of "
+              f"{plan.flags['batch_size']} an epoch, so {steps} steps{warmup}", file=sys.stderr)  # fmt: skip
+    return replace(plan, steps=steps, optimizer=run_optimizer(flags, steps), flags=flags,
+                   filled=filled)  # fmt: skip
+
+
+def _check_length(args: argparse.Namespace) -> None:
+    """`--epochs` or `--steps`, not both (a `--config` file's is replaced by the command line's)."""
+    if args.epochs is not None and args.steps is not None:
+        raise ValueError(
+            f"--epochs {args.epochs} and --steps {args.steps} both say how long to train: give "
+            "one (with --epochs the steps follow from the data's size and --batch-size)"
+        )
+    if args.epochs is not None and getattr(args, "streaming", False):
+        raise ValueError(
+            "--epochs counts the batches of the training data, which --streaming reads "
+            "without counting them: give --steps"
+        )
+
+
+def remat_settings(args: argparse.Namespace) -> list[str]:
+    """`--set` with `remat=full` added for `--gradient-checkpointing` (its spelling as a flag);
+    a `--set remat=` that says otherwise is refused."""
+    settings = list(args.set)
+    if not getattr(args, "gradient_checkpointing", False):
+        return settings
+    for setting in settings:
+        name, _, value = setting.partition("=")
+        if name.strip() == "remat" and value.strip().strip('"') != "full":
+            raise ValueError(
+                f"--gradient-checkpointing is --set remat=full, and --set {setting} asks for "
+                "another: give one of them"
+            )
+    if not any(setting.partition("=")[0].strip() == "remat" for setting in settings):
+        settings.append("remat=full")
+    return settings
 
 
 def _objective(args: argparse.Namespace, preference: PreferenceOptions | None) -> Objective:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 import equinox as eqx
 
 from zoo.cli._data_options import PREFERENCE_OBJECTIVES, DataOptions
+from zoo.cli._numbers import ANY, FLIPPED, POSITIVE
 from zoo.data.batches import BatchSource
 from zoo.data.tokenizers.base import Tokenizer
 from zoo.models import GPT, flavor_of
@@ -62,7 +63,7 @@ def add_preference_options(parser: argparse.ArgumentParser) -> None:
         "preference optimisation (gpt --objective dpo|ipo|hinge|robust|simpo|orpo)"
     )
     group.add_argument(
-        "--beta", type=float, default=None, help="β (default 0.1; for orpo it is the λ of TRL)"
+        "--beta", type=POSITIVE, default=None, help="β (default 0.1; for orpo it is the λ of TRL)"
     )
     group.add_argument(
         "--reference",
@@ -75,9 +76,9 @@ def add_preference_options(parser: argparse.ArgumentParser) -> None:
         help="compute the reference's log-probabilities once before training",
     )
     group.add_argument(
-        "--dpo-label-smoothing", type=float, default=None, help="robust: ε, the pairs flipped"
+        "--dpo-label-smoothing", type=FLIPPED, default=None, help="robust: ε, the pairs flipped"
     )
-    group.add_argument("--simpo-gamma", type=float, default=None, help="simpo: γ (0.5)")
+    group.add_argument("--simpo-gamma", type=ANY, default=None, help="simpo: γ (0.5)")
     group.add_argument("--max-prompt-len", type=int, help="prompt tokens kept (its last ones)")
     group.add_argument("--max-completion-len", type=int, help="answer tokens kept (the first)")
 
@@ -264,7 +265,7 @@ def add_eval_options(parser: argparse.ArgumentParser) -> None:
     those the run recorded)."""
     group = parser.add_argument_group("preference pairs (prompt/chosen/rejected rows)")
     group.add_argument("--objective", choices=PREFERENCE_OBJECTIVES, help="default: the run's")
-    group.add_argument("--beta", type=float, help="default: the run's, else 0.1")
+    group.add_argument("--beta", type=POSITIVE, help="default: the run's, else 0.1")
     group.add_argument(
         "--reference",
         metavar="RUN_OR_FOLDER",

@@ -78,9 +78,12 @@ def check_resume(flags: RunFlags, out: Path, step: int | None, *, steps: int, re
     finished = all((out / name).is_file() for name in (CONFIG_FILE, WEIGHTS_FILE))
     # --steps equal to the step finishes a run stopped before its final model was saved
     if steps < step or (steps == step and finished):
+        epochs = flags.get("epochs")
+        asked, more = (f"--epochs {epochs} ({steps} steps)", "more --epochs") if epochs else (
+            f"--steps {steps}", f"--steps above {step}")  # fmt: skip
         raise ValueError(
-            f"the run in {out} is at step {step}; --steps {steps} would train nothing: "
-            f"pass --steps above {step} to train further"
+            f"the run in {out} is at step {step}; {asked} would train nothing: pass {more} to "
+            "train further"
         )
     path = out / RUN_ARGS_FILE
     if path.is_file():

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from zoo.cli._mesh import add_mesh_option
+from zoo.cli._numbers import RATE
 
 EPILOG = """\
 examples:
@@ -70,7 +71,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     what.add_argument(
         "--dropout",
-        type=float,
+        type=RATE,
         default=0.0,
         help="dropout of both models (default 0: throughput without dropout)",
     )

@@ -17,13 +17,14 @@ import argparse
 import contextlib
 import json
 import sys
+from pathlib import Path
 
 import equinox as eqx
 import jax
 
 from zoo.cli import _preference
 from zoo.cli._build import Built, build_model, make_task
-from zoo.cli._chat_data import add_chat_options
+from zoo.cli._chat_data import add_chat_options, positive_int
 from zoo.cli._compile_cache import add_compile_cache_option, use_compile_cache
 from zoo.cli._config_file import enable_config_file
 from zoo.cli._datasets import add_data_options, data_scheme, resolve_data
@@ -32,7 +33,8 @@ from zoo.cli._lora import finish_run, trained_prefixes, with_lora
 from zoo.cli._lora_chain import chained_lora
 from zoo.cli._mesh import add_mesh_option
 from zoo.cli._mixing import Datasets
-from zoo.cli._plan import TrainPlan, fill_defaults, plan
+from zoo.cli._numbers import CLIP_NORM, NON_NEGATIVE, POSITIVE, RATE, SHARE
+from zoo.cli._plan import TrainPlan, fill_defaults, plan, with_epochs
 from zoo.cli._run_dir import check_resume, record_run, resumed_tokenizer
 from zoo.cli._samples import with_samples
 from zoo.data.tokenizers.base import Tokenizer
@@ -97,15 +99,21 @@ def register(commands) -> None:
         "repeat to mix datasets, each with an optional weight (json:b.jsonl:0.3)",
     )
     parser.add_argument("--steps", type=int, help="total optimizer updates (default: preset's)")
+    parser.add_argument(
+        "--epochs",
+        type=positive_int("--epochs"),
+        help="passes over the training data instead of --steps: the steps follow from the "
+        "data's size and --batch-size (said at the start)",
+    )
     parser.add_argument("--out", help="run directory (required)")
     parser.add_argument("--resume", action="store_true", help="continue from the newest checkpoint")
     parser.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
     parser.add_argument("--batch-size", type=int)
-    parser.add_argument("--lr", type=float, help="peak learning rate")
+    parser.add_argument("--lr", type=POSITIVE, help="peak learning rate")
     parser.add_argument("--schedule", choices=("inverse_sqrt", "cosine", "constant"))
     parser.add_argument("--warmup", type=int, help="linear warmup steps")
-    parser.add_argument("--weight-decay", type=float)
-    parser.add_argument("--clip-norm", type=float, default=1.0, help="0 turns clipping off")
+    parser.add_argument("--weight-decay", type=NON_NEGATIVE)
+    parser.add_argument("--clip-norm", type=CLIP_NORM, default=1.0, help="0 turns clipping off")
     parser.add_argument(
         "--precision",
         choices=("auto", "fp32", "bf16"),
@@ -113,7 +121,12 @@ def register(commands) -> None:
         help="compute dtype; auto (default): bf16 on a GPU or TPU, fp32 on a CPU",
     )
     parser.add_argument("--accumulate", type=int, default=1, help="micro-batches per step")
-    parser.add_argument("--label-smoothing", type=float, help="translator only")
+    parser.add_argument(
+        "--gradient-checkpointing",
+        action="store_true",
+        help="recompute each layer in the backward pass, to train in less memory: --set remat=full",
+    )
+    parser.add_argument("--label-smoothing", type=RATE, help="translator only")
     parser.add_argument(
         "--num-classes", type=int, help="classifier: how many classes (default: from the labels)"
     )
@@ -124,7 +137,7 @@ def register(commands) -> None:
         help="classifier: classify (labels) or mlm (masked-LM pretraining on plain text); "
         "gpt: dpo|ipo|hinge|robust|simpo|orpo on prompt/chosen/rejected pairs",
     )
-    parser.add_argument("--mask-rate", type=float, default=0.15, help="mlm: tokens chosen")
+    parser.add_argument("--mask-rate", type=SHARE, default=0.15, help="mlm: tokens chosen")
     parser.add_argument(
         "--whole-word-masking", action="store_true", help="mlm: mask every piece of a word"
     )
@@ -198,6 +211,9 @@ def execute(plan: TrainPlan) -> int:
         model_key, train_key = jax.random.split(jax.random.key(plan.seed))
         built = build_model(plan.model, plan.data, plan.data_options, model_key,
                             resumed=not fresh, resumed_tokenizer=saved_tokenizer)  # fmt: skip
+        if plan.steps is None:  # --epochs: now that the data's size is known
+            plan = with_epochs(plan, len(built.data.train))
+            _check_resume(plan, list_checkpoints(plan.out / CHECKPOINTS))
         model, optimizer, lora_train = _trainable(plan, built, model_key, writes=writes)
         data = built.data
         train, evaluation = data.train, data.evaluation
@@ -231,7 +247,7 @@ def execute(plan: TrainPlan) -> int:
         outputs = Outputs(plan.out / CHECKPOINTS, plan.out, tokenizer=built.data.tokenizer,
                           plot=plan.plot, chat_template=built.data.chat_template)  # fmt: skip
         try:
-            model, history = trainer.fit(model, train, steps=plan.steps,
+            model, history = trainer.fit(model, train, steps=_steps(plan),
                                          key=train_key, eval_batches=evaluation,
                                          outputs=outputs, resume=plan.resume)  # fmt: skip
         except FileNotFoundError:
@@ -256,10 +272,22 @@ def _check_run_folder(plan: TrainPlan) -> bool:
     """Refuse a run that would harm what `plan.out` holds (its lock held); whether the run
     starts without a checkpoint."""
     found = list_checkpoints(plan.out / CHECKPOINTS)
-    check_resume(plan.flags, plan.out, found[-1][0] if found else None, steps=plan.steps,
-                 resume=plan.resume)  # fmt: skip
+    if plan.steps is not None:  # else once --epochs gives the steps
+        _check_resume(plan, found)
     check_folders(Outputs(plan.out / CHECKPOINTS, plan.out), resume=plan.resume)
     return not found
+
+
+def _check_resume(plan: TrainPlan, found: list[tuple[int, Path]]) -> None:
+    """Refuse a `--resume` whose steps or options do not continue the run (`check_resume`)."""
+    check_resume(plan.flags, plan.out, found[-1][0] if found else None, steps=_steps(plan),
+                 resume=plan.resume)  # fmt: skip
+
+
+def _steps(plan: TrainPlan) -> int:
+    if plan.steps is None:
+        raise RuntimeError("the steps of an --epochs run are decided before training")
+    return plan.steps
 
 
 def _trainable(
@@ -268,6 +296,8 @@ def _trainable(
     """The model and optimizer that `--freeze` or `--lora` make of the built model, and what
     LoRA trains whole beside its adapters."""
     model, optimizer = built.model, plan.optimizer
+    if optimizer is None:
+        raise RuntimeError("the optimizer of an --epochs run is made before training")
     if plan.freeze_spec is not None:
         counts = check_freeze(model, parse_freeze(plan.freeze_spec))
         if writes:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from zoo.cli import _inference as inference
+from zoo.cli._numbers import ANY
 
 
 def register(commands) -> None:
@@ -12,7 +13,7 @@ def register(commands) -> None:
     inference.add_model_arguments(parser)
     parser.add_argument("text", nargs="+", help="source sentences")
     parser.add_argument("--beam-size", type=int, default=1, help="1 is greedy")
-    parser.add_argument("--length-penalty", type=float, default=0.6, help="GNMT alpha")
+    parser.add_argument("--length-penalty", type=ANY, default=0.6, help="GNMT alpha")
     parser.add_argument("--max-len", type=int, default=64, help="longest translation in tokens")
     inference.add_output_options(parser, json_help="print JSON instead of text")
     parser.set_defaults(run=run)
