@@ -25,11 +25,13 @@ def nanstd(values: np.ndarray, axis: int | None = None) -> np.ndarray:
         mean = np.nanmean(values, axis=axis, keepdims=True)
         variance = np.nanmean((values - mean) ** 2, axis=axis)
         correction = np.where(count > 1, count / np.maximum(count - 1, 1), np.nan)
-        return np.sqrt(variance * correction)
+        return np.asarray(np.sqrt(variance * correction))
 
 
 def weighted_rewards(per_function: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """`float[rows]`: the weighted sum over functions, NaNs skipped; NaN for a row none scores."""
+    # float32, as TRL sums them: advantages near 0 keep the same rounding
+    per_function, weights = per_function.astype(np.float32), weights.astype(np.float32)
     total = np.nansum(per_function * weights[None, :], axis=1)
     return np.where(np.isnan(per_function).all(axis=1), np.nan, total)
 

@@ -6,7 +6,8 @@ Every formula and default follows TRL's `GRPOTrainer` (TRL 1.16), with its names
   "token"`), or one per completion, `exp(mean over its tokens of logp - old_logp)` (`"sequence"`:
   GSPO);
 - the per-token loss is `-min(w * A, clip(w, 1 - epsilon, 1 + epsilon_high) * A)`, plus
-  `beta * (exp(ref - logp) - (ref - logp) - 1)` (the k3 estimate of the KL to a reference);
+  `beta * (exp(ref - logp) - (ref - logp) - 1)` (the k3 estimate of the KL to a reference),
+  times the importance weight (`kl_bias_correction`, TRL's `use_bias_correction_kl`);
 - the per-token losses of the masked tokens are summed and normalised by `kind`:
 
 | kind | normaliser |
@@ -41,6 +42,9 @@ class GRPOLoss:
     importance_sampling: str = "token"  # token | sequence (GSPO): one ratio per token or per row
     beta: float = 0.0  # weight of the KL to the reference model (0: no reference is read)
     temperature: float = 1.0  # the sampling temperature: logits are divided by it, as sampled
+    # the KL term times the importance ratio (TRL's use_bias_correction_kl): an unbiased
+    # gradient of the reverse KL, off-policy and on it (the ratio is 1 there, its gradient not)
+    kl_bias_correction: bool = True
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -91,6 +95,8 @@ def policy_loss(
             raise ValueError("beta > 0 needs the reference model's log-probabilities")
         delta = reference_logps - logps
         kl = jnp.exp(delta) - delta - 1.0
+        if loss.kl_bias_correction:
+            kl = kl * ratio
         per_token = per_token + loss.beta * kl
     per_token = jnp.broadcast_to(per_token, mask.shape)
     rows = jnp.asarray(mask.shape[0], jnp.float32)
