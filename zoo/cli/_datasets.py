@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from zoo.data.chat.datasets import ChatData
     from zoo.data.hf import TaskData
     from zoo.data.specs import DatasetDicts
+    from zoo.tasks.grpo_rollouts import PromptRows
 
 FILE_SCHEMES = ("hf", "json", "csv", "parquet", "text")
 TASK_OF_FLAVOR = {
@@ -45,6 +46,7 @@ class RunData:
     num_classes: int | None = None  # the classes the data names (None: count the labels)
     chat_template: str | None = None  # chat data: the template's text (saved with the run)
     chat: ChatData | None = None  # chat data: the conversations it came from
+    prompts: PromptRows | None = None  # --objective grpo: the prompt rows (train is their order)
 
 
 # scheme -> handler(rest after "SCHEME:", flavor, options)
@@ -125,6 +127,10 @@ def dataset_run_data(
     from zoo.data.specs import check_split
 
     check_split(dataset, "train", spec)
+    if options.prompts:
+        from zoo.cli._grpo import prompt_run_data
+
+        return prompt_run_data(dataset, flavor, options)
     if options.preference:
         from zoo.cli._preference import preference_run_data
 

@@ -27,6 +27,7 @@ from zoo.cli._chat_data import add_chat_options
 from zoo.cli._compile_cache import add_compile_cache_option, use_compile_cache
 from zoo.cli._config_file import enable_config_file
 from zoo.cli._datasets import add_data_options, data_scheme, resolve_data
+from zoo.cli._grpo import add_grpo_options, grpo_setup
 from zoo.cli._load import HUB
 from zoo.cli._lora import finish_run, trained_prefixes, with_lora
 from zoo.cli._mesh import add_mesh_option
@@ -110,10 +111,11 @@ def register(commands) -> None:
     )
     parser.add_argument(
         "--objective",
-        choices=("classify", "mlm", *_preference.PREFERENCE_OBJECTIVES),
+        choices=("classify", "mlm", *_preference.PREFERENCE_OBJECTIVES, "grpo"),
         default="classify",
         help="classifier: classify (labels) or mlm (masked-LM pretraining on plain text); "
-        "gpt: dpo|ipo|hinge|robust|simpo|orpo on prompt/chosen/rejected pairs",
+        "gpt: dpo|ipo|hinge|robust|simpo|orpo on prompt/chosen/rejected pairs, or grpo "
+        "(RL from --reward on prompt rows)",
     )
     parser.add_argument("--mask-rate", type=float, default=0.15, help="mlm: tokens chosen")
     parser.add_argument(
@@ -152,6 +154,7 @@ def register(commands) -> None:
     add_chat_options(parser)
     add_compile_cache_option(parser)
     _preference.add_preference_options(parser)
+    add_grpo_options(parser)
     enable_config_file(parser)
     parser.set_defaults(run=run)
 
@@ -192,9 +195,16 @@ def execute(plan: TrainPlan) -> int:
         model, optimizer, lora_train = _trainable(plan, built, model_key, writes=writes)
         data = built.data
         train, evaluation = data.train, data.evaluation
-        preference = plan.objective.preference
+        preference, grpo = plan.objective.preference, plan.objective.grpo
         task: Task
-        if preference is not None:  # the reference's numbers join the batches
+        loop = plan.loop  # GRPO writes its own samples: the rollouts with their rewards
+        if grpo is None:
+            loop = with_samples(plan.loop, plan.sample_every, data, plan.out, writes=writes)
+        if grpo is not None:  # batches sampled by the model being trained, scored by rewards
+            task, train = grpo_setup(grpo, model, data, batch_size=plan.data_options.batch_size,
+                                     seed=plan.seed, out=plan.out, sample_every=plan.sample_every,
+                                     writes=writes)  # fmt: skip
+        elif preference is not None:  # the reference's numbers join the batches
             task, train, evaluation = _preference.preference_setup(
                 preference, model, train, evaluation, data.tokenizer
             )
@@ -203,7 +213,7 @@ def execute(plan: TrainPlan) -> int:
         trainer = Trainer(
             task,
             optimizer,
-            loop=with_samples(plan.loop, plan.sample_every, data, plan.out, writes=writes),
+            loop=loop,
             precision=plan.precision,
             accumulate=plan.accumulate,
             mesh=plan.mesh,
