@@ -13,10 +13,12 @@ import pytest
 
 import zoo
 from zoo.decoding.groups import sample_groups
+from zoo.decoding.loop import Stopping
 from zoo.decoding.sampling import SamplingSettings
 from zoo.tasks import GRPO, GRPOLoss, PromptRows, Rollouts, RolloutSettings
 from zoo.tasks.grpo_advantages import advantages, weighted_rewards
 from zoo.tasks.grpo_loss import policy_loss
+from zoo.tasks.grpo_rollouts import CompletionText
 from zoo.tasks.rewards import (
     RewardError,
     answer_match,
@@ -141,10 +143,10 @@ def rollouts(settings=None, **options):
     def sevens(completion_ids, **_):
         return [float(sum(token == 7 for token in ids)) for ids in completion_ids]
 
-    settings = settings or RolloutSettings(num_generations=4, max_completion_len=6)
+    settings = settings or RolloutSettings(num_generations=4, max_completion_len=6, batch_size=2)
+    text = CompletionText((2,), 0, lambda t: " ".join(map(str, t)))
     return Rollouts(PromptRows(prompts, ids, {"answer": ["1", "2", "3"]}), GRPO(), rewards=[sevens],
-                    batch_size=2, settings=settings, end_ids=(2,), fill_id=0,
-                    decode=lambda t: " ".join(map(str, t)), **options)  # fmt: skip
+                    settings=settings, text=text, **options)  # fmt: skip
 
 
 def test_rollouts_are_drawn_from_the_key_and_cut_at_the_end(tiny):
@@ -167,7 +169,9 @@ def test_rollouts_are_drawn_from_the_key_and_cut_at_the_end(tiny):
 
 
 def test_num_iterations_reuse_the_rollout_with_its_log_probabilities(tiny):
-    source = rollouts(RolloutSettings(num_generations=2, max_completion_len=4, num_iterations=2))
+    source = rollouts(
+        RolloutSettings(num_generations=2, max_completion_len=4, num_iterations=2, batch_size=2)
+    )
     key = jax.random.key(0)
     first = source.batch_for(0, tiny, key)
     assert source.batch_for(1, tiny, key) is first
@@ -191,7 +195,7 @@ def test_sampling_uses_the_lora_adapters(tiny):
     # a nonzero up-projection: the adapters change the logits
     adapted = eqx.tree_at(adapters, adapted, [jnp.full_like(b, 0.5) for b in adapters(adapted)])
     prompts, lengths = np.asarray([[1, 4, 5]]), np.asarray([3])
-    settings = {"num_generations": 4, "max_new_tokens": 8, "end_ids": (), "fill_id": 0,
+    settings = {"num_generations": 4, "stopping": Stopping(8, (), 0),
                 "sampling": SamplingSettings(temperature=1.0), "key": jax.random.key(2)}  # fmt: skip
     with_adapters = sample_groups(adapted, prompts, lengths, **settings)
     base = sample_groups(tiny, prompts, lengths, **settings)
@@ -208,7 +212,6 @@ def test_settings_refuse_what_cannot_work():
         GRPOLoss(kind="ppo")
     with pytest.raises(ValueError, match="needs a reference model"):
         Rollouts(PromptRows(["a"], [np.asarray([1])]), GRPO(GRPOLoss(beta=0.1)),
-                 rewards=[length_penalty(2)], batch_size=1, end_ids=(2,), fill_id=0,
-                 decode=str)  # fmt: skip
+                 rewards=[length_penalty(2)], text=CompletionText((2,), 0, str))  # fmt: skip
     with pytest.raises(ValueError, match="prompt row 0 encodes to no tokens"):
         PromptRows(["a"], [np.asarray([], np.int32)])

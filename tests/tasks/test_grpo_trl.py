@@ -27,7 +27,7 @@ import jax.numpy as jnp  # noqa: E402
 import zoo  # noqa: E402
 from zoo.tasks import GRPO, GRPOLoss, PromptRows, Rollouts, RolloutSettings  # noqa: E402
 from zoo.tasks.grpo_advantages import advantages, rollout_metrics, weighted_rewards  # noqa: E402
-from zoo.tasks.grpo_rollouts import _logps  # noqa: E402
+from zoo.tasks.grpo_rollouts import CompletionText, _logps  # noqa: E402
 from zoo.tasks.rewards import score  # noqa: E402
 
 VOCAB, GROUP, WIDTH = 48, 3, 5
@@ -125,10 +125,9 @@ def zoo_rollout(trainer, loss: GRPOLoss, settings: RolloutSettings, reference):
     hf = trainer.processing_class
     ids = [np.asarray(hf(p, add_special_tokens=False)["input_ids"], np.int32) for p in PROMPTS]
     rows = PromptRows(PROMPTS, ids, {"answer": ANSWERS})
+    text = CompletionText((2,), 0, lambda t: hf.decode(t, skip_special_tokens=True))
     source = Rollouts(rows, GRPO(loss), rewards=[by_ids, by_text], weights=WEIGHTS,
-                      batch_size=len(PROMPTS), settings=settings, end_ids=(2,), fill_id=0,
-                      decode=lambda t: hf.decode(t, skip_special_tokens=True),
-                      reference=reference)  # fmt: skip
+                      settings=settings, text=text, reference=reference)  # fmt: skip
     tokens = np.zeros((len(COMPLETIONS), WIDTH), np.int32)
     for row, completion in enumerate(COMPLETIONS):
         tokens[row, : len(completion)] = completion
@@ -167,7 +166,7 @@ def zoo_settings(settings):
         num_generations=GROUP, max_completion_len=WIDTH,
         scale_rewards=settings.get("scale_rewards", "group"),
         mask_truncated_completions=settings.get("mask_truncated_completions", False),
-        num_iterations=settings.get("num_iterations", 1),
+        num_iterations=settings.get("num_iterations", 1), batch_size=len(PROMPTS),
     )  # fmt: skip
     return loss, rollout
 

@@ -128,9 +128,11 @@ def dataset_run_data(
 
     check_split(dataset, "train", spec)
     if options.prompts:
-        from zoo.cli._grpo import prompt_run_data
+        from zoo.cli._grpo import prompt_order, read_prompts
 
-        return prompt_run_data(dataset, flavor, options)
+        prompts, tokenizer, template = read_prompts(dataset, flavor, options)
+        return RunData(prompt_order(prompts, options.seed), None, tokenizer,
+                       chat_template=template, prompts=prompts)  # fmt: skip
     if options.preference:
         from zoo.cli._preference import preference_run_data
 

@@ -11,6 +11,7 @@ TOKENS). The task is `zoo.tasks.GRPO`, its batches `zoo.tasks.Rollouts`.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import os
 import sys
@@ -27,7 +28,6 @@ from zoo.data.batches import ArrayBatches
 from zoo.data.tokenizers.base import Tokenizer
 
 if TYPE_CHECKING:
-    from zoo.cli._datasets import RunData
     from zoo.data.specs import DatasetDicts
     from zoo.tasks.grpo import GRPO
     from zoo.tasks.grpo_rollouts import PromptRows, Rollouts
@@ -220,10 +220,12 @@ def reward_function(spec: str) -> RewardFunction:
 # -- the data: prompt rows -----------------------------------------------------------------------
 
 
-def prompt_run_data(dataset: DatasetDicts, flavor: str, options: DataOptions) -> RunData:
-    """The prompt rows of `dataset`'s train split, encoded; `RunData.prompts` holds them."""
+def read_prompts(
+    dataset: DatasetDicts, flavor: str, options: DataOptions
+) -> tuple[PromptRows, Tokenizer, str | None]:
+    """The prompt rows of `dataset`'s train split encoded, their tokenizer, and the chat
+    template's text (None for text prompts)."""
     from zoo.cli._chat_data import read_template
-    from zoo.cli._datasets import RunData
     from zoo.data.chat.files import chat_template_for
     from zoo.data.chat.template import ChatTemplate
     from zoo.data.tokenizers.build import build_tokenizer
@@ -263,11 +265,15 @@ def prompt_run_data(dataset: DatasetDicts, flavor: str, options: DataOptions) ->
 
     prompt_rows = PromptRows(prompts, ids, others)
     width = max(len(row) for row in ids)
-    order = ArrayBatches({"row": np.arange(len(ids))}, 1, seed=options.seed)
     print(f"zoo train: {len(ids)} prompts ({'text' if texts else 'messages'}), the longest "
           f"{width} tokens", file=sys.stderr)  # fmt: skip
-    return RunData(order, None, tokenizer, prompts=prompt_rows,
-                   chat_template=None if template is None else template.source)  # fmt: skip
+    return prompt_rows, tokenizer, None if template is None else template.source
+
+
+def prompt_order(prompts: PromptRows, seed: int) -> ArrayBatches:
+    """The rows of the prompts, one a batch: what `RunData.train` holds for GRPO (the rollouts
+    draw their own batches)."""
+    return ArrayBatches({"row": np.arange(len(prompts.ids))}, 1, seed=seed)
 
 
 def _is_messages(prompt: object) -> bool:
@@ -282,17 +288,20 @@ def prompt_width(prompts: PromptRows) -> int:
 # -- the run: task and rollouts ------------------------------------------------------------------
 
 
-def grpo_setup(
-    options: GRPOOptions,
-    model: eqx.Module,
-    data: RunData,
-    *,
-    batch_size: int,
-    seed: int,
-    out: Path,
-    sample_every: int | None,
-    writes: bool,
-) -> tuple[GRPO, Rollouts]:
+@dataclass(frozen=True, kw_only=True)
+class GRPORun:
+    """What a GRPO run reads beside its options: the data and where samples go."""
+
+    prompts: PromptRows  # the prompt rows
+    tokenizer: Tokenizer  # their tokenizer
+    chat_template: str | None  # the template of message prompts (None: text prompts)
+    batch_size: int  # --batch-size: completions per step
+    seed: int  # --seed: the order of the prompts
+    samples: Path | None  # samples.jsonl (None: not written)
+    sample_every: int | None  # --sample-every
+
+
+def grpo_setup(options: GRPOOptions, model: eqx.Module, run: GRPORun) -> tuple[GRPO, Rollouts]:
     """The task and its rollouts: the rewards, the end of a completion, the reference."""
     from zoo.cli._load import read_model
     from zoo.data.chat.template import ChatTemplate
@@ -300,23 +309,23 @@ def grpo_setup(
     from zoo.models import GPT
     from zoo.nn.lora import has_lora
     from zoo.tasks.grpo import GRPO
-    from zoo.tasks.grpo_rollouts import Rollouts
+    from zoo.tasks.grpo_rollouts import CompletionText, Rollouts, SampleLog
 
-    assert data.prompts is not None and data.tokenizer is not None
-    tokenizer = data.tokenizer
+    tokenizer, batch_size = run.tokenizer, run.batch_size
     if not isinstance(model, GPT):
         raise ValueError(f"--objective grpo trains a gpt, got a {type(model).__name__}")
-    width = prompt_width(data.prompts) + options.max_completion_len
+    width = prompt_width(run.prompts) + options.max_completion_len
     if width > model.config.max_positions:
         raise ValueError(f"the longest prompt plus --max-completion-len {options.max_completion_len}"
                          f" is {width} tokens, past the model's max_positions="
-                         f"{model.config.max_positions}: lower --max-completion-len")  # fmt: skip
+                         f"{model.config.max_positions}: lower --max-completion-len (or raise "
+                         "max_positions: --max-len for a fresh preset)")  # fmt: skip
     if batch_size % options.num_generations:
         raise ValueError(f"--batch-size {batch_size} counts completions (as TRL's): give a "
                          f"multiple of --num-generations {options.num_generations}")  # fmt: skip
     ends = (*tokenizer.eos_ids, *model.config.end_ids)
-    if data.chat_template is not None:
-        ends = (*ends, *end_of_turn_ids(tokenizer, ChatTemplate(data.chat_template)))
+    if run.chat_template is not None:
+        ends = (*ends, *end_of_turn_ids(tokenizer, ChatTemplate(run.chat_template)))
     reference: eqx.Module | str | None = None
     if options.beta:
         if options.reference:
@@ -328,13 +337,16 @@ def grpo_setup(
     task = GRPO(loss_settings(options))
     config = model.config
     fill = config.pad_id if config.pad_id is not None else (config.eos_id or 0)
+    check_sizes(options, batch_size, run.prompts.prompts)
+    settings = dataclasses.replace(rollout_settings(options), seed=run.seed,
+                                   batch_size=batch_size // options.num_generations)  # fmt: skip
+    samples = None
+    if run.samples is not None and run.sample_every:
+        samples = SampleLog(run.samples, run.sample_every)
     rollouts = Rollouts(
-        data.prompts, task, rewards=[reward_function(spec) for spec in options.rewards],
-        weights=options.reward_weights, batch_size=batch_size // options.num_generations,
-        settings=rollout_settings(options), end_ids=tuple(dict.fromkeys(ends)), fill_id=fill,
-        decode=tokenizer.decode, reference=reference, seed=seed,
-        samples=out / "samples.jsonl" if writes and sample_every else None,
-        sample_every=sample_every,
+        run.prompts, task, rewards=[reward_function(spec) for spec in options.rewards],
+        weights=options.reward_weights, settings=settings, reference=reference, samples=samples,
+        text=CompletionText(tuple(dict.fromkeys(ends)), fill, tokenizer.decode),
     )  # fmt: skip
     return task, rollouts
 

@@ -26,8 +26,8 @@ from zoo.cli._build import Built, build_model, make_task
 from zoo.cli._chat_data import add_chat_options
 from zoo.cli._compile_cache import add_compile_cache_option, use_compile_cache
 from zoo.cli._config_file import enable_config_file
-from zoo.cli._datasets import add_data_options, data_scheme, resolve_data
-from zoo.cli._grpo import add_grpo_options, grpo_setup
+from zoo.cli._datasets import RunData, add_data_options, data_scheme, resolve_data
+from zoo.cli._grpo import GRPORun, add_grpo_options, grpo_setup
 from zoo.cli._load import HUB
 from zoo.cli._lora import finish_run, trained_prefixes, with_lora
 from zoo.cli._mesh import add_mesh_option
@@ -201,9 +201,7 @@ def execute(plan: TrainPlan) -> int:
         if grpo is None:
             loop = with_samples(plan.loop, plan.sample_every, data, plan.out, writes=writes)
         if grpo is not None:  # batches sampled by the model being trained, scored by rewards
-            task, train = grpo_setup(grpo, model, data, batch_size=plan.data_options.batch_size,
-                                     seed=plan.seed, out=plan.out, sample_every=plan.sample_every,
-                                     writes=writes)  # fmt: skip
+            task, train = grpo_setup(grpo, model, _grpo_run(plan, data, writes=writes))
         elif preference is not None:  # the reference's numbers join the batches
             task, train, evaluation = _preference.preference_setup(
                 preference, model, train, evaluation, data.tokenizer
@@ -248,6 +246,16 @@ def execute(plan: TrainPlan) -> int:
         if writes:  # process 0 reports the run
             _report(plan, model, history, lora_train=lora_train, tokenizer=built.data.tokenizer)
     return 0
+
+
+def _grpo_run(plan: TrainPlan, data: RunData, *, writes: bool) -> GRPORun:
+    """What `--objective grpo` reads of the plan and its data (`zoo.cli._grpo`)."""
+    if data.prompts is None or data.tokenizer is None:
+        raise ValueError("--objective grpo reads prompt rows: give --data with a 'prompt' column")
+    return GRPORun(prompts=data.prompts, tokenizer=data.tokenizer,
+                   chat_template=data.chat_template, batch_size=plan.data_options.batch_size,
+                   seed=plan.seed, samples=plan.out / "samples.jsonl" if writes else None,
+                   sample_every=plan.sample_every)  # fmt: skip
 
 
 def _check_run_folder(plan: TrainPlan) -> bool:

@@ -35,12 +35,10 @@ def sample_groups(
     lengths: Int[Array, " prompts"] | np.ndarray,
     *,
     num_generations: int,
-    max_new_tokens: int,
+    stopping: Stopping,
     sampling: SamplingSettings,
-    end_ids: tuple[int, ...],
-    fill_id: int,
     key: PRNGKeyArray,
-) -> Int[Array, "rows max_new_tokens"]:
+) -> Int[Array, "rows max_len"]:
     """`num_generations` sampled continuations of each prompt, prompt by prompt: row `r`
     continues prompt `r // num_generations`.
 
@@ -49,11 +47,10 @@ def sample_groups(
         prompts: right-padded prompt ids.
         lengths: each prompt's real tokens.
         num_generations: completions per prompt.
-        max_new_tokens: the most tokens of a completion.
+        stopping: the most tokens of a completion (`max_len`), the ids that end one (kept in
+            it) and what follows its end (`zoo.decoding.Stopping`).
         sampling: temperature, top-k and top-p (greedy is refused: a group would be one answer
             repeated).
-        end_ids: the ids that end a completion (kept in it).
-        fill_id: what follows a completion's end.
         key: the random key of this draw.
     """
     if not isinstance(model, GPT):
@@ -62,14 +59,13 @@ def sample_groups(
         raise ValueError("a group of completions is sampled: give a temperature above 0")
     prompts, lengths = np.asarray(prompts, np.int32), np.asarray(lengths, np.int32)
     width = prompts.shape[1]
-    if width + max_new_tokens > model.config.max_positions:
+    if width + stopping.max_len > model.config.max_positions:
         raise ValueError(
-            f"prompts of {width} tokens plus {max_new_tokens} completion tokens exceed the "
+            f"prompts of {width} tokens plus {stopping.max_len} completion tokens exceed the "
             f"model's max_positions={model.config.max_positions}: shorten the prompts or the "
             "completions"
         )
     rows = np.repeat(prompts, num_generations, axis=0)
     row_lengths = np.repeat(lengths, num_generations, axis=0)
-    stopping = Stopping(max_new_tokens, tuple(end_ids), fill_id)
     values = sampling.values()
     return _sample(model, jnp.asarray(rows), jnp.asarray(row_lengths), stopping, values, key)

@@ -69,7 +69,18 @@ def rollout_metrics(
     lengths: np.ndarray,
     truncated: np.ndarray,
 ) -> dict[str, float]:
-    """The rollout's metrics with TRL's names, one number each (NaN where undefined)."""
+    """The rollout's metrics with TRL's names, one number each (NaN where undefined).
+
+    Args:
+        per_function: each function's rewards, `[rows, functions]`, NaN where it gave None.
+        weights: one weight per function.
+        names: the functions' names (`rewards/NAME/mean`).
+        num_generations: rows per prompt.
+        scale_rewards: group | batch | none (which standard deviation `frac_reward_zero_std`
+            counts).
+        lengths: each completion's tokens.
+        truncated: whether each completion ran out of tokens before its end.
+    """
     rewards = weighted_rewards(per_function, weights)
     std = reward_std(rewards, num_generations, scale_rewards)
     with warnings.catch_warnings():

@@ -28,6 +28,7 @@ from jaxtyping import PRNGKeyArray
 
 from zoo.data.batches import ArrayBatches, Batch
 from zoo.decoding.groups import sample_groups
+from zoo.decoding.loop import Stopping
 from zoo.decoding.sampling import SamplingSettings
 from zoo.models.gpt import GPT
 from zoo.tasks.grpo import GRPO, ROLLOUT_PREFIX, ROLLOUTS, completion_logps
@@ -49,9 +50,11 @@ class RolloutSettings:
     mask_truncated_completions: bool = False  # completions without an end leave the loss
     num_iterations: int = 1  # μ: optimizer steps per rollout
     stop_strings: tuple[str, ...] = ()  # texts that end a completion (beside the end ids)
+    batch_size: int = 1  # prompts per step (rows: batch_size * num_generations)
+    seed: int = 0  # shuffles the prompts each epoch
 
     def __post_init__(self) -> None:
-        for name in ("num_generations", "max_completion_len", "num_iterations"):
+        for name in ("num_generations", "max_completion_len", "num_iterations", "batch_size"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -66,6 +69,23 @@ class RolloutSettings:
             )
         if self.sampling.greedy:
             raise ValueError("completions are sampled: give a temperature above 0")
+
+
+@dataclass(frozen=True)
+class CompletionText:
+    """How a completion's ids end and read: the end ids, the filler after them, the decoder."""
+
+    end_ids: tuple[int, ...]  # the ids that end a completion (chat template's end of turn, eos)
+    fill_id: int  # what follows a completion's end in the batch (the model's pad id)
+    decode: Callable[[list[int]], str]  # ids -> text (the tokenizer's, special tokens skipped)
+
+
+@dataclass(frozen=True)
+class SampleLog:
+    """Where completions and their rewards are written: every `every`-th step, to `path`."""
+
+    path: Path  # a samples.jsonl, appended to
+    every: int  # steps between written rollouts
 
 
 @dataclass(frozen=True)
@@ -96,15 +116,10 @@ class Rollouts:
         task: the `GRPO` task the batches are for (its temperature and β).
         rewards: the reward functions (TRL's signature, `zoo.tasks.rewards`).
         weights: one weight per function (None: all 1).
-        batch_size: prompts per step (rows: `batch_size * num_generations`).
-        settings: sampling, groups and advantages (`RolloutSettings`).
-        end_ids: the ids that end a completion (the chat template's end of turn, eos).
-        fill_id: what follows a completion's end in the batch (the model's pad id).
-        decode: ids -> text (the tokenizer's decode, special tokens skipped).
+        settings: sampling, groups, advantages, prompts per step (`RolloutSettings`).
+        text: the end ids, filler and decoder of completions (`CompletionText`).
         reference: the reference model for β > 0, or "adapters" (the model, LoRA off).
-        seed: shuffles the prompts each epoch.
-        samples: a `samples.jsonl` to append the completions of every `sample_every`-th step to.
-        sample_every: steps between written samples (None: none written).
+        samples: where completions and rewards are written (`SampleLog`; None: nowhere).
     """
 
     def __init__(
@@ -114,15 +129,10 @@ class Rollouts:
         *,
         rewards: Sequence[RewardFunction],
         weights: Sequence[float] | None = None,
-        batch_size: int,
         settings: RolloutSettings | None = None,
-        end_ids: tuple[int, ...],
-        fill_id: int,
-        decode: Callable[[list[int]], str],
+        text: CompletionText,
         reference: eqx.Module | str | None = None,
-        seed: int = 0,
-        samples: Path | None = None,
-        sample_every: int | None = None,
+        samples: SampleLog | None = None,
     ):
         if not rewards:
             raise ValueError("GRPO needs at least one reward function")
@@ -137,11 +147,12 @@ class Rollouts:
         self.rewards = list(rewards)
         self.names = [reward_name(function) for function in rewards]
         self.weights = np.asarray(weights, np.float64)
-        self.settings = settings or RolloutSettings()
-        self.end_ids, self.fill_id, self.decode = tuple(end_ids), fill_id, decode
+        self.settings = settings = settings or RolloutSettings()
+        self.end_ids, self.fill_id, self.decode = tuple(text.end_ids), text.fill_id, text.decode
         self.reference = reference if task.loss.beta != 0.0 else None
-        self.samples, self.sample_every = samples, sample_every
-        self.order = ArrayBatches({"row": np.arange(len(prompts.ids))}, batch_size, seed=seed)
+        self.samples = samples
+        self.order = ArrayBatches({"row": np.arange(len(prompts.ids))}, settings.batch_size,
+                                  seed=settings.seed)  # fmt: skip
         self.width = max(len(ids) for ids in prompts.ids)  # one prompt width: one compile
         self._cached: tuple[int, Batch] | None = None
 
@@ -182,10 +193,10 @@ class Rollouts:
         sampling_key = jax.random.fold_in(jax.random.fold_in(key, SAMPLING_STREAM), step)
         if not isinstance(model, GPT):
             raise TypeError(f"GRPO samples with a zoo.GPT, got {type(model).__name__}")
+        stopping = Stopping(settings.max_completion_len, self.end_ids, self.fill_id)
         tokens = np.asarray(sample_groups(
-            model, padded, lengths, num_generations=settings.num_generations,
-            max_new_tokens=settings.max_completion_len, sampling=settings.sampling,
-            end_ids=self.end_ids, fill_id=self.fill_id, key=sampling_key,
+            model, padded, lengths, num_generations=settings.num_generations, stopping=stopping,
+            sampling=settings.sampling, key=sampling_key,
         ))  # fmt: skip
         group = settings.num_generations
         source_rows = np.repeat(rows, group)
@@ -211,7 +222,7 @@ class Rollouts:
             batch[ROLLOUT_PREFIX + name] = np.full(len(kept), value * share, np.float32)
         batch[ROLLOUTS] = np.full(len(kept), share, np.float32)
         self._add_logps(batch, model)
-        if self.samples is not None and self.sample_every and step % self.sample_every == 0:
+        if self.samples is not None and step % self.samples.every == 0:
             self._write_samples(step, prompts, texts, per_function, rewards, batch["advantages"])
         return batch
 
@@ -267,7 +278,7 @@ class Rollouts:
 
     def _write_samples(self, step, prompts, texts, per_function, rewards, advantage) -> None:
         assert self.samples is not None
-        with open(self.samples, "a", encoding="utf-8") as file:
+        with open(self.samples.path, "a", encoding="utf-8") as file:
             for row, text in enumerate(texts):
                 scores = {name: _number(per_function[row, index])
                           for index, name in enumerate(self.names)}  # fmt: skip
@@ -277,7 +288,7 @@ class Rollouts:
                 file.write(json.dumps(record) + "\n")
 
 
-def _number(value: float) -> float | None:
+def _number(value: np.floating | float) -> float | None:
     return None if np.isnan(value) else float(value)
 
 
