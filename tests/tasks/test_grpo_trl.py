@@ -218,7 +218,7 @@ def test_grpo_equals_trl(models, case):
         assert logged["clip_ratio/region_mean"] > 0
 
 
-@pytest.mark.parametrize("case", ["dapo_beta_mu2", "grpo"])
+@pytest.mark.parametrize("case", ["dapo_beta_mu2"])
 def test_one_sgd_step_moves_the_loss_as_trl(models, case):
     trainer, output, task, batch, _ = both(models, case)
     rate = 1.0
