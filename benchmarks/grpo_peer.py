@@ -130,7 +130,7 @@ def zoo_worker(args: argparse.Namespace) -> dict:
     rows = [json.loads(line) for line in (out_dir / "metrics.jsonl").open()]
     rewards = [row["metrics"]["reward"] for row in rows if row["split"] == "train"]
     return {**split(step_ends, generation), "peak_rss_mb": peak_rss_mb(), "rewards": rewards,
-            "adapter": str(out_dir)}  # fmt: skip
+            "adapter": str(out_dir / "adapter")}  # fmt: skip
 
 
 REWARD_MODULE = """import re

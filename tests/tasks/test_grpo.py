@@ -183,6 +183,21 @@ def test_num_iterations_reuse_the_rollout_with_its_log_probabilities(tiny):
     assert float(loss(tiny, first)) == pytest.approx(float(loss(tiny, fresh)), abs=1e-6)
 
 
+def test_a_resumed_run_goes_on_with_the_stored_rollout(tiny, tmp_path):
+    settings = RolloutSettings(num_generations=2, max_completion_len=4, num_iterations=2,
+                               batch_size=2)  # fmt: skip
+    first = rollouts(settings, store=tmp_path).batch_for(0, tiny, jax.random.key(0))
+    # a fresh source (a resumed process) at step 1, with other weights: the stored rollout
+    other = zoo.create("llama-tiny", key=jax.random.key(9), vocab_size=16, pad_id=0, eos_id=2,
+                       bos_id=1, max_positions=24)  # fmt: skip
+    again = rollouts(settings, store=tmp_path).batch_for(1, other, jax.random.key(0))
+    assert sorted(again) == sorted(first)
+    for name in first:
+        np.testing.assert_array_equal(again[name], first[name])
+    with pytest.warns(UserWarning, match="drawn again with the current weights"):
+        rollouts(settings).batch_for(1, tiny, jax.random.key(0))
+
+
 def test_sampling_uses_the_lora_adapters(tiny):
     from zoo.lora import apply
     from zoo.nn.lora import is_lora

@@ -299,6 +299,7 @@ class GRPORun:
     seed: int  # --seed: the order of the prompts
     samples: Path | None  # samples.jsonl (None: not written)
     sample_every: int | None  # --sample-every
+    store: Path | None = None  # where the last rollouts are kept (--num-iterations above 1)
 
 
 def grpo_setup(options: GRPOOptions, model: eqx.Module, run: GRPORun) -> tuple[GRPO, Rollouts]:
@@ -346,6 +347,7 @@ def grpo_setup(options: GRPOOptions, model: eqx.Module, run: GRPORun) -> tuple[G
     rollouts = Rollouts(
         run.prompts, task, rewards=[reward_function(spec) for spec in options.rewards],
         weights=options.reward_weights, settings=settings, reference=reference, samples=samples,
+        store=run.store,
         text=CompletionText(tuple(dict.fromkeys(ends)), fill, tokenizer.decode),
     )  # fmt: skip
     return task, rollouts

@@ -255,7 +255,7 @@ def _grpo_run(plan: TrainPlan, data: RunData, *, writes: bool) -> GRPORun:
     return GRPORun(prompts=data.prompts, tokenizer=data.tokenizer,
                    chat_template=data.chat_template, batch_size=plan.data_options.batch_size,
                    seed=plan.seed, samples=plan.out / "samples.jsonl" if writes else None,
-                   sample_every=plan.sample_every)  # fmt: skip
+                   sample_every=plan.sample_every, store=plan.out / "rollouts")  # fmt: skip
 
 
 def _check_run_folder(plan: TrainPlan) -> bool:

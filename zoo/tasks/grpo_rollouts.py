@@ -10,7 +10,8 @@ sampling model kept as `old_logps`; with a reference (`beta > 0`) its log-probab
 batch as `reference_logps`.
 
 The sampling key of the rollout at step `s` is drawn from the run's key (which checkpoints keep)
-and `s`, so a run and its resumption sample the same completions.
+and `s`, so a run and its resumption sample the same completions. With μ > 1 a `store` folder
+keeps the last rollouts, so that a run resumed between a rollout's updates goes on with it.
 """
 
 from __future__ import annotations
@@ -30,12 +31,14 @@ from zoo.data.batches import ArrayBatches, Batch
 from zoo.decoding.groups import sample_groups
 from zoo.decoding.loop import Stopping
 from zoo.decoding.sampling import SamplingSettings
+from zoo.files import write_atomic
 from zoo.models.gpt import GPT
 from zoo.tasks.grpo import GRPO, ROLLOUT_PREFIX, ROLLOUTS, completion_logps
 from zoo.tasks.grpo_advantages import SCALE_REWARDS, advantages, rollout_metrics, weighted_rewards
 from zoo.tasks.preference import adapters_off
 from zoo.tasks.rewards import RewardFunction, reward_name, score
 
+KEPT_ROLLOUTS = 4  # rollouts a store keeps (a resume reads the one its checkpoint is in)
 SAMPLING_STREAM = 0x5A4D  # folded into the run's key: sampling draws apart from dropout
 
 
@@ -120,6 +123,8 @@ class Rollouts:
         text: the end ids, filler and decoder of completions (`CompletionText`).
         reference: the reference model for β > 0, or "adapters" (the model, LoRA off).
         samples: where completions and rewards are written (`SampleLog`; None: nowhere).
+        store: a folder that keeps the last rollouts (with `num_iterations` > 1), so that a run
+            resumed in the middle of a rollout's updates continues with it exactly.
     """
 
     def __init__(
@@ -133,6 +138,7 @@ class Rollouts:
         text: CompletionText,
         reference: eqx.Module | str | None = None,
         samples: SampleLog | None = None,
+        store: Path | None = None,
     ):
         if not rewards:
             raise ValueError("GRPO needs at least one reward function")
@@ -150,7 +156,7 @@ class Rollouts:
         self.settings = settings = settings or RolloutSettings()
         self.end_ids, self.fill_id, self.decode = tuple(text.end_ids), text.fill_id, text.decode
         self.reference = reference if task.loss.beta != 0.0 else None
-        self.samples = samples
+        self.samples, self.store = samples, store
         self.order = ArrayBatches({"row": np.arange(len(prompts.ids))}, settings.batch_size,
                                   seed=settings.seed)  # fmt: skip
         self.width = max(len(ids) for ids in prompts.ids)  # one prompt width: one compile
@@ -170,16 +176,47 @@ class Rollouts:
         start = step - step % self.settings.num_iterations
         if self._cached is not None and self._cached[0] == start:
             return self._cached[1]
-        if start != step:
+        if start != step:  # a resumed run in the middle of a rollout's updates
+            kept = self._kept(start)
+            if kept is not None:
+                self._cached = (start, kept)
+                return kept
             warnings.warn(
                 f"step {step + 1} reuses the rollout of step {start + 1}, which this process did "
-                "not draw: it is drawn again with the current weights (resume at a multiple of "
-                "num_iterations to continue exactly)",
+                "not draw and no store keeps: it is drawn again with the current weights (resume "
+                "at a multiple of num_iterations to continue exactly)",
                 stacklevel=2,
             )
         batch = self.rollout(start, model, key)
         self._cached = (start, batch)
+        self._keep(start, batch)
         return batch
+
+    def _stored(self, step: int) -> Path | None:
+        return None if self.store is None else self.store / f"rollout_{step:08d}.npz"
+
+    def _keep(self, step: int, batch: Batch) -> None:
+        """Write the rollout of `step` to the store, where later steps of it can find it after
+        a resume (`num_iterations` > 1), and drop the oldest beyond `KEPT_ROLLOUTS`."""
+        path = self._stored(step)
+        if path is None or self.settings.num_iterations == 1:
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+        def write(temporary: Path) -> None:
+            with open(temporary, "wb") as file:
+                np.savez(file, **batch)  # type: ignore[arg-type]  # numpy stubs: names, arrays
+
+        write_atomic(path, write)
+        for old in sorted(path.parent.glob("rollout_*.npz"))[:-KEPT_ROLLOUTS]:
+            old.unlink(missing_ok=True)
+
+    def _kept(self, step: int) -> Batch | None:
+        path = self._stored(step)
+        if path is None or not path.is_file():
+            return None
+        with np.load(path, allow_pickle=False) as arrays:
+            return {name: arrays[name] for name in arrays.files}
 
     def rollout(self, step: int, model: eqx.Module, key: PRNGKeyArray) -> Batch:
         """Sample, cut, score and measure the completions of `step`'s prompts."""
