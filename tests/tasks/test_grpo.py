@@ -18,7 +18,7 @@ from zoo.decoding.sampling import SamplingSettings
 from zoo.tasks import GRPO, GRPOLoss, PromptRows, Rollouts, RolloutSettings
 from zoo.tasks.grpo_advantages import advantages, weighted_rewards
 from zoo.tasks.grpo_loss import policy_loss
-from zoo.tasks.grpo_rollouts import CompletionText
+from zoo.tasks.grpo_rollouts import CompletionText, RolloutFiles
 from zoo.tasks.rewards import (
     RewardError,
     answer_match,
@@ -186,11 +186,15 @@ def test_num_iterations_reuse_the_rollout_with_its_log_probabilities(tiny):
 def test_a_resumed_run_goes_on_with_the_stored_rollout(tiny, tmp_path):
     settings = RolloutSettings(num_generations=2, max_completion_len=4, num_iterations=2,
                                batch_size=2)  # fmt: skip
-    first = rollouts(settings, store=tmp_path).batch_for(0, tiny, jax.random.key(0))
+    first = rollouts(settings, files=RolloutFiles(store=tmp_path)).batch_for(
+        0, tiny, jax.random.key(0)
+    )
     # a fresh source (a resumed process) at step 1, with other weights: the stored rollout
     other = zoo.create("llama-tiny", key=jax.random.key(9), vocab_size=16, pad_id=0, eos_id=2,
                        bos_id=1, max_positions=24)  # fmt: skip
-    again = rollouts(settings, store=tmp_path).batch_for(1, other, jax.random.key(0))
+    again = rollouts(settings, files=RolloutFiles(store=tmp_path)).batch_for(
+        1, other, jax.random.key(0)
+    )
     assert sorted(again) == sorted(first)
     for name in first:
         np.testing.assert_array_equal(again[name], first[name])

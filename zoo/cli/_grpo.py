@@ -310,7 +310,7 @@ def grpo_setup(options: GRPOOptions, model: eqx.Module, run: GRPORun) -> tuple[G
     from zoo.models import GPT
     from zoo.nn.lora import has_lora
     from zoo.tasks.grpo import GRPO
-    from zoo.tasks.grpo_rollouts import CompletionText, Rollouts, SampleLog
+    from zoo.tasks.grpo_rollouts import CompletionText, RolloutFiles, Rollouts, SampleLog
 
     tokenizer, batch_size = run.tokenizer, run.batch_size
     if not isinstance(model, GPT):
@@ -346,8 +346,8 @@ def grpo_setup(options: GRPOOptions, model: eqx.Module, run: GRPORun) -> tuple[G
         samples = SampleLog(run.samples, run.sample_every)
     rollouts = Rollouts(
         run.prompts, task, rewards=[reward_function(spec) for spec in options.rewards],
-        weights=options.reward_weights, settings=settings, reference=reference, samples=samples,
-        store=run.store,
+        weights=options.reward_weights, settings=settings, reference=reference,
+        files=RolloutFiles(samples, run.store),
         text=CompletionText(tuple(dict.fromkeys(ends)), fill, tokenizer.decode),
     )  # fmt: skip
     return task, rollouts

@@ -38,6 +38,8 @@ from zoo.tasks.grpo_advantages import SCALE_REWARDS, advantages, rollout_metrics
 from zoo.tasks.preference import adapters_off
 from zoo.tasks.rewards import RewardFunction, reward_name, score
 
+# `np.savez` by names; its stubs read a `**` mapping as its `allow_pickle` flag
+save_arrays: Callable[..., None] = np.savez
 KEPT_ROLLOUTS = 4  # rollouts a store keeps (a resume reads the one its checkpoint is in)
 SAMPLING_STREAM = 0x5A4D  # folded into the run's key: sampling draws apart from dropout
 
@@ -92,6 +94,16 @@ class SampleLog:
 
 
 @dataclass(frozen=True)
+class RolloutFiles:
+    """What the rollouts write: samples with their rewards, and the last rollouts kept."""
+
+    samples: SampleLog | None = None  # completions and rewards (None: not written)
+    # a folder that keeps the last rollouts (with num_iterations > 1), so that a run resumed
+    # between a rollout's updates continues with it exactly (None: not kept)
+    store: Path | None = None
+
+
+@dataclass(frozen=True)
 class PromptRows:
     """The prompts as the reward functions see them, their token ids, and the other columns."""
 
@@ -122,9 +134,8 @@ class Rollouts:
         settings: sampling, groups, advantages, prompts per step (`RolloutSettings`).
         text: the end ids, filler and decoder of completions (`CompletionText`).
         reference: the reference model for β > 0, or "adapters" (the model, LoRA off).
-        samples: where completions and rewards are written (`SampleLog`; None: nowhere).
-        store: a folder that keeps the last rollouts (with `num_iterations` > 1), so that a run
-            resumed in the middle of a rollout's updates continues with it exactly.
+        files: where samples go and the last rollouts are kept (`RolloutFiles`; None: no
+            files).
     """
 
     def __init__(
@@ -137,8 +148,7 @@ class Rollouts:
         settings: RolloutSettings | None = None,
         text: CompletionText,
         reference: eqx.Module | str | None = None,
-        samples: SampleLog | None = None,
-        store: Path | None = None,
+        files: RolloutFiles | None = None,
     ):
         if not rewards:
             raise ValueError("GRPO needs at least one reward function")
@@ -156,7 +166,8 @@ class Rollouts:
         self.settings = settings = settings or RolloutSettings()
         self.end_ids, self.fill_id, self.decode = tuple(text.end_ids), text.fill_id, text.decode
         self.reference = reference if task.loss.beta != 0.0 else None
-        self.samples, self.store = samples, store
+        files = files or RolloutFiles()
+        self.samples, self.store = files.samples, files.store
         self.order = ArrayBatches({"row": np.arange(len(prompts.ids))}, settings.batch_size,
                                   seed=settings.seed)  # fmt: skip
         self.width = max(len(ids) for ids in prompts.ids)  # one prompt width: one compile
@@ -205,7 +216,7 @@ class Rollouts:
 
         def write(temporary: Path) -> None:
             with open(temporary, "wb") as file:
-                np.savez(file, **batch)  # type: ignore[arg-type]  # numpy stubs: names, arrays
+                save_arrays(file, **batch)
 
         write_atomic(path, write)
         for old in sorted(path.parent.glob("rollout_*.npz"))[:-KEPT_ROLLOUTS]:
