@@ -30,6 +30,11 @@ def digits(completions, answer, **_):
     return [sum(ch.isdigit() for ch in text) / 4 for text in completions]
 
 
+def as_messages(prompts, completions, **_):
+    return [float(p[0]["role"] == "user" and c[0]["role"] == "assistant")
+            for p, c in zip(prompts, completions)]
+
+
 def broken(completions, **_):
     return [float("nan")] * len(completions)
 """
@@ -118,3 +123,19 @@ def test_grpo_flags_need_their_objective_and_a_gpt(tmp_path, prompts, capsys):
     assert "prompt row 0 is 3: a prompt is a text or a list of {role, content} messages" in (
         capsys.readouterr().err
     )
+
+
+def test_grpo_renders_message_prompts_with_the_chat_template(tmp_path, prompts, capsys):
+    rows = [{"prompt": [{"role": "user", "content": row["prompt"]}], "answer": row["answer"]}
+            for row in sums(16, seed=2)]  # fmt: skip
+    write_jsonl(tmp_path / "chats", "train", rows)
+    out = tmp_path / "chat-run"
+    argv = ["train", "gpt", "--preset", "llama-tiny", "--data", f"json:{tmp_path / 'chats'}",
+            "--objective", "grpo", "--reward", "my_rewards:as_messages", "--num-generations",
+            "2", "--batch-size", "4", "--max-completion-len", "4", "--steps", "1",
+            "--sample-every", "1", "--no-progress", "--json", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    capsys.readouterr()
+    metrics = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])["metrics"]
+    assert metrics["rewards/as_messages/mean"] == 1.0  # prompts and completions as messages
+    assert (out / "chat_template.jinja").is_file()  # zoo's default template, kept with the run

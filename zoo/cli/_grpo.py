@@ -227,7 +227,6 @@ def read_prompts(
     template's text (None for text prompts)."""
     from zoo.cli._chat_data import read_template
     from zoo.data.chat.files import chat_template_for
-    from zoo.data.chat.template import ChatTemplate
     from zoo.data.tokenizers.build import build_tokenizer
 
     if flavor != "gpt":
@@ -259,7 +258,7 @@ def read_prompts(
         from zoo.data.chat.tokens import prompt_ids
 
         given = read_template(options.template)
-        template = ChatTemplate(given) if given else chat_template_for(tokenizer)
+        template = chat_template_for(tokenizer, template=given)
         ids = [prompt_ids(p, tokenizer, template, {}) for p in prompts]
     from zoo.tasks.grpo_rollouts import PromptRows
 
@@ -305,7 +304,7 @@ class GRPORun:
 def grpo_setup(options: GRPOOptions, model: eqx.Module, run: GRPORun) -> tuple[GRPO, Rollouts]:
     """The task and its rollouts: the rewards, the end of a completion, the reference."""
     from zoo.cli._load import read_model
-    from zoo.data.chat.template import ChatTemplate
+    from zoo.data.chat.files import chat_template_for
     from zoo.data.chat.tokens import end_of_turn_ids
     from zoo.models import GPT
     from zoo.nn.lora import has_lora
@@ -326,7 +325,8 @@ def grpo_setup(options: GRPOOptions, model: eqx.Module, run: GRPORun) -> tuple[G
                          f"multiple of --num-generations {options.num_generations}")  # fmt: skip
     ends = (*tokenizer.eos_ids, *model.config.end_ids)
     if run.chat_template is not None:
-        ends = (*ends, *end_of_turn_ids(tokenizer, ChatTemplate(run.chat_template)))
+        template = chat_template_for(tokenizer, template=run.chat_template)  # its special tokens
+        ends = (*ends, *end_of_turn_ids(tokenizer, template))
     reference: eqx.Module | str | None = None
     if options.beta:
         if options.reference:
