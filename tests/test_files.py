@@ -138,6 +138,8 @@ def test_a_folder_written_whole_fills_an_empty_folder(tmp_path):
         (staging / "tokenizer").mkdir()  # a folder of its own moves with it
     assert sorted(p.name for p in target.iterdir()) == ["config", "tokenizer"]
     assert [p.name for p in tmp_path.iterdir()] == ["export"]
+
+
 def test_json_past_the_size_bound_is_refused_before_it_is_parsed(tmp_path, monkeypatch):
     """Every JSON file read through `read_json_object` (a checkpoint's config.json, its
     safetensors index, tokenizer_config.json, generation_config.json, a run's records) is

@@ -73,6 +73,12 @@ RUN = {
         "runs/rt_sft_chats",
         "runs/rt_pairs",
     ),
+    # docs/grpo.md: `a+b=` prompts with their answers
+    "python -c \" import json, pathlib, random out = pathlib.Path('runs/sums_prompts'); "
+    "out.mkdir(parents=True, exist_ok=True) rng = random.Random(0) with open(out / "
+    "'train.jsonl', 'w') as f: for _ in range(2000): a, b = rng.randrange(10), "
+    "rng.randrange(10) f.write(json.dumps({'prompt': f'{a}+{b}=', 'answer': str(a + b)}) + "
+    "'\\n') \"": ("runs/sums_prompts",),
     # docs/benchmarks.md: the wheels a GPU machine lacks
     "mkdir -p .whl && cp ../shared/gpu-wheels/*.whl .whl/": (".whl",),
     # docs/benchmarks.md: the data of the GPU suite's finetune row
@@ -91,6 +97,11 @@ GGUF = "needs a real .gguf file, which a clone does not hold"
 TRANSCRIPT = "a transcript's record of the machine's load while it measured"
 
 NOT_RUN = {
+    # docs/grpo.md
+    "zoo train gpt --preset llama-tiny --data json:runs/sums_prompts --objective grpo --reward "
+    "numeric:answer --reward 'format:^\\d+$' --num-generations 8 --batch-size 64 "
+    "--max-completion-len 4 --lr 3e-3 --warmup 10 --steps 150 --log-every 10 --sample-every 50 "
+    "--out runs/grpo_sums": TRAINS,
     # docs/preference.md and its measured row in docs/results.md
     "zoo train gpt --init runs/sft --data json:pairs/ --objective dpo --beta 0.1 --steps 200 "
     "--batch-size 8 --lr 5e-6 --out runs/dpo": TRAINS,

@@ -17,6 +17,7 @@ import equinox as eqx
 from jaxtyping import PRNGKeyArray
 
 from zoo.cli._datasets import DataOptions, RunData, resolve_data
+from zoo.cli._grpo import GRPOOptions
 from zoo.cli._load import Model, read_model
 from zoo.cli._preference import PreferenceOptions
 from zoo.data.batches import BatchSource
@@ -54,6 +55,7 @@ class Objective:
     mask_rate: float = 0.15  # mlm: the share of tokens chosen
     whole_word_masking: bool = False  # mlm: every piece of a chosen word is masked
     preference: PreferenceOptions | None = None  # dpo, ipo, ...: the loss and its reference
+    grpo: GRPOOptions | None = None  # grpo: the rewards, sampling and loss
 
 
 @dataclass(frozen=True)

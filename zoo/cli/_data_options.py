@@ -56,6 +56,7 @@ class DataOptions:
     messages_column: str | None = None  # chat data: the column of each row's messages
     roles: tuple[tuple[str, str], ...] | None = None  # chat data: --role FROM=TO renames
     preference: bool = False  # --objective dpo, ...: prompt/chosen/rejected rows (_preference)
+    prompts: bool = False  # --objective grpo: prompt rows, other columns for the rewards (_grpo)
     max_prompt_len: int | None = None  # preference rows: most prompt tokens (its end kept)
     max_completion_len: int | None = None  # preference rows: most answer tokens (start kept)
     # --buckets: padded lengths of unpacked rows; auto: fitted to the data, None: powers of two
@@ -78,6 +79,7 @@ class DataOptions:
         }
         given["masked_lm"] = getattr(args, "objective", None) == "mlm"
         given["preference"] = getattr(args, "objective", None) in PREFERENCE_OBJECTIVES
+        given["prompts"] = getattr(args, "objective", None) == "grpo"
         roles = parse_roles(getattr(args, "role", None))
         given["roles"] = None if roles is None else tuple(roles.items())
         given["buckets"] = bucket_choice(getattr(args, "buckets", None))

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from zoo.data.chat.datasets import ChatData
     from zoo.data.hf import TaskData
     from zoo.data.specs import DatasetDicts
+    from zoo.tasks.grpo_rollouts import PromptRows
 
 FILE_SCHEMES = ("hf", "json", "csv", "parquet", "text")
 TASK_OF_FLAVOR = {
@@ -46,6 +47,7 @@ class RunData:
     num_classes: int | None = None  # the classes the data names (None: count the labels)
     chat_template: str | None = None  # chat data: the template's text (saved with the run)
     chat: ChatData | None = None  # chat data: the conversations it came from
+    prompts: PromptRows | None = None  # --objective grpo: the prompt rows (train is their order)
 
 
 # scheme -> handler(rest after "SCHEME:", flavor, options)
@@ -126,6 +128,12 @@ def dataset_run_data(
     from zoo.data.specs import check_split
 
     check_split(dataset, "train", spec)
+    if options.prompts:
+        from zoo.cli._grpo import prompt_order, read_prompts
+
+        prompts, tokenizer, template = read_prompts(dataset, flavor, options)
+        return RunData(prompt_order(prompts, options.seed), None, tokenizer,
+                       chat_template=template, prompts=prompts)  # fmt: skip
     if options.preference:
         from zoo.cli._preference import preference_run_data
 

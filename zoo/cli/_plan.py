@@ -22,6 +22,7 @@ from zoo.cli._build import ModelChoice, Objective, check_preset
 from zoo.cli._chat_data import check_chat_flags
 from zoo.cli._config_file import FlagValue, RunFlags, required_options
 from zoo.cli._data_options import DataOptions
+from zoo.cli._grpo import GRPOOptions, grpo_options
 from zoo.cli._lora import LoRASpec, parse_lora
 from zoo.cli._mixing import data_specs
 from zoo.cli._preference import PreferenceOptions, preference_options
@@ -81,6 +82,7 @@ def plan(args: argparse.Namespace) -> TrainPlan:
     check_chat_flags(args)
     check_preset(args.flavor, args.preset, args.init, objective=args.objective)
     preference = preference_options(args)  # --objective dpo|... and its flags
+    grpo = grpo_options(args)  # --objective grpo and its flags
     mesh = as_mesh(args.mesh) if args.mesh else None  # one that does not fit: before any work
     if args.plot:
         check_matplotlib()  # before training, not after it
@@ -101,7 +103,7 @@ def plan(args: argparse.Namespace) -> TrainPlan:
         ),
         data=args.data if isinstance(args.data, str) else tuple(args.data),
         data_options=DataOptions.from_args(args),
-        objective=_objective(args, preference),
+        objective=_objective(args, preference, grpo),
         flags=_flags(args),
         out=out,
         filled=filled,
@@ -227,7 +229,9 @@ def remat_settings(args: argparse.Namespace) -> list[str]:
     return settings
 
 
-def _objective(args: argparse.Namespace, preference: PreferenceOptions | None) -> Objective:
+def _objective(
+    args: argparse.Namespace, preference: PreferenceOptions | None, grpo: GRPOOptions | None
+) -> Objective:
     """`--objective` and the options of its loss."""
     return Objective(
         name=args.objective,
@@ -235,6 +239,7 @@ def _objective(args: argparse.Namespace, preference: PreferenceOptions | None) -
         mask_rate=args.mask_rate,
         whole_word_masking=args.whole_word_masking,
         preference=preference,
+        grpo=grpo,
     )
 
 

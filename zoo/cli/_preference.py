@@ -92,6 +92,8 @@ def preference_options(args: argparse.Namespace) -> PreferenceOptions | None:
     if getattr(args, "precompute_reference", False):
         given.append("precompute_reference")
     if getattr(args, "objective", None) not in PREFERENCE_OBJECTIVES:
+        if getattr(args, "objective", None) == "grpo":  # --beta, --reference, lengths: its own
+            return None
         if given:
             flags = ", ".join("--" + name.replace("_", "-") for name in given)
             raise ValueError(f"{flags} go with --objective {'|'.join(PREFERENCE_OBJECTIVES)}")

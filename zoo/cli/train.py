@@ -27,7 +27,8 @@ from zoo.cli._build import Built, build_model, make_task
 from zoo.cli._chat_data import add_chat_options, positive_int
 from zoo.cli._compile_cache import add_compile_cache_option, use_compile_cache
 from zoo.cli._config_file import enable_config_file
-from zoo.cli._datasets import add_data_options, data_scheme, resolve_data
+from zoo.cli._datasets import RunData, add_data_options, data_scheme, resolve_data
+from zoo.cli._grpo import GRPORun, add_grpo_options, grpo_setup
 from zoo.cli._load import HUB
 from zoo.cli._lora import finish_run, trained_prefixes, with_lora
 from zoo.cli._lora_chain import chained_lora
@@ -132,10 +133,11 @@ def register(commands) -> None:
     )
     parser.add_argument(
         "--objective",
-        choices=("classify", "mlm", *_preference.PREFERENCE_OBJECTIVES),
+        choices=("classify", "mlm", *_preference.PREFERENCE_OBJECTIVES, "grpo"),
         default="classify",
         help="classifier: classify (labels) or mlm (masked-LM pretraining on plain text); "
-        "gpt: dpo|ipo|hinge|robust|simpo|orpo on prompt/chosen/rejected pairs",
+        "gpt: dpo|ipo|hinge|robust|simpo|orpo on prompt/chosen/rejected pairs, or grpo "
+        "(RL from --reward on prompt rows)",
     )
     parser.add_argument("--mask-rate", type=SHARE, default=0.15, help="mlm: tokens chosen")
     parser.add_argument(
@@ -174,6 +176,7 @@ def register(commands) -> None:
     add_chat_options(parser)
     add_compile_cache_option(parser)
     _preference.add_preference_options(parser)
+    add_grpo_options(parser)
     enable_config_file(parser)
     parser.set_defaults(run=run)
 
@@ -217,9 +220,14 @@ def execute(plan: TrainPlan) -> int:
         model, optimizer, lora_train = _trainable(plan, built, model_key, writes=writes)
         data = built.data
         train, evaluation = data.train, data.evaluation
-        preference = plan.objective.preference
+        preference, grpo = plan.objective.preference, plan.objective.grpo
         task: Task
-        if preference is not None:  # the reference's numbers join the batches
+        loop = plan.loop  # GRPO writes its own samples: the rollouts with their rewards
+        if grpo is None:
+            loop = with_samples(plan.loop, plan.sample_every, data, plan.out, writes=writes)
+        if grpo is not None:  # batches sampled by the model being trained, scored by rewards
+            task, train = grpo_setup(grpo, model, _grpo_run(plan, data, writes=writes))
+        elif preference is not None:  # the reference's numbers join the batches
             continued = has_lora(built.model) and plan.lora is not None and (
                 plan.lora_init or DEFAULT_LORA_INIT) == "continue"  # fmt: skip
             task, train, evaluation = _preference.preference_setup(
@@ -231,7 +239,7 @@ def execute(plan: TrainPlan) -> int:
         trainer = Trainer(
             task,
             optimizer,
-            loop=with_samples(plan.loop, plan.sample_every, data, plan.out, writes=writes),
+            loop=loop,
             precision=plan.precision,
             accumulate=plan.accumulate,
             mesh=plan.mesh,
@@ -266,6 +274,16 @@ def execute(plan: TrainPlan) -> int:
         if writes:  # process 0 reports the run
             _report(plan, model, history, lora_train=lora_train, tokenizer=built.data.tokenizer)
     return 0
+
+
+def _grpo_run(plan: TrainPlan, data: RunData, *, writes: bool) -> GRPORun:
+    """What `--objective grpo` reads of the plan and its data (`zoo.cli._grpo`)."""
+    if data.prompts is None or data.tokenizer is None:
+        raise ValueError("--objective grpo reads prompt rows: give --data with a 'prompt' column")
+    return GRPORun(prompts=data.prompts, tokenizer=data.tokenizer,
+                   chat_template=data.chat_template, batch_size=plan.data_options.batch_size,
+                   seed=plan.seed, samples=plan.out / "samples.jsonl" if writes else None,
+                   sample_every=plan.sample_every, store=plan.out / "rollouts")  # fmt: skip
 
 
 def _check_run_folder(plan: TrainPlan) -> bool:

@@ -32,6 +32,29 @@ class BatchSource(Protocol):
     def batch(self, step: int) -> Batch: ...
 
 
+@runtime_checkable
+class OnPolicySource(Protocol):
+    """Batches drawn with the model being trained (RL from rewards: completions it samples).
+
+    The trainer calls `batch_for(step, model, key)` with its current model and the run's key
+    (which checkpoints keep) in place of `batch(step)`."""
+
+    def __len__(self) -> int:
+        """Batches in one epoch (of prompts)."""
+        ...
+
+    def batch(self, step: int) -> Batch: ...
+
+    def batch_for(self, step: int, model: object, key: object) -> Batch: ...
+
+
+def draw_batch(source: BatchSource, step: int, model: object, key: object) -> Batch:
+    """The batch of `step`: from the model being trained where the source samples with it."""
+    if isinstance(source, OnPolicySource):
+        return source.batch_for(step, model, key)
+    return source.batch(step)
+
+
 def check_examples(sizes: dict[str, int], batch_size: int, drop_last: bool) -> int:
     """The common number of examples of named columns, checked against the batch size."""
     num = next(iter(sizes.values()), 0)

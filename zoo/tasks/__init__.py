@@ -7,6 +7,7 @@
 | `Translation(label_smoothing)` | `Translator` | `src`, `tgt` | teacher-forced cross-entropy | token accuracy |
 | `MaskedLanguageModeling(rate)` | `Classifier(masked_lm=True)` | `tokens` | cross-entropy of the masked tokens | their accuracy |
 | `Preference(PreferenceLoss(kind))` | `GPT` | `tokens`, `loss_mask`, `lengths` of (chosen, rejected) pairs | DPO, IPO, hinge, robust, SimPO, ORPO | reward accuracy |
+| `GRPO(GRPOLoss(kind))` | `GPT` | completions sampled by the model (`Rollouts`), their advantages | GRPO, DAPO, Dr. GRPO, BNPO, GSPO | mean reward |
 
 Losses and metrics skip padding (the model's `pad_id`) and run in float32.
 """
@@ -15,6 +16,9 @@ from __future__ import annotations
 
 from zoo.tasks.base import TASK_FOR_FLAVOR, Stats, Task, token_losses
 from zoo.tasks.classification import Classification
+from zoo.tasks.grpo import GRPO
+from zoo.tasks.grpo_loss import GRPOLoss
+from zoo.tasks.grpo_rollouts import PromptRows, Rollouts, RolloutSettings
 from zoo.tasks.language_modeling import LanguageModeling
 from zoo.tasks.masked_lm import MaskedLanguageModeling, mask_tokens
 from zoo.tasks.preference import (
@@ -37,11 +41,16 @@ def for_flavor(flavor: str, **options) -> Task:
 
 
 __all__ = [
+    "GRPO",
     "Classification",
+    "GRPOLoss",
     "LanguageModeling",
     "MaskedLanguageModeling",
     "Preference",
     "PreferenceLoss",
+    "PromptRows",
+    "RolloutSettings",
+    "Rollouts",
     "Stats",
     "Task",
     "Translation",

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import PRNGKeyArray, PyTree
 
-from zoo.data.batches import Batch, BatchSource
+from zoo.data.batches import Batch, BatchSource, draw_batch
 from zoo.distributed.hosts import gather, is_writer
 from zoo.distributed.mesh import mesh_string
 from zoo.serialize import model_config_dict
@@ -238,7 +238,7 @@ class TrainingRun:
         return self.model, self.history
 
     def _one_step(self, step: int) -> None:
-        batch = self.train_batches.batch(step)
+        batch = draw_batch(self.train_batches, step, self.model, self.key)
         check_batch(self.trainer, batch, self.model)
         signature = _shape_signature(batch)
         # A bucketed source (one padded length per bucket) compiles once per bucket by design.

@@ -15,7 +15,7 @@ from typing import Protocol, cast, runtime_checkable
 
 import equinox as eqx
 
-from zoo.data.batches import Batch, BatchSource
+from zoo.data.batches import Batch, BatchSource, OnPolicySource
 from zoo.distributed.layout import Layout
 from zoo.serialize import CONFIG_FILE, WEIGHTS_FILE
 from zoo.tasks.base import Task
@@ -66,7 +66,8 @@ def check_inputs(
         raise ValueError(f"steps must be a positive integer, got {steps!r}")
     if len(train_batches) == 0:
         raise ValueError("train_batches is empty: it yields no batches (len 0); check the data")
-    check_batch(setup, train_batches.batch(0), model)
+    if not isinstance(train_batches, OnPolicySource):  # sampled by the model: checked each step
+        check_batch(setup, train_batches.batch(0), model)
     if eval_batches is not None:
         if len(eval_batches) == 0:
             raise ValueError("eval_batches is empty: it yields no batches (len 0)")
