@@ -23,14 +23,23 @@ answers, or a prompt that leaves no room for the answer within `max_len`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeAlias, TypeVar
+from typing import TypeAlias
 
 import numpy as np
 
 from zoo.data.batches import ArrayBatches, BatchSource
 from zoo.data.chat.files import chat_template_for
+from zoo.data.chat.preference_rows import (
+    ANSWERS,
+    Parts,
+    Turns,
+    check_answer,
+    preference_format,
+    row_parts,
+    split_prompt,
+)
 from zoo.data.chat.template import ChatTemplate
 from zoo.data.chat.tokens import encode_chat, encode_prompt
 from zoo.data.errors import DataError
@@ -39,12 +48,6 @@ from zoo.data.tokenizers.base import Tokenizer
 from zoo.data.tokenizers.build import build_tokenizer
 
 logger = logging.getLogger(__name__)
-ANSWERS = ("chosen", "rejected")
-# A conversational row's prompt or answer: its messages.
-Turns: TypeAlias = list[Mapping[str, object]]
-# A checked row (`row_parts`): prompt, chosen and rejected, three texts or three lists of turns.
-Parts: TypeAlias = tuple[str, str, str] | tuple[Turns, Turns, Turns]
-Side = TypeVar("Side", str, Turns)
 # Preference rows: one split, or a `DatasetDict` (any mapping) of split names to splits.
 Rows: TypeAlias = Iterable[Mapping[str, object]]
 
@@ -81,95 +84,6 @@ class PreferencePair:
     prompt: list[int]
     chosen: list[int]
     rejected: list[int]
-
-
-def preference_format(row: Mapping[str, object]) -> tuple[str, bool]:
-    """`(kind, implicit)`: "standard" (text) or "conversational" (messages), and whether the
-    prompt is implicit (no `prompt` column); ValueError when `chosen` / `rejected` are missing."""
-    missing = [name for name in ANSWERS if name not in row]
-    if missing:
-        raise DataError(
-            f"preference rows need 'chosen' and 'rejected' columns (and optionally 'prompt'); "
-            f"missing {missing} among the columns {sorted(row)}"
-        )
-    kind = "conversational" if isinstance(row["chosen"], list | tuple) else "standard"
-    return kind, "prompt" not in row
-
-
-def split_prompt(chosen: Side, rejected: Side) -> tuple[Side, Side, Side]:
-    """`(prompt, chosen, rejected)` of an implicit-prompt row: the prompt is the leading part
-    (messages, or characters) both answers share; a space before the split stays with them."""
-    shared = 0
-    for left, right in zip(chosen, rejected, strict=False):
-        if left != right:
-            break
-        shared += 1
-    if isinstance(chosen, str) and 0 < shared < len(chosen) and chosen[shared - 1] == " ":
-        shared -= 1
-    return chosen[:shared], chosen[shared:], rejected[shared:]
-
-
-def row_parts(row: Mapping[str, object], index: int) -> Parts:
-    """`(prompt, chosen, rejected)` of row `index`, checked (see the module doc)."""
-    kind, implicit = preference_format(row)
-    parts: Parts
-    if kind == "conversational":
-        parts = _sides(row, index, implicit, _turns)
-    else:
-        parts = _sides(row, index, implicit, _text)
-    for name, value in zip(ANSWERS, parts[1:], strict=True):
-        if not value or (isinstance(value, str) and not value.strip()):
-            where = " after the prompt the answers share" if implicit else ""
-            raise DataError(f"preference row {index}: the {name!r} answer is empty{where}")
-    if parts[1] == parts[2]:
-        raise DataError(
-            f"preference row {index}: 'chosen' and 'rejected' are identical; a pair needs two "
-            "different answers"
-        )
-    return parts
-
-
-def _sides(
-    row: Mapping[str, object],
-    index: int,
-    implicit: bool,
-    read: Callable[[object, str, int], Side],
-) -> tuple[Side, Side, Side]:
-    """`(prompt, chosen, rejected)`, each column read (and checked) by `read`; an implicit
-    prompt is the start the answers share (`split_prompt`)."""
-    prompt = None if implicit else read(row["prompt"], "prompt", index)
-    chosen, rejected = (read(row[name], name, index) for name in ANSWERS)
-    if prompt is None:
-        return split_prompt(chosen, rejected)
-    return prompt, chosen, rejected
-
-
-def _text(value: object, name: str, index: int) -> str:
-    """A standard row's column: text."""
-    if not isinstance(value, str):
-        raise DataError(
-            f"preference row {index}: {name!r} is {type(value).__name__}, expected text like "
-            "the row's 'chosen'"
-        )
-    return value
-
-
-def _turns(value: object, name: str, index: int) -> Turns:
-    """A conversational row's column: a list of messages (mappings)."""
-    if not isinstance(value, list | tuple):
-        raise DataError(
-            f"preference row {index}: {name!r} is {type(value).__name__}, expected a list of "
-            "messages like the row's 'chosen'"
-        )
-    turns = []
-    for number, message in enumerate(value):
-        if not isinstance(message, Mapping):
-            raise DataError(
-                f"preference row {index}: message {number} of {name!r} is "
-                f"{type(message).__name__}, expected a mapping with 'role' and 'content'"
-            )
-        turns.append(message)
-    return turns
 
 
 def _shared_length(left: Sequence[int], right: Sequence[int]) -> int:
@@ -214,7 +128,10 @@ def encode_pair(
 ) -> PreferencePair:
     """The ids of one checked row (`row_parts`), truncated as the module doc says."""
     config = config or PreferenceDataConfig()
-    prompt, chosen, rejected = _ids(parts, tokenizer, template)
+    try:
+        prompt, chosen, rejected = _ids(parts, tokenizer, template)
+    except ValueError as error:  # the template refuses the conversation (tools it would drop)
+        raise DataError(f"preference row {index}: {error}") from error
     if config.max_prompt_len is not None:
         prompt = prompt[-config.max_prompt_len :]
     if config.max_completion_len is not None:
@@ -382,3 +299,21 @@ def _splits(
             f"no {config.validation_split!r} split in the dataset; its splits are {list(dataset)}"
         )
     return train, None, f"{config.train_split} holdout"
+
+
+__all__ = [
+    "ANSWERS",
+    "Parts",
+    "PreferenceData",
+    "PreferenceDataConfig",
+    "PreferencePair",
+    "Turns",
+    "check_answer",
+    "encode_pair",
+    "encode_rows",
+    "pair_arrays",
+    "preference_data",
+    "preference_format",
+    "row_parts",
+    "split_prompt",
+]
