@@ -144,6 +144,7 @@ def preference_run_data(dataset: DatasetDicts, flavor: str, options: DataOptions
         batch_size=options.batch_size,
         seed=options.seed,
         loss_positions=options.loss_positions,
+        special_tokens=options.special_tokens,
     )
     tokenizer = options.tokenizer
     data = preference_data(dataset, tokenizer=tokenizer, config=config)

@@ -14,7 +14,10 @@ Rows come in TRL's formats, told apart by the columns and the type of their valu
   shared messages, or the shared text) is the prompt.
 
 As TRL does, the prompt and each `prompt + answer` are tokenized, and the answer is every token
-after the part the two share. Truncation: `max_prompt_len` keeps the prompt's last tokens,
+after the part the two share. Special tokens follow TRL's trainer of the objective
+(`special_tokens_for`): `DPOTrainer` (DPO, IPO, hinge, robust) puts bos first where the tokenizer
+itself does (`Tokenizer.puts_bos_first`) and the chat template's own tokens only; the CPO and ORPO
+trainers (SimPO, ORPO) put bos first and eos last on every row where the tokenizer declares them. Truncation: `max_prompt_len` keeps the prompt's last tokens,
 `max_completion_len` an answer's first ones, and `max_len` the first tokens of prompt + answer
 (TRL's `keep_start`). A row gets an error naming it for a missing or empty answer, identical
 answers, or a prompt that leaves no room for the answer within `max_len`.
@@ -48,6 +51,10 @@ from zoo.data.tokenizers.base import Tokenizer
 from zoo.data.tokenizers.build import build_tokenizer
 
 logger = logging.getLogger(__name__)
+# How rows get bos and eos (`PreferenceDataConfig.special_tokens`).
+SPECIAL_TOKENS = ("tokenizer", "always")
+# Objectives TRL trains with its CPO and ORPO trainers, which add bos and eos to every row.
+ALWAYS_SPECIAL = ("simpo", "orpo")
 # Preference rows: one split, or a `DatasetDict` (any mapping) of split names to splits.
 Rows: TypeAlias = Iterable[Mapping[str, object]]
 
@@ -65,6 +72,9 @@ class PreferenceDataConfig:
     train_split: str = "train"  # the split to train on
     validation_split: str | None = None  # the split to evaluate on (None: found or held out)
     loss_positions: bool = True  # list the answers' positions, where few (the head runs there)
+    # bos/eos: "tokenizer" as the tokenizer and template write them (TRL's DPOTrainer), "always"
+    # bos first and eos last on every row (TRL's CPO/ORPO); `special_tokens_for(objective)`
+    special_tokens: str = "tokenizer"
 
     def __post_init__(self) -> None:
         for name in ("max_len", "max_prompt_len", "max_completion_len"):
@@ -75,6 +85,10 @@ class PreferenceDataConfig:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         if not 0.0 < self.holdout < 1.0:
             raise ValueError(f"holdout must be a fraction in (0, 1), got {self.holdout}")
+        if self.special_tokens not in SPECIAL_TOKENS:
+            raise ValueError(
+                f"special_tokens must be one of {SPECIAL_TOKENS}, got {self.special_tokens!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -84,6 +98,12 @@ class PreferencePair:
     prompt: list[int]
     chosen: list[int]
     rejected: list[int]
+
+
+def special_tokens_for(objective: str) -> str:
+    """`PreferenceDataConfig.special_tokens` as TRL's trainer of `objective` adds them: "always"
+    for SimPO and ORPO (`CPOTrainer`, `ORPOTrainer`), else "tokenizer" (`DPOTrainer`)."""
+    return "always" if objective in ALWAYS_SPECIAL else "tokenizer"
 
 
 def _shared_length(left: Sequence[int], right: Sequence[int]) -> int:
@@ -107,7 +127,7 @@ def _ids(
                 for answer in (chosen, rejected)
             ]
         case (str() as prompt, str() as chosen, str() as rejected):
-            bos = tokenizer.bos_id is not None
+            bos = tokenizer.bos_id is not None and tokenizer.puts_bos_first
             prompt_ids = tokenizer.encode(prompt, add_bos=bos)
             eos = tokenizer.eos_id is not None
             whole = [tokenizer.encode(prompt + answer, add_bos=bos, add_eos=eos)
@@ -116,6 +136,21 @@ def _ids(
             raise TypeError("parts are three texts or three lists of messages (row_parts)")
     shared = min(_shared_length(prompt_ids, ids) for ids in whole)
     return prompt_ids[:shared], whole[0][shared:], whole[1][shared:]
+
+
+def _with_bos_and_eos(
+    prompt: list[int], chosen: list[int], rejected: list[int], tokenizer: Tokenizer
+) -> tuple[list[int], list[int], list[int]]:
+    """bos before the prompt and eos after each answer where not there yet (TRL's CPO/ORPO
+    `add_bos_token_if_needed`, `add_eos_token_if_needed`)."""
+    bos, eos = tokenizer.bos_id, tokenizer.eos_id
+    if bos is not None and prompt[:1] != [bos]:
+        prompt = [bos, *prompt]
+    if eos is not None:
+        chosen, rejected = (
+            [*ids] if ids[-1:] == [eos] else [*ids, eos] for ids in (chosen, rejected)
+        )
+    return prompt, chosen, rejected
 
 
 def encode_pair(
@@ -130,6 +165,8 @@ def encode_pair(
     config = config or PreferenceDataConfig()
     try:
         prompt, chosen, rejected = _ids(parts, tokenizer, template)
+        if config.special_tokens == "always":
+            prompt, chosen, rejected = _with_bos_and_eos(prompt, chosen, rejected, tokenizer)
     except ValueError as error:  # the template refuses the conversation (tools it would drop)
         raise DataError(f"preference row {index}: {error}") from error
     if config.max_prompt_len is not None:
@@ -154,7 +191,7 @@ def encode_pair(
     if not prompt:
         raise DataError(
             f"preference row {index}: the prompt encodes to no tokens; the first answer token "
-            "needs one before it (a tokenizer with bos_id, or a non-empty prompt)"
+            "needs one before it (a non-empty prompt, or a tokenizer that puts bos first)"
         )
     return PreferencePair(list(prompt), list(chosen), list(rejected))
 
@@ -315,5 +352,6 @@ __all__ = [
     "preference_data",
     "preference_format",
     "row_parts",
+    "special_tokens_for",
     "split_prompt",
 ]
