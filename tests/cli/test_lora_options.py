@@ -23,7 +23,9 @@ def test_parse_lora():
         4, 8.0, ("query_proj", "value_proj"), ("head",)
     )
     assert parse_lora("rank=16") == LoRASpec(16, 32.0, ("attention",), None)
-    with pytest.raises(ValueError, match="unknown key 'rnak'; keys are rank, alpha, targets"):
+    with pytest.raises(
+        ValueError, match="unknown key 'rnak'; keys are rank, alpha, dropout, targets"
+    ):
         parse_lora("rnak=4")
     with pytest.raises(ValueError, match="rank is an integer"):
         parse_lora("rank=four")

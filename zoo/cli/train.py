@@ -71,7 +71,7 @@ def register(commands) -> None:
     parser.add_argument(
         "--lora",
         metavar="SPEC",
-        help="train LoRA adapters only, e.g. rank=8,alpha=16,targets=attention (see zoo.lora)",
+        help="train LoRA adapters only, e.g. rank=8,alpha=16,dropout=0.05,targets=attention (see zoo.lora)",
     )
     parser.add_argument(
         "--merge", action="store_true", help="with --lora: also save the merged model in DIR"

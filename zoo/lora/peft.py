@@ -231,7 +231,8 @@ def save_adapter(
         "target_modules": _target_modules(adapters, layout),
         "modules_to_save": sorted({name.rsplit(".", 1)[0] for name in extras}) or None,
         "fan_in_fan_out": any(layout.fan_in_fan_out[m] for m in adapters),
-        "lora_dropout": 0.0,
+        # one rate for every adapter (zoo.lora.apply's); PEFT applies it in training only
+        "lora_dropout": max((layer.dropout for layer in lora_layers(model).values()), default=0.0),
         "bias": "none",
         "use_rslora": False,
         "use_dora": False,
