@@ -52,7 +52,7 @@ def model_config_dict(model: eqx.Module) -> JSONObject:
     meta: JSONObject = {"flavor": flavor_of(model), "config": config.to_dict()}
     if has_lora(model):
         adapters = describe(model).items()
-        meta["lora"] = {path: {"rank": a["rank"], "alpha": a["alpha"]} for path, a in adapters}
+        meta["lora"] = {path: dict(a) for path, a in adapters}  # rank, alpha (and dropout)
     if quantized := quantized_paths(model):  # int8 layers (zoo.lora.quantize)
         meta["quantized"] = {"mode": "int8", "paths": list(quantized)}
     return meta
@@ -134,6 +134,15 @@ def saved_adapters(meta: JSONObject, path: Path) -> dict[str, AdapterShape]:
             detail = f"the adapter at {name!r} has no whole rank and numeric alpha"
             raise damaged(path, detail, DAMAGED_FIX)
         layout[name] = {"rank": rank, "alpha": float(alpha)}
+        dropout = entry.get("dropout", 0.0)
+        if (
+            isinstance(dropout, bool)
+            or not isinstance(dropout, int | float)
+            or not 0 <= dropout < 1
+        ):
+            raise damaged(path, f"the adapter at {name!r} has dropout {dropout!r}", DAMAGED_FIX)
+        if dropout:
+            layout[name]["dropout"] = float(dropout)
     return layout
 
 

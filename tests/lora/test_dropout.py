@@ -111,3 +111,9 @@ def test_dropout_options_are_checked():
     with pytest.raises(ValueError, match="not head: drop dropout, or leave head out"):
         zoo.lora.apply(classifier, rank=2, targets="attention,head", dropout=0.1,
                        key=jax.random.key(1))  # fmt: skip
+
+
+def test_a_saved_model_keeps_its_dropout(tmp_path):
+    zoo.save(adapted_gpt(0.1), tmp_path)
+    loaded = zoo.load(tmp_path)
+    assert {layer.dropout for layer in zoo.lora.lora_layers(loaded).values()} == {0.1}
