@@ -52,7 +52,13 @@ def model_config_dict(model: eqx.Module) -> JSONObject:
     meta: JSONObject = {"flavor": flavor_of(model), "config": config.to_dict()}
     if has_lora(model):
         adapters = describe(model).items()
-        meta["lora"] = {path: dict(a) for path, a in adapters}  # rank, alpha (and dropout)
+        saved: JSONObject = {}
+        for path, adapter in adapters:
+            entry: JSONObject = {"rank": adapter["rank"], "alpha": adapter["alpha"]}
+            if "dropout" in adapter:
+                entry["dropout"] = adapter["dropout"]
+            saved[path] = entry
+        meta["lora"] = saved
     if quantized := quantized_paths(model):  # int8 layers (zoo.lora.quantize)
         meta["quantized"] = {"mode": "int8", "paths": list(quantized)}
     return meta
@@ -134,7 +140,7 @@ def saved_adapters(meta: JSONObject, path: Path) -> dict[str, AdapterShape]:
             detail = f"the adapter at {name!r} has no whole rank and numeric alpha"
             raise damaged(path, detail, DAMAGED_FIX)
         layout[name] = {"rank": rank, "alpha": float(alpha)}
-        dropout = entry.get("dropout", 0.0)
+        dropout = entry.get("dropout", 0.0) if isinstance(entry, dict) else 0.0
         if (
             isinstance(dropout, bool)
             or not isinstance(dropout, int | float)
