@@ -78,8 +78,9 @@ def register(commands) -> None:
     )
     parser.add_argument(
         "--quantize",
-        choices=("int8",),
-        help="with --lora: keep the frozen base's Linear layers and experts in int8 (see zoo.lora.quantize)",
+        choices=("int8", "nf4"),
+        help="with --lora: keep the frozen base's Linear layers (and int8: experts) in int8, or "
+        "in QLoRA's 4-bit NF4 (see zoo.lora.quantize)",
     )
     parser.add_argument(
         "--data",

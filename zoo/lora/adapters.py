@@ -22,7 +22,6 @@ import optax
 from jaxtyping import Array, PRNGKeyArray, PyTree
 
 from zoo.lora.targets import normalize_targets, select
-from zoo.nn.linear import Linear
 from zoo.nn.lora import (
     LoRAExperts,
     LoRALinear,
@@ -35,7 +34,13 @@ from zoo.nn.lora import (
     plain_linears,
     replace_at,
 )
-from zoo.nn.quantized import QuantizedExperts, QuantizedLinear, dequantize, replace_projections
+from zoo.nn.quantized import (
+    QuantizedExperts,
+    as_float,
+    dequantize,
+    replace_projections,
+    weight_shape,
+)
 from zoo.nn.stack import LayerStack
 from zoo.train.freeze import train_only
 from zoo.train.optim import Optimizer
@@ -178,7 +183,7 @@ def merge(model: Model) -> Model:
     """
     merged: dict[str, eqx.Module] = {}
     for path, layer in lora_layers(model).items():
-        base = layer.base.dequantize() if isinstance(layer.base, QuantizedLinear) else layer.base
+        base = as_float(layer.base)
         folded = (base.weight.astype(jnp.float32) + layer.delta()).astype(base.weight.dtype)
         merged[path] = eqx.tree_at(lambda linear: linear.weight, base, folded)
     experts: dict[str, object] = {}
@@ -221,17 +226,19 @@ def unmerge(merged: Model, adapted: eqx.Module) -> Model:
     plain = plain_linears(merged)
     restored: dict[str, eqx.Module] = {}
     for path, layer in layers.items():
-        if path not in plain or plain[path].weight.shape != layer.base.weight.shape:
+        if path not in plain or weight_shape(plain[path]) != weight_shape(layer.base):
             raise ValueError(
-                f"the merged model has no Linear {path} of shape {layer.base.weight.shape}; "
+                f"the merged model has no Linear {path} of shape {weight_shape(layer.base)}; "
                 "pass the model that zoo.lora.merge returned for this adapted model"
             )
         found = plain[path]
-        linear: Linear = found.dequantize() if isinstance(found, QuantizedLinear) else found
+        linear = as_float(found)
         weight = linear.weight
         base_weight = (weight.astype(jnp.float32) - layer.delta()).astype(weight.dtype)
         base = eqx.tree_at(lambda node: node.weight, linear, base_weight)
-        restored[path] = LoRALinear(base, layer.lora_a, layer.lora_b, alpha=layer.alpha)
+        restored[path] = LoRALinear(
+            base, layer.lora_a, layer.lora_b, alpha=layer.alpha, dropout=layer.dropout
+        )
     return replace_at(merged, restored, is_linear)
 
 

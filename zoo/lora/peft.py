@@ -38,6 +38,7 @@ from zoo.models import flavor_of
 from zoo.nn.layer_index import LayerIndex
 from zoo.nn.linear import Linear
 from zoo.nn.lora import lora_layers, plain_linears
+from zoo.nn.nf4 import NF4Linear
 from zoo.nn.quantized import QuantizedLinear
 from zoo.tree import path_name
 
@@ -82,7 +83,7 @@ class _Layout:
         self.arch: Architecture = architecture_for(model)
         key_map = self.arch.key_map(config_of(model))
         self.rules = key_map.rules
-        linears: dict[str, Linear | QuantizedLinear] = plain_linears(model) | {
+        linears: dict[str, Linear | QuantizedLinear | NF4Linear] = plain_linears(model) | {
             path: layer.base for path, layer in lora_layers(model).items()
         }
         self.linears = linears

@@ -29,12 +29,14 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 from zoo.nn.dropout import Dropout
 from zoo.nn.linear import Linear
 from zoo.nn.moe import grouped_matmul
+from zoo.nn.nf4 import NF4Linear
 from zoo.nn.quantized import (
     PROJECTIONS,
     QuantizedExperts,
     QuantizedLinear,
     expert_modules,
     float_dtype,
+    lead_axes,
     replace_projections,
 )
 from zoo.tree import KeyPath, path_name
@@ -62,7 +64,7 @@ class LoRALinear(eqx.Module):
         inference: True turns the dropout off.
     """
 
-    base: Linear | QuantizedLinear
+    base: Linear | QuantizedLinear | NF4Linear
     lora_a: Float[Array, "*layers rank in_features"]
     lora_b: Float[Array, "*layers out_features rank"]
     alpha: float = eqx.field(static=True)
@@ -72,7 +74,7 @@ class LoRALinear(eqx.Module):
 
     def __init__(
         self,
-        base: Linear | QuantizedLinear,
+        base: Linear | QuantizedLinear | NF4Linear,
         lora_a: Array,
         lora_b: Array,
         *,
@@ -93,7 +95,7 @@ class LoRALinear(eqx.Module):
 
     @staticmethod
     def wrap(
-        base: Linear | QuantizedLinear,
+        base: Linear | QuantizedLinear | NF4Linear,
         *,
         rank: int,
         alpha: float | int,
@@ -105,7 +107,7 @@ class LoRALinear(eqx.Module):
         `B = 0` makes the wrapped layer compute exactly what `base` does. `A`'s range is PEFT's
         (`kaiming_uniform_(a=sqrt(5))`). Leading axes of `base.weight` (stacked layers) are kept.
         """
-        lead = base.weight.shape[:-2]
+        lead = lead_axes(base)
         bound = 1.0 / math.sqrt(base.in_features)
         dtype = float_dtype(base)
         lora_a = jax.random.uniform(
@@ -279,19 +281,19 @@ class AdapterShape(TypedDict):
 
 
 def is_linear(node: object) -> bool:
-    """A plain `Linear` or an int8 `QuantizedLinear` (both take adapters)."""
-    return isinstance(node, Linear | QuantizedLinear)
+    """A plain `Linear` or an int8 / NF4 one (all take adapters)."""
+    return isinstance(node, Linear | QuantizedLinear | NF4Linear)
 
 
 def is_lora(node: object) -> bool:
     return isinstance(node, LoRALinear)
 
 
-def plain_linears(model: eqx.Module) -> dict[str, Linear | QuantizedLinear]:
+def plain_linears(model: eqx.Module) -> dict[str, Linear | QuantizedLinear | NF4Linear]:
     """Every `Linear` of `model` keyed by its path, in pytree order (not those in a LoRALinear)."""
 
     def stop(node: object) -> bool:
-        return isinstance(node, Linear | QuantizedLinear | LoRALinear)
+        return isinstance(node, Linear | QuantizedLinear | NF4Linear | LoRALinear)
 
     flat, _ = jax.tree_util.tree_flatten_with_path(model, is_leaf=stop)
     return {path_name(path): node for path, node in flat if is_linear(node)}
@@ -363,7 +365,7 @@ def rebuild(model: Model, layout: Mapping[str, AdapterShape]) -> Model:
         if path in experts:
             continue
         linear = linears[path]
-        lead = linear.weight.shape[:-2]
+        lead = lead_axes(linear)
         dtype = float_dtype(linear)
         rank = int(entry["rank"])
         lora_a = jnp.zeros((*lead, rank, linear.in_features), dtype)
