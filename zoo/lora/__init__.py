@@ -29,12 +29,14 @@ from zoo.nn.lora import (
     lora_layers,
     rebuild,
 )
+from zoo.nn.nf4 import NF4Linear
 from zoo.nn.quantized import QuantizedExperts, QuantizedLinear, dequantize, quantized_paths
 
 __all__ = [
     "GROUPS",
     "LoRAExperts",
     "LoRALinear",
+    "NF4Linear",
     "QuantizedExperts",
     "QuantizedLinear",
     "adapter_arrays",

@@ -120,16 +120,15 @@ class NF4Linear(eqx.Module):
             return NF4Linear._placeholder(linear)
         weight = np.asarray(linear.weight, np.float32)
         lead = weight.shape[:-2]
-        per_layer = [quantize_nf4(w) for w in weight.reshape(-1, *weight.shape[-2:])]
-        stacked = {
-            name: jnp.asarray(np.stack([q[name] for q in per_layer]).reshape(*lead, -1)
-                              if name != "scale_offset" else
-                              np.stack([q[name] for q in per_layer]).reshape(lead))
-            for name in per_layer[0]
-        }  # fmt: skip
+        layers = [quantize_nf4(w) for w in weight.reshape(-1, *weight.shape[-2:])]
+
+        def stacked(name: str) -> Array:
+            arrays = np.stack([layer[name] for layer in layers])
+            return jnp.asarray(arrays.reshape(*lead, *arrays.shape[1:]))
+
         return NF4Linear(
-            stacked["codes"], stacked["scale_codes"], stacked["scale_absmax"],
-            stacked["scale_offset"], linear.bias, linear.in_features, linear.out_features,
+            stacked("codes"), stacked("scale_codes"), stacked("scale_absmax"),
+            stacked("scale_offset"), linear.bias, linear.in_features, linear.out_features,
         )  # fmt: skip
 
     @staticmethod
