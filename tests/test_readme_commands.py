@@ -264,6 +264,7 @@ NOT_RUN = {
     "zoo bench": BENCH,
     "zoo bench --flavor gpt --preset gpt2 --batch 16 --seq 1024 --precision bf16 --json": BENCH,
     "zoo bench --peer torch": BENCH,
+    "zoo bench --preset gpt2 --batch 4 --seq 256 --peer floor --peer torch": BENCH,
     "zoo bench --peer torch --peer-compile": BENCH,
     "taskset -c 0 zoo bench --preset llama-tiny --batch 16 --seq 64 --profile prof/": BENCH,
     "taskset -c 0 zoo bench --peer torch --peer-compile --batch 16 --seq 64 --preset gpt-tiny "

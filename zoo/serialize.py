@@ -31,7 +31,7 @@ from zoo.files import (
 )
 from zoo.models import FLAVORS, TransformerConfig, flavor_of
 from zoo.nn.lora import AdapterShape, describe, has_lora, rebuild
-from zoo.nn.quantized import quantize_at, quantized_paths
+from zoo.nn.quantized import QUANTIZED_LINEARS, quantize_at, quantized_mode, quantized_paths
 from zoo.presets import build
 from zoo.tree import fill, named_arrays
 from zoo.version import __version__
@@ -52,9 +52,15 @@ def model_config_dict(model: eqx.Module) -> JSONObject:
     meta: JSONObject = {"flavor": flavor_of(model), "config": config.to_dict()}
     if has_lora(model):
         adapters = describe(model).items()
-        meta["lora"] = {path: {"rank": a["rank"], "alpha": a["alpha"]} for path, a in adapters}
-    if quantized := quantized_paths(model):  # int8 layers (zoo.lora.quantize)
-        meta["quantized"] = {"mode": "int8", "paths": list(quantized)}
+        saved: JSONObject = {}
+        for path, adapter in adapters:
+            entry: JSONObject = {"rank": adapter["rank"], "alpha": adapter["alpha"]}
+            if "dropout" in adapter:
+                entry["dropout"] = adapter["dropout"]
+            saved[path] = entry
+        meta["lora"] = saved
+    if quantized := quantized_paths(model):  # int8 or NF4 layers (zoo.lora.quantize)
+        meta["quantized"] = {"mode": quantized_mode(model), "paths": list(quantized)}
     return meta
 
 
@@ -134,19 +140,32 @@ def saved_adapters(meta: JSONObject, path: Path) -> dict[str, AdapterShape]:
             detail = f"the adapter at {name!r} has no whole rank and numeric alpha"
             raise damaged(path, detail, DAMAGED_FIX)
         layout[name] = {"rank": rank, "alpha": float(alpha)}
+        dropout = entry.get("dropout", 0.0) if isinstance(entry, dict) else 0.0
+        if (
+            isinstance(dropout, bool)
+            or not isinstance(dropout, int | float)
+            or not 0 <= dropout < 1
+        ):
+            raise damaged(path, f"the adapter at {name!r} has dropout {dropout!r}", DAMAGED_FIX)
+        if dropout:
+            layout[name]["dropout"] = float(dropout)
     return layout
 
 
-def saved_quantized(meta: JSONObject, path: Path) -> list[str]:
-    """The paths of the int8 layers `config.json` (at `path`) records, checked; `[]` for none."""
+def saved_quantized(meta: JSONObject, path: Path) -> tuple[list[str], str]:
+    """The paths of the quantized layers `config.json` (at `path`) records, checked (`[]` for
+    none), and their mode ("int8" or "nf4")."""
     saved = meta.get("quantized")
     if not saved:
-        return []
+        return [], "int8"
     paths = saved.get("paths") if isinstance(saved, dict) else None
     names = [name for name in paths if isinstance(name, str)] if isinstance(paths, list) else []
     if not isinstance(paths, list) or len(names) != len(paths):
         raise damaged(path, '"quantized" has no list of layer paths', DAMAGED_FIX)
-    return names
+    mode = saved.get("mode", "int8") if isinstance(saved, dict) else "int8"
+    if mode not in QUANTIZED_LINEARS:
+        raise damaged(path, f'"quantized" has the mode {mode!r}, not int8 or nf4', DAMAGED_FIX)
+    return names, str(mode)
 
 
 def load(directory: str | os.PathLike) -> eqx.Module:
@@ -156,12 +175,12 @@ def load(directory: str | os.PathLike) -> eqx.Module:
     if not weights.is_file():
         raise FileNotFoundError(f"no {WEIGHTS_FILE} in {directory}")
     adapters = saved_adapters(meta, Path(directory) / CONFIG_FILE)
-    quantized = saved_quantized(meta, Path(directory) / CONFIG_FILE)
+    quantized, mode = saved_quantized(meta, Path(directory) / CONFIG_FILE)
 
     def skeleton_model() -> eqx.Module:  # saved LoRA adapters (and an int8 base) come back so
         model = build(config, key=jax.random.key(0))
         model = rebuild(model, adapters) if adapters else model
-        return quantize_at(model, quantized) if quantized else model
+        return quantize_at(model, quantized, mode) if quantized else model
 
     skeleton = eqx.filter_eval_shape(skeleton_model)
     try:

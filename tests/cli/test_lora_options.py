@@ -23,7 +23,9 @@ def test_parse_lora():
         4, 8.0, ("query_proj", "value_proj"), ("head",)
     )
     assert parse_lora("rank=16") == LoRASpec(16, 32.0, ("attention",), None)
-    with pytest.raises(ValueError, match="unknown key 'rnak'; keys are rank, alpha, targets"):
+    with pytest.raises(
+        ValueError, match="unknown key 'rnak'; keys are rank, alpha, dropout, targets"
+    ):
         parse_lora("rnak=4")
     with pytest.raises(ValueError, match="rank is an integer"):
         parse_lora("rank=four")
@@ -139,3 +141,19 @@ def test_lora_on_an_int8_base_trains_saves_resumes_and_merges(tmp_path, capsys):
     merged = zoo.load(run)  # adapters folded into the dequantized weights: a float model
     assert zoo.lora.quantized_paths(merged) == []
     assert merged.layers.blocks.feed_forward.hidden.weight.dtype == np.float32
+
+
+@pytest.mark.slow
+def test_qlora_with_dropout_from_the_command_line(tmp_path, capsys):
+    """`--lora ...,dropout=0.1 --quantize nf4`: an NF4 base, adapters that drop, both recorded."""
+    run = tmp_path / "qlora"
+    assert main(["train", "gpt", "--preset", "gpt-tiny", *COMMON, "--out", str(run), "--lora",
+                 "rank=4,dropout=0.1,targets=attention", "--quantize", "nf4",
+                 "--steps", "2"]) == 0  # fmt: skip
+    capsys.readouterr()
+    adapted = zoo.load(run)
+    layers = zoo.lora.lora_layers(adapted)
+    assert {layer.dropout for layer in layers.values()} == {0.1}
+    assert all(isinstance(layer.base, zoo.lora.NF4Linear) for layer in layers.values())
+    config = json.loads((run / "adapter" / "adapter_config.json").read_text())
+    assert config["lora_dropout"] == 0.1

@@ -54,7 +54,9 @@ def test_malformed_rows_name_the_row():
         row_parts({"prompt": "q", "chosen": "same", "rejected": "same"}, 1)
     with pytest.raises(DataError, match="row 0: the 'rejected' answer is empty after the prompt"):
         row_parts({"chosen": "abc", "rejected": "ab"}, 0)
-    with pytest.raises(DataError, match="row 2: 'rejected' is str, expected a list of messages"):
+    with pytest.raises(
+        DataError, match="row 2: 'rejected' holds text 'no', expected a list of messages"
+    ):
         row_parts({"prompt": SKY, "chosen": BLUE, "rejected": "no"}, 2)
 
 
@@ -107,3 +109,82 @@ def test_conversational_rows_use_the_chat_template():
     # the prompt is the conversation with the opening of the assistant's turn
     expected = encode_prompt(SKY, data.tokenizer, template=data.template)
     np.testing.assert_array_equal(tokens[:start], expected)
+
+
+# An answer must be the assistant's: one or more assistant messages, each with text.
+SYSTEM = {"role": "system", "content": "Be brief."}
+NOT_THE_ASSISTANTS = [
+    ([{"role": "user", "content": "It is blue."}], r"'chosen' holds the roles \['user'\]"),
+    ([SYSTEM, *BLUE], r"'chosen' holds the roles \['system', 'assistant'\]"),
+    (
+        [{"role": "assistant", "content": ""}],
+        r"'chosen': message 0 \(assistant\) has no text \(its content is empty text",
+    ),
+    (
+        [*BLUE, {"role": "assistant", "content": None}],
+        r"'chosen': message 1 \(assistant\) has no text \(its content is null",
+    ),
+]
+
+
+@pytest.mark.parametrize(("chosen", "message"), NOT_THE_ASSISTANTS)
+def test_an_answer_that_is_not_the_assistants_is_refused(chosen, message):
+    rows = [{"prompt": SKY, "chosen": BLUE, "rejected": GREEN},
+            {"prompt": SKY, "chosen": chosen, "rejected": GREEN}]  # fmt: skip
+    with pytest.raises(DataError, match=f"preference row 1: {message}"):
+        encode_rows(rows, build_tokenizer("char", ["abcdefghijklmnopqrstuvwxyz .?"]))
+
+
+def test_an_implicit_answer_is_what_follows_the_shared_messages():
+    user_again = [{"role": "user", "content": "And at night?"}]
+    row = {"chosen": SKY + BLUE + user_again + BLUE, "rejected": SKY + BLUE + GREEN}
+    with pytest.raises(
+        DataError, match=r"row 0: 'chosen' \(after the messages both answers share\) holds the "
+        r"roles \['user', 'assistant'\].*same in 'chosen' and 'rejected'"
+    ):  # fmt: skip
+        row_parts(row, 0)
+
+
+CALL = {"role": "assistant", "content": "",
+        "tool_calls": [{"type": "function", "function": {"name": "sky", "arguments": {}}}]}  # fmt: skip
+RESULT = {"role": "tool", "content": "blue"}
+
+
+def test_tool_turns_may_come_between_assistant_messages():
+    row = {"prompt": SKY, "chosen": [CALL, RESULT, *BLUE], "rejected": GREEN}
+    assert row_parts(row, 0)[1] == [CALL, RESULT, *BLUE]
+    with pytest.raises(DataError, match=r"holds the roles \['assistant', 'tool'\]"):
+        row_parts({**row, "chosen": [CALL, RESULT]}, 0)
+    # a template that never renders tools refuses them with the row, not without a word
+    tokenizer = build_tokenizer("char", ["abcdefghijklmnopqrstuvwxyz .?"])
+    with pytest.raises(DataError, match=r"preference row 0: .*never mentions 'tool_calls'"):
+        encode_rows([row], tokenizer)
+
+
+def test_a_missing_null_or_mistyped_answer_names_its_column():
+    """Before, each blamed the prompt: "'prompt' is list, expected text like the row's 'chosen'"."""
+    with pytest.raises(DataError, match=r"row 2: .*missing \['chosen'\]"):
+        row_parts({"prompt": SKY, "rejected": GREEN}, 2)
+    for null in (None, float("nan")):
+        with pytest.raises(DataError, match="row 2: 'chosen' is missing or null"):
+            row_parts({"prompt": SKY, "chosen": null, "rejected": GREEN}, 2)
+    with pytest.raises(
+        DataError,
+        match=r"row 2: 'chosen' holds text 'It is blue.', expected a list of messages like the "
+        r"row's 'prompt'",
+    ):
+        row_parts({"prompt": SKY, "chosen": "It is blue.", "rejected": GREEN}, 2)
+    with pytest.raises(
+        DataError, match=r"row 2: 'rejected' holds a list \[\{'role'.*expected text"
+    ):
+        row_parts({"prompt": "Sky?", "chosen": "Blue.", "rejected": GREEN}, 2)
+
+
+def test_a_row_without_an_answer_in_a_dataset_names_the_answer():
+    """A datasets table fills a row's missing column with null: the error names that column."""
+    from datasets import Dataset
+
+    good = {"prompt": SKY, "chosen": BLUE, "rejected": GREEN}
+    table = Dataset.from_list([good, good, {"prompt": SKY, "rejected": GREEN}])
+    with pytest.raises(DataError, match="row 2: 'chosen' is missing or null"):
+        preference_data(table, tokenizer="char")

@@ -25,7 +25,11 @@ def randomize_adapters(model, *, seed: int = 1, std: float = 0.2):
             jax.random.fold_in(key, hash(path) % 2**31), node.lora_b.shape
         )
         return zoo.lora.LoRALinear(
-            node.base, node.lora_a, noise.astype(node.lora_b.dtype), alpha=node.alpha
+            node.base,
+            node.lora_a,
+            noise.astype(node.lora_b.dtype),
+            alpha=node.alpha,
+            dropout=node.dropout,
         )
 
     assert layers

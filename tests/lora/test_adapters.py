@@ -102,8 +102,8 @@ def test_bad_input_says_what_to_do(key):
     width = model.config.d_model
     with pytest.raises(ValueError, match=f"rank {width + 1} exceeds the width of layers.blocks"):
         zoo.lora.apply(model, rank=width + 1, key=key)
-    with pytest.raises(ValueError, match="dropout=0.1 is not supported"):
-        zoo.lora.apply(model, dropout=0.1, key=key)
+    with pytest.raises(ValueError, match=r"dropout must be a share of the inputs in \[0, 1\)"):
+        zoo.lora.apply(model, dropout=1.5, key=key)
     adapted = zoo.lora.apply(model, key=key)
     with pytest.raises(ValueError, match="already has LoRA adapters; merge them first"):
         zoo.lora.apply(adapted, key=key)

@@ -79,7 +79,7 @@ def test_only_adapters_train_on_an_int8_base_and_it_saves(key, tmp_path):
 
 def test_bad_quantization_requests(key):
     model = zoo.create("gpt-tiny", key=key)
-    with pytest.raises(ValueError, match="unknown quantization 'nf4'; .* use 'int8'"):
-        zoo.lora.quantize(model, "nf4")
+    with pytest.raises(ValueError, match="unknown quantization 'fp4'; .* 'int8' .* or 'nf4'"):
+        zoo.lora.quantize(model, "fp4")
     with pytest.raises(ValueError, match="nothing to quantize: every Linear layer is under skip"):
         zoo.lora.quantize(model, skip=("layers",))

@@ -375,3 +375,105 @@ def test_a_continued_adapter_has_trl_reference(models, batch, tmp_path):
         policy, {k: jnp.asarray(v) for k, v in batch.items()}
     )
     assert abs(float(off) - float(expected_loss)) > 1e-3
+
+
+def declared_bos_tokenizer(folder, *, adds_bos: bool, fast: bool):
+    """A byte-level BPE declaring bos `<s>` and eos `<|im_end|>`, with ChatML. With `adds_bos`
+    its post-processor puts bos first (as Llama 3's); without, bos is declared only (as
+    SmolLM2's). `fast`: a Llama `config.json` beside it, so zoo reads `tokenizer.json` itself
+    (`FastTokenizer`), else through transformers (`HFTokenizer`)."""
+    import json
+
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<pad>", "<s>", "<|im_start|>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )  # fmt: skip
+    backend.train_from_iterator(["What color is the sky? It is blue, or green."] * 20, trainer)
+    if adds_bos:
+        backend.post_processor = processors.TemplateProcessing(
+            single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", 1)]
+        )
+    tokenizer = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token="<pad>", bos_token="<s>", eos_token="<|im_end|>"
+    )
+    tokenizer.chat_template = CHATML
+    tokenizer.save_pretrained(folder)
+    if fast:
+        (folder / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    return tokenizer
+
+
+SKY = [{"role": "user", "content": "What color is the sky?"}]
+TEXT_ROWS = [
+    {"prompt": "What color is the sky?", "chosen": " It is blue.", "rejected": " It is green."},
+    {"prompt": "The sky is", "chosen": " blue, or green.", "rejected": " green."},
+]
+CHAT_ROWS = [
+    {"prompt": SKY, "chosen": [{"role": "assistant", "content": "It is blue."}],
+     "rejected": [{"role": "assistant", "content": "It is green, or blue."}]},
+]  # fmt: skip
+
+
+def trl_dpo_tokenized(tokenizer, rows):
+    """`DPOTrainer._prepare_dataset` on `rows`: (prompt, chosen, rejected) ids of each."""
+    from datasets import Dataset
+
+    fake = types.SimpleNamespace(_tokenizer=tokenizer)
+    args = types.SimpleNamespace(dataset_num_proc=None, max_length=None,
+                                 truncation_mode="keep_start")  # fmt: skip
+    data = trl.DPOTrainer._prepare_dataset(fake, Dataset.from_list(rows), tokenizer, args, "t")
+    return [(row["prompt_ids"], row["chosen_ids"], row["rejected_ids"]) for row in data]
+
+
+def trl_cpo_tokenized(trainer_class, tokenizer, rows):
+    """The CPO/ORPO trainers' preparation of `rows` (the chat template applied, then
+    `tokenize_row`): (prompt, chosen, rejected) ids of each."""
+    from trl.data_utils import maybe_apply_chat_template
+
+    fake = types.SimpleNamespace(processing_class=tokenizer, is_encoder_decoder=False,
+                                 max_length=10**6)  # fmt: skip
+    fake.build_tokenized_answer = types.MethodType(trainer_class.build_tokenized_answer, fake)
+    out = []
+    for row in rows:
+        ids = trainer_class.tokenize_row(fake, maybe_apply_chat_template(row, tokenizer))
+        prompt = ids["prompt_input_ids"]
+        answers = []
+        for side in ("chosen", "rejected"):
+            start = sum(1 for label in ids[f"{side}_labels"] if label == -100)
+            assert ids[f"{side}_input_ids"][:start] == prompt
+            answers.append(ids[f"{side}_input_ids"][start:])
+        out.append((prompt, *answers))
+    return out
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["tokenizer.json", "transformers"])
+@pytest.mark.parametrize("adds_bos", [False, True], ids=["declares-bos", "adds-bos"])
+@pytest.mark.parametrize("objective", ["dpo", "simpo", "orpo"])
+def test_special_tokens_follow_trls_trainer_of_the_objective(tmp_path, objective, adds_bos, fast):
+    """DPOTrainer puts bos first where the tokenizer does; the CPO (SimPO) and ORPO trainers
+    put bos first (and eos last) on every row. zoo's ids equal TRL's for text and chat rows."""
+    from trl.experimental.cpo import CPOTrainer
+    from trl.experimental.orpo import ORPOTrainer
+
+    from zoo.data.chat.preference import PreferenceDataConfig, encode_rows, special_tokens_for
+    from zoo.interop.tokenizers.hf_tokenizer import pretrained_tokenizer
+
+    tokenizer = declared_bos_tokenizer(tmp_path, adds_bos=adds_bos, fast=fast)
+    ours_tokenizer = pretrained_tokenizer(tmp_path)
+    assert type(ours_tokenizer).__name__ == ("FastTokenizer" if fast else "HFTokenizer")
+    config = PreferenceDataConfig(special_tokens=special_tokens_for(objective))
+    trainer_class = {"simpo": CPOTrainer, "orpo": ORPOTrainer}.get(objective)
+    for rows in (TEXT_ROWS, CHAT_ROWS):
+        if trainer_class is None:
+            expected = trl_dpo_tokenized(tokenizer, rows)
+        else:
+            expected = trl_cpo_tokenized(trainer_class, tokenizer, rows)
+        ours = encode_rows(rows, ours_tokenizer, config=config)
+        assert [(p.prompt, p.chosen, p.rejected) for p in ours] == expected
+        bos_first = objective != "dpo" or (adds_bos and rows is TEXT_ROWS)
+        assert all((pair.prompt[0] == tokenizer.bos_token_id) == bos_first for pair in ours)

@@ -57,6 +57,8 @@ class DataOptions:
     roles: tuple[tuple[str, str], ...] | None = None  # chat data: --role FROM=TO renames
     preference: bool = False  # --objective dpo, ...: prompt/chosen/rejected rows (_preference)
     prompts: bool = False  # --objective grpo: prompt rows, other columns for the rewards (_grpo)
+    # preference rows: bos/eos as TRL's trainer of the objective adds them (special_tokens_for)
+    special_tokens: str = "tokenizer"
     max_prompt_len: int | None = None  # preference rows: most prompt tokens (its end kept)
     max_completion_len: int | None = None  # preference rows: most answer tokens (start kept)
     # --buckets: padded lengths of unpacked rows; auto: fitted to the data, None: powers of two
@@ -80,6 +82,10 @@ class DataOptions:
         given["masked_lm"] = getattr(args, "objective", None) == "mlm"
         given["preference"] = getattr(args, "objective", None) in PREFERENCE_OBJECTIVES
         given["prompts"] = getattr(args, "objective", None) == "grpo"
+        if given["preference"]:
+            from zoo.data.chat.preference import special_tokens_for
+
+            given["special_tokens"] = special_tokens_for(args.objective)
         roles = parse_roles(getattr(args, "role", None))
         given["roles"] = None if roles is None else tuple(roles.items())
         given["buckets"] = bucket_choice(getattr(args, "buckets", None))

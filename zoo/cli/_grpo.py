@@ -24,6 +24,7 @@ import equinox as eqx
 import numpy as np
 
 from zoo.cli._data_options import DataOptions
+from zoo.cli._numbers import NON_NEGATIVE, POSITIVE, SHARE
 from zoo.data.batches import ArrayBatches
 from zoo.data.tokenizers.base import Tokenizer
 
@@ -69,14 +70,14 @@ def add_grpo_options(parser: argparse.ArgumentParser) -> None:
                        "format:REGEX or length:TOKENS; repeatable")  # fmt: skip
     group.add_argument("--reward-weights", metavar="W,W,...", help="one weight per --reward")
     group.add_argument("--num-generations", type=int, help="completions per prompt (8)")
-    group.add_argument("--temperature", type=float, help="sampling temperature (1.0)")
-    group.add_argument("--top-p", type=float, help="nucleus sampling")
+    group.add_argument("--temperature", type=NON_NEGATIVE, help="sampling temperature (1.0)")
+    group.add_argument("--top-p", type=SHARE, help="nucleus sampling")
     group.add_argument("--top-k", type=int, help="sample from the k likeliest tokens")
     group.add_argument("--stop", action="append", metavar="TEXT", help="ends a completion")
     group.add_argument("--grpo-loss", choices=("grpo", "dr_grpo", "dapo", "bnpo"),
                        help="how token losses are normalised (dapo)")  # fmt: skip
-    group.add_argument("--epsilon", type=float, help="clip the ratio at 1 - epsilon (0.2)")
-    group.add_argument("--epsilon-high", type=float, help="... and at 1 + this (epsilon)")
+    group.add_argument("--epsilon", type=POSITIVE, help="clip the ratio at 1 - epsilon (0.2)")
+    group.add_argument("--epsilon-high", type=POSITIVE, help="... and at 1 + this (epsilon)")
     group.add_argument("--num-iterations", type=int, help="μ: updates per rollout (1)")
     group.add_argument("--importance-sampling", choices=("token", "sequence"),
                        help="one ratio per token, or per completion (GSPO)")  # fmt: skip

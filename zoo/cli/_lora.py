@@ -22,10 +22,11 @@ class LoRASpec:
     alpha: float = 16.0  # scale alpha / r
     targets: tuple[str, ...] = ("attention",)  # groups or Linear path patterns
     train: tuple[str, ...] | None = None  # path prefixes trained whole (None: the flavor's default)
+    dropout: float = 0.0  # share of each adapter's inputs dropped in training (PEFT's lora_dropout)
 
 
 def parse_lora(spec: str) -> LoRASpec:
-    """`"rank=8,alpha=16,targets=attention,feedforward,train=head"` -> `LoRASpec`.
+    """`"rank=8,alpha=16,dropout=0.05,targets=attention,feedforward,train=head"` -> `LoRASpec`.
 
     A piece without `=` continues the list of the key before it (`targets=query_proj,value_proj`).
     """
@@ -44,9 +45,10 @@ def parse_lora(spec: str) -> LoRASpec:
             values[last].append(piece)
             continue
         name = name.strip()
-        if name not in ("rank", "alpha", "targets", "train"):
+        if name not in ("rank", "alpha", "dropout", "targets", "train"):
             raise ValueError(
-                f"--lora {spec!r}: unknown key {name!r}; keys are rank, alpha, targets, train"
+                f"--lora {spec!r}: unknown key {name!r}; keys are rank, alpha, dropout, targets, "
+                "train"
             )
         values[name] = [value.strip()]
         last = name
@@ -57,9 +59,23 @@ def parse_lora(spec: str) -> LoRASpec:
         raise ValueError(
             f"--lora {spec!r}: rank is an integer and alpha a number (rank=8,alpha=16)"
         ) from None
+    dropout = _dropout(values["dropout"][0], spec) if "dropout" in values else 0.0
     targets = tuple(values.get("targets", ["attention"]))
     train = tuple(v for v in values["train"] if v and v != "none") if "train" in values else None
-    return LoRASpec(rank, alpha, targets, train)
+    return LoRASpec(rank, alpha, targets, train, dropout)
+
+
+def _dropout(text: str, spec: str) -> float:
+    """`dropout=` of `--lora`: a finite share in [0, 1)."""
+    try:
+        dropout = float(text)
+    except ValueError:
+        dropout = float("nan")
+    if not 0.0 <= dropout < 1.0:  # nan fails too
+        raise ValueError(
+            f"--lora {spec!r}: dropout={text} is not a share in [0, 1); e.g. dropout=0.05"
+        )
+    return dropout
 
 
 def trained_prefixes(spec: LoRASpec, flavor: str, fresh: tuple[str, ...] = ()) -> tuple[str, ...]:
@@ -88,7 +104,8 @@ def with_lora(
     from zoo.lora.targets import OUTPUT_LAYERS
     from zoo.presets import count_params
 
-    model = apply(model, rank=spec.rank, alpha=spec.alpha, targets=spec.targets, key=key)
+    model = apply(model, rank=spec.rank, alpha=spec.alpha, targets=spec.targets,
+                  dropout=spec.dropout, key=key)  # fmt: skip
     check_train(model, train)
     if quantize:  # layers trained whole (a classifier's head) stay float
         model = quantized(model, quantize, skip=(*OUTPUT_LAYERS, *train))

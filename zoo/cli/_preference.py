@@ -164,6 +164,7 @@ def preference_config(options: DataOptions) -> PreferenceDataConfig:
         batch_size=options.batch_size,
         seed=options.seed,
         loss_positions=options.loss_positions,
+        special_tokens=options.special_tokens,
     )
 
 

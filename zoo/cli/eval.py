@@ -244,8 +244,9 @@ def _evaluate_pairs(
     """A GPT's preference metrics on pairs (`zoo.cli._preference.evaluate_pairs`), with the
     loss and data options of its flags, else those the run recorded, and `seed` (`_seed`)."""
     from zoo.cli._run_dir import recorded_int
-    from zoo.data.chat.preference import PreferenceDataConfig
+    from zoo.data.chat.preference import PreferenceDataConfig, special_tokens_for
 
+    options = _preference.eval_preference_options(args, record)
     config = PreferenceDataConfig(
         max_len=args.max_len or recorded_int(record, "max_len"),
         max_prompt_len=recorded_int(record, "max_prompt_len"),
@@ -253,8 +254,8 @@ def _evaluate_pairs(
         batch_size=args.batch_size,
         seed=seed,
         validation_split=args.split if args.split in dataset else None,
+        special_tokens=special_tokens_for(options.objective),
     )
-    options = _preference.eval_preference_options(args, record)
     pairs = _preference.evaluate_pairs(model, tokenizer, dataset, options=options,
                                        config=config, split=args.split)  # fmt: skip
     return {"model": args.model, "flavor": "gpt", "data": args.data, **pairs}

@@ -77,7 +77,7 @@ def register(commands) -> None:
     parser.add_argument(
         "--lora",
         metavar="SPEC",
-        help="train LoRA adapters only, e.g. rank=8,alpha=16,targets=attention (see zoo.lora)",
+        help="train LoRA adapters only, e.g. rank=8,alpha=16,dropout=0.05,targets=attention (see zoo.lora)",
     )
     parser.add_argument(
         "--lora-init",
@@ -90,8 +90,9 @@ def register(commands) -> None:
     )
     parser.add_argument(
         "--quantize",
-        choices=("int8",),
-        help="with --lora: keep the frozen base's Linear layers and experts in int8 (see zoo.lora.quantize)",
+        choices=("int8", "nf4"),
+        help="with --lora: keep the frozen base's Linear layers (and int8: experts) in int8, or "
+        "in QLoRA's 4-bit NF4 (see zoo.lora.quantize)",
     )
     parser.add_argument(
         "--data",

@@ -27,6 +27,7 @@ from zoo.data.chat.preference import (
     PreferencePair,
     encode_rows,
     preference_data,
+    special_tokens_for,
 )
 from zoo.data.chat.template import DEFAULT_TEMPLATE, ChatTemplate
 from zoo.data.chat.tokens import ChatTokens, encode_chat, encode_prompt, end_of_turn_ids
@@ -113,6 +114,7 @@ __all__ = [
     "pack_blocks",
     "packed_batches",
     "preference_data",
+    "special_tokens_for",
     "source_tokenizer",
     "target_tokenizer",
     "unpack_blocks",

@@ -32,6 +32,7 @@ from zoo.nn.lora import (
     lora_layers,
     rebuild,
 )
+from zoo.nn.nf4 import NF4Linear
 from zoo.nn.quantized import QuantizedExperts, QuantizedLinear, dequantize, quantized_paths
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "LORA_INIT_MODES",
     "LoRAExperts",
     "LoRALinear",
+    "NF4Linear",
     "QuantizedExperts",
     "QuantizedLinear",
     "adapter_arrays",

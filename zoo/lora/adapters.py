@@ -22,7 +22,6 @@ import optax
 from jaxtyping import Array, PRNGKeyArray, PyTree
 
 from zoo.lora.targets import normalize_targets, select
-from zoo.nn.linear import Linear
 from zoo.nn.lora import (
     LoRAExperts,
     LoRALinear,
@@ -35,7 +34,13 @@ from zoo.nn.lora import (
     plain_linears,
     replace_at,
 )
-from zoo.nn.quantized import QuantizedExperts, QuantizedLinear, dequantize, replace_projections
+from zoo.nn.quantized import (
+    QuantizedExperts,
+    as_float,
+    dequantize,
+    replace_projections,
+    weight_shape,
+)
 from zoo.nn.stack import LayerStack
 from zoo.train.freeze import train_only
 from zoo.train.optim import Optimizer
@@ -56,10 +61,10 @@ def _check_numbers(rank: int, alpha: float | int, dropout: float | int) -> None:
         raise ValueError(f"LoRA rank must be a positive integer, got {rank!r} (8 or 16 are usual)")
     if not alpha > 0:
         raise ValueError(f"LoRA alpha must be positive, got {alpha!r} (often 2 * rank)")
-    if dropout != 0.0:
+    if isinstance(dropout, bool) or not 0.0 <= dropout < 1.0:
         raise ValueError(
-            f"LoRA dropout={dropout} is not supported: zoo's layers call their Linears without a "
-            "dropout key; use dropout=0.0 (the model's own dropout still applies)"
+            f"LoRA dropout must be a share of the inputs in [0, 1), got {dropout!r} (0.05 or "
+            "0.1 are usual; 0 turns it off)"
         )
 
 
@@ -77,7 +82,8 @@ def apply(
     The result computes exactly what `model` computes until the adapters are trained. `targets`
     are group names (`attention`, `attention.qv`, `attention.qkv`, `feedforward`, `experts`,
     `all-linear`) or patterns over Linear and expert projection paths (see `zoo.lora.targets`),
-    as a list or a comma-separated string. Stacked layers (`LayerStack`) get stacked adapters:
+    as a list or a comma-separated string. `dropout` drops that share of each adapter's inputs
+    in training (PEFT's `lora_dropout`; Linear adapters inside the layer stack). Stacked layers (`LayerStack`) get stacked adapters:
     `lora_a` is `[layers, rank, in]`. A mixture of experts' projections get one adapter per
     expert (`LoRAExperts`, `lora_a` `[layers, experts, in, rank]`); its router stays frozen.
 
@@ -95,6 +101,7 @@ def apply(
     linears = plain_linears(model)
     projections = expert_projections(model)
     chosen = select([*linears, *projections], normalize_targets(targets))
+    stacked = _stacked_linears(model) if dropout else set()
     wrapped: dict[str, eqx.Module] = {}
     experts: dict[str, object] = {}
     for index, path in enumerate(chosen):
@@ -109,14 +116,36 @@ def apply(
                 f"rank <= {min(d_in, d_out)}"
             )
         layer_key = jax.random.fold_in(key, index)
+        if dropout and (path in projections or path not in stacked):
+            raise ValueError(
+                f"LoRA dropout={dropout} reaches the adapters of the layer stack's Linear layers, "
+                f"not {path}: drop dropout, or leave {path} out of the targets"
+            )
         if path in projections:
             experts[path] = LoRAExperts.wrap(
                 projections[path], rank=rank, alpha=alpha, key=layer_key
             )
         else:
-            wrapped[path] = LoRALinear.wrap(linears[path], rank=rank, alpha=alpha, key=layer_key)
+            wrapped[path] = LoRALinear.wrap(
+                linears[path], rank=rank, alpha=alpha, dropout=float(dropout), key=layer_key
+            )
     model = replace_projections(replace_at(model, wrapped, is_linear), experts)
     return _with_default_remat(model)
+
+
+def _stacked_linears(model: eqx.Module) -> set[str]:
+    """The paths of the `Linear`s inside a `LayerStack` (whose adapters get dropout keys)."""
+
+    def is_stack(node: object) -> bool:
+        return isinstance(node, LayerStack)
+
+    flat, _ = jax.tree_util.tree_flatten_with_path(model, is_leaf=is_stack)
+    return {
+        f"{path_name(path)}.{inner}"
+        for path, node in flat
+        if is_stack(node)
+        for inner in plain_linears(node)
+    }
 
 
 def _with_static(module: Module, **fields: object) -> Module:
@@ -154,7 +183,7 @@ def merge(model: Model) -> Model:
     """
     merged: dict[str, eqx.Module] = {}
     for path, layer in lora_layers(model).items():
-        base = layer.base.dequantize() if isinstance(layer.base, QuantizedLinear) else layer.base
+        base = as_float(layer.base)
         folded = (base.weight.astype(jnp.float32) + layer.delta()).astype(base.weight.dtype)
         merged[path] = eqx.tree_at(lambda linear: linear.weight, base, folded)
     experts: dict[str, object] = {}
@@ -197,17 +226,19 @@ def unmerge(merged: Model, adapted: eqx.Module) -> Model:
     plain = plain_linears(merged)
     restored: dict[str, eqx.Module] = {}
     for path, layer in layers.items():
-        if path not in plain or plain[path].weight.shape != layer.base.weight.shape:
+        if path not in plain or weight_shape(plain[path]) != weight_shape(layer.base):
             raise ValueError(
-                f"the merged model has no Linear {path} of shape {layer.base.weight.shape}; "
+                f"the merged model has no Linear {path} of shape {weight_shape(layer.base)}; "
                 "pass the model that zoo.lora.merge returned for this adapted model"
             )
         found = plain[path]
-        linear: Linear = found.dequantize() if isinstance(found, QuantizedLinear) else found
+        linear = as_float(found)
         weight = linear.weight
         base_weight = (weight.astype(jnp.float32) - layer.delta()).astype(weight.dtype)
         base = eqx.tree_at(lambda node: node.weight, linear, base_weight)
-        restored[path] = LoRALinear(base, layer.lora_a, layer.lora_b, alpha=layer.alpha)
+        restored[path] = LoRALinear(
+            base, layer.lora_a, layer.lora_b, alpha=layer.alpha, dropout=layer.dropout
+        )
     return replace_at(merged, restored, is_linear)
 
 

@@ -38,6 +38,7 @@ from zoo.models import flavor_of
 from zoo.nn.layer_index import LayerIndex
 from zoo.nn.linear import Linear
 from zoo.nn.lora import lora_layers, plain_linears
+from zoo.nn.nf4 import NF4Linear
 from zoo.nn.quantized import QuantizedLinear
 from zoo.tree import path_name
 
@@ -82,7 +83,7 @@ class _Layout:
         self.arch: Architecture = architecture_for(model)
         key_map = self.arch.key_map(config_of(model))
         self.rules = key_map.rules
-        linears: dict[str, Linear | QuantizedLinear] = plain_linears(model) | {
+        linears: dict[str, Linear | QuantizedLinear | NF4Linear] = plain_linears(model) | {
             path: layer.base for path, layer in lora_layers(model).items()
         }
         self.linears = linears
@@ -231,7 +232,8 @@ def save_adapter(
         "target_modules": _target_modules(adapters, layout),
         "modules_to_save": sorted({name.rsplit(".", 1)[0] for name in extras}) or None,
         "fan_in_fan_out": any(layout.fan_in_fan_out[m] for m in adapters),
-        "lora_dropout": 0.0,
+        # one rate for every adapter (zoo.lora.apply's); PEFT applies it in training only
+        "lora_dropout": max((layer.dropout for layer in lora_layers(model).values()), default=0.0),
         "bias": "none",
         "use_rslora": False,
         "use_dora": False,

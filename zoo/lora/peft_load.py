@@ -16,7 +16,8 @@ from zoo.interop.weights import read_safetensors
 from zoo.lora.peft import CONFIG_FILE, PREFIX, WEIGHTS_FILE, Adapter, AdapterConfig, _Layout
 from zoo.nn.linear import Linear
 from zoo.nn.lora import LoRALinear, has_lora, is_linear, replace_at
-from zoo.nn.quantized import QuantizedLinear, float_dtype, replace_projections
+from zoo.nn.nf4 import NF4Linear
+from zoo.nn.quantized import QuantizedLinear, float_dtype, lead_axes, replace_projections
 from zoo.tree import fill
 
 Model = TypeVar("Model", bound=eqx.Module)
@@ -133,14 +134,16 @@ def load_adapter(model: Model, directory: str | Path) -> Model:
     return _set_extras(model, layout, extras, directory, config)
 
 
-def _stack(linear: Linear | QuantizedLinear, layers: dict[int | None, Adapter]) -> LoRALinear:
+def _stack(
+    linear: Linear | QuantizedLinear | NF4Linear, layers: dict[int | None, Adapter]
+) -> LoRALinear:
     """One `LoRALinear` from per-layer (A, B, scale); layers the adapter skips get B = 0."""
     dtype = float_dtype(linear)
     if None in layers:
         a, b, scale = layers[None]
         rank = a.shape[0]
         return LoRALinear(linear, jnp.asarray(a, dtype), jnp.asarray(b, dtype), alpha=scale * rank)
-    count = linear.weight.shape[0]
+    count = lead_axes(linear)[0]
     ranks = {a.shape[0] for a, _, _ in layers.values()}
     scales = {s for _, _, s in layers.values()}
     rank = max(ranks)

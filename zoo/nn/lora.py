@@ -5,6 +5,11 @@ where a model holds its `Linear`s and adapters.
 `lora_B` weights. Inside a scanned layer stack both carry the stack's leading `layers` axis, like
 every other array of the blocks.
 
+LoRA dropout is PEFT's: `base(x) + B A dropout(x) * alpha / rank`, the dropout on the adapter's
+input only, active only when the layer holds a key and is not in inference mode. A layer stack
+gives its layers' adapters their keys (`with_dropout_keys`, from each layer's dropout key), so
+a model called with a key (training) drops, and one called without (evaluation) does not.
+
 A layer's path is the dotted name of the module in the model, without `.weight`
 (`layers.blocks.self_attention.query_proj`). `describe` and `rebuild` are what `zoo.save` and
 `zoo.load` use to record and restore the adapters of a model; `zoo.lora` builds on the rest.
@@ -14,26 +19,31 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from typing import TypedDict, TypeVar
+from typing import NotRequired, TypedDict, TypeVar
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
+from zoo.nn.dropout import Dropout
 from zoo.nn.linear import Linear
 from zoo.nn.moe import grouped_matmul
+from zoo.nn.nf4 import NF4Linear
 from zoo.nn.quantized import (
     PROJECTIONS,
     QuantizedExperts,
     QuantizedLinear,
     expert_modules,
     float_dtype,
+    lead_axes,
     replace_projections,
 )
 from zoo.tree import KeyPath, path_name
 
 Model = TypeVar("Model", bound=eqx.Module)
+# Folded into a layer's dropout key for its adapters' keys, apart from the block's own dropout.
+LORA_DROPOUT_STREAM = 0x10DA
 
 
 class LoRALinear(eqx.Module):
@@ -41,38 +51,70 @@ class LoRALinear(eqx.Module):
 
     The base layer sits behind `jax.lax.stop_gradient`: its weights get a zero gradient (and the
     backward pass skips their weight-gradient products), so only `lora_a` and `lora_b` learn.
+    With `dropout` > 0, `x` goes through inverted dropout on its way into the adapter (not the
+    base) when `dropout_key` is set and `inference` is False, as PEFT's `lora_dropout`.
+
+    Args:
+        base: the frozen layer (float `Linear` or int8 / NF4 `QuantizedLinear`).
+        lora_a: `A`, `[*layers, rank, in_features]`.
+        lora_b: `B`, `[*layers, out_features, rank]`.
+        alpha: the scale's numerator (`alpha / rank`).
+        dropout: the share of the adapter's inputs dropped in training, in [0, 1).
+        dropout_key: the key of this call's dropout (`with_dropout_keys` sets it); None: none.
+        inference: True turns the dropout off.
     """
 
-    base: Linear | QuantizedLinear
+    base: Linear | QuantizedLinear | NF4Linear
     lora_a: Float[Array, "*layers rank in_features"]
     lora_b: Float[Array, "*layers out_features rank"]
     alpha: float = eqx.field(static=True)
+    dropout: float = eqx.field(static=True)  # PEFT's lora_dropout: the share of inputs dropped
+    dropout_key: PRNGKeyArray | None  # this call's dropout key (None: no dropout)
+    inference: bool  # True turns the dropout off (`eqx.nn.inference_mode`)
 
     def __init__(
-        self, base: Linear | QuantizedLinear, lora_a: Array, lora_b: Array, *, alpha: float | int
+        self,
+        base: Linear | QuantizedLinear | NF4Linear,
+        lora_a: Array,
+        lora_b: Array,
+        *,
+        alpha: float | int,
+        dropout: float = 0.0,
+        dropout_key: PRNGKeyArray | None = None,
+        inference: bool = False,
     ):
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"LoRA dropout must be in [0, 1), got {dropout!r} (0.05 is usual)")
         self.base = base
         self.lora_a = lora_a
         self.lora_b = lora_b
         self.alpha = float(alpha)
+        self.dropout = float(dropout)
+        self.dropout_key = dropout_key
+        self.inference = inference
 
     @staticmethod
     def wrap(
-        base: Linear | QuantizedLinear, *, rank: int, alpha: float | int, key: PRNGKeyArray
+        base: Linear | QuantizedLinear | NF4Linear,
+        *,
+        rank: int,
+        alpha: float | int,
+        dropout: float = 0.0,
+        key: PRNGKeyArray,
     ) -> LoRALinear:
         """`base` with a fresh adapter: `A` uniform in `±1/sqrt(in_features)`, `B` zero.
 
         `B = 0` makes the wrapped layer compute exactly what `base` does. `A`'s range is PEFT's
         (`kaiming_uniform_(a=sqrt(5))`). Leading axes of `base.weight` (stacked layers) are kept.
         """
-        lead = base.weight.shape[:-2]
+        lead = lead_axes(base)
         bound = 1.0 / math.sqrt(base.in_features)
         dtype = float_dtype(base)
         lora_a = jax.random.uniform(
             key, (*lead, rank, base.in_features), jnp.float32, -bound, bound
         ).astype(dtype)
         lora_b = jnp.zeros((*lead, base.out_features, rank), dtype)
-        return LoRALinear(base, lora_a, lora_b, alpha=alpha)
+        return LoRALinear(base, lora_a, lora_b, alpha=alpha, dropout=dropout)
 
     @property
     def rank(self) -> int:
@@ -100,8 +142,30 @@ class LoRALinear(eqx.Module):
 
     def __call__(self, x: Float[Array, "*lead in_features"]) -> Float[Array, "*lead out_features"]:
         y = jax.lax.stop_gradient(self.base)(x)
-        update = (x @ self.lora_a.T) @ self.lora_b.T
+        dropped = Dropout(self.dropout, inference=self.inference)(x, key=self.dropout_key)
+        update = (dropped @ self.lora_a.T) @ self.lora_b.T
         return y + (update * self.scale).astype(y.dtype)
+
+
+def with_dropout_keys(module: Model, key: PRNGKeyArray | None) -> Model:
+    """`module` (one layer's block) with a dropout key in each of its `LoRALinear`s that drops
+    (`dropout` > 0): `fold_in(key, i)` for the i-th, a stream apart from the block's own
+    dropout keys. Without a key, or without such an adapter, `module` itself."""
+    if key is None:
+        return module
+    count = 0
+
+    def seed(node: object) -> object:
+        nonlocal count
+        if not isinstance(node, LoRALinear) or node.dropout == 0.0:
+            return node
+        count += 1
+        seeded = jax.random.fold_in(jax.random.fold_in(key, LORA_DROPOUT_STREAM), count)
+        return LoRALinear(node.base, node.lora_a, node.lora_b, alpha=node.alpha,
+                          dropout=node.dropout, dropout_key=seeded,
+                          inference=node.inference)  # fmt: skip
+
+    return jax.tree_util.tree_map(seed, module, is_leaf=is_lora)
 
 
 class LoRAExperts(eqx.Module):
@@ -213,22 +277,23 @@ class AdapterShape(TypedDict):
 
     rank: int
     alpha: float
+    dropout: NotRequired[float]  # recorded where > 0
 
 
 def is_linear(node: object) -> bool:
-    """A plain `Linear` or an int8 `QuantizedLinear` (both take adapters)."""
-    return isinstance(node, Linear | QuantizedLinear)
+    """A plain `Linear` or an int8 / NF4 one (all take adapters)."""
+    return isinstance(node, Linear | QuantizedLinear | NF4Linear)
 
 
 def is_lora(node: object) -> bool:
     return isinstance(node, LoRALinear)
 
 
-def plain_linears(model: eqx.Module) -> dict[str, Linear | QuantizedLinear]:
+def plain_linears(model: eqx.Module) -> dict[str, Linear | QuantizedLinear | NF4Linear]:
     """Every `Linear` of `model` keyed by its path, in pytree order (not those in a LoRALinear)."""
 
     def stop(node: object) -> bool:
-        return isinstance(node, Linear | QuantizedLinear | LoRALinear)
+        return isinstance(node, Linear | QuantizedLinear | NF4Linear | LoRALinear)
 
     flat, _ = jax.tree_util.tree_flatten_with_path(model, is_leaf=stop)
     return {path_name(path): node for path, node in flat if is_linear(node)}
@@ -264,7 +329,12 @@ def describe(model: eqx.Module) -> dict[str, AdapterShape]:
     """Rank and alpha of every adapter, by Linear (or expert projection) path: what `rebuild`
     needs to restore them."""
     layers: dict[str, LoRALinear | LoRAExperts] = {**lora_layers(model), **lora_experts(model)}
-    return {path: {"rank": layer.rank, "alpha": layer.alpha} for path, layer in layers.items()}
+    shapes: dict[str, AdapterShape] = {}
+    for path, layer in layers.items():
+        shapes[path] = {"rank": layer.rank, "alpha": layer.alpha}
+        if isinstance(layer, LoRALinear) and layer.dropout > 0:
+            shapes[path]["dropout"] = layer.dropout
+    return shapes
 
 
 def rebuild(model: Model, layout: Mapping[str, AdapterShape]) -> Model:
@@ -295,10 +365,13 @@ def rebuild(model: Model, layout: Mapping[str, AdapterShape]) -> Model:
         if path in experts:
             continue
         linear = linears[path]
-        lead = linear.weight.shape[:-2]
+        lead = lead_axes(linear)
         dtype = float_dtype(linear)
         rank = int(entry["rank"])
         lora_a = jnp.zeros((*lead, rank, linear.in_features), dtype)
         lora_b = jnp.zeros((*lead, linear.out_features, rank), dtype)
-        wrapped[path] = LoRALinear(linear, lora_a, lora_b, alpha=float(entry["alpha"]))
+        dropout = float(entry.get("dropout", 0.0))
+        wrapped[path] = LoRALinear(
+            linear, lora_a, lora_b, alpha=float(entry["alpha"]), dropout=dropout
+        )
     return replace_at(model, wrapped, is_linear)

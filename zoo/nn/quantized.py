@@ -29,6 +29,7 @@ from jaxtyping import Array, Float, Int, Int8
 
 from zoo.nn.linear import Linear
 from zoo.nn.moe import Experts, grouped_matmul, row_experts
+from zoo.nn.nf4 import NF4Linear
 from zoo.tree import KeyPath, path_name
 
 INT8_MAX = 127
@@ -117,14 +118,49 @@ class QuantizedExperts(eqx.Module):
         return out * self.scale[:, None, :].astype(out.dtype)
 
 
+# How `quantize_at` stores a frozen Linear: int8 with per-row scales, or NF4 (zoo.nn.nf4)
+QUANTIZED_LINEARS: dict[str, type[QuantizedLinear] | type[NF4Linear]] = {
+    "int8": QuantizedLinear,
+    "nf4": NF4Linear,
+}
+
+
 def is_quantized(node: object) -> bool:
-    return isinstance(node, QuantizedLinear | QuantizedExperts)
+    return isinstance(node, QuantizedLinear | NF4Linear | QuantizedExperts)
 
 
-def float_dtype(layer: Linear | QuantizedLinear | QuantizedExperts | Array) -> np.dtype:
+def is_quantized_linear(node: object) -> bool:
+    """An int8 or NF4 frozen `Linear` (both dequantize to a `Linear`)."""
+    return isinstance(node, QuantizedLinear | NF4Linear)
+
+
+def as_float(layer: Linear | QuantizedLinear | NF4Linear) -> Linear:
+    """A Linear layer as a float `Linear` (an int8 or NF4 one dequantized, float32)."""
+    return layer if isinstance(layer, Linear) else layer.dequantize()
+
+
+def weight_shape(layer: Linear | QuantizedLinear | NF4Linear) -> tuple[int, ...]:
+    """A Linear layer's weight shape, `[*layers, out_features, in_features]`, however stored."""
+    return (*lead_axes(layer), layer.out_features, layer.in_features)
+
+
+def lead_axes(layer: Linear | QuantizedLinear | NF4Linear) -> tuple[int, ...]:
+    """A Linear layer's leading (stacked `layers`) axes."""
+    return layer.lead if isinstance(layer, NF4Linear) else tuple(layer.weight.shape[:-2])
+
+
+def quantized_mode(model: eqx.Module) -> str:
+    """ "nf4" when the model's frozen Linears are NF4, else "int8" (what `zoo.save` records)."""
+    flat = jax.tree_util.tree_leaves(model, is_leaf=is_quantized)
+    return "nf4" if any(isinstance(node, NF4Linear) for node in flat) else "int8"
+
+
+def float_dtype(layer: Linear | QuantizedLinear | NF4Linear | QuantizedExperts | Array) -> np.dtype:
     """The floating dtype of a layer's computation: its weight's, or its scales' when quantized."""
     if isinstance(layer, QuantizedLinear | QuantizedExperts):
         return layer.scale.dtype
+    if isinstance(layer, NF4Linear):
+        return layer.scale_absmax.dtype
     return layer.dtype if isinstance(layer, jax.Array) else layer.weight.dtype
 
 
@@ -191,9 +227,11 @@ def _field(*names: str) -> Callable[[eqx.Module], object]:
     return get
 
 
-def quantize_at(model: Model, paths: Iterable[str]) -> Model:
-    """`model` with the float `Linear`s at `paths` replaced by `QuantizedLinear`s, and the
-    float expert projections there (`float_experts`) by `QuantizedExperts`."""
+def quantize_at(model: Model, paths: Iterable[str], mode: str = "int8") -> Model:
+    """`model` with the float `Linear`s at `paths` replaced by `QuantizedLinear`s (`mode`
+    "int8") or `NF4Linear`s ("nf4"), and the float expert projections there (`float_experts`)
+    by `QuantizedExperts` (int8 only)."""
+    layer_type: type[QuantizedLinear] | type[NF4Linear] = QUANTIZED_LINEARS[mode]
     wanted = set(paths)
     linears = float_linears(model)
     experts = float_experts(model)
@@ -203,13 +241,18 @@ def quantize_at(model: Model, paths: Iterable[str]) -> Model:
             f"no float Linear layer or expert projection at {missing} to quantize; this "
             f"model's are: {', '.join([*linears, *experts])}"
         )
+    if mode != "int8" and (chosen := sorted(wanted & set(experts))):
+        raise ValueError(
+            f"{mode} stores Linear layers; the expert projections {chosen} are int8 only: "
+            "quantize with int8, or leave the experts out"
+        )
     model = replace_projections(
         model, {p: QuantizedExperts.from_float(w) for p, w in experts.items() if p in wanted}
     )
 
     def swap(path: KeyPath, node: object) -> object:
         if isinstance(node, Linear) and path_name(path) in wanted:
-            return QuantizedLinear.from_linear(node)
+            return layer_type.from_linear(node)
         return node
 
     return jax.tree_util.tree_map_with_path(swap, model, is_leaf=lambda n: isinstance(n, Linear))
@@ -222,8 +265,8 @@ def quantized_paths(model: eqx.Module) -> list[str]:
 
 
 def dequantize(model: Model, dtype: DTypeLike = jnp.float32) -> Model:
-    """`model` with every `QuantizedLinear` turned back into a float `Linear` and every
-    `QuantizedExperts` into a float array (`W = q * scale`)."""
+    """`model` with every `QuantizedLinear` and `NF4Linear` turned back into a float `Linear`
+    and every `QuantizedExperts` into a float array (`W = q * scale`)."""
     return jax.tree_util.tree_map(
         lambda n: n.dequantize(dtype) if is_quantized(n) else n, model, is_leaf=is_quantized
     )

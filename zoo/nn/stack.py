@@ -33,6 +33,7 @@ from zoo.nn.block import BlockExtras, BlockInputs, CrossInputs, TransformerBlock
 from zoo.nn.cache import KVCache
 from zoo.nn.layer_loop import REMAT_CHOICES, LayerArrays, loop_layers, remat_policy, scans
 from zoo.nn.linear import Init
+from zoo.nn.lora import with_dropout_keys
 from zoo.nn.mask import Mask
 from zoo.nn.plan import LayerCall, LayerPlan, weights_of
 from zoo.nn.rotary import RotaryEmbedding, RotaryTable
@@ -247,7 +248,7 @@ def _layer_step(
     `calls[call]` says, reading and writing row `layer` of a stacked cache."""
     h, cache = carry
     params, layer_key, layer_cross = per_layer
-    block = eqx.combine(params, static)
+    block = with_dropout_keys(eqx.combine(params, static), layer_key)  # LoRA's, where it drops
     cross = None if layer_cross is None else CrossInputs(*layer_cross, cross_mask)
     layer_cache = None if cache is None else cache.layer(layer)
 

@@ -14,7 +14,10 @@ Rows come in TRL's formats, told apart by the columns and the type of their valu
   shared messages, or the shared text) is the prompt.
 
 As TRL does, the prompt and each `prompt + answer` are tokenized, and the answer is every token
-after the part the two share. Truncation: `max_prompt_len` keeps the prompt's last tokens,
+after the part the two share. Special tokens follow TRL's trainer of the objective
+(`special_tokens_for`): `DPOTrainer` (DPO, IPO, hinge, robust) puts bos first where the tokenizer
+itself does (`Tokenizer.puts_bos_first`) and the chat template's own tokens only; the CPO and ORPO
+trainers (SimPO, ORPO) put bos first and eos last on every row where the tokenizer declares them. Truncation: `max_prompt_len` keeps the prompt's last tokens,
 `max_completion_len` an answer's first ones, and `max_len` the first tokens of prompt + answer
 (TRL's `keep_start`). A row gets an error naming it for a missing or empty answer, identical
 answers, or a prompt that leaves no room for the answer within `max_len`.
@@ -23,14 +26,23 @@ answers, or a prompt that leaves no room for the answer within `max_len`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeAlias, TypeVar
+from typing import TypeAlias
 
 import numpy as np
 
 from zoo.data.batches import ArrayBatches, BatchSource
 from zoo.data.chat.files import chat_template_for
+from zoo.data.chat.preference_rows import (
+    ANSWERS,
+    Parts,
+    Turns,
+    check_answer,
+    preference_format,
+    row_parts,
+    split_prompt,
+)
 from zoo.data.chat.template import ChatTemplate
 from zoo.data.chat.tokens import encode_chat, encode_prompt
 from zoo.data.errors import DataError
@@ -39,12 +51,10 @@ from zoo.data.tokenizers.base import Tokenizer
 from zoo.data.tokenizers.build import build_tokenizer
 
 logger = logging.getLogger(__name__)
-ANSWERS = ("chosen", "rejected")
-# A conversational row's prompt or answer: its messages.
-Turns: TypeAlias = list[Mapping[str, object]]
-# A checked row (`row_parts`): prompt, chosen and rejected, three texts or three lists of turns.
-Parts: TypeAlias = tuple[str, str, str] | tuple[Turns, Turns, Turns]
-Side = TypeVar("Side", str, Turns)
+# How rows get bos and eos (`PreferenceDataConfig.special_tokens`).
+SPECIAL_TOKENS = ("tokenizer", "always")
+# Objectives TRL trains with its CPO and ORPO trainers, which add bos and eos to every row.
+ALWAYS_SPECIAL = ("simpo", "orpo")
 # Preference rows: one split, or a `DatasetDict` (any mapping) of split names to splits.
 Rows: TypeAlias = Iterable[Mapping[str, object]]
 
@@ -62,6 +72,9 @@ class PreferenceDataConfig:
     train_split: str = "train"  # the split to train on
     validation_split: str | None = None  # the split to evaluate on (None: found or held out)
     loss_positions: bool = True  # list the answers' positions, where few (the head runs there)
+    # bos/eos: "tokenizer" as the tokenizer and template write them (TRL's DPOTrainer), "always"
+    # bos first and eos last on every row (TRL's CPO/ORPO); `special_tokens_for(objective)`
+    special_tokens: str = "tokenizer"
 
     def __post_init__(self) -> None:
         for name in ("max_len", "max_prompt_len", "max_completion_len"):
@@ -72,6 +85,10 @@ class PreferenceDataConfig:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         if not 0.0 < self.holdout < 1.0:
             raise ValueError(f"holdout must be a fraction in (0, 1), got {self.holdout}")
+        if self.special_tokens not in SPECIAL_TOKENS:
+            raise ValueError(
+                f"special_tokens must be one of {SPECIAL_TOKENS}, got {self.special_tokens!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -83,93 +100,10 @@ class PreferencePair:
     rejected: list[int]
 
 
-def preference_format(row: Mapping[str, object]) -> tuple[str, bool]:
-    """`(kind, implicit)`: "standard" (text) or "conversational" (messages), and whether the
-    prompt is implicit (no `prompt` column); ValueError when `chosen` / `rejected` are missing."""
-    missing = [name for name in ANSWERS if name not in row]
-    if missing:
-        raise DataError(
-            f"preference rows need 'chosen' and 'rejected' columns (and optionally 'prompt'); "
-            f"missing {missing} among the columns {sorted(row)}"
-        )
-    kind = "conversational" if isinstance(row["chosen"], list | tuple) else "standard"
-    return kind, "prompt" not in row
-
-
-def split_prompt(chosen: Side, rejected: Side) -> tuple[Side, Side, Side]:
-    """`(prompt, chosen, rejected)` of an implicit-prompt row: the prompt is the leading part
-    (messages, or characters) both answers share; a space before the split stays with them."""
-    shared = 0
-    for left, right in zip(chosen, rejected, strict=False):
-        if left != right:
-            break
-        shared += 1
-    if isinstance(chosen, str) and 0 < shared < len(chosen) and chosen[shared - 1] == " ":
-        shared -= 1
-    return chosen[:shared], chosen[shared:], rejected[shared:]
-
-
-def row_parts(row: Mapping[str, object], index: int) -> Parts:
-    """`(prompt, chosen, rejected)` of row `index`, checked (see the module doc)."""
-    kind, implicit = preference_format(row)
-    parts: Parts
-    if kind == "conversational":
-        parts = _sides(row, index, implicit, _turns)
-    else:
-        parts = _sides(row, index, implicit, _text)
-    for name, value in zip(ANSWERS, parts[1:], strict=True):
-        if not value or (isinstance(value, str) and not value.strip()):
-            where = " after the prompt the answers share" if implicit else ""
-            raise DataError(f"preference row {index}: the {name!r} answer is empty{where}")
-    if parts[1] == parts[2]:
-        raise DataError(
-            f"preference row {index}: 'chosen' and 'rejected' are identical; a pair needs two "
-            "different answers"
-        )
-    return parts
-
-
-def _sides(
-    row: Mapping[str, object],
-    index: int,
-    implicit: bool,
-    read: Callable[[object, str, int], Side],
-) -> tuple[Side, Side, Side]:
-    """`(prompt, chosen, rejected)`, each column read (and checked) by `read`; an implicit
-    prompt is the start the answers share (`split_prompt`)."""
-    prompt = None if implicit else read(row["prompt"], "prompt", index)
-    chosen, rejected = (read(row[name], name, index) for name in ANSWERS)
-    if prompt is None:
-        return split_prompt(chosen, rejected)
-    return prompt, chosen, rejected
-
-
-def _text(value: object, name: str, index: int) -> str:
-    """A standard row's column: text."""
-    if not isinstance(value, str):
-        raise DataError(
-            f"preference row {index}: {name!r} is {type(value).__name__}, expected text like "
-            "the row's 'chosen'"
-        )
-    return value
-
-
-def _turns(value: object, name: str, index: int) -> Turns:
-    """A conversational row's column: a list of messages (mappings)."""
-    if not isinstance(value, list | tuple):
-        raise DataError(
-            f"preference row {index}: {name!r} is {type(value).__name__}, expected a list of "
-            "messages like the row's 'chosen'"
-        )
-    turns = []
-    for number, message in enumerate(value):
-        if not isinstance(message, Mapping):
-            raise DataError(
-                f"preference row {index}: message {number} of {name!r} is "
-                f"{type(message).__name__}, expected a mapping with 'role' and 'content'"
-            )
-        turns.append(message)
-    return turns
+def special_tokens_for(objective: str) -> str:
+    """`PreferenceDataConfig.special_tokens` as TRL's trainer of `objective` adds them: "always"
+    for SimPO and ORPO (`CPOTrainer`, `ORPOTrainer`), else "tokenizer" (`DPOTrainer`)."""
+    return "always" if objective in ALWAYS_SPECIAL else "tokenizer"
 
 
 def _shared_length(left: Sequence[int], right: Sequence[int]) -> int:
@@ -193,7 +127,7 @@ def _ids(
                 for answer in (chosen, rejected)
             ]
         case (str() as prompt, str() as chosen, str() as rejected):
-            bos = tokenizer.bos_id is not None
+            bos = tokenizer.bos_id is not None and tokenizer.puts_bos_first
             prompt_ids = tokenizer.encode(prompt, add_bos=bos)
             eos = tokenizer.eos_id is not None
             whole = [tokenizer.encode(prompt + answer, add_bos=bos, add_eos=eos)
@@ -202,6 +136,21 @@ def _ids(
             raise TypeError("parts are three texts or three lists of messages (row_parts)")
     shared = min(_shared_length(prompt_ids, ids) for ids in whole)
     return prompt_ids[:shared], whole[0][shared:], whole[1][shared:]
+
+
+def _with_bos_and_eos(
+    prompt: list[int], chosen: list[int], rejected: list[int], tokenizer: Tokenizer
+) -> tuple[list[int], list[int], list[int]]:
+    """bos before the prompt and eos after each answer where not there yet (TRL's CPO/ORPO
+    `add_bos_token_if_needed`, `add_eos_token_if_needed`)."""
+    bos, eos = tokenizer.bos_id, tokenizer.eos_id
+    if bos is not None and prompt[:1] != [bos]:
+        prompt = [bos, *prompt]
+    if eos is not None:
+        chosen, rejected = (
+            [*ids] if ids[-1:] == [eos] else [*ids, eos] for ids in (chosen, rejected)
+        )
+    return prompt, chosen, rejected
 
 
 def encode_pair(
@@ -214,7 +163,12 @@ def encode_pair(
 ) -> PreferencePair:
     """The ids of one checked row (`row_parts`), truncated as the module doc says."""
     config = config or PreferenceDataConfig()
-    prompt, chosen, rejected = _ids(parts, tokenizer, template)
+    try:
+        prompt, chosen, rejected = _ids(parts, tokenizer, template)
+        if config.special_tokens == "always":
+            prompt, chosen, rejected = _with_bos_and_eos(prompt, chosen, rejected, tokenizer)
+    except ValueError as error:  # the template refuses the conversation (tools it would drop)
+        raise DataError(f"preference row {index}: {error}") from error
     if config.max_prompt_len is not None:
         prompt = prompt[-config.max_prompt_len :]
     if config.max_completion_len is not None:
@@ -237,7 +191,7 @@ def encode_pair(
     if not prompt:
         raise DataError(
             f"preference row {index}: the prompt encodes to no tokens; the first answer token "
-            "needs one before it (a tokenizer with bos_id, or a non-empty prompt)"
+            "needs one before it (a non-empty prompt, or a tokenizer that puts bos first)"
         )
     return PreferencePair(list(prompt), list(chosen), list(rejected))
 
@@ -382,3 +336,22 @@ def _splits(
             f"no {config.validation_split!r} split in the dataset; its splits are {list(dataset)}"
         )
     return train, None, f"{config.train_split} holdout"
+
+
+__all__ = [
+    "ANSWERS",
+    "Parts",
+    "PreferenceData",
+    "PreferenceDataConfig",
+    "PreferencePair",
+    "Turns",
+    "check_answer",
+    "encode_pair",
+    "encode_rows",
+    "pair_arrays",
+    "preference_data",
+    "preference_format",
+    "row_parts",
+    "special_tokens_for",
+    "split_prompt",
+]

@@ -100,6 +100,13 @@ class Tokenizer(abc.ABC):
     # -- shared behaviour --------------------------------------------------------------------
 
     @property
+    def puts_bos_first(self) -> bool:
+        """Whether the tokenizer's own encoding of a text starts with bos (transformers'
+        `add_special_tokens=True`): zoo's tokenizers do wherever they have one; a checkpoint's
+        may declare a bos token and not add it (no bos in its post-processor)."""
+        return self.bos_id is not None
+
+    @property
     def special_ids(self) -> set[int]:
         ids = (self.pad_id, self.bos_id, self.eos_id)
         return {i for i in ids if i is not None}

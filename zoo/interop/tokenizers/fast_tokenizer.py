@@ -150,6 +150,11 @@ class FastTokenizer(Tokenizer):
         return self._vocab_size
 
     @property
+    def puts_bos_first(self) -> bool:
+        """`adds_bos`: whether the checkpoint's tokenizer puts bos first."""
+        return self.adds_bos
+
+    @property
     def pad_id(self) -> int:
         """The pad token; without one (Llama 3, Mistral), the eos id: mask padding by length."""
         if self.pad_token_id is not None:

@@ -89,6 +89,12 @@ class HFTokenizer(Tokenizer):
         return t.bos_token_id if t.bos_token_id is not None else t.cls_token_id
 
     @property
+    def puts_bos_first(self) -> bool:
+        """Whether the transformers tokenizer's own encoding starts with bos (or `[CLS]`)."""
+        bos = self.bos_id
+        return bos is not None and self.tokenizer.encode("", add_special_tokens=True)[:1] == [bos]
+
+    @property
     def eos_id(self) -> int | None:
         t = self.tokenizer
         return t.eos_token_id if t.eos_token_id is not None else t.sep_token_id
