@@ -20,6 +20,7 @@ FLOORS = {
     "tree": 0,
     "host": 0,
     "extras": 0,
+    "progress": 0,
     "nn": 1,
     "data": 1,
     "distributed": 1,

@@ -62,6 +62,8 @@ class PreferenceDataConfig:
     train_split: str = "train"  # the split to train on
     validation_split: str | None = None  # the split to evaluate on (None: found or held out)
     loss_positions: bool = True  # list the answers' positions, where few (the head runs there)
+    # train batches of batch_size pairs each (False: a partial last one too, as evaluation reads)
+    drop_last: bool = True
 
     def __post_init__(self) -> None:
         for name in ("max_len", "max_prompt_len", "max_completion_len"):
@@ -345,7 +347,7 @@ def preference_data(
     pad = chosen_tokenizer.pad_id
     listed = config.loss_positions
     train_batches = ArrayBatches(pair_arrays(train, pad, positions=listed), config.batch_size,
-                                 seed=config.seed)  # fmt: skip
+                                 seed=config.seed, drop_last=config.drop_last)  # fmt: skip
     validation_batches = None
     if validation:
         validation_batches = ArrayBatches(pair_arrays(validation, pad, positions=listed),
