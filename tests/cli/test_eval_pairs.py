@@ -75,3 +75,25 @@ def test_eval_takes_the_losses_own_settings(folders, capsys):
     assert main(["eval", str(folders / "policy"), "--data", f"json:{folders / 'pairs'}",
                  "--objective", "dpo", "--simpo-gamma", "1"]) == 2  # fmt: skip
     assert "--simpo-gamma is SimPO's margin: use --objective simpo" in capsys.readouterr().err
+
+
+def test_the_runs_loss_settings_go_with_the_runs_objective_only():
+    import argparse
+
+    from zoo.cli._preference import eval_preference_options, preference_loss
+
+    record = {"objective": "robust", "beta": 0.3, "dpo_label_smoothing": 0.2, "init": "base"}
+
+    def options(**given):
+        names = ("objective", "beta", "reference", "dpo_label_smoothing", "simpo_gamma")
+        return eval_preference_options(
+            argparse.Namespace(**{name: given.get(name) for name in names}), record
+        )
+
+    run = options()
+    assert (run.objective, run.beta, run.dpo_label_smoothing, run.reference) == (
+        "robust", 0.3, 0.2, "base",
+    )  # fmt: skip
+    assert options(dpo_label_smoothing=0.1).dpo_label_smoothing == 0.1
+    other = options(objective="dpo")  # the run's ε is robust's: DPO is scored without it
+    assert other.dpo_label_smoothing is None and preference_loss(other).kind == "sigmoid"
