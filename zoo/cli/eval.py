@@ -16,7 +16,9 @@ as the split `--split` names, except the very file the run trained on (its `trai
 `data`), which is read as training read it, as the train split, so that its validation is the
 part training held out, as for a folder. With `--mesh` the batches' rows (and a translator's
 sources) are split over the devices, of many processes too (`--coordinator ...`: every process
-runs the command, process 0 prints).
+runs the command, process 0 prints). A split smaller than `--batch-size`, and a partial last
+batch, are scored as they are. The batches done show as a bar on a terminal and as a tqdm-style
+line every 30 seconds in a log (`zoo.progress`; `--no-progress`: neither).
 """
 
 from __future__ import annotations
