@@ -21,6 +21,7 @@ FLOORS = {
     "host": 0,
     "extras": 0,
     "text": 0,
+    "progress": 0,
     "nn": 1,
     "data": 1,
     "distributed": 1,

@@ -113,3 +113,23 @@ def test_jitted_gradient_steps_reduce_the_loss(name, key):
         model, state, loss = step(model, state)
         first = float(loss) if first is None else first
     assert float(_loss(flavor, model, batch)) < first - 0.05
+
+
+def test_the_readmes_preset_table_lists_every_preset_with_its_count():
+    """README.md's table under "## Presets": each row's names (split by `,` or `/`, a note in
+    parentheses dropped) against its counts, one count per name."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    table = readme.split("## Presets", 1)[1].split("\n## ", 1)[0]
+    listed: dict[str, str] = {}
+    rows = [line for line in table.splitlines() if line.startswith("| ")]
+    for line in rows[2:]:  # after the header and its rule
+        names_cell, _, counts_cell = (cell.strip() for cell in line.strip("|").split("|"))
+        names = re.split(r"\s*[,/]\s*", re.sub(r"\s*\(.*\)", "", names_cell))
+        counts = counts_cell.split(" / ")
+        assert len(names) == len(counts), line
+        listed |= dict(zip(names, counts, strict=True))
+    assert sorted(listed) == sorted(presets.names())
+    assert {name: f"{presets.param_count(name):,}" for name in listed} == listed

@@ -81,6 +81,10 @@ RUN = {
     "'\\n') \"": ("runs/sums_prompts",),
     # docs/benchmarks.md: the wheels a GPU machine lacks
     "mkdir -p .whl && cp ../shared/gpu-wheels/*.whl .whl/": (".whl",),
+    # docs/moe.md's export recipe: a tiny mixture saved (tests/interop/test_moe_recipe.py runs
+    # the whole recipe)
+    "python -c \"import jax, zoo; zoo.save(zoo.create('mixtral-tiny', key=jax.random.key(0)), "
+    "'runs/mixtral-tiny')\"": ("runs/mixtral-tiny",),
     # docs/benchmarks.md: the data of the GPU suite's finetune row
     "mkdir -p .gpu-data && cp -r ../shared/data/rotten_tomatoes .gpu-data/": (".gpu-data",),
 }
@@ -95,6 +99,7 @@ HOSTS = "needs several hosts (a coordinator address, SLURM)"
 PROCESSES = "two processes of 4 forced CPU devices each, a minute"
 GGUF = "needs a real .gguf file, which a clone does not hold"
 TRANSCRIPT = "a transcript's record of the machine's load while it measured"
+RECIPE = "reads the folder of the line before it; tests/interop/test_moe_recipe.py runs both"
 
 NOT_RUN = {
     # docs/grpo.md
@@ -102,6 +107,7 @@ NOT_RUN = {
     "numeric:answer --reward 'format:^\\d+$' --num-generations 8 --batch-size 64 "
     "--max-completion-len 4 --lr 3e-3 --warmup 10 --steps 150 --log-every 10 --sample-every 50 "
     "--out runs/grpo_sums": TRAINS,
+    "zoo export runs/mixtral-tiny --hf runs/mixtral-tiny-hf --no-tokenizer": RECIPE,
     # docs/preference.md and its measured row in docs/results.md
     "zoo train gpt --init runs/sft --data json:pairs/ --objective dpo --beta 0.1 --steps 200 "
     "--batch-size 8 --lr 5e-6 --out runs/dpo": TRAINS,

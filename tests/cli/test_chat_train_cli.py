@@ -67,7 +67,7 @@ def test_a_chat_run_trains_on_the_assistants_tokens_and_zoo_chat_answers(chats, 
     assert "chat data (messages format, zoo's default chat template, loss on assistant" in err
     assert "train: 48 conversations" in err and "96 trained" in err  # "positive"/"negative" + eos
     for row in rows:
-        assert 0 < row["trained_tokens"] < row["tokens"]
+        assert 0 < row["scored"] < row["tokens"]
     model, tokenizer = zoo.serialize.load_with_tokenizer(tmp_path / "run")
     assert main(["chat", str(tmp_path / "run"), "--message", "review: great fun", "--json"]) == 0
     record = json.loads(capsys.readouterr().out)
@@ -122,9 +122,9 @@ def test_every_token_one_per_row_and_plain_text_on_request(chats, tmp_path, caps
     _, err, rows = train(capsys, chats, tmp_path / "all", *options)
     assert "loss on all tokens, one per row" in err
     # every token but each conversation's first is trained; padding is not
-    assert all(row["trained_tokens"] < row["tokens"] for row in rows)
+    assert all(row["scored"] < row["tokens"] for row in rows)
     train_rows = [row for row in rows if row["split"] == "train"]
-    assert sum(row["trained_tokens"] for row in train_rows) > 4 * 2 * 10
+    assert sum(row["scored"] for row in train_rows) > 4 * 2 * 10
     _, err, _ = train(capsys, chats, tmp_path / "text", *TRAIN, "--steps", "1",
                       "--chat-format", "none")  # fmt: skip
     assert "chat data" not in err  # the text column, as plain language modelling
@@ -152,7 +152,7 @@ def test_lora_on_an_int8_base_trains_on_chats_and_chats_back(chats, tmp_path, ca
                "--no-progress", "--json"]  # fmt: skip
     summary, err, rows = train(capsys, chats, tmp_path / "lora", *options)
     assert summary["adapter"] and "chat data (messages format" in err
-    assert all(0 < row["trained_tokens"] < row["tokens"] for row in rows)
+    assert all(0 < row["scored"] < row["tokens"] for row in rows)
     model, tokenizer = zoo.serialize.load_with_tokenizer(tmp_path / "lora")
     assert zoo.lora.quantized_paths(model)  # still int8 when loaded back
     assert main(["chat", str(tmp_path / "lora"), "--message", "review: dull", "--json"]) == 0
@@ -174,7 +174,7 @@ def test_on_two_devices_chat_training_and_zoo_chat_match_one_device(chats, tmp_p
             "--mesh", "data=2"]  # fmt: skip
     subprocess.run([*zoo_command, *args], env=env, check=True, capture_output=True)
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [row["trained_tokens"] for row in rows] == [row["trained_tokens"] for row in alone]
+    assert [row["scored"] for row in rows] == [row["scored"] for row in alone]
     for row, expected in zip(rows, alone, strict=True):
         assert row["loss"] == pytest.approx(expected["loss"], rel=1e-4)
     chat = [*zoo_command, "chat", str(run), "--message", "review: great", "--json",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import jax
 import numpy as np
 import pytest
 
@@ -101,11 +102,7 @@ def test_classifier_lora_run_trains_adapters_and_head(tmp_path, capsys):
     config = json.loads((run / "adapter" / "adapter_config.json").read_text())
     assert (config["r"], config["lora_alpha"], config["task_type"]) == (2, 4.0, "SEQ_CLS")
     assert config["modules_to_save"] == ["classifier"]  # a classifier's head trains whole
-    assert sorted(config["target_modules"]) == [
-        f"bert.encoder.layer.{layer}.attention.self.{name}"
-        for layer in (0, 1)
-        for name in ("query", "value")
-    ]
+    assert config["target_modules"] == ["query", "value"]  # as PEFT writes them
     base_model, merged = zoo.load(base), zoo.load(run)
     assert not zoo.lora.has_lora(merged)
     # the head moved, the layers without adapters did not
@@ -157,3 +154,39 @@ def test_qlora_with_dropout_from_the_command_line(tmp_path, capsys):
     assert all(isinstance(layer.base, zoo.lora.NF4Linear) for layer in layers.values())
     config = json.loads((run / "adapter" / "adapter_config.json").read_text())
     assert config["lora_dropout"] == 0.1
+
+
+def test_lora_on_an_init_folder_names_its_tokenizer_base_and_targets(tmp_path, monkeypatch,
+                                                                     capsys):  # fmt: skip
+    """The defaults banner names the --init model's tokenizer (not the preset's char
+    default); the adapter names its base by absolute path and its targets as PEFT does."""
+    from tests.cli.conftest import write_jsonl
+    from tests.data.chat_folders import qwen25_folder
+    from zoo.interop import pretrained_tokenizer
+
+    tokenizer = pretrained_tokenizer(qwen25_folder(tmp_path / "tokenizer"))
+    model = zoo.create("gpt-tiny", key=jax.random.key(0), vocab_size=tokenizer.vocab_size,
+                       pad_id=tokenizer.pad_id, bos_id=None, eos_id=tokenizer.eos_id)  # fmt: skip
+    zoo.save(model, tmp_path / "base", tokenizer=tokenizer)
+    write_jsonl(tmp_path / "text", "train", [{"text": "hello there, how are you?"}] * 8)
+    monkeypatch.chdir(tmp_path)  # --init as a relative path
+    assert main(["train", "gpt", "--init", "base", "--data", "json:text", "--steps", "1",
+                 "--batch-size", "2", "--max-len", "16", "--out", "run", "--no-progress",
+                 "--lora", "rank=2,targets=attention"]) == 0  # fmt: skip
+    banner = [line for line in capsys.readouterr().err.splitlines() if "defaults:" in line]
+    assert len(banner) == 1 and "tokenizer=the --init model's (tokenizer.json)" in banner[0]
+    assert "tokenizer=char" not in banner[0]
+    config = json.loads((tmp_path / "run" / "adapter" / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == str(tmp_path.resolve() / "base")
+    assert config["target_modules"] == ["attn.c_proj", "c_attn"]  # GPT-2's mlp.c_proj: none
+
+
+def test_an_adapters_base_is_named_as_peft_finds_it(tmp_path):
+    from zoo.cli._lora import base_model_name
+
+    snapshot = tmp_path / "hub" / "models--HuggingFaceTB--SmolLM2-135M" / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    assert base_model_name(str(snapshot), None) == "HuggingFaceTB/SmolLM2-135M"
+    assert base_model_name("hf:gpt2", None) == "gpt2"
+    assert base_model_name(None, "gpt-tiny") == "gpt-tiny"
+    assert base_model_name(str(tmp_path / "hub" / ".." / "hub"), None) == str(tmp_path / "hub")

@@ -42,11 +42,11 @@ def test_metrics_rows_count_trained_and_total_tokens(tmp_path):
     for step, row in enumerate(train_rows):
         batch = data.train.batch(step)
         assert row["tokens"] == batch["tokens"].size
-        assert row["trained_tokens"] == expected_trained(batch)
-        assert 0 < row["trained_tokens"] < row["tokens"]
+        assert row["scored"] == expected_trained(batch)
+        assert 0 < row["scored"] < row["tokens"]
     (evaluation,) = history.split("eval")
     batches = [data.validation.batch(step) for step in range(len(data.validation))]
-    assert evaluation["trained_tokens"] == sum(expected_trained(batch) for batch in batches)
-    assert evaluation["trained_tokens"] == data.counts["train holdout"]["trained_tokens"]
+    assert evaluation["scored"] == sum(expected_trained(batch) for batch in batches)
+    assert evaluation["scored"] == data.counts["train holdout"]["trained_tokens"]
     written = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert written == history.rows

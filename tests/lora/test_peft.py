@@ -8,6 +8,7 @@ import json
 import equinox as eqx
 import numpy as np
 import pytest
+from safetensors.numpy import load_file
 
 import zoo
 from tests.interop.hf_helpers import randomize, torch, transformers
@@ -64,12 +65,18 @@ def test_zoo_adapter_loads_in_peft_with_the_same_logits(name, key, tmp_path):
         adapted = eqx.tree_at(lambda m: m.head.weight, adapted, 1.5 * adapted.head.weight)
     zoo.lora.save_adapter(adapted, tmp_path, train=train, base_model=f"tiny-{name}")
     ours = np.asarray(forward(adapted, TOKENS))
-    theirs = hf_logits(peft.PeftModel.from_pretrained(hf, tmp_path))
+    loaded = peft.PeftModel.from_pretrained(hf, tmp_path)
+    theirs = hf_logits(loaded)
     assert np.abs(ours - theirs).max() <= TOL
     assert np.abs(ours - hf_logits(make_hf(name))).max() > 1e-3  # the adapter does something
+    # the targets choose exactly the modules whose adapters the folder holds
+    weights = load_file(tmp_path / "adapter_model.safetensors")
+    saved = {key.split(".lora_A.")[0] for key in weights if ".lora_A." in key}
+    adapted = {name for name, module in loaded.named_modules() if hasattr(module, "lora_A")}
+    assert adapted == saved
     config = json.loads((tmp_path / "adapter_config.json").read_text())
     if name == "gpt2":  # q, k, v adapters of rank 4 become one of rank 12 on c_attn
-        assert config["target_modules"][0] == "transformer.h.0.attn.c_attn"
+        assert config["target_modules"] == ["c_attn", "c_fc", "c_proj"]  # short, as PEFT's
         assert config["rank_pattern"]["transformer\\.h\\.0\\.attn\\.c_attn"] == 12
         assert config["fan_in_fan_out"] is True
     if name == "bert":

@@ -84,7 +84,7 @@ def test_a_full_disk_told_by_safetensors_is_zoo_s_one_line(tmp_path, monkeypatch
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         f"zoo train: [Errno 28] could not write checkpoint {out}/checkpoints/step_00000002 "
         "(No space left on device); the newest intact checkpoint is none. Free some disk "
-        "space (or keep fewer checkpoints) and continue with resume=True (zoo train --resume)"
+        "space (or keep fewer checkpoints) and continue with --resume"
     )
     assert list_checkpoints(out / "checkpoints") == []
     assert not (out / "checkpoints" / ".step_00000002.partial").exists()

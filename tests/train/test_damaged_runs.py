@@ -91,7 +91,7 @@ def test_a_full_disk_during_a_checkpoint_is_one_line_and_leaves_no_temp_files(
     assert err == (
         f"zoo train: [Errno 28] could not write checkpoint {out}/checkpoints/step_00000002 "
         "(No space left on device); the newest intact checkpoint is none. Free some disk "
-        "space (or keep fewer checkpoints) and continue with resume=True (zoo train --resume)"
+        "space (or keep fewer checkpoints) and continue with --resume"
     )
     assert hidden_files(out) == []
     assert list_checkpoints(out / "checkpoints") == []

@@ -103,6 +103,10 @@ def _read(spec: str, option: str) -> tuple[eqx.Module, Tokenizer | None]:
     if folder.is_dir() and (folder / CONFIG_FILE).is_file():
         model = _zoo_model(from_pretrained(folder), spec, option)
         return model, folder_tokenizer(folder, model)
+    if folder.is_dir() and option != "--init":
+        stopped = _stopped_run(folder, spec)
+        if stopped is not None:
+            return stopped
     if option == "--init" and _hub_name(spec):
         print(
             f"zoo train: --init {spec} is read as the hub model {HUB}{spec}; write --init "
@@ -117,6 +121,25 @@ def _read(spec: str, option: str) -> tuple[eqx.Module, Tokenizer | None]:
         f"`zoo train` or `zoo.save` (it holds {CONFIG_FILE}), a HuggingFace checkpoint folder, "
         f"a llama.cpp .gguf file, or {HUB}NAME for a model on the hub ({HUB}gpt2)"
     )
+
+
+def _stopped_run(folder: Path, spec: str) -> tuple[eqx.Module, Tokenizer | None] | None:
+    """The newest checkpoint's model of a run stopped before it saved its model (SIGTERM,
+    Ctrl-C), with the tokenizer the run recorded; None when `folder` holds no checkpoint."""
+    from zoo.data.tokenizers.base import load_tokenizer
+    from zoo.train.checkpoint_model import newest_checkpoint_model
+
+    found = newest_checkpoint_model(folder)
+    if found is None:
+        return None
+    model, checkpoint = found
+    print(
+        f"zoo: {spec} holds no saved model (its run stopped early): using its newest "
+        f"checkpoint, {checkpoint.parent.name}/{checkpoint.name}",
+        file=sys.stderr,
+    )
+    has_tokenizer = (folder / TOKENIZER_FILE).is_file()
+    return model, load_tokenizer(folder) if has_tokenizer else None
 
 
 def _hub_name(spec: str) -> bool:

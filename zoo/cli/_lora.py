@@ -115,6 +115,27 @@ def with_lora(
     return model, only_adapters(optimizer, train=train)
 
 
+def base_model_name(init: str | None, preset: str | None) -> str | None:
+    """`base_model_name_or_path` of the run's PEFT adapter: the hub id of a base read from the
+    hub (`--init hf:NAME`, or a folder of the hub's download cache), else the base folder's
+    absolute path (so that the adapter finds it from anywhere), else the preset's name."""
+    from zoo.cli._load import HUB
+
+    if init is None:
+        return preset
+    if init.startswith(HUB):
+        return init.removeprefix(HUB)
+    path = Path(init).expanduser()
+    if not path.exists():  # a bare hub name (--init gpt2), read from the hub
+        return init
+    path = path.resolve()
+    # the hub's cache keeps org/name as .../models--org--name/snapshots/REVISION
+    cache, snapshots = path.parent.parent.name, path.parent.name
+    if snapshots == "snapshots" and cache.startswith("models--"):
+        return cache.removeprefix("models--").replace("--", "/")
+    return str(path)
+
+
 def finish_run(
     model: eqx.Module,
     out: Path,

@@ -75,12 +75,19 @@ def add_preference_options(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="compute the reference's log-probabilities once before training",
     )
-    group.add_argument(
-        "--dpo-label-smoothing", type=FLIPPED, default=None, help="robust: ε, the pairs flipped"
-    )
-    group.add_argument("--simpo-gamma", type=ANY, default=None, help="simpo: γ (0.5)")
-    group.add_argument("--max-prompt-len", type=int, help="prompt tokens kept (its last ones)")
-    group.add_argument("--max-completion-len", type=int, help="answer tokens kept (the first)")
+    _add_loss_settings(group)
+
+
+def _add_loss_settings(group: argparse._ArgumentGroup, *, default: str = "") -> None:
+    """The losses' own settings and the truncation of prompts and answers, which `zoo train`
+    and `zoo eval` share (`default`: how eval says its default, the run's)."""
+    group.add_argument("--dpo-label-smoothing", type=FLIPPED, default=None,
+                       help=f"robust: ε, the pairs flipped{default}")  # fmt: skip
+    group.add_argument("--simpo-gamma", type=ANY, default=None, help=f"simpo: γ (0.5){default}")
+    group.add_argument("--max-prompt-len", type=int,
+                       help=f"prompt tokens kept (its last ones){default}")  # fmt: skip
+    group.add_argument("--max-completion-len", type=int,
+                       help=f"answer tokens kept (the first){default}")  # fmt: skip
 
 
 def preference_options(args: argparse.Namespace) -> PreferenceOptions | None:
@@ -264,8 +271,9 @@ def preference_setup(
 
 
 def add_eval_options(parser: argparse.ArgumentParser) -> None:
-    """`zoo eval`'s `--objective`, `--beta` and `--reference` for preference pairs (by default
-    those the run recorded)."""
+    """`zoo eval`'s `--objective`, `--beta`, `--reference`, the losses' settings and the
+    truncation of prompts and answers for preference pairs, with `zoo train`'s meaning (by
+    default those the run recorded)."""
     group = parser.add_argument_group("preference pairs (prompt/chosen/rejected rows)")
     group.add_argument("--objective", choices=PREFERENCE_OBJECTIVES, help="default: the run's")
     group.add_argument("--beta", type=POSITIVE, help="default: the run's, else 0.1")
@@ -274,6 +282,7 @@ def add_eval_options(parser: argparse.ArgumentParser) -> None:
         metavar="RUN_OR_FOLDER",
         help="the reference model (default: the run's --reference, else its --init)",
     )
+    _add_loss_settings(group, default="; default: the run's")
 
 
 def eval_preference_options(
@@ -283,12 +292,21 @@ def eval_preference_options(
     `train_args.json`); the reference is `--reference`, else the run's, else its `--init`."""
     from zoo.cli._run_dir import recorded_float, recorded_str
 
-    objective = args.objective or recorded_str(record, "objective")
+    recorded = recorded_str(record, "objective")
+    objective = args.objective or recorded
+    objective = objective if objective in PREFERENCE_OBJECTIVES else "dpo"
+
+    def setting(name: str) -> float | None:  # the run's ε or γ belongs to the run's loss only
+        given = getattr(args, name, None)
+        if given is not None or objective != recorded:
+            return given
+        return recorded_float(record, name)
+
     return PreferenceOptions(
-        objective=objective if objective in PREFERENCE_OBJECTIVES else "dpo",
+        objective=objective,
         beta=args.beta if args.beta is not None else recorded_float(record, "beta"),
-        dpo_label_smoothing=recorded_float(record, "dpo_label_smoothing"),
-        simpo_gamma=recorded_float(record, "simpo_gamma"),
+        dpo_label_smoothing=setting("dpo_label_smoothing"),
+        simpo_gamma=setting("simpo_gamma"),
         reference=args.reference
         or recorded_str(record, "reference")
         or recorded_str(record, "init"),
@@ -311,12 +329,16 @@ def evaluate_pairs(
     options: PreferenceOptions,
     config: PreferenceDataConfig,
     split: str,
+    progress: bool = False,
 ) -> dict[str, object]:
     """The preference metrics of `model` on the pairs of `split` (`config.validation_split`,
     or those training held out): the loss and TRL's `rewards/*` and `logps/*`
-    (`zoo.tasks.Preference`), the split's name first."""
+    (`zoo.tasks.Preference`), the split's name first. With `progress`, a bar (or lines in a
+    log) counts the batches of pairs (process 0's)."""
     from zoo.cli._load import read_model
     from zoo.data.chat.preference import preference_data
+    from zoo.distributed.hosts import is_writer
+    from zoo.progress import Progress
     from zoo.tasks.preference import Preference
     from zoo.tasks.preference_reference import with_reference
     from zoo.train.evaluation import evaluate
@@ -341,7 +363,10 @@ def evaluate_pairs(
             )
         batches = with_reference(batches, reference)
     task = Preference(loss)
-    result = evaluate(task, make_eval_step(task), model, batches)
+    shown = Progress(total=len(batches), description="zoo eval", unit="batches",
+                     enabled=progress and is_writer())  # fmt: skip
+    with shown:
+        result = evaluate(task, make_eval_step(task), model, batches, progress=shown)
     name = next(name for name in data.counts if name != config.train_split)
     return {
         "split": name,

@@ -17,7 +17,9 @@ as the split `--split` names, except the very file the run trained on (its `trai
 part training held out, as for a folder. With `--mesh` the batches' rows (and a translator's
 sources) are split over the devices, of many processes too (`--coordinator ...`: every process
 runs the command, process 0 prints). Text of the data or the model that is printed (a
-translator's samples) comes with its control characters escaped (`zoo.text.printable`).
+translator's samples) comes with its control characters escaped (`zoo.text.printable`). A split smaller than `--batch-size`, and a partial last
+batch, are scored as they are. The batches done show as a bar on a terminal and as a tqdm-style
+line every 30 seconds in a log (`zoo.progress`; `--no-progress`: neither).
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ if TYPE_CHECKING:
     from zoo.data.specs import DatasetDicts
     from zoo.data.splits import AnySplit
     from zoo.distributed.layout import Layout
+    from zoo.progress import Progress
     from zoo.tasks.base import Stats, Task
 
 # one result of `zoo eval`, printed as JSON or a line per entry
@@ -72,6 +75,11 @@ def register(commands) -> None:
         "but the run's own training file is split as training split it",
     )
     parser.add_argument("--json", action="store_true", help="print the metrics as JSON")
+    parser.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar (on a terminal) or progress lines (in a log)",
+    )
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--beam-size", type=int, default=1, help="translator: 1 is greedy")
     parser.add_argument("--limit", type=int, default=None, help="translator: first N examples")
@@ -89,10 +97,12 @@ def register(commands) -> None:
 
 
 def _statistics(
-    model: Model, task: Task, source: BatchSource, layout: Layout | None
+    model: Model, task: Task, source: BatchSource, layout: Layout | None, *, progress: bool
 ) -> tuple[Stats, list[Batch]]:
-    """The statistics of `task` summed over the batches of `source`, and the batches."""
+    """The statistics of `task` summed over the batches of `source`, and the batches; with
+    `progress`, a bar (or lines in a log) counts the batches."""
     import equinox as eqx
+    import jax
 
     @eqx.filter_jit
     def stats(model, batch):
@@ -100,15 +110,30 @@ def _statistics(
 
     total: Stats | None = None
     batches: list[Batch] = []
-    for index in range(len(source)):
-        batch = source.batch(index)
-        task.check_batch(batch, model)
-        part = stats(model, batch if layout is None else layout.place_batch(batch, even=False))
-        total = part if total is None else total + part
-        batches.append(batch)
+    with eval_progress(len(source), "batches", enabled=progress) as shown:
+        for index in range(len(source)):
+            batch = source.batch(index)
+            task.check_batch(batch, model)
+            placed = batch if layout is None else layout.place_batch(batch, even=False)
+            part = stats(model, placed)
+            total = part if total is None else total + part
+            batches.append(batch)
+            if progress:  # counts the batches computed, not those only queued
+                jax.block_until_ready(total)
+            shown.advance()
     if total is None:
         raise ValueError("the split gives no batches to evaluate; check --data and --split")
     return total, batches
+
+
+def eval_progress(total: int | None, unit: str, *, enabled: bool) -> Progress:
+    """`zoo eval`'s progress over `total` `unit`s: a bar on a terminal, a line every half
+    minute in a log; shown by process 0 alone, and not with `--no-progress`."""
+    from zoo.distributed.hosts import is_writer
+    from zoo.progress import Progress
+
+    return Progress(total=total, description="zoo eval", unit=unit,
+                    enabled=enabled and is_writer())  # fmt: skip
 
 
 def _classes(
@@ -154,12 +179,14 @@ def _bleu(
     sources, references = rows[source_column], rows[target_column]
     length = model.config.max_positions
     hypotheses: list[str] = []
-    for start in range(0, len(sources), args.batch_size):
-        src = source_tokenizer(tokenizer).encode_batch(
-            sources[start : start + args.batch_size], length=length, add_eos=True
-        )
-        out = gather(translate(model, src, beam_size=args.beam_size, max_len=length, mesh=layout))
-        hypotheses.extend(tokenizer.decode(ids.tolist()) for ids in out)  # stops at eos
+    with eval_progress(len(sources), "sentences", enabled=not args.no_progress) as shown:
+        for start in range(0, len(sources), args.batch_size):
+            src = source_tokenizer(tokenizer).encode_batch(
+                sources[start : start + args.batch_size], length=length, add_eos=True
+            )
+            out = translate(model, src, beam_size=args.beam_size, max_len=length, mesh=layout)
+            hypotheses.extend(tokenizer.decode(ids.tolist()) for ids in gather(out))  # to eos
+            shown.advance(len(src))
     return {
         "bleu": bleu(hypotheses, references),
         "examples": len(hypotheses),
@@ -206,7 +233,7 @@ def evaluate(args: argparse.Namespace) -> Result:
     source = split_batches(split, task=TASK_OF_FLAVOR[flavor], tokenizer=tokenizer,
                            split_name=args.split, **options)  # fmt: skip
     task = for_flavor(flavor)
-    stats, batches = _statistics(model, task, source, layout)
+    stats, batches = _statistics(model, task, source, layout, progress=not args.no_progress)
     scored = max(float(stats.weight), 1.0)
     loss = float(stats.nll_sum) / scored
     result: Result = {
@@ -249,15 +276,17 @@ def _evaluate_pairs(
     options = _preference.eval_preference_options(args, record)
     config = PreferenceDataConfig(
         max_len=args.max_len or recorded_int(record, "max_len"),
-        max_prompt_len=recorded_int(record, "max_prompt_len"),
-        max_completion_len=recorded_int(record, "max_completion_len"),
+        max_prompt_len=args.max_prompt_len or recorded_int(record, "max_prompt_len"),
+        max_completion_len=args.max_completion_len or recorded_int(record, "max_completion_len"),
         batch_size=args.batch_size,
         seed=seed,
         validation_split=args.split if args.split in dataset else None,
         special_tokens=special_tokens_for(options.objective),
+        drop_last=False,  # only the evaluated split is read: a batch past its pairs is fine
     )
     pairs = _preference.evaluate_pairs(model, tokenizer, dataset, options=options,
-                                       config=config, split=args.split)  # fmt: skip
+                                       config=config, split=args.split,
+                                       progress=not args.no_progress)  # fmt: skip
     return {"model": args.model, "flavor": "gpt", "data": args.data, **pairs}
 
 
@@ -280,7 +309,8 @@ def _evaluate_chat(
     config = eval_chat_config(data, model=args.model)  # the run's template
     with naming_flags(data):
         chats = chat_evaluation(dataset, tokenizer, split=args.split, config=config)
-    stats, _ = _statistics(model, LanguageModeling(), chats.batches, layout)
+    stats, _ = _statistics(model, LanguageModeling(), chats.batches, layout,
+                           progress=not args.no_progress)  # fmt: skip
     loss = float(stats.nll_sum) / max(float(stats.weight), 1.0)
     return {
         "model": args.model,

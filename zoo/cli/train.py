@@ -29,8 +29,7 @@ from zoo.cli._compile_cache import add_compile_cache_option, use_compile_cache
 from zoo.cli._config_file import enable_config_file
 from zoo.cli._datasets import RunData, add_data_options, data_scheme, resolve_data
 from zoo.cli._grpo import GRPORun, add_grpo_options, grpo_setup
-from zoo.cli._load import HUB
-from zoo.cli._lora import finish_run, trained_prefixes, with_lora
+from zoo.cli._lora import base_model_name, finish_run, trained_prefixes, with_lora
 from zoo.cli._lora_chain import chained_lora
 from zoo.cli._mesh import add_mesh_option
 from zoo.cli._mixing import Datasets
@@ -53,6 +52,7 @@ from zoo.train.loop import TrainingDiverged
 from zoo.train.optim import OptimizerLike
 from zoo.train.run_setup import check_folders
 from zoo.train.settings import Outputs
+from zoo.train.spelling import spoken_as
 from zoo.train.trainer import Trainer
 
 FLAVORS = ("classifier", "gpt", "translator")
@@ -186,7 +186,8 @@ def run(args: argparse.Namespace) -> int:
     """`zoo train`: decide the run from the flags, then run it."""
     decided = plan(args)
     use_compile_cache(args.compile_cache)
-    return execute(decided)
+    with spoken_as("--resume"):  # the loop's and checkpoints' messages speak CLI
+        return execute(decided)
 
 
 # -- execute: the run folder held, checked and recorded; the model built, trained, reported -------
@@ -206,9 +207,6 @@ def execute(plan: TrainPlan) -> int:
 
         return show_data(plan.model, plan.data, plan.data_options, plan.show_data)
     writes = is_writer()  # with many processes, process 0 alone prints and writes
-    if plan.filled and not plan.print_json and writes:
-        shown = ", ".join(f"{name}={value}" for name, value in plan.filled.items())
-        print(f"zoo train: defaults: {shown}", file=sys.stderr)
     with RunLock(plan.out) if writes else contextlib.nullcontext():
         fresh = _check_run_folder(plan)
         saved_tokenizer = None if fresh else _resumed_tokenizer(plan)
@@ -218,6 +216,8 @@ def execute(plan: TrainPlan) -> int:
         if plan.steps is None:  # --epochs: now that the data's size is known
             plan = with_epochs(plan, len(built.data.train))
             _check_resume(plan, list_checkpoints(plan.out / CHECKPOINTS))
+        if not plan.print_json and writes:
+            _print_defaults(plan, built.data.tokenizer)
         model, optimizer, lora_train = _trainable(plan, built, model_key, writes=writes)
         data = built.data
         train, evaluation = data.train, data.evaluation
@@ -287,6 +287,22 @@ def _grpo_run(plan: TrainPlan, data: RunData, *, writes: bool) -> GRPORun:
                    sample_every=plan.sample_every, store=plan.out / "rollouts")  # fmt: skip
 
 
+def _print_defaults(plan: TrainPlan, tokenizer: Tokenizer | None) -> None:
+    """Name the options the preset's defaults filled; the tokenizer as the one the run uses
+    (an `--init` model's own, a synthetic task's), not the default it did not need."""
+    filled = dict(plan.filled)
+    if "tokenizer" in filled:
+        if tokenizer is None:
+            del filled["tokenizer"]
+        elif plan.model.init is not None:  # filled, so --init's own (build_model refuses none)
+            filled["tokenizer"] = f"the --init model's ({tokenizer.kind})"
+        else:
+            filled["tokenizer"] = tokenizer.kind
+    if filled:
+        shown = ", ".join(f"{name}={value}" for name, value in filled.items())
+        print(f"zoo train: defaults: {shown}", file=sys.stderr)
+
+
 def _check_run_folder(plan: TrainPlan) -> bool:
     """Refuse a run that would harm what `plan.out` holds (its lock held); whether the run
     starts without a checkpoint."""
@@ -352,8 +368,7 @@ def _report(
     """Print the run's summary, after writing a LoRA run's adapter (and merged model)."""
     summary = _summary(plan, model, history)
     if plan.lora is not None:
-        init = plan.model.init
-        base = init.removeprefix(HUB) if init else plan.model.preset  # PEFT: hub names bare
+        base = base_model_name(plan.model.init, plan.model.preset)
         summary |= finish_run(model, plan.out, train=lora_train, merge=plan.merge,
                               base_model=base, tokenizer=tokenizer)  # fmt: skip
     if plan.print_json:

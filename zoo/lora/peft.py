@@ -34,6 +34,7 @@ from zoo.interop.weights import write_safetensors
 from zoo.interop.zoo_keys import row_names, zoo_state
 from zoo.lora.adapters import ADAPTER_LEAVES, adapter_arrays
 from zoo.lora.peft_experts import ExpertLayout
+from zoo.lora.peft_targets import peft_targets
 from zoo.models import flavor_of
 from zoo.nn.layer_index import LayerIndex
 from zoo.nn.linear import Linear
@@ -60,7 +61,7 @@ class AdapterConfig(TypedDict, total=False):
     lora_alpha: float
     rank_pattern: dict[str, int]  # module name pattern -> rank, where it differs from r
     alpha_pattern: dict[str, float]
-    target_modules: list[str]
+    target_modules: list[str] | str  # short names, or one regex over the full names
     modules_to_save: list[str] | None  # modules trained whole (a classifier head)
     fan_in_fan_out: bool  # GPT-2's Conv1D stores weights [in, out]
     lora_dropout: float
@@ -157,13 +158,18 @@ def _module_adapters(model: eqx.Module, layout: _Layout) -> dict[str, Adapter]:
     return adapters | layout.experts.adapters(model)
 
 
-def _target_modules(adapters: dict[str, Adapter], layout: _Layout) -> list[str]:
-    """The adapted modules; the experts by their leaf name (`w1`, `gate_proj`), as PEFT records
-    a user's list, which is what peft maps onto transformers 5's fused experts."""
+def _target_modules(adapters: dict[str, Adapter], layout: _Layout) -> list[str] | str:
+    """The adapted modules as PEFT writes a user's targets (`zoo.lora.peft_targets`); the
+    experts by their leaf name (`w1`, `gate_proj`), which is what peft maps onto transformers
+    5's fused experts. Targeting per layer beside experts lists the other modules in full."""
     experts = layout.experts.by_module
-    return sorted(
-        {module.rsplit(".", 1)[-1] if module in experts else module for module in adapters}
-    )
+    plain = {module for module in adapters if module not in experts}
+    leaves = {module.rsplit(".", 1)[-1] for module in adapters if module in experts}
+    every = set(layout.by_module) | set(experts)
+    targets = peft_targets(plain, every, named_elsewhere=set(adapters) - plain)
+    if isinstance(targets, str):
+        return sorted(plain | leaves) if leaves else targets
+    return sorted(set(targets) | leaves)
 
 
 def _hf_extras(model: eqx.Module, layout: _Layout, train: tuple[str, ...]) -> dict[str, np.ndarray]:

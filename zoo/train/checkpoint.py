@@ -197,7 +197,7 @@ def load_checkpoint(
         arrays = load_arrays(path, _sharding_targets(model, opt_state, layout))
         model_arrays, optimizer_arrays = arrays["model"], arrays["optimizer"]
     else:
-        model_arrays, optimizer_arrays = _read_arrays(model_file), _read_arrays(optimizer_file)
+        model_arrays, optimizer_arrays = read_arrays(model_file), read_arrays(optimizer_file)
         verify_checksums(path, meta)  # files that parse, yet changed after they were written
     filled_model = _fill_model(path, meta, model, model_arrays, str(model_file))
     try:
@@ -283,7 +283,7 @@ def _sharding_targets(
     }
 
 
-def _read_arrays(path: Path) -> dict[str, np.ndarray]:
+def read_arrays(path: Path) -> dict[str, np.ndarray]:
     from safetensors import SafetensorError
     from safetensors.numpy import load_file
 

@@ -36,6 +36,7 @@ from jaxtyping import PRNGKeyArray, PyTree
 
 from zoo.files import JSONObject, read_json_object, sync_files
 from zoo.serialize import model_config_dict
+from zoo.train.spelling import resume_spelling
 from zoo.tree import path_name
 
 STATE_FILE = "state.json"
@@ -179,7 +180,7 @@ def disk_error(error: OSError, final: Path) -> OSError:
         error.errno,
         f"could not write checkpoint {final} ({reason}); the newest "
         f"intact checkpoint is {kept or 'none'}. Free some disk space (or keep fewer "
-        "checkpoints) and continue with resume=True (zoo train --resume)",
+        f"checkpoints) and continue with {resume_spelling()}",
     )
 
 

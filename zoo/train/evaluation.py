@@ -12,6 +12,7 @@ import equinox as eqx
 import jax
 
 from zoo.data.batches import BatchSource
+from zoo.progress import Progress
 from zoo.tasks.base import Stats, Task
 from zoo.train.step import EvalStep
 
@@ -51,8 +52,10 @@ def evaluate(
     batches: BatchSource,
     *,
     limit: int | None = None,
+    progress: Progress | None = None,
 ) -> Evaluation:
-    """Loss, metric and token count over `batches` (the first `limit`), without dropout."""
+    """Loss, metric and token count over `batches` (the first `limit`), without dropout;
+    `progress` advances by one per batch."""
     task.check_model(model)
     count = len(batches)
     if count == 0:
@@ -64,4 +67,7 @@ def evaluate(
         task.check_batch(batch, model)
         total = total + eval_step(model, batch)
         tokens += task.num_tokens(batch)
+        if progress is not None:  # counts the batches computed, not those only queued
+            jax.block_until_ready(total)
+            progress.advance()
     return {**summarise(task, total), "tokens": tokens}

@@ -1,15 +1,14 @@
-"""The training record: metric rows in memory and in `metrics.jsonl`, and the progress bar."""
+"""The training record: metric rows in memory and in `metrics.jsonl`."""
 
 from __future__ import annotations
 
 import json
 import math
 import os
-import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NotRequired, TypedDict
+from typing import NotRequired, TypedDict, cast
 
 from zoo.files import write_text_atomic
 
@@ -29,11 +28,14 @@ class Row(TypedDict):
     metric_name: str
     tokens_per_s: float | None
     lr: Logged | None
-    # Token positions the batches held (padding included), and of them the positions scored
-    # as targets (`Stats.weight`): with a loss mask (chat data) the trained tokens. Rows
-    # written before these were counted lack them.
+    # Token positions the batches held in the row's interval (padding included). Rows written
+    # before these were counted lack them.
     tokens: NotRequired[int]
-    trained_tokens: NotRequired[int]
+    # What the loss averaged over in the row's interval (`Stats.weight`): target tokens of a
+    # language model (those its loss mask keeps: chat data's --train-on), a translator and
+    # masked LM, examples of a classifier, pairs of a preference objective. Called
+    # `trained_tokens` before 0.2 (`read_rows` renames it).
+    scored: NotRequired[int]
     # a task's further metrics by name (`Task.metrics`, e.g. "rewards/accuracies"), if any
     metrics: NotRequired[dict[str, Logged]]
 
@@ -56,7 +58,7 @@ class History:
     """Metric rows, one per log interval (split "train") or evaluation (split "eval").
 
     Each row has `step` (optimizer updates done), `split`, `loss`, `metric` (the task's headline
-    metric, named in `metric_name`), `tokens_per_s`, `lr`, `tokens` and `trained_tokens`.
+    metric, named in `metric_name`), `tokens_per_s`, `lr`, `tokens` and `scored` (what the loss averaged over).
     `summary` holds run totals.
     """
 
@@ -115,7 +117,7 @@ def read_rows(path: Path) -> list[Row]:
     rows = []
     for number, line in enumerate(lines, start=1):
         try:
-            rows.append(json.loads(line))
+            rows.append(_renamed(json.loads(line)))
         except json.JSONDecodeError as error:
             if number == len(lines):
                 warnings.warn(
@@ -135,26 +137,13 @@ def clean(value: float) -> Logged:
     return value if math.isfinite(value) else str(value)
 
 
-class Progress:
-    """A tqdm bar with loss, tokens/s and ETA; silent when disabled or not on a terminal."""
+# row fields renamed since a run could have logged them: old name -> new name
+RENAMED_FIELDS = {"trained_tokens": "scored"}
 
-    def __init__(self, *, total: int, initial: int, enabled: bool, description: str):
-        self.bar = None
-        if enabled and sys.stderr.isatty():
-            from tqdm.auto import tqdm
 
-            self.bar = tqdm(
-                total=total, initial=initial, desc=description, unit="step", dynamic_ncols=True
-            )
-
-    def advance(self) -> None:
-        if self.bar is not None:
-            self.bar.update(1)
-
-    def show(self, **values: str) -> None:
-        if self.bar is not None:
-            self.bar.set_postfix(values, refresh=False)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
+def _renamed(row: dict[str, object]) -> Row:
+    """`row` with the fields of an earlier zoo under today's names."""
+    for old, new in RENAMED_FIELDS.items():
+        if old in row and new not in row:
+            row[new] = row.pop(old)
+    return cast(Row, row)

@@ -22,19 +22,21 @@ from jaxtyping import PRNGKeyArray, PyTree
 from zoo.data.batches import Batch, BatchSource, draw_batch
 from zoo.distributed.hosts import gather, is_writer
 from zoo.distributed.mesh import mesh_string
+from zoo.progress import Progress
 from zoo.serialize import model_config_dict
 from zoo.tasks.base import Stats
 from zoo.train import checkpoint as ckpt
 from zoo.train.ahead import compile_ahead
 from zoo.train.evaluation import Summary, evaluate, summarise
 from zoo.train.frozen import FrozenArrays, frozen_arrays, frozen_extra
-from zoo.train.history import History, MetricsLog, Progress, Row, clean
+from zoo.train.history import History, MetricsLog, Row, clean
 from zoo.train.interrupts import HeldInterrupts, Terminated
 from zoo.train.loggers import Logger, LoggerSpec, open_loggers
 from zoo.train.optim import init_optimizer, learning_rate
 from zoo.train.run_setup import RunSetup, check_batch, check_inputs
 from zoo.train.settings import Outputs
 from zoo.train.sharded import ShardedWriter
+from zoo.train.spelling import resume_spelling
 from zoo.train.step import StepOutput
 
 # the run's settings, kept in each checkpoint and given to experiment loggers
@@ -189,6 +191,7 @@ class TrainingRun:
             initial=self.start,
             enabled=loop.progress and self.writes,
             description="train",
+            unit="step",
         )
         self.progress = progress
         started = time.perf_counter()
@@ -318,7 +321,7 @@ class TrainingRun:
             "tokens_per_s": None if rate is None else round(rate, 1),
             "lr": None if lr is None else clean(lr),
             "tokens": tokens,
-            "trained_tokens": summary["scored"],
+            "scored": summary["scored"],
         }
         if summary["metrics"]:
             row["metrics"] = {name: clean(value) for name, value in summary["metrics"].items()}
@@ -405,7 +408,10 @@ class TrainingRun:
             warnings.warn(f"could not save on interrupt ({error})", stacklevel=3)
             return
         cause = "terminated (SIGTERM)" if isinstance(interrupt, Terminated) else "interrupted"
-        print(f"{cause}: saved {self.last_checkpoint}; continue with resume=True", file=sys.stderr)
+        print(
+            f"{cause}: saved {self.last_checkpoint}; continue with {resume_spelling()}",
+            file=sys.stderr,
+        )
 
     def _settings(self) -> Settings:
         """The run's settings, kept in each checkpoint and given to experiment loggers."""

@@ -14,6 +14,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from zoo.train.spelling import resume_spelling
+
 
 class CheckpointWriteFailed(OSError):
     """A checkpoint written in the background could not be completed (it was not published)."""
@@ -55,7 +57,7 @@ class PendingWrite:
                 f"checkpoint {self.path} could not be written in the background "
                 f"({type(error).__name__}: {what}); it was not published, the checkpoints "
                 "before it are kept. Fix the cause (disk space, permissions) and continue "
-                "with --resume (resume=True)"
+                f"with {resume_spelling()}"
             ) from error
         assert self._result is not None  # set by _run when it raised nothing
         return self._result

@@ -23,6 +23,7 @@ from zoo.train.checkpoint_folder import latest_checkpoint
 from zoo.train.loggers import LoggerSpec
 from zoo.train.optim import OptimizerLike
 from zoo.train.settings import LoopSettings, Outputs
+from zoo.train.spelling import resume_spelling
 from zoo.train.step import EvalStep, TrainStep
 
 
@@ -90,7 +91,7 @@ def check_folders(outputs: Outputs, *, resume: bool) -> None:
     if existing is not None and not resume:
         raise ValueError(
             f"{checkpoint_dir} already holds checkpoints (newest: {existing.name}); "
-            "continue that run with resume=True (zoo train --resume) or train into a new "
+            f"continue that run with {resume_spelling()} or train into a new "
             "directory"
         )
     saved_model = saved_model_files(out_dir)

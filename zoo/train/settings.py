@@ -49,7 +49,8 @@ class LoopSettings:
     - `checkpoint_every`: steps between checkpoints (None: only at the end and on Ctrl-C or
       SIGTERM).
     - `keep`: how many checkpoints to keep.
-    - `progress`: show a tqdm bar (only on a terminal, and only in process 0 of many).
+    - `progress`: show a tqdm bar on a terminal, a line every half minute in a log
+      (`zoo.progress.Progress`); only in process 0 of many.
     - `loggers`: also send the metrics rows to "tensorboard" and/or "wandb" (in the run's
       `out_dir`; the `tensorboard` / `wandb` extras), or to objects with `log(row)` and
       `close()`; see `zoo.train.loggers`. Kept as a tuple; a missing package is named now.

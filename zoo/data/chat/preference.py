@@ -75,6 +75,8 @@ class PreferenceDataConfig:
     # bos/eos: "tokenizer" as the tokenizer and template write them (TRL's DPOTrainer), "always"
     # bos first and eos last on every row (TRL's CPO/ORPO); `special_tokens_for(objective)`
     special_tokens: str = "tokenizer"
+    # train batches of batch_size pairs each (False: a partial last one too, as evaluation reads)
+    drop_last: bool = True
 
     def __post_init__(self) -> None:
         for name in ("max_len", "max_prompt_len", "max_completion_len"):
@@ -299,7 +301,7 @@ def preference_data(
     pad = chosen_tokenizer.pad_id
     listed = config.loss_positions
     train_batches = ArrayBatches(pair_arrays(train, pad, positions=listed), config.batch_size,
-                                 seed=config.seed)  # fmt: skip
+                                 seed=config.seed, drop_last=config.drop_last)  # fmt: skip
     validation_batches = None
     if validation:
         validation_batches = ArrayBatches(pair_arrays(validation, pad, positions=listed),
