@@ -49,7 +49,7 @@ def test_the_pass_is_kept_reused_on_resume_and_redone_for_other_pairs(tmp_path, 
     assert len(counted) == 2  # train and validation
     # a log (stderr is no terminal): a line as it starts and one as it ends, with the rate
     assert "zoo train: reference pass: 6 batches" in err  # 5 of train, 1 of validation
-    assert "zoo train: reference pass: done, 6/6 batches, " in err and "batches/s" in err
+    assert "zoo train: reference pass: done, 6 batches in " in err and "batches/s)" in err
     saved = out / _reference_pass.REFERENCE_FILE
     assert saved.is_file()
     with np.load(saved, allow_pickle=False) as held:
@@ -69,7 +69,7 @@ def test_the_pass_is_kept_reused_on_resume_and_redone_for_other_pairs(tmp_path, 
     assert len(counted) == 4
     assert f"{saved} is not this run's reference (the tokenized pairs changed): computing it " \
         "again" in err  # fmt: skip
-    assert "reference pass: done, 6/6 batches" in err
+    assert "reference pass: done, 6 batches in " in err
 
 
 def test_a_changed_reference_is_seen_by_its_digest(tmp_path, capsys):
@@ -105,21 +105,29 @@ class Terminal(io.StringIO):
 def test_progress_lines_in_a_log_and_a_bar_on_a_terminal(monkeypatch):
     monkeypatch.setattr(_reference_pass, "LINE_EVERY_S", 0.0)  # a line after every batch
     log = io.StringIO()
-    progress = _reference_pass.PassProgress(3, label="reference pass", bar=True, stream=log)
+    progress = _reference_pass.pass_progress(3, shown=True, stream=log)
     for _ in range(3):
         progress.advance()
-    progress.close()
+    _reference_pass.finish(progress)
     lines = log.getvalue().splitlines()
     assert lines[0] == "zoo train: reference pass: 3 batches"
-    assert lines[1].startswith("zoo train: reference pass: 1/3 batches, ")
-    assert lines[2].startswith("zoo train: reference pass: 2/3 batches, ")
-    assert lines[3].startswith("zoo train: reference pass: done, 3/3 batches, ")
-    assert all("batches/s" in line for line in lines[1:])
+    assert " 1/3 batches [" in lines[1] and " 2/3 batches [" in lines[2]
+    assert " 3/3 batches [" in lines[3]
+    assert all(line.startswith("zoo train: reference pass: ") for line in lines)
+    assert all("batches/s" in line for line in lines[1:4])
+    assert lines[4].startswith("zoo train: reference pass: done, 3 batches in ")
     terminal = Terminal()
-    progress = _reference_pass.PassProgress(3, label="reference pass", bar=True, stream=terminal)
+    progress = _reference_pass.pass_progress(3, shown=True, stream=terminal)
     for _ in range(3):
         progress.advance()
-    progress.close()
+    _reference_pass.finish(progress)
     shown = terminal.getvalue()
     assert "3/3" in shown and "\r" in shown  # tqdm redraws its bar in place
-    assert "reference pass: 1/3 batches" not in shown  # no log lines beside the bar
+    assert " 1/3 batches [" not in shown.replace("\r", "\n").splitlines()[0]
+    quiet = io.StringIO()  # --no-progress: the first and the last line only
+    progress = _reference_pass.pass_progress(3, shown=False, stream=quiet)
+    for _ in range(3):
+        progress.advance()
+    _reference_pass.finish(progress)
+    lines = quiet.getvalue().splitlines()
+    assert len(lines) == 2 and lines[1].startswith("zoo train: reference pass: done, 3 batches")

@@ -19,6 +19,7 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TextIO
 
 import equinox as eqx
 import jax
@@ -26,6 +27,7 @@ import numpy as np
 
 from zoo.data.batches import ArrayBatches, BatchSource
 from zoo.files import write_atomic
+from zoo.progress import Progress
 from zoo.tasks.base import LanguageModel
 from zoo.tasks.preference_reference import reference_numbers, with_reference_numbers
 
@@ -34,45 +36,24 @@ LINE_EVERY_S = 10.0  # seconds between two progress lines in a log
 PAIR_ARRAYS = ("tokens", "loss_mask", "lengths")  # what a pair's log-probabilities read
 
 
-class PassProgress:
-    """Batches done of a pass: a tqdm bar on a terminal (when `bar`), else a line at the start,
-    every `LINE_EVERY_S` seconds, and at the end, on `stream` (stderr)."""
+def pass_progress(
+    total: int, *, shown: bool, stream: io.TextIOBase | TextIO | None = None
+) -> Progress:
+    """The pass's progress when `shown` (`zoo.progress`: a bar on a terminal, a line every
+    `LINE_EVERY_S` seconds in a log), after a line that says how many batches it has."""
+    stream = sys.stderr if stream is None else stream
+    print(f"zoo train: reference pass: {total} batches", file=stream, flush=True)
+    return Progress(total=total, description="zoo train: reference pass", unit="batches",
+                    enabled=shown, log_every=LINE_EVERY_S, stream=stream)  # fmt: skip
 
-    def __init__(self, total: int, *, label: str, bar: bool, stream: io.TextIOBase | None = None):
-        self.total, self.label, self.done = total, label, 0
-        self.stream: io.TextIOBase = stream or sys.stderr  # type: ignore[assignment]
-        self.started = self.last_line = time.monotonic()
-        self.bar = None
-        if bar and self.stream.isatty():
-            from tqdm.auto import tqdm
 
-            self.bar = tqdm(total=total, desc=label, unit="batch", dynamic_ncols=True,
-                            file=self.stream)  # fmt: skip
-        else:
-            self._line(f"{total} batches")
-
-    def _line(self, text: str) -> None:
-        print(f"zoo train: {self.label}: {text}", file=self.stream, flush=True)
-
-    def _counts(self) -> str:
-        elapsed = time.monotonic() - self.started
-        rate = self.done / elapsed if elapsed > 0 else 0.0
-        return f"{self.done}/{self.total} batches, {rate:.2f} batches/s, {elapsed:.1f} s"
-
-    def advance(self) -> None:
-        self.done += 1
-        if self.bar is not None:
-            self.bar.update(1)
-            return
-        now = time.monotonic()
-        if now - self.last_line >= LINE_EVERY_S and self.done < self.total:
-            self.last_line = now
-            self._line(self._counts())
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-        self._line(f"done, {self._counts()}")
+def finish(progress: Progress) -> None:
+    """Close the pass's progress with one line of what it did (in a log, the last word)."""
+    progress.close()
+    elapsed = time.monotonic() - progress.started
+    rate = progress.done / elapsed if elapsed > 0 else 0.0
+    print(f"zoo train: reference pass: done, {progress.done} batches in {elapsed:.1f} s "
+          f"({rate:.2f} batches/s)", file=progress.stream, flush=True)  # fmt: skip
 
 
 def _hash_arrays(digest: hashlib.blake2b, arrays: list[np.ndarray]) -> None:
@@ -147,12 +128,12 @@ def precomputed(
         print(f"zoo train: {path} is not this run's reference ({why}): computing it again",
               file=sys.stderr)  # fmt: skip
     total = sum(-(-batches.num_examples // batches.batch_size) for batches in arrays.values())
-    report = PassProgress(total, label="reference pass", bar=progress)
+    report = pass_progress(total, shown=progress)
     numbers = {
         name: reference_numbers(batches, reference, progress=report.advance)
         for name, batches in arrays.items()
     }
-    report.close()
+    finish(report)
     if path is not None:
         fields: dict[str, np.ndarray] = {"digest": np.asarray(json.dumps(digest)), **numbers}
         write_atomic(path, lambda tmp: _save_npz(tmp, fields))
