@@ -9,7 +9,12 @@ each get their own reply, and clients that go away free their slots.
 from __future__ import annotations
 
 import importlib.util
+import re
+import signal
+import socket
 import string
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -224,5 +229,49 @@ def test_concurrent_streams_each_get_their_own_reply_and_leavers_free_their_slot
     while engine.busy_slots() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert engine.busy_slots() == 0
-    assert engine.finished["cancelled"] == cancelled + 4  # each stopped when its client left
+    assert engine.finished["cancelled"] == cancelled + 4, dict(
+        engine.finished
+    )  # each stopped when its client left
     assert ask(client, texts[0], max_tokens=lengths[0]).choices[0].message.content == alone[0]
+
+
+def test_bad_options_are_refused_before_loading(capsys):
+    from zoo.cli import main
+
+    assert main(["serve", "no-such-model", "--port", "70000"]) == 2
+    assert "--port 70000 is not a port" in capsys.readouterr().err
+    assert main(["serve", "no-such-model", "--max-batch", "0"]) == 2
+    assert "--max-batch must be a positive integer" in capsys.readouterr().err
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        port = taken.getsockname()[1]
+        taken.listen()
+        assert main(["serve", "no-such-model", "--port", str(port)]) == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
+
+
+def test_the_command_serves_a_saved_model_logs_each_request_and_stops_on_sigterm(model, tmp_path):
+    import httpx
+
+    zoo.save(model, tmp_path / "tiny", tokenizer=TOKENIZER)
+    command = [sys.executable, "-m", "zoo", "serve", str(tmp_path / "tiny"), "--port", "0",
+               "--max-batch", "2", "--max-len", "64"]  # fmt: skip
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        for line in process.stderr:  # type: ignore[union-attr]
+            lines.append(line)
+            if " serving tiny at " in line:
+                break
+        url = re.search(r"at (http://\S+/v1):", lines[-1]).group(1)  # type: ignore[union-attr]
+        body = {"model": "tiny", "messages": chat_of("hello"), "max_tokens": 6, "temperature": 0}
+        answer = httpx.post(f"{url}/chat/completions", json=body, timeout=120).json()
+        expected = reply(model, TOKENIZER, "hello", max_new_tokens=6).text
+        assert answer["choices"][0]["message"]["content"] == expected
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0
+        rest = process.stderr.read()  # type: ignore[union-attr]
+    finally:
+        process.kill()
+    logged = [line for line in rest.splitlines() if "POST /v1/chat/completions 200" in line]
+    assert len(logged) == 1 and "prompt 25, completion 6" in logged[0]

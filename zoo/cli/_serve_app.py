@@ -12,13 +12,14 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ValidationError
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from zoo.cli._serve_choices import Choices, Piece, run_all
 from zoo.cli._serve_prompts import PromptError, Prompts
@@ -70,26 +71,7 @@ def build_app(served: Served) -> FastAPI:
     async def bad_prompt(request: Request, error: PromptError) -> Response:
         return await api_error(request, APIError(400, str(error), param=error.param))
 
-    @app.middleware("http")
-    async def guard(request: Request, call_next: Callable) -> Response:
-        request.state.start = time.perf_counter()
-        if served.api_key and request.url.path.startswith("/v1"):
-            given = request.headers.get("authorization", "")
-            if given != f"Bearer {served.api_key}":
-                return await api_error(request, APIError(
-                    401, "a wrong or missing API key: send the header "
-                    "'Authorization: Bearer KEY' with the key given to zoo serve --api-key",
-                    code="invalid_api_key",
-                ))  # fmt: skip
-        try:
-            response = await call_next(request)
-        except Exception as error:  # the server outlives any request
-            log.exception("request failed")
-            return await api_error(request, APIError(500, f"internal error: {error}",
-                                                     kind="server_error"))  # fmt: skip
-        if not getattr(request.state, "logged", False):
-            _log(request, response.status_code)
-        return response
+    app.add_middleware(Guard, served=served)
 
     @app.get("/health")
     async def health() -> dict[str, object]:
@@ -123,6 +105,49 @@ def build_app(served: Served) -> FastAPI:
         return await _answer(request, body, groups, "text_completion", _text_choice)
 
     return app
+
+
+class Guard:
+    """The middleware around every request: the API key, one log line, and a 500 in OpenAI's
+    shape for an error nothing else caught (the server outlives any request). Written for ASGI
+    directly, so a streamed answer still hears its client go away (and cancels its choices)."""
+
+    def __init__(self, app: ASGIApp, served: Served):
+        self.app, self.served = app, served
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope)
+        request.state.start = time.perf_counter()
+        key = self.served.api_key
+        given = request.headers.get("authorization", "")
+        if key and request.url.path.startswith("/v1") and given != f"Bearer {key}":
+            error = APIError(401, "a wrong or missing API key: send the header "
+                             "'Authorization: Bearer KEY' with the key given to zoo serve "
+                             "--api-key", code="invalid_api_key")  # fmt: skip
+            _log(request, 401, f"error: {error.message}")
+            await error.response()(scope, receive, send)
+            return
+        status: list[int] = []
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status.append(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except Exception as error:
+            log.exception("request failed")
+            failure = APIError(500, f"internal error: {error}", kind="server_error")
+            _log(request, 500, f"error: {failure.message}")
+            if not status:
+                await failure.response()(scope, receive, send)
+            return
+        if not getattr(request.state, "logged", False):
+            _log(request, status[0] if status else 500)
 
 
 def _parse(schema: type[Body], body: bytes) -> Body:
