@@ -275,3 +275,32 @@ def test_the_command_serves_a_saved_model_logs_each_request_and_stops_on_sigterm
         process.kill()
     logged = [line for line in rest.splitlines() if "POST /v1/chat/completions 200" in line]
     assert len(logged) == 1 and "prompt 25, completion 6" in logged[0]
+    assert rest.rstrip().endswith("zoo serve: stopped")
+
+
+TOOLS = [{"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}]
+
+
+def test_tools_reach_a_template_that_writes_them_and_are_refused_by_one_that_does_not(client):
+    import openai
+
+    from zoo.cli._serve_prompts import Prompts
+    from zoo.cli._serve_schema import ChatRequest
+    from zoo.data.chat.template import ChatTemplate
+
+    source = (
+        "{% if tools %}tools: {% for t in tools %}{{ t.function.name }}{% endfor %}\n{% endif %}"
+        "{% for m in messages %}{{ m.role }}: {{ m.content }}{{ eos_token }}{% endfor %}"
+        "{% if add_generation_prompt %}assistant: {% endif %}"
+    )
+    template = ChatTemplate(
+        source, {"eos_token": TOKENIZER.decode([TOKENIZER.eos_id], skip_special=False)}
+    )
+    prompts = Prompts(TOKENIZER, template, None, TOKENIZER.vocab_size)
+    body = ChatRequest(messages=chat_of("hi"), tools=TOOLS)
+    text = TOKENIZER.decode(prompts.chat(body).prompt)
+    assert text.startswith("tools: weather") and "user: hi" in text
+    unused = ChatRequest(messages=chat_of("hi"), tools=TOOLS, tool_choice="none")
+    assert "weather" not in TOKENIZER.decode(prompts.chat(unused).prompt)
+    with pytest.raises(openai.BadRequestError, match="cannot be rendered"):
+        ask(client, "hi", max_tokens=2, tools=TOOLS)  # zoo's default template has no tools

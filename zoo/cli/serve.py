@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         _app(served), log_level="warning", access_log=False,
         timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
     )  # fmt: skip
-    server = uvicorn.Server(config)
+    server = _stopping_quietly(uvicorn.Server)(config)
     address = f"http://{args.host}:{listener.getsockname()[1]}/v1"
     engine = served.engine
     logging.getLogger("zoo.serve").info(
@@ -85,7 +85,22 @@ def run(args: argparse.Namespace) -> int:
     finally:
         engine.close()
         listener.close()
+    logging.getLogger("zoo.serve").info("stopped")
     return 0
+
+
+def _stopping_quietly(server_class):
+    """uvicorn's server, but a Ctrl-C or SIGTERM it has shut down for is not raised again
+    afterwards (uvicorn re-raises it, which kills the process before the engine stops)."""
+
+    class Server(server_class):
+        def handle_exit(self, sig, frame) -> None:
+            super().handle_exit(sig, frame)
+            captured = getattr(self, "_captured_signals", None)
+            if isinstance(captured, list):
+                captured.clear()
+
+    return Server
 
 
 def _check_options(args: argparse.Namespace) -> None:
