@@ -130,43 +130,50 @@ def peer_server(model_spec: str, port: int) -> None:
     """The peer: transformers `generate`, one request at a time, OpenAI's streaming shape."""
     import torch
     import uvicorn
-    from fastapi import FastAPI, Request
-    from fastapi.responses import StreamingResponse
+    from starlette.applications import Starlette
+    from starlette.responses import StreamingResponse
+    from starlette.routing import Route
     from transformers import AutoModelForCausalLM, AutoTokenizer, TextIteratorStreamer
 
     name = model_spec.removeprefix("hf:")
     tokenizer = AutoTokenizer.from_pretrained(name)
-    model = AutoModelForCausalLM.from_pretrained(name, torch_dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(name, dtype=torch.float32).eval()
     one_at_a_time = threading.Lock()
-    app = FastAPI()
 
-    @app.post("/v1/chat/completions")
-    async def chat(request: Request) -> StreamingResponse:
+    async def chat(request) -> StreamingResponse:
         body = await request.json()
-        ids = tokenizer.apply_chat_template(
-            body["messages"], add_generation_prompt=True, return_tensors="pt"
+        encoded = tokenizer.apply_chat_template(
+            body["messages"], add_generation_prompt=True, return_tensors="pt", return_dict=True
         )
         streamer = TextIteratorStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
         counted: list[int] = []
 
         def run() -> None:
-            with one_at_a_time, torch.inference_mode():
-                out = model.generate(
-                    ids, max_new_tokens=body["max_tokens"], do_sample=False, streamer=streamer
-                )
-                counted.append(out.shape[1] - ids.shape[1])
+            try:
+                with one_at_a_time, torch.inference_mode():
+                    out = model.generate(
+                        **encoded, max_new_tokens=body["max_tokens"], do_sample=False,
+                        streamer=streamer,
+                    )  # fmt: skip
+                counted.append(out.shape[1] - encoded["input_ids"].shape[1])
+            except Exception:
+                streamer.end()  # the client's stream ends instead of waiting forever
+                raise
 
-        threading.Thread(target=run, daemon=True).start()
+        worker = threading.Thread(target=run, daemon=True)
+        worker.start()
 
         def events():
             for text in streamer:
                 yield f"data: {json.dumps({'choices': [{'delta': {'content': text}}]})}\n\n"
+            worker.join()  # the streamer ends inside generate: wait for its count
             usage = {"completion_tokens": counted[0] if counted else 0}
             yield f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n"
             yield "data: [DONE]\n\n"
 
         return StreamingResponse(events(), media_type="text/event-stream")
 
+    app = Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
     print(f"peer ready at http://127.0.0.1:{port}/v1", file=sys.stderr, flush=True)
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
 
