@@ -88,6 +88,7 @@ READERS = "reads the reader's own data (READERS_DATA), which a clone does not ho
 HOSTS = "needs several hosts (a coordinator address, SLURM)"
 PROCESSES = "two processes of 4 forced CPU devices each, a minute"
 GGUF = "needs a real .gguf file, which a clone does not hold"
+SERVES = "downloads a model from the hub and serves it until stopped"
 TRANSCRIPT = "a transcript's record of the machine's load while it measured"
 
 NOT_RUN = {
@@ -225,6 +226,11 @@ NOT_RUN = {
     "rank=8,targets=all-linear --quantize int8 --max-len 512 --batch-size 8 --steps 300 --merge "
     "--out runs/smol-chat": READERS,
     'zoo chat runs/smol-chat --system "You are a concise assistant."': RUN_DIR,
+    # docs/serve.md
+    "pip install -e '.[serve]'": "installs into the environment; .ci/run installs it",
+    "zoo serve runs/smol-chat --port 8000": RUN_DIR,
+    "zoo serve hf:HuggingFaceTB/SmolLM2-135M-Instruct --port 8000 --max-batch 16": SERVES,
+    "zoo serve runs/smol-chat --host 0.0.0.0 --port 8000 --api-key my-key": RUN_DIR,
     "zoo export runs/smol-chat --hf runs/smol-chat-hf": RUN_DIR,
     "zoo export runs/smol-chat --hf runs/smol-chat-hf --json": RUN_DIR,
     "zoo train classifier --init runs/rt --data json:my_reviews --freeze embeddings,layers:0-0 "
