@@ -152,3 +152,20 @@ def test_steady_serving_compiles_nothing_new(engine):
     for generation in [engine.submit(prompt(m), max_tokens=3) for m in ("x", "yy", "zzz")]:
         tokens(generation)
     assert len(engine.programs.compiles) == count
+
+
+def test_a_failed_step_fails_its_requests_and_the_engine_serves_on(engine, monkeypatch):
+    expected = tokens(engine.submit(prompt("abc"), max_tokens=4))
+    decode = engine.programs.decode
+    calls = []
+
+    def failing_once(*args, **named):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("out of memory")
+        return decode(*args, **named)
+
+    monkeypatch.setattr(engine.programs, "decode", failing_once)
+    with pytest.raises(RuntimeError, match="decoding failed: out of memory"):
+        tokens(engine.submit(prompt("abc"), max_tokens=4))
+    assert tokens(engine.submit(prompt("abc"), max_tokens=4)) == expected

@@ -267,6 +267,7 @@ class Engine:
         except Exception as error:  # a request never stops the loop
             log.exception("prefill failed")
             self._finish(request, Finished("error", f"the prompt could not be read: {error}"))
+            self._recover(error)
             return
         settings, numbers = request.sampling, self._sampling
         numbers.temperature[slot] = settings.temperature
@@ -276,6 +277,14 @@ class Engine:
         numbers.steps[slot] = 0
         self._next_tokens[slot] = request.prompt[-1]
         self._slots[slot] = request
+
+    def _recover(self, error: Exception) -> None:
+        """After a failed call the donated cache may be gone: the running requests fail (their
+        keys and values with it) and the cache starts empty; waiting requests go on."""
+        for index, request in enumerate(self._slots):
+            if request is not None:
+                self._free(index, Finished("error", f"decoding failed: {error}"))
+        self.programs.reset()
 
     def _kind(self) -> StepKind:
         running = [request for request in self._slots if request is not None]
@@ -298,8 +307,7 @@ class Engine:
             out = self.programs.decode(self._next_tokens, active, self._sampling, self._kind())
         except Exception as error:  # fail the running requests, keep serving
             log.exception("decode step failed")
-            for index in np.flatnonzero(active).tolist():
-                self._free(index, Finished("error", f"decoding failed: {error}"))
+            self._recover(error)
             return
         self._sampling.steps[active] += 1
         for slot, request in enumerate(self._slots):

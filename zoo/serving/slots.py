@@ -138,16 +138,21 @@ class Programs:
     def __init__(self, model: GPT, *, slots: int, capacity: int):
         self.model, self.slots, self.capacity = model, slots, capacity
         self.params, self.static = eqx.partition(model, eqx.is_array)
-        one = model.init_cache(capacity)
-        self.caches: KVCache = jax.tree.map(
-            lambda leaf: jnp.zeros((slots, *leaf.shape), leaf.dtype), one
-        )
+        self.caches: KVCache = self._empty()
         # the model's non-array parts are closed over: only its arrays are traced
         self._prefill = jax.jit(functools.partial(_prefill, static=self.static), donate_argnums=1)
         self._decode = jax.jit(
             functools.partial(_decode, static=self.static), donate_argnums=1, static_argnames="kind"
         )
         self.compiles: list[tuple[str, float]] = []  # (what, seconds), in order
+
+    def _empty(self) -> KVCache:
+        one = self.model.init_cache(self.capacity)
+        return jax.tree.map(lambda leaf: jnp.zeros((self.slots, *leaf.shape), leaf.dtype), one)
+
+    def reset(self) -> None:
+        """A fresh, empty cache (after a failed call, whose donated cache may be gone)."""
+        self.caches = self._empty()
 
     def prefill(self, slot: int, prompt: np.ndarray) -> None:
         """Write `prompt`'s keys and values into `slot`; its index points at the last token."""
