@@ -24,7 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from zoo.cli._serve_choices import Choices, Piece, run_all
 from zoo.cli._serve_prompts import PromptError, Prompts
 from zoo.cli._serve_schema import ChatRequest, CompletionRequest, Sampling
-from zoo.serving.engine import Engine, EngineFull
+from zoo.serving.engine import Engine, EngineFull, PromptTooLong
 
 log = logging.getLogger("zoo.serve")
 Body = TypeVar("Body", bound=BaseModel)
@@ -93,7 +93,7 @@ def build_app(served: Served) -> FastAPI:
         body = _parse(ChatRequest, await request.body())
         _check(served, body)
         ask = served.prompts.chat(body)
-        groups = _submit(served, [ask], body.n, request)
+        groups = _submit(served, [ask], body.n)
         return await _answer(request, body, groups, "chat.completion", _chat_choice)
 
     @app.post("/v1/completions")
@@ -101,7 +101,7 @@ def build_app(served: Served) -> FastAPI:
         body = _parse(CompletionRequest, await request.body())
         _check(served, body)
         asks = served.prompts.completions(body)
-        groups = _submit(served, asks, body.n, request)
+        groups = _submit(served, asks, body.n)
         return await _answer(request, body, groups, "text_completion", _text_choice)
 
     return app
@@ -182,7 +182,7 @@ def _check(served: Served, body: Sampling) -> None:
         raise APIError(400, f"{field} is not supported by zoo serve: leave it out", param=field)
 
 
-def _submit(served: Served, asks, n: int, request: Request) -> list[Choices]:
+def _submit(served: Served, asks, n: int) -> list[Choices]:
     groups: list[Choices] = []
     try:
         for number, ask in enumerate(asks):
@@ -190,10 +190,10 @@ def _submit(served: Served, asks, n: int, request: Request) -> list[Choices]:
     except EngineFull as error:
         _cancel(groups)
         raise APIError(429, str(error), kind="rate_limit_error") from None
-    except ValueError as error:  # the prompt does not fit, bad ids
+    except ValueError as error:  # the prompt and max_tokens do not fit, or bad numbers
         _cancel(groups)
-        raise APIError(400, str(error), param="max_tokens") from None
-    request.state.groups = groups
+        param = "max_tokens" if isinstance(error, PromptTooLong) else None
+        raise APIError(400, str(error), param=param) from None
     return groups
 
 
