@@ -90,6 +90,17 @@ def client(servers):
     return OpenAI(base_url=servers[1], api_key="unused", max_retries=0, timeout=120)
 
 
+def slow_down(monkeypatch, engine) -> None:
+    """Make each decode step take 20 ms more, so a client leaves while its request runs."""
+    decode = engine.programs.decode
+
+    def slow_decode(*args, **named):
+        time.sleep(0.02)
+        return decode(*args, **named)
+
+    monkeypatch.setattr(engine.programs, "decode", slow_decode)
+
+
 def ask(client, text: str, **options):
     return client.chat.completions.create(
         model=MODEL_ID, messages=chat_of(text), temperature=0, **options
@@ -202,7 +213,9 @@ def test_a_full_queue_is_answered_429(client, servers):
             generation.cancel()
 
 
-def test_concurrent_streams_each_get_their_own_reply_and_leavers_free_their_slots(client, servers):
+def test_concurrent_streams_each_get_their_own_reply_and_leavers_free_their_slots(
+    client, servers, monkeypatch
+):
     lengths = [12, 3, 9, 12, 5, 12, 7, 10]
     texts = [MESSAGES[i % len(MESSAGES)] for i in range(len(lengths))]
     alone = [ask(client, t, max_tokens=n).choices[0].message.content
@@ -222,6 +235,7 @@ def test_concurrent_streams_each_get_their_own_reply_and_leavers_free_their_slot
         stream.close()
 
     engine = servers[0]
+    slow_down(monkeypatch, engine)  # the leavers leave long before their 60 tokens
     cancelled = engine.finished["cancelled"]
     with ThreadPoolExecutor(4) as pool:
         list(pool.map(leave_early, range(4)))
@@ -304,3 +318,18 @@ def test_tools_reach_a_template_that_writes_them_and_are_refused_by_one_that_doe
     assert "weather" not in TOKENIZER.decode(prompts.chat(unused).prompt)
     with pytest.raises(openai.BadRequestError, match="cannot be rendered"):
         ask(client, "hi", max_tokens=2, tools=TOOLS)  # zoo's default template has no tools
+
+
+def test_a_client_that_leaves_before_a_whole_answer_frees_its_slot(client, servers, monkeypatch):
+    import httpx
+
+    engine, url = servers[0], servers[1]
+    slow_down(monkeypatch, engine)  # 70 steps take over a second, whatever the machine
+    cancelled = engine.finished["cancelled"]
+    body = {"model": MODEL_ID, "messages": chat_of("hello"), "max_tokens": 70, "temperature": 0}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{url}/chat/completions", json=body, timeout=httpx.Timeout(30, read=0.3))
+    deadline = time.monotonic() + 60
+    while engine.finished["cancelled"] == cancelled and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert engine.finished["cancelled"] == cancelled + 1, dict(engine.finished)

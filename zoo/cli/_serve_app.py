@@ -224,16 +224,20 @@ async def _answer(request: Request, body: Sampling, groups, kind: str, shape) ->
 
 
 async def _watched(request: Request, pieces: AsyncIterator[Piece]) -> AsyncIterator[Piece]:
-    """`pieces`, ending early (cancelling the choices) when the client goes away."""
+    """`pieces`, ending early (cancelling the choices) when the client goes away: checked at
+    least every `DISCONNECT_POLL_S`, whether pieces keep coming or not."""
     task: asyncio.Task | None = None
     iterator = pieces.__aiter__()
+    checked = time.monotonic()
     while True:
         task = task or asyncio.ensure_future(iterator.__anext__())
         done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
-        if not done:
+        if time.monotonic() - checked >= DISCONNECT_POLL_S:
+            checked = time.monotonic()
             if await request.is_disconnected():
                 task.cancel()
                 raise APIError(499, "the client closed the connection")
+        if not done:
             continue
         try:
             piece = task.result()
