@@ -30,6 +30,7 @@ FLOORS = {
     "tasks": 3,
     "inspection": 3,
     "decoding": 3,
+    "serving": 4,
     "serialize": 4,
     "interop": 4,
     "train": 5,

@@ -29,7 +29,7 @@ def test_pip_install_names_the_distribution_and_the_extra():
 def test_every_extra_the_code_asks_for_exists():
     sources = "\n".join(path.read_text() for path in (ROOT / "zoo").rglob("*.py"))
     asked = set(re.findall(r"pip_install\(['\"](\w+)['\"]\)", sources))
-    assert asked == {"hf", "plot", "bleu", "bench", "distributed", "chat", "gguf"}
+    assert asked == {"hf", "plot", "bleu", "bench", "distributed", "chat", "gguf", "serve"}
     assert asked <= set(PROJECT["optional-dependencies"])
 
 

@@ -98,6 +98,7 @@ READERS = "reads the reader's own data (READERS_DATA), which a clone does not ho
 HOSTS = "needs several hosts (a coordinator address, SLURM)"
 PROCESSES = "two processes of 4 forced CPU devices each, a minute"
 GGUF = "needs a real .gguf file, which a clone does not hold"
+SERVES = "downloads a model from the hub and serves it until stopped"
 TRANSCRIPT = "a transcript's record of the machine's load while it measured"
 RECIPE = "reads the folder of the line before it; tests/interop/test_moe_recipe.py runs both"
 
@@ -248,6 +249,16 @@ NOT_RUN = {
     "zoo train gpt --init runs/sft-lora --data json:pairs/ --objective dpo --beta 0.1 --lora "
     "rank=8,alpha=16,targets=all-linear --precompute-reference --steps 200 --lr 5e-5 --out "
     "runs/dpo-lora": READERS,
+    # docs/coming-from-trl.md: SFT with LoRA, then DPO with LoRA from it
+    "zoo train gpt --init hf:HuggingFaceTB/SmolLM2-135M-Instruct --data json:chats --lora "
+    "rank=16,alpha=32 --out runs/sft": READERS,
+    "zoo train gpt --init runs/sft --data json:pairs --objective dpo --lora rank=16,alpha=32 "
+    "--out runs/dpo": READERS,
+    # docs/serve.md
+    "pip install -e '.[serve]'": "installs into the environment; .ci/run installs it",
+    "zoo serve runs/smol-chat --port 8000": RUN_DIR,
+    "zoo serve hf:HuggingFaceTB/SmolLM2-135M-Instruct --port 8000 --max-batch 16": SERVES,
+    "zoo serve runs/smol-chat --host 0.0.0.0 --port 8000 --api-key my-key": RUN_DIR,
     "zoo export runs/smol-chat --hf runs/smol-chat-hf": RUN_DIR,
     "zoo export runs/smol-chat --hf runs/smol-chat-hf --json": RUN_DIR,
     "zoo train classifier --init runs/rt --data json:my_reviews --freeze embeddings,layers:0-0 "
