@@ -250,9 +250,9 @@ NOT_RUN = {
     "rank=8,alpha=16,targets=all-linear --precompute-reference --steps 200 --lr 5e-5 --out "
     "runs/dpo-lora": READERS,
     # docs/coming-from-trl.md: SFT with LoRA, then DPO with LoRA from it
-    "zoo train gpt --init hf:HuggingFaceTB/SmolLM2-135M-Instruct --data json:chats --lora "
+    "zoo train gpt --init hf:HuggingFaceTB/SmolLM2-135M-Instruct --data json:my_chats --lora "
     "rank=16,alpha=32 --out runs/sft": READERS,
-    "zoo train gpt --init runs/sft --data json:pairs --objective dpo --lora rank=16,alpha=32 "
+    "zoo train gpt --init runs/sft --data json:pairs/ --objective dpo --lora rank=16,alpha=32 "
     "--out runs/dpo": READERS,
     # docs/serve.md
     "pip install -e '.[serve]'": "installs into the environment; .ci/run installs it",
