@@ -25,6 +25,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 import zoo  # noqa: E402
+from tests.tasks.tiny_llama import tiny_llama  # noqa: E402
 from zoo.tasks import GRPO, GRPOLoss, PromptRows, Rollouts, RolloutSettings  # noqa: E402
 from zoo.tasks.grpo_advantages import advantages, rollout_metrics, weighted_rewards  # noqa: E402
 from zoo.tasks.grpo_rollouts import CompletionText, _logps  # noqa: E402
@@ -55,13 +56,7 @@ def by_text(completions, answer, **_):
 
 
 def llama(seed: int):
-    torch.manual_seed(seed)
-    config = transformers.LlamaConfig(
-        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
-        pad_token_id=0, bos_token_id=1, eos_token_id=2, attention_dropout=0.0,
-    )  # fmt: skip
-    return transformers.LlamaForCausalLM(config).float().eval()
+    return tiny_llama(seed, VOCAB)
 
 
 @pytest.fixture(scope="module")

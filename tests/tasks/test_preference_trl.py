@@ -21,6 +21,7 @@ tokenizers = pytest.importorskip("tokenizers")
 import jax.numpy as jnp  # noqa: E402
 
 import zoo  # noqa: E402
+from tests.tasks.tiny_llama import tiny_llama  # noqa: E402
 from zoo.data.chat.preference import PreferencePair, pair_arrays  # noqa: E402
 from zoo.tasks import Preference, PreferenceLoss  # noqa: E402
 
@@ -35,13 +36,7 @@ METRICS = ("rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/
 
 
 def llama(seed: int):
-    torch.manual_seed(seed)
-    config = transformers.LlamaConfig(
-        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
-        pad_token_id=0, bos_token_id=1, eos_token_id=2, attention_dropout=0.0,
-    )  # fmt: skip
-    return transformers.LlamaForCausalLM(config).float().eval()
+    return tiny_llama(seed, VOCAB)
 
 
 @pytest.fixture(scope="module")
