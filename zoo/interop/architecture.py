@@ -19,6 +19,7 @@ from zoo.interop.files import HFDict
 from zoo.interop.rules import KeyMap, Shape
 from zoo.models import GPT, Classifier, TransformerConfig, Translator
 from zoo.nn.feedforward import FeedForwardSettings
+from zoo.nn.plan import weights_of
 from zoo.records import get_path
 
 logger = logging.getLogger("zoo.interop")
@@ -159,6 +160,18 @@ def refuse_layer_overrides(config: TransformerConfig, target: str) -> None:
             raise UnsupportedExport(
                 f"{target} cannot express this zoo model: {name}.overrides make some layers "
                 "differ, and its config has one setting for every layer"
+            )
+
+
+def refuse_weight_overrides(config: TransformerConfig, target: str) -> None:
+    """Refuse to export a config whose layers differ in more than their call (window and
+    rotary: `zoo.nn.plan.LayerCall`): the families with per-layer kinds set only those."""
+    base = weights_of(config.layers.block)
+    for index, settings in enumerate(config.layers.layers()):
+        if weights_of(settings) != base:
+            raise UnsupportedExport(
+                f"{target} cannot express this zoo model: layer {index} differs from the base "
+                "block beyond its window and rotary positions (layers.overrides)"
             )
 
 

@@ -20,7 +20,10 @@ model's rotary positions, with their HuggingFace form beside the math):
 - `longrope`: each frequency divided by its own factor, from `short_factor` while a call's
   positions stay within `original_max_positions` and from `long_factor` once they pass it,
   with cos and sin multiplied by an attention factor (Phi-3.5, Phi-4-mini). The switch is made
-  per call from the call's largest position (transformers makes it from the batch's).
+  per call from the call's largest position (transformers makes it from the batch's);
+- `yarn`: frequencies whose wavelength fits many times in `original_max_positions` kept, long
+  ones divided by `factor`, a linear ramp between (set by `beta_fast` and `beta_slow`), with
+  cos and sin multiplied by an attention factor (OLMo 3's full layers).
 
 `partial_rotary_factor` < 1 rotates only the first `int(head_dim * factor)` dimensions of each
 head and passes the rest through (Phi-4-mini: 0.75).
@@ -38,7 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
-ROPE_SCALINGS = (None, "linear", "llama3", "longrope")
+ROPE_SCALINGS = (None, "linear", "llama3", "longrope", "yarn")
 # HuggingFace's `rope_type` (or the older `type`) -> zoo's scaling ("su": Phi-3's older name)
 HF_ROPE_TYPES = {
     "default": None,
@@ -46,6 +49,7 @@ HF_ROPE_TYPES = {
     "llama3": "llama3",
     "longrope": "longrope",
     "su": "longrope",
+    "yarn": "yarn",
 }
 
 
@@ -55,19 +59,23 @@ class Rope:
 
     `scaling`: None (plain RoPE), "linear" (every frequency divided by `factor`) or "llama3"
     (Llama 3.1's blend: long wavelengths divided by `factor`, short ones kept, with
-    `low_freq_factor`, `high_freq_factor` and `original_max_positions`). `from_hf` / `to_hf`
+    `low_freq_factor`, `high_freq_factor` and `original_max_positions`), "longrope" or "yarn"
+    (see the module's docstring). `from_hf` / `to_hf`
     read and write HuggingFace's `rope_theta` + `rope_scaling` (or `rope_parameters`).
     """
 
     theta: float = 10000.0  # base: pair i turns by position * theta^(-2i/head_dim)
-    scaling: str | None = None  # None | linear | llama3
-    factor: float = 1.0  # linear and llama3: how much longer the context is stretched
+    scaling: str | None = None  # None | linear | llama3 | longrope | yarn
+    factor: float = 1.0  # how much longer the context is stretched
     low_freq_factor: float = 1.0  # llama3: wavelengths above original / low are scaled
     high_freq_factor: float = 4.0  # llama3: wavelengths below original / high are kept
-    original_max_positions: int = 8192  # llama3, longrope: the context it was trained for
+    original_max_positions: int = 8192  # llama3, longrope, yarn: the context it was trained for
     short_factor: Sequence[float] = ()  # longrope: per-frequency divisors (kept as a tuple)
     long_factor: Sequence[float] = ()  # longrope: per-frequency divisors beyond the original
-    attention_factor: float | None = None  # longrope: cos/sin scale; None: from factor
+    attention_factor: float | None = None  # longrope, yarn: cos/sin scale; None: from factor
+    beta_fast: float = 32.0  # yarn: pairs turning more often than this over the original are kept
+    beta_slow: float = 1.0  # yarn: pairs turning less often than this are divided by factor
+    truncate: bool = True  # yarn: round the ramp's ends outwards to whole pairs
     partial_rotary_factor: float = 1.0  # the fraction of each head that rotates (Phi-4-mini)
 
     def __post_init__(self) -> None:
@@ -106,13 +114,15 @@ class Rope:
 
     @property
     def table_scale(self) -> float:
-        """What cos and sin are multiplied by: longrope's attention factor, else 1."""
-        if self.scaling != "longrope":
+        """What cos and sin are multiplied by: longrope's and yarn's attention factor, else 1."""
+        if self.scaling not in ("longrope", "yarn"):
             return 1.0
         if self.attention_factor is not None:
             return self.attention_factor
         if self.factor <= 1.0:
             return 1.0
+        if self.scaling == "yarn":
+            return 0.1 * math.log(self.factor) + 1.0
         return math.sqrt(1 + math.log(self.factor) / math.log(self.original_max_positions))
 
     def _longrope(self, head_dim: int) -> tuple[np.ndarray, np.ndarray]:
@@ -153,7 +163,30 @@ class Rope:
             return (inv_freq / np.float32(self.factor)).astype(np.float32)
         if self.scaling == "llama3":
             return self._llama3(inv_freq)
+        if self.scaling == "yarn":
+            return self._yarn(inv_freq, dim)
         return inv_freq
+
+    def _yarn(self, inv_freq: np.ndarray, dim: int) -> np.ndarray:
+        """YaRN's blend: pairs below the ramp keep their frequency, pairs above it are divided
+        by `factor`; the ramp runs between the pairs that turn `beta_fast` and `beta_slow`
+        times over the original context."""
+
+        def pair_turning(turns: float) -> float:
+            wavelength = self.original_max_positions / (turns * 2 * math.pi)
+            return dim * math.log(wavelength) / (2 * math.log(self.theta))
+
+        low, high = pair_turning(self.beta_fast), pair_turning(self.beta_slow)
+        if self.truncate:
+            low, high = math.floor(low), math.ceil(high)
+        low, high = max(low, 0), min(high, dim - 1)
+        if low == high:
+            high += 0.001  # a step, not a division by zero
+        pairs = np.arange(dim // 2, dtype=np.float32)
+        ramp = np.clip((pairs - np.float32(low)) / np.float32(high - low), 0, 1)
+        kept = 1 - ramp.astype(np.float32)
+        divided = inv_freq / np.float32(self.factor)
+        return (divided * (1 - kept) + inv_freq * kept).astype(np.float32)
 
     def _llama3(self, inv_freq: np.ndarray) -> np.ndarray:
         original = self.original_max_positions
@@ -194,6 +227,8 @@ class Rope:
                 high_freq_factor=_number(params, "high_freq_factor"),
                 original_max_positions=int(_number(params, "original_max_position_embeddings")),
             )
+        if rope.scaling == "yarn":
+            rope = _yarn_from_hf(rope, params)
         if rope.scaling == "longrope":
             original = int(_number(params, "original_max_position_embeddings"))
             # transformers: the factor defaults to max_position_embeddings / original
@@ -236,10 +271,55 @@ class Rope:
             )
             if self.attention_factor is not None:
                 scaling["attention_factor"] = self.attention_factor
+        if self.scaling == "yarn":
+            scaling.update(
+                original_max_position_embeddings=self.original_max_positions,
+                beta_fast=self.beta_fast,
+                beta_slow=self.beta_slow,
+            )
+            if self.attention_factor is not None:
+                scaling["attention_factor"] = self.attention_factor
+            if not self.truncate:
+                scaling["truncate"] = False
         return self.theta, scaling
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
+
+
+def _yarn_from_hf(rope: Rope, params: Mapping[str, object]) -> Rope:
+    """`rope` with YaRN's parameters from HuggingFace's, defaulted as transformers does: the
+    factor from the model's length over the original, the attention factor from `mscale` and
+    `mscale_all_dim` where both are given, else from the factor (`table_scale`)."""
+    original = int(_number(params, "original_max_position_embeddings"))
+    if params.get("factor") is not None:
+        factor = _number(params, "factor")
+    elif params.get("max_position_embeddings") is not None:
+        factor = _number(params, "max_position_embeddings") / original
+    else:
+        raise ValueError("yarn needs its factor or the model's max_position_embeddings")
+    attention = params.get("attention_factor")
+    mscale, mscale_all_dim = params.get("mscale"), params.get("mscale_all_dim")
+    if attention is None and mscale and mscale_all_dim:
+        attention = _yarn_mscale(factor, _number(params, "mscale")) / _yarn_mscale(
+            factor, _number(params, "mscale_all_dim")
+        )
+    truncate = params.get("truncate", True)
+    if not isinstance(truncate, bool):
+        raise ValueError(f"rope parameter truncate must be true or false, got {truncate!r}")
+    return replace(
+        rope,
+        factor=factor,
+        original_max_positions=original,
+        attention_factor=None if attention is None else _number({"a": attention}, "a"),
+        beta_fast=_number(params, "beta_fast", 32.0, none_is=32.0) or 32.0,
+        beta_slow=_number(params, "beta_slow", 1.0, none_is=1.0) or 1.0,
+        truncate=truncate,
+    )
+
+
+def _yarn_mscale(factor: float, mscale: float) -> float:
+    return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
 
 
 def _number(

@@ -147,6 +147,20 @@ OLMO2: dict[str, object] = {
     "head": LMHead(tie=False),
 }
 
+# OLMo 3: OLMo 2 with three sliding-window layers to one full layer; the full layers' rotary
+# alone is stretched (YaRN on the published sizes)
+OLMO3: dict[str, object] = {
+    **OLMO2,
+    "attention.window": 4096,
+    "layers.overrides": (LayerOverride(changes={"attention.window": None}, start=3, step=4),),
+}
+
+# SmolLM3: Llama with no rotary positions on every fourth layer (NoPE layers)
+SMOLLM3: dict[str, object] = {
+    "attention.rope": Rope(theta=5_000_000.0),
+    "layers.overrides": (LayerOverride(changes={"attention.rope": None}, start=3, step=4),),
+}
+
 # Phi-3 / Phi-3.5 / Phi-4-mini: Llama's parts (the checkpoint fuses q/k/v and gate/up)
 PHI3: dict[str, object] = {"head": LMHead(tie=False), "pad_id": None}
 

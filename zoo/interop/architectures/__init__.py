@@ -22,8 +22,10 @@ from zoo.interop.architectures.marian import Marian
 from zoo.interop.architectures.modernbert import MODERNBERT
 from zoo.interop.architectures.moe import MOE_FAMILIES, moe_family_for
 from zoo.interop.architectures.olmo2 import OLMO2
+from zoo.interop.architectures.olmo3 import OLMO3
 from zoo.interop.architectures.phi3 import PHI3
 from zoo.interop.architectures.roberta import Roberta, XLMRoberta
+from zoo.interop.architectures.smollm3 import SMOLLM3
 from zoo.interop.architectures.t5 import MT5, REFUSED_MODEL_TYPES, T5
 from zoo.models import ClassifierConfig, GPTConfig, TransformerConfig, TranslatorConfig, flavor_of
 
@@ -35,7 +37,7 @@ ARCHITECTURES.update({a.model_type: a for a in MOE_FAMILIES})  # mixtures of exp
 # the encoder families beside BERT
 ARCHITECTURES.update({a.model_type: a for a in (Roberta(), XLMRoberta(), DistilBert(), MODERNBERT)})
 # decoders whose parts go beyond Llama's
-ARCHITECTURES.update({a.model_type: a for a in (*GEMMA_FAMILIES, OLMO2, PHI3)})
+ARCHITECTURES.update({a.model_type: a for a in (*GEMMA_FAMILIES, OLMO2, OLMO3, PHI3, SMOLLM3)})
 
 
 def architecture_of(config: Mapping[str, object]) -> Architecture:
@@ -60,8 +62,10 @@ def architecture_for(model: eqx.Module | TransformerConfig) -> Architecture:
     """The architecture a zoo model (or config) exports to.
 
     A GPT with Gemma's `1 + weight` norms exports to Gemma 3 (with QK-norm) or Gemma 2, one
-    with norms on the sub-layer outputs only to OLMo 2, one with LongRoPE or partial rotary to
-    Phi-3 (its fused projections). Another GPT with rotary positions is a
+    with norms on the sub-layer outputs only to OLMo 3 (when some layer has a window or the
+    layers differ) or OLMo 2, one with LongRoPE or partial rotary to Phi-3 (its fused
+    projections), one with layers without rotary among rotary ones to SmolLM3. Another GPT
+    with rotary positions is a
     Llama-style decoder: it exports to the simplest of Llama, Mistral, Qwen2 and Qwen3 that
     expresses its parts; other GPTs export to GPT-2. A classifier
     with RoBERTa's position offset exports to RoBERTa (XLM-R checkpoints too: the same network),
@@ -91,12 +95,16 @@ def _decoder_architecture(config: GPTConfig) -> Architecture:
     rope = block.attention.rope
     if block.norm.weight_offset == 1.0:
         return gemma_family_for(config)
+    layers = config.layers.layers()
     if block.output_norm and not block.norm_first:
-        return OLMO2
+        windowed = any(s.attention.window is not None for s in layers)
+        return OLMO3 if windowed or config.layers.overrides else OLMO2
     if rope is not None and (rope.scaling == "longrope" or rope.partial_rotary_factor < 1.0):
         return PHI3
     if config.experts() is not None:
         return moe_family_for(config)
+    if rope is not None and any(s.attention.rope is None for s in layers):
+        return SMOLLM3
     if rope is not None:
         return decoder_family_for(config)
     return ARCHITECTURES["gpt2"]

@@ -91,6 +91,7 @@ class LlamaFamily(Architecture[GPTConfig]):
     zoo_base = LLAMA
     qkv_bias_always = False  # Qwen2: q/k/v biases whatever the config says, no output bias
     has_attention_bias_option = True  # config.json `attention_bias` (Llama, Qwen3)
+    has_mlp_bias_option = False  # config.json `mlp_bias` (Llama, SmolLM3)
     has_qk_norm = False  # Qwen3
     qk_norm_scope = "head"  # each head's queries and keys (Qwen3); OLMo 2: all heads at once
     window_option = "none"  # none | mistral (`sliding_window`) | qwen (`use_sliding_window`)
@@ -280,7 +281,7 @@ class LlamaFamily(Architecture[GPTConfig]):
         )
         if self.has_attention_bias_option:
             out["attention_bias"] = bool(qkv_bias)
-        if self.name == "llama":
+        if self.has_mlp_bias_option:
             out["mlp_bias"] = bool(mlp_bias)
         elif mlp_bias:
             raise UnsupportedExport(
@@ -351,6 +352,7 @@ class Llama(LlamaFamily):
     loads = ("LlamaForCausalLM", "LlamaModel")
     export_class = "LlamaForCausalLM"
     config_class = "LlamaConfig"
+    has_mlp_bias_option = True
 
 
 class Mistral(LlamaFamily):
