@@ -1,7 +1,8 @@
 """Each decoder family's user path on the command line: a tiny hub-shaped folder written by
 transformers' `save_pretrained` exported again with `zoo export FOLDER --hf OUT`, and (Phi, whose
 LongRoPE switches factors past its original context) `zoo train gpt --init FOLDER` then
-`zoo export RUN --hf OUT`; transformers loads OUT as the family's class and gives zoo's logits.
+`zoo export RUN --hf OUT`, and (SmolLM3, OLMo 3) `zoo train gpt --preset X-tiny` then the same
+export; transformers loads OUT as the family's class and gives zoo's logits.
 The tiny presets' parameter counts equal transformers' for the same shapes."""
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ FAMILIES = {
     "gemma-2-tiny": "Gemma2ForCausalLM",
     "phi-3-tiny": "Phi3ForCausalLM",
     "olmo-2-tiny": "Olmo2ForCausalLM",
+    "olmo3-tiny": "Olmo3ForCausalLM",
+    "smollm3-tiny": "SmolLM3ForCausalLM",
 }
 CHATS = [
     [{"role": "user", "content": "Hello, how are you?"},
@@ -92,6 +95,17 @@ def test_init_train_export_gives_transformers_the_runs_logits(tokenizer, tmp_pat
     model, _ = load_with_tokenizer(run)
     assert not np.allclose(model.head.weight, zoo.from_pretrained(start).head.weight)  # trained
     logits_agree(model, out)
+
+
+@pytest.mark.parametrize("preset", ["smollm3-tiny", "olmo3-tiny"])
+def test_a_tiny_preset_trains_and_exports_to_its_family(preset, tmp_path, capsys):
+    run, out = tmp_path / "run", tmp_path / "out"
+    train = ["train", "gpt", "--preset", preset, "--data", "synthetic:addition", "--steps", "2",
+             "--batch-size", "4", "--out", str(run), "--no-progress", "--json"]  # fmt: skip
+    assert main(train) == 0
+    assert main(["export", str(run), "--hf", str(out), "--no-tokenizer"]) == 0
+    assert f"wrote {FAMILIES[preset]}" in capsys.readouterr().out
+    logits_agree(zoo.load(run), out)
 
 
 @pytest.mark.parametrize("preset", list(FAMILIES))

@@ -250,3 +250,45 @@ def test_left_padding_gets_the_positions_of_the_unpadded_sequence():
     plain = model(tokens)
     left = model(jnp.array([0, 0, 5, 9, 3, 12]), jnp.array([False, False, True, True, True, True]))
     np.testing.assert_allclose(left[2:], plain, atol=1e-5)
+
+
+def test_yarn_scaling_by_hand():
+    # head_dim 8, theta 10000: frequencies 1, 0.1, 0.01, 0.001. Over 1000 original positions
+    # the pair turning 32 times sits at 0.70 (floor 0), the one turning once at 2.20 (ceil 3):
+    # pair 0 kept, pair 3 divided by 4, pairs 1 and 2 blended along the ramp between.
+    rope = Rope(theta=10000.0, scaling="yarn", factor=4.0, original_max_positions=1000)
+    kept = np.array([1.0, 2 / 3, 1 / 3, 0.0])
+    plain = np.array([1.0, 0.1, 0.01, 0.001])
+    expected = plain * kept + plain / 4.0 * (1 - kept)
+    np.testing.assert_allclose(rope.inverse_frequencies(8), expected, rtol=1e-5)
+    assert rope.table_scale == pytest.approx(0.1 * math.log(4.0) + 1.0)
+    assert Rope(scaling="yarn", factor=4.0, attention_factor=1.5).table_scale == 1.5
+
+
+@pytest.mark.hf
+@pytest.mark.parametrize(
+    "extra", [{"attention_factor": 1.2079441541679836}, {"truncate": False}, {}]
+)
+def test_yarn_frequencies_and_attention_factor_equal_transformers(extra):
+    transformers = pytest.importorskip("transformers")
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    scaling = dict(
+        rope_type="yarn",
+        factor=8.0,
+        original_max_position_embeddings=8192,
+        beta_fast=32.0,
+        beta_slow=1.0,
+        **extra,
+    )
+    config = transformers.LlamaConfig(
+        hidden_size=512,
+        num_attention_heads=4,
+        max_position_embeddings=65536,
+        rope_parameters=dict(scaling, rope_theta=500000.0),
+    )
+    theirs, attention_factor = ROPE_INIT_FUNCTIONS["yarn"](config, "cpu")
+    rope = Rope.from_hf({"rope_theta": 500000.0, **scaling})
+    np.testing.assert_allclose(rope.inverse_frequencies(128), theirs.numpy(), rtol=1e-6)
+    assert rope.table_scale == pytest.approx(attention_factor)
+    assert rope.to_hf() == (500000.0, scaling)  # and back, as transformers writes it
