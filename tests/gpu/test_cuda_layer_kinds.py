@@ -87,3 +87,20 @@ def test_soft_capped_attention_runs_the_explicit_softmax_and_says_so(caplog):
     )
     text = cuda_text(lambda m, t: jax.vmap(m)(t), uncapped, tokens(uncapped.config.vocab_size))
     assert {call.sliding_window for call in fused_calls(text)} == {0, 8}
+
+
+@pytest.mark.parametrize(
+    ("preset", "windows"), [("olmo3-tiny", [0, 8, 8, 8]), ("smollm3-tiny", [0, 0, 0, 0])]
+)
+def test_olmo3_and_smollm3_layers_reach_cudnn_with_their_windows(preset, windows, caplog):
+    """OLMo 3's sliding layers get cuDNN's window and its full layer (its own YaRN rotary) none;
+    SmolLM3's NoPE layer runs the same fused call as its rotary ones: one per layer."""
+    model = cast_floating(
+        zoo.create(preset, key=jax.random.key(0), layer_loop="unroll", pad_id=None),
+        jnp.bfloat16,
+    )
+    with caplog.at_level(logging.WARNING, logger="zoo.nn"):
+        text = cuda_text(lambda m, t: jax.vmap(m)(t), model, tokens(model.config.vocab_size))
+    calls = fused_calls(text)
+    assert sorted(call.sliding_window for call in calls if not call.backward) == windows
+    assert not caplog.records, [record.getMessage() for record in caplog.records]
