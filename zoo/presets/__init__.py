@@ -1,8 +1,8 @@
 """Named model configurations: `zoo.create("gpt2", key=...)`.
 
 Tiny presets are for tests and the demo; the others reproduce published shapes. Each is a
-family of base parts (`zoo.presets.parts`) at a shape: `decoders`, `moe`, `encoders` and
-`translators` list them.
+family of base parts (`zoo.presets.parts`) at a shape: `decoders`, `layer_kinds`, `moe`,
+`encoders` and `translators` list them.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import jax
 from jaxtyping import PRNGKeyArray
 
 from zoo.models import FLAVORS, TransformerConfig
-from zoo.presets import decoders, encoders, moe, translators
+from zoo.presets import decoders, encoders, layer_kinds, moe, translators
 
 
 @dataclass(frozen=True)
@@ -90,6 +90,6 @@ def param_count(name: str, **overrides: object) -> int:
     return count_params(abstract(name, **overrides))
 
 
-for _family in (decoders, moe, encoders, translators):
+for _family in (decoders, layer_kinds, moe, encoders, translators):
     for _name, (_config, _description) in _family.presets().items():
         register(_name, _config, _description)
