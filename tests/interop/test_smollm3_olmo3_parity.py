@@ -1,7 +1,7 @@
 """SmolLM3 and OLMo 3 <-> zoo.GPT parity with transformers.
 
 Tiny random models of each: SmolLM3 with a NoPE layer every fourth (its default), SmolLM3 with
-sliding windows on its NoPE layers, and OLMo 3 with three sliding layers to one full one whose
+sliding windows on its NoPE layers (and biases on its projections), and OLMo 3 with three sliding layers to one full one whose
 rotary alone is stretched by YaRN (past 4 positions, so 8 tokens reach it). Logits on a padded
 batch, cached decoding, greedy generation, export both ways, the hub's spelling of config.json,
 refusals by name, and the published presets' parameter counts.
@@ -56,6 +56,8 @@ VARIANTS = {
         architectures=["SmolLM3ForCausalLM"],
         tie_word_embeddings=False,
         no_rope_layer_interval=2,  # NoPE on layers 1 and 3, which slide
+        attention_bias=True,
+        mlp_bias=True,
         use_sliding_window=True,
         sliding_window=3,
     ),
