@@ -1,8 +1,8 @@
 """The reward-model loss and metrics equal TRL's `RewardTrainer` on a tiny Llama score model.
 
 TRL's numbers come from `RewardTrainer.compute_loss` on a `LlamaForSequenceClassification`
-(one label) called with the same ids; zoo's model is the same Llama read with
-`zoo.from_pretrained`, given the same score weights (`zoo.models.with_score_head`).
+(one label) called with the same ids; zoo's model is that checkpoint read by `zoo.from_pretrained`
+(a GPT with a score head).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import jax.numpy as jnp  # noqa: E402
 import zoo  # noqa: E402
 from tests.tasks.tiny_llama import tiny_llama  # noqa: E402
 from zoo.data.chat.preference import PreferencePair, pair_arrays  # noqa: E402
-from zoo.models import with_score_head  # noqa: E402
+from zoo.interop.export import save_hf  # noqa: E402
 from zoo.tasks import RewardModeling  # noqa: E402
 
 VOCAB = 48
@@ -37,20 +37,19 @@ MARGINS = np.array([0.5, 0.0, -0.25], np.float32)
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    """(torch LlamaForSequenceClassification, the same model in zoo)."""
+    """(torch LlamaForSequenceClassification, the same model read by zoo.from_pretrained)."""
     causal = tiny_llama(0, VOCAB)
-    folder = tmp_path_factory.mktemp("llama")
-    causal.save_pretrained(folder)
-    config = transformers.LlamaConfig.from_pretrained(folder, num_labels=1)
     torch.manual_seed(1)
-    scorer = transformers.LlamaForSequenceClassification(config).float().eval()
+    scorer = transformers.LlamaForSequenceClassification(
+        transformers.LlamaConfig(**{**causal.config.to_dict(), "num_labels": 1})
+    )
+    scorer = scorer.float().eval()
     scorer.model.load_state_dict(causal.model.state_dict())
     with torch.no_grad():  # a score head big enough that the rewards differ clearly
         scorer.score.weight.normal_(0.0, 1.0)
-    model = with_score_head(zoo.from_pretrained(folder))
-    weight = jnp.asarray(scorer.score.weight.detach().numpy())
-    model = eqx.tree_at(lambda m: m.score.weight, model, weight)
-    return scorer, model
+    folder = tmp_path_factory.mktemp("scorer")
+    scorer.save_pretrained(folder)
+    return scorer, zoo.from_pretrained(folder)
 
 
 def _tokenizer():
@@ -130,8 +129,9 @@ def test_reward_gradient_equals_trl(models):
     np.testing.assert_allclose(ours[0] if ours.ndim == 3 else ours, query, rtol=1e-4, atol=1e-6)
 
 
-def test_scores_equal_llama_for_sequence_classification(models):
-    """The score of the last real token, on right-padded rows, as transformers reads it."""
+def test_scores_equal_llama_for_sequence_classification(models, tmp_path):
+    """The score of the last real token, on right-padded rows, as transformers reads it; and
+    the model exported back to HF is a `LlamaForSequenceClassification` with the same scores."""
     scorer, model = models
     batch = pair_arrays(PAIRS, pad_id=0, positions=False)
     tokens = np.concatenate([batch["tokens"][:, 0], batch["tokens"][:, 1]])
@@ -139,3 +139,11 @@ def test_scores_equal_llama_for_sequence_classification(models):
         expected = scorer(torch.tensor(tokens, dtype=torch.long)).logits.numpy()
     ours = jax.vmap(lambda row: model.scores_and_router(row).output)(jnp.asarray(tokens))
     np.testing.assert_allclose(np.asarray(ours), expected, rtol=1e-5, atol=1e-5)
+
+    folder = tmp_path / "exported"
+    save_hf(model, folder)
+    exported = transformers.AutoModelForSequenceClassification.from_pretrained(folder).eval()
+    assert type(exported).__name__ == "LlamaForSequenceClassification"
+    with torch.no_grad():
+        again = exported(torch.tensor(tokens, dtype=torch.long)).logits.numpy()
+    np.testing.assert_allclose(again, expected, rtol=1e-5, atol=1e-6)
