@@ -104,3 +104,18 @@ def test_wrong_models_and_batches_are_refused(scorer):
         task.check_batch({**batch, "margin": jnp.array([0.0, jnp.nan])}, scorer)
     with pytest.raises(ValueError, match="center_rewards"):
         RewardModeling(center_rewards=-1.0)
+
+
+def test_a_score_head_the_export_cannot_write_is_refused():
+    """GPT-2 has no sequence-classification mapping: the score head is not dropped silently."""
+    from zoo.interop import UnsupportedExport
+    from zoo.interop.export import to_state_dict
+
+    model = zoo.create("gpt-tiny", key=jax.random.key(0), vocab_size=32, max_positions=16)
+    with pytest.raises(UnsupportedExport, match="head.scores=1"):
+        to_state_dict(with_score_head(model))
+    arrays, config = to_state_dict(with_score_head(zoo.create(
+        "llama-tiny", key=jax.random.key(0), vocab_size=32, max_positions=16)))  # fmt: skip
+    assert config["architectures"] == ["LlamaForSequenceClassification"]
+    assert config["num_labels"] == 1 and arrays["score.weight"].shape[0] == 1
+    assert "lm_head.weight" not in arrays

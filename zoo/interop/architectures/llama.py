@@ -87,6 +87,7 @@ class LlamaFamily(Architecture[GPTConfig]):
     """What the four decoder families share; subclasses set names and their switches."""
 
     prefix = "model."
+    exports_scores = False  # a score head exports to `*ForSequenceClassification`
     zoo_config_class = GPTConfig
     zoo_base = LLAMA
     qkv_bias_always = False  # Qwen2: q/k/v biases whatever the config says, no output bias
@@ -369,7 +370,8 @@ class LlamaFamily(Architecture[GPTConfig]):
 class Llama(LlamaFamily):
     name = "llama"
     model_type = "llama"
-    loads = ("LlamaForCausalLM", "LlamaModel", "LlamaForSequenceClassification")
+    exports_scores = True
+    loads: tuple[str, ...] = ("LlamaForCausalLM", "LlamaModel", "LlamaForSequenceClassification")
     export_class = "LlamaForCausalLM"
     config_class = "LlamaConfig"
 
@@ -377,7 +379,12 @@ class Llama(LlamaFamily):
 class Mistral(LlamaFamily):
     name = "mistral"
     model_type = "mistral"
-    loads = ("MistralForCausalLM", "MistralModel", "MistralForSequenceClassification")
+    exports_scores = True
+    loads: tuple[str, ...] = (
+        "MistralForCausalLM",
+        "MistralModel",
+        "MistralForSequenceClassification",
+    )
     export_class = "MistralForCausalLM"
     config_class = "MistralConfig"
     has_attention_bias_option = False
@@ -393,7 +400,8 @@ class Mistral(LlamaFamily):
 class Qwen2(LlamaFamily):
     name = "qwen2"
     model_type = "qwen2"
-    loads = ("Qwen2ForCausalLM", "Qwen2Model", "Qwen2ForSequenceClassification")
+    exports_scores = True
+    loads: tuple[str, ...] = ("Qwen2ForCausalLM", "Qwen2Model", "Qwen2ForSequenceClassification")
     export_class = "Qwen2ForCausalLM"
     config_class = "Qwen2Config"
     zoo_base = with_parts(LLAMA, QWEN2)
@@ -417,7 +425,7 @@ class Qwen2(LlamaFamily):
 class Qwen3(Qwen2):
     name = "qwen3"
     model_type = "qwen3"
-    loads = ("Qwen3ForCausalLM", "Qwen3Model", "Qwen3ForSequenceClassification")
+    loads: tuple[str, ...] = ("Qwen3ForCausalLM", "Qwen3Model", "Qwen3ForSequenceClassification")
     export_class = "Qwen3ForCausalLM"
     config_class = "Qwen3Config"
     zoo_base = with_parts(LLAMA, QWEN3)
