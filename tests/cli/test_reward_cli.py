@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 import zoo
@@ -14,7 +15,8 @@ from tests.cli.test_preference_cli import rows, sums
 from zoo.cli import main
 from zoo.data.chat.preference import PreferenceDataConfig, preference_data
 from zoo.data.tokenizers.base import load_tokenizer
-from zoo.tasks import RewardModeling
+from zoo.tasks import RewardModeling, pair_rewards
+from zoo.tasks.reward_scores import model_reward
 
 ARGS = ["--tokenizer", "char", "--objective", "reward", "--batch-size", "8", "--lr", "3e-3",
         "--warmup", "1", "--log-every", "5", "--no-progress", "--json"]  # fmt: skip
@@ -52,6 +54,24 @@ def test_a_gpt_reward_model_learns_and_loads_with_its_score_head(tmp_path, pairs
     assert float(metrics["accuracy"]) == pytest.approx(final["metric"])
     assert float(metrics["margin"]) == pytest.approx(final["metrics"]["margin"], rel=1e-4)
     assert float(loss) == pytest.approx(final["loss"], rel=1e-4)
+
+    # as a GRPO reward: each completion scored as the pairs were in training
+    reward = model_reward(model, load_tokenizer(out), batch_size=4)
+    rewards, _ = pair_rewards(model, batch)
+    given = reward(
+        prompts=[row["prompt"] for row in held] * 2,
+        completions=[row["chosen"] for row in held] + [row["rejected"] for row in held],
+    )
+    np.testing.assert_allclose(given, np.asarray(rewards).T.ravel(), rtol=1e-5, atol=1e-6)
+    grpo = tmp_path / "grpo"
+    write_jsonl(tmp_path / "prompts", "train", [{"prompt": row["prompt"]} for row in held])
+    assert main(["train", "gpt", "--preset", "gpt-tiny", "--tokenizer", "char", "--data",
+                 f"json:{tmp_path / 'prompts'}", "--objective", "grpo", "--reward",
+                 f"model:{out}", "--num-generations", "2", "--batch-size", "4",
+                 "--max-completion-len", "2", "--steps", "1", "--log-every", "1",
+                 "--no-progress", "--json", "--out", str(grpo)]) == 0  # fmt: skip
+    capsys.readouterr()
+    assert "rewards/reward_model/mean" in rows(grpo, "train")[0]["metrics"]
 
 
 def test_a_classifier_reward_model_has_one_class(tmp_path, pairs, capsys):
