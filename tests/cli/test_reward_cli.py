@@ -86,6 +86,20 @@ def test_a_classifier_reward_model_has_one_class(tmp_path, pairs, capsys):
         - rows(out, "train")[-1]["metrics"]["rewards/rejected"], abs=1e-5)  # fmt: skip
 
 
+def test_with_lora_the_score_head_trains_whole(tmp_path, pairs, capsys):
+    """The fresh score head trains beside the adapters: one step and two steps leave it
+    different (the same seed draws the same head)."""
+    heads = []
+    for steps in (1, 2):
+        out = tmp_path / f"run{steps}"
+        command = ["train", "gpt", "--preset", "gpt-tiny", "--data", f"json:{pairs}", *ARGS,
+                   "--lora", "rank=2", "--steps", str(steps), "--out", str(out)]  # fmt: skip
+        assert main(command) == 0
+        heads.append(np.asarray(zoo.load(out).score.weight))
+    capsys.readouterr()
+    assert np.abs(heads[0] - heads[1]).max() > 1e-6
+
+
 @pytest.mark.parametrize(
     ("flags", "message"),
     [

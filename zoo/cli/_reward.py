@@ -63,6 +63,8 @@ def reward_model(built: Built, *, key: PRNGKeyArray) -> Built:
     none (a fresh one, as transformers gives a causal checkpoint); a classifier must have one
     class (the data sets it for a fresh model; an `--init` one is refitted by `build_model`)."""
     model = built.model
+    if isinstance(model, GPT) and model.config.head.scores == 1:  # it trains whole with --lora
+        return dataclasses.replace(built, fresh_parts=(*built.fresh_parts, "score"))
     if isinstance(model, GPT) and model.config.head.scores != 1:
         if model.config.head.scores:
             raise ValueError(
