@@ -55,6 +55,14 @@ def test_a_gpt_reward_model_learns_and_loads_with_its_score_head(tmp_path, pairs
     assert float(metrics["margin"]) == pytest.approx(final["metrics"]["margin"], rel=1e-4)
     assert float(loss) == pytest.approx(final["loss"], rel=1e-4)
 
+    # zoo eval reads the run's centering and reports the same numbers
+    assert main(["eval", str(out), "--data", f"json:{pairs}", "--json", "--no-progress"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["objective"] == "reward" and result["pairs"] == 16
+    assert result["accuracy"] == pytest.approx(final["metric"])
+    assert result["loss"] == pytest.approx(final["loss"], rel=1e-4)
+    assert result["mean_reward"] == pytest.approx(final["metrics"]["mean_reward"], rel=1e-4)
+
     # as a GRPO reward: each completion scored as the pairs were in training
     reward = model_reward(model, load_tokenizer(out), batch_size=4)
     rewards, _ = pair_rewards(model, batch)

@@ -10,13 +10,19 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+from typing import TYPE_CHECKING
 
 from jaxtyping import PRNGKeyArray
 
 from zoo.cli._build import Built
 from zoo.cli._numbers import NON_NEGATIVE
+from zoo.data.tokenizers.base import Tokenizer
 from zoo.models import GPT, Classifier, with_score_head
 from zoo.tasks.reward import RewardModeling
+
+if TYPE_CHECKING:
+    from zoo.data.chat.preference import PreferenceDataConfig
+    from zoo.data.specs import DatasetDicts
 
 OBJECTIVE = "reward"
 # the preference flags a reward model has no use for (it reads no reference and has no β)
@@ -86,3 +92,42 @@ def reward_model(built: Built, *, key: PRNGKeyArray) -> Built:
 def reward_task(center_rewards: float | None) -> RewardModeling:
     """The task of `--objective reward`."""
     return RewardModeling(center_rewards=center_rewards)
+
+
+def is_reward_model(model: object) -> bool:
+    """A model that scores a row with one number: a GPT with a one-output score head, or a
+    classifier with one class."""
+    if isinstance(model, GPT):
+        return model.config.head.scores == 1
+    return isinstance(model, Classifier) and model.config.num_classes == 1
+
+
+def evaluate_reward_pairs(
+    model: GPT | Classifier,
+    tokenizer: Tokenizer,
+    dataset: DatasetDicts,
+    *,
+    config: PreferenceDataConfig,
+    split: str,
+    center_rewards: float | None,
+    progress: bool = False,
+) -> dict[str, object]:
+    """`zoo eval` of a reward model on the pairs of `split` (`config.validation_split`, or
+    those training held out): the loss and `accuracy`, `margin`, `mean_reward`, ..."""
+    from zoo.data.chat.preference import preference_data
+    from zoo.distributed.hosts import is_writer
+    from zoo.progress import Progress
+    from zoo.train.evaluation import evaluate
+    from zoo.train.step import make_eval_step
+
+    data = preference_data(dataset, tokenizer=tokenizer, config=config)
+    if data.validation is None:
+        raise ValueError(f"--split {split}: no preference pairs to evaluate")
+    task = reward_task(center_rewards)
+    shown = Progress(total=len(data.validation), description="zoo eval", unit="batches",
+                     enabled=progress and is_writer())  # fmt: skip
+    with shown:
+        result = evaluate(task, make_eval_step(task), model, data.validation, progress=shown)
+    name = next(name for name in data.counts if name != config.train_split)
+    return {"split": name, "objective": OBJECTIVE, "pairs": result["scored"],
+            "loss": result["loss"], "accuracy": result["metric"], **result["metrics"]}  # fmt: skip
