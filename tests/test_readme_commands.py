@@ -113,6 +113,10 @@ NOT_RUN = {
     "zoo train gpt --init runs/sft --data json:pairs/ --objective dpo --beta 0.1 --steps 200 "
     "--batch-size 8 --lr 5e-6 --out runs/dpo": TRAINS,
     "zoo eval runs/dpo --data json:pairs/ --reference runs/sft": RUN_DIR,
+    "zoo train gpt --init hf:HuggingFaceTB/SmolLM2-135M-Instruct --data json:pairs/ --objective "
+    "reward --lr 1e-5 --batch-size 8 --steps 500 --out runs/rm": TRAINS,
+    "zoo train classifier --preset classifier-tiny --tokenizer char --data json:pairs/ "
+    "--objective reward --steps 200 --out runs/rm-encoder": TRAINS,
     "zoo train gpt --preset gpt-tiny --data json:rt_sft --tokenizer word --steps 300 "
     "--batch-size 16 --lr 2e-3 --max-len 64 --out runs/sft": TRAINS,
     "zoo eval runs/sft --data json:rt_pref --objective simpo": RUN_DIR,

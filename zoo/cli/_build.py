@@ -56,6 +56,7 @@ class Objective:
     whole_word_masking: bool = False  # mlm: every piece of a chosen word is masked
     preference: PreferenceOptions | None = None  # dpo, ipo, ...: the loss and its reference
     grpo: GRPOOptions | None = None  # grpo: the rewards, sampling and loss
+    center_rewards: float | None = None  # reward: TRL's center_rewards_coefficient
 
 
 @dataclass(frozen=True)

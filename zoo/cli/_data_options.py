@@ -55,7 +55,7 @@ class DataOptions:
     template: str | None = None  # chat data: --template, a Jinja chat template file
     messages_column: str | None = None  # chat data: the column of each row's messages
     roles: tuple[tuple[str, str], ...] | None = None  # chat data: --role FROM=TO renames
-    preference: bool = False  # --objective dpo, ...: prompt/chosen/rejected rows (_preference)
+    preference: bool = False  # --objective dpo, ..., reward: prompt/chosen/rejected rows
     prompts: bool = False  # --objective grpo: prompt rows, other columns for the rewards (_grpo)
     # preference rows: bos/eos as TRL's trainer of the objective adds them (special_tokens_for)
     special_tokens: str = "tokenizer"
@@ -80,7 +80,8 @@ class DataOptions:
             if hasattr(args, field.name)
         }
         given["masked_lm"] = getattr(args, "objective", None) == "mlm"
-        given["preference"] = getattr(args, "objective", None) in PREFERENCE_OBJECTIVES
+        given["preference"] = getattr(args, "objective", None) in (*PREFERENCE_OBJECTIVES,
+                                                                    "reward")  # fmt: skip
         given["prompts"] = getattr(args, "objective", None) == "grpo"
         if given["preference"]:
             from zoo.data.chat.preference import special_tokens_for

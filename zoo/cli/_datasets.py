@@ -139,7 +139,9 @@ def dataset_run_data(
 
         pairs = preference_run_data(dataset, flavor, options)
         template = None if pairs.template is None else pairs.template.source
-        return RunData(pairs.train, pairs.validation, pairs.tokenizer, chat_template=template)
+        classes = 1 if flavor == "classifier" else None  # a reward model: one score
+        return RunData(pairs.train, pairs.validation, pairs.tokenizer, classes,
+                       chat_template=template)  # fmt: skip
     if wants_chat(dataset, flavor, options):
         chat = chat_run_data(dataset, options)
         return RunData(chat.train, chat.validation, chat.tokenizer,

@@ -5,7 +5,7 @@ the chat template and its generation prompt); every other column reaches the rew
 `--reward` names a function as `module:function` (TRL's signature, `zoo.tasks.rewards`) or a
 built-in: `numeric:COLUMN` (the last number of the completion equals the column's),
 `exact:COLUMN` (the stripped text equals it), `format:REGEX`, `length:TOKENS` (a penalty past
-TOKENS). The task is `zoo.tasks.GRPO`, its batches `zoo.tasks.Rollouts`.
+TOKENS), `model:PATH` (a trained reward model's score, `zoo.tasks.reward_scores`). The task is `zoo.tasks.GRPO`, its batches `zoo.tasks.Rollouts`.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from zoo.tasks.grpo_rollouts import PromptRows, Rollouts
     from zoo.tasks.rewards import RewardFunction
 
-BUILT_IN = ("numeric", "exact", "format", "length")
+BUILT_IN = ("numeric", "exact", "format", "length", "model")
 DEFAULT_COMPLETION_LEN = 256  # TRL's max_completion_length is 512; a CPU run wants less
 
 
@@ -67,7 +67,8 @@ def add_grpo_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("RL from rewards (gpt --objective grpo)")
     group.add_argument("--reward", action="append", metavar="SPEC",
                        help="module:function (TRL's signature), numeric:COLUMN, exact:COLUMN, "
-                       "format:REGEX or length:TOKENS; repeatable")  # fmt: skip
+                       "format:REGEX, length:TOKENS or model:PATH (a trained reward model); "
+                       "repeatable")  # fmt: skip
     group.add_argument("--reward-weights", metavar="W,W,...", help="one weight per --reward")
     group.add_argument("--num-generations", type=int, help="completions per prompt (8)")
     group.add_argument("--temperature", type=NON_NEGATIVE, help="sampling temperature (1.0)")
@@ -197,7 +198,7 @@ def reward_function(spec: str) -> RewardFunction:
     kind, separator, rest = spec.partition(":")
     if not separator or not rest or not kind:
         raise ValueError(f"--reward {spec!r} is not module:function, numeric:COLUMN, "
-                         "exact:COLUMN, format:REGEX or length:TOKENS")  # fmt: skip
+                         "exact:COLUMN, format:REGEX, length:TOKENS or model:PATH")  # fmt: skip
     if kind in ("numeric", "exact"):
         return rewards.answer_match(rest, numeric=kind == "numeric")
     if kind == "format":
@@ -206,6 +207,8 @@ def reward_function(spec: str) -> RewardFunction:
         if not rest.isdigit() or int(rest) < 1:
             raise ValueError(f"--reward {spec}: length:TOKENS takes a positive number of tokens")
         return rewards.length_penalty(int(rest))
+    if kind == "model":
+        return _reward_model(spec, rest)
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
@@ -216,6 +219,26 @@ def reward_function(spec: str) -> RewardFunction:
     if not callable(function):
         raise ValueError(f"--reward {spec}: module {kind!r} has no function {rest!r}")
     return function
+
+
+def _reward_model(spec: str, path: str) -> RewardFunction:
+    """The reward function of `--reward model:PATH`: a trained reward model (a run of
+    `--objective reward`, or a `*ForSequenceClassification` folder) scoring each completion."""
+    from zoo.cli._load import read_model
+    from zoo.models import GPT, Classifier
+    from zoo.tasks.reward_scores import model_reward
+
+    model, tokenizer = read_model(path, option=f"--reward {spec}:")
+    if tokenizer is None:
+        raise ValueError(f"--reward {spec}: the reward model has no tokenizer files to read "
+                         "the completions with; copy its tokenizer into the folder")  # fmt: skip
+    if not isinstance(model, GPT | Classifier):
+        raise ValueError(f"--reward {spec}: a reward model is a classifier or a gpt with a score "
+                         f"head, not a {type(model).__name__}")  # fmt: skip
+    try:
+        return model_reward(model, tokenizer)
+    except TypeError as error:
+        raise ValueError(f"--reward {spec}: not a reward model: {error}") from None
 
 
 # -- the data: prompt rows -----------------------------------------------------------------------

@@ -80,11 +80,12 @@ def _dropout(text: str, spec: str) -> float:
 
 def trained_prefixes(spec: LoRASpec, flavor: str, fresh: tuple[str, ...] = ()) -> tuple[str, ...]:
     """What trains whole beside the adapters, unless `train=` says: a classifier's head, and
-    the parts started fresh (`fresh`: the pooler of an encoder pretrained with masked LM)."""
+    the parts started fresh (`fresh`: the pooler of an encoder pretrained with masked LM, a
+    reward model's score head, which PEFT trains whole too)."""
     if spec.train is not None:
         return spec.train
     if flavor != "classifier":
-        return ()
+        return tuple(part for part in fresh if part == "score")
     return ("head", *(part for part in fresh if part != "head"))
 
 

@@ -26,6 +26,7 @@ from zoo.cli._grpo import GRPOOptions, grpo_options
 from zoo.cli._lora import LoRASpec, parse_lora
 from zoo.cli._mixing import data_specs
 from zoo.cli._preference import PreferenceOptions, preference_options
+from zoo.cli._reward import check_reward_flags
 from zoo.cli._run_dir import check_out_dir, run_buckets, run_group_by_length, run_loss_positions
 from zoo.distributed.hosts import is_writer
 from zoo.distributed.mesh import as_mesh
@@ -81,6 +82,7 @@ def plan(args: argparse.Namespace) -> TrainPlan:
     args.set = remat_settings(args)
     check_chat_flags(args)
     check_preset(args.flavor, args.preset, args.init, objective=args.objective)
+    check_reward_flags(args)  # --objective reward and its flags
     preference = preference_options(args)  # --objective dpo|... and its flags
     grpo = grpo_options(args)  # --objective grpo and its flags
     mesh = as_mesh(args.mesh) if args.mesh else None  # one that does not fit: before any work
@@ -240,6 +242,7 @@ def _objective(
         whole_word_masking=args.whole_word_masking,
         preference=preference,
         grpo=grpo,
+        center_rewards=getattr(args, "center_rewards_coefficient", None),
     )
 
 

@@ -99,7 +99,7 @@ def preference_options(args: argparse.Namespace) -> PreferenceOptions | None:
     if getattr(args, "precompute_reference", False):
         given.append("precompute_reference")
     if getattr(args, "objective", None) not in PREFERENCE_OBJECTIVES:
-        if getattr(args, "objective", None) == "grpo":  # --beta, --reference, lengths: its own
+        if getattr(args, "objective", None) in ("grpo", "reward"):  # checked by its own module
             return None
         if given:
             flags = ", ".join("--" + name.replace("_", "-") for name in given)
@@ -149,8 +149,8 @@ def preference_run_data(dataset: DatasetDicts, flavor: str, options: DataOptions
     dataset of preference rows (`zoo.data.preference_data`), read with `options`."""
     from zoo.data.chat.preference import preference_data
 
-    if flavor != "gpt":
-        raise ValueError(f"preference pairs train a gpt, not a {flavor}")
+    if flavor == "translator":  # a classifier reads them as a reward model (_reward)
+        raise ValueError("preference pairs train a gpt or a reward model, not a translator")
     if options.streaming:
         raise ValueError("preference data is read into memory: drop --streaming")
     tokenizer = options.tokenizer

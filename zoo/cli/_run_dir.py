@@ -27,7 +27,8 @@ RECORDED = ("flavor", "preset", "init", "data", "seed", "schedule", "lr", "warmu
             "train_on", "pack", "template", "messages_column", "role", "holdout",
             # preference runs: `zoo eval` scores with the run's own loss and reference
             "objective", "beta", "reference", "dpo_label_smoothing", "simpo_gamma",
-            "max_prompt_len", "max_completion_len", "buckets", "loss_positions", "group_by_length")  # fmt: skip
+            "max_prompt_len", "max_completion_len", "buckets", "loss_positions", "group_by_length",
+            "center_rewards_coefficient")  # fmt: skip
 # Options --resume must not change, and why (a record without one, from an older run, is not
 # checked for it).
 FIXED_ON_RESUME = {

@@ -46,6 +46,7 @@ from zoo.cli._datasets import (
 )
 from zoo.cli._load import MODEL_HELP, Model
 from zoo.cli._mesh import add_mesh_option, layout_from_args
+from zoo.cli._reward import evaluate_reward_pairs, is_reward_model
 from zoo.data.batches import Batch, BatchSource
 from zoo.data.tokenizers.base import Tokenizer
 from zoo.models.translator import Translator
@@ -225,6 +226,8 @@ def evaluate(args: argparse.Namespace) -> Result:
     )
     options = from_hf_options(data, flavor)
     dataset = load_dataset(args.data, data, file_split=_file_split(args, record))
+    if is_reward_model(model) and _preference.is_preference_data(dataset, args.split):
+        return _evaluate_rewards(args, model, tokenizer, dataset, record, seed=seed)
     if flavor == "gpt" and _preference.is_preference_data(dataset, args.split):
         return _evaluate_pairs(args, model, tokenizer, dataset, record, seed=seed)
     if wants_chat(dataset, flavor, data, split=args.split if args.split in dataset else "train"):
@@ -288,6 +291,22 @@ def _evaluate_pairs(
                                        config=config, split=args.split,
                                        progress=not args.no_progress)  # fmt: skip
     return {"model": args.model, "flavor": "gpt", "data": args.data, **pairs}
+
+
+def _evaluate_rewards(args, model, tokenizer, dataset, record, *, seed: int) -> Result:
+    """A reward model's metrics on pairs (`zoo.cli._reward.evaluate_reward_pairs`), read with
+    the run's lengths and centering unless the flags say."""
+    from zoo.cli._run_dir import recorded_float, recorded_int
+    from zoo.data.chat.preference import PreferenceDataConfig
+    from zoo.models import flavor_of
+
+    config = PreferenceDataConfig(max_len=args.max_len or recorded_int(record, "max_len"),
+                                  batch_size=args.batch_size, seed=seed, drop_last=False,
+                                  validation_split=args.split if args.split in dataset else None)  # fmt: skip
+    pairs = evaluate_reward_pairs(model, tokenizer, dataset, config=config, split=args.split,
+                                  center_rewards=recorded_float(record, "center_rewards_coefficient"),
+                                  progress=not args.no_progress)  # fmt: skip
+    return {"model": args.model, "flavor": flavor_of(model), "data": args.data, **pairs}
 
 
 def _evaluate_chat(

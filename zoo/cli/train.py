@@ -35,6 +35,7 @@ from zoo.cli._mesh import add_mesh_option
 from zoo.cli._mixing import Datasets
 from zoo.cli._numbers import CLIP_NORM, NON_NEGATIVE, POSITIVE, RATE, SHARE
 from zoo.cli._plan import TrainPlan, fill_defaults, plan, with_epochs
+from zoo.cli._reward import OBJECTIVE, add_reward_options, reward_model, reward_task
 from zoo.cli._run_dir import check_resume, record_run, resumed_tokenizer
 from zoo.cli._samples import with_samples
 from zoo.data.tokenizers.base import Tokenizer
@@ -134,9 +135,10 @@ def register(commands) -> None:
     )
     parser.add_argument(
         "--objective",
-        choices=("classify", "mlm", *_preference.PREFERENCE_OBJECTIVES, "grpo"),
+        choices=("classify", "mlm", "reward", *_preference.PREFERENCE_OBJECTIVES, "grpo"),
         default="classify",
         help="classifier: classify (labels) or mlm (masked-LM pretraining on plain text); "
+        "classifier or gpt: reward (a reward model on prompt/chosen/rejected pairs); "
         "gpt: dpo|ipo|hinge|robust|simpo|orpo on prompt/chosen/rejected pairs, or grpo "
         "(RL from --reward on prompt rows)",
     )
@@ -177,6 +179,7 @@ def register(commands) -> None:
     add_chat_options(parser)
     add_compile_cache_option(parser)
     _preference.add_preference_options(parser)
+    add_reward_options(parser)
     add_grpo_options(parser)
     enable_config_file(parser)
     parser.set_defaults(run=run)
@@ -213,6 +216,8 @@ def execute(plan: TrainPlan) -> int:
         model_key, train_key = jax.random.split(jax.random.key(plan.seed))
         built = build_model(plan.model, plan.data, plan.data_options, model_key,
                             resumed=not fresh, resumed_tokenizer=saved_tokenizer)  # fmt: skip
+        if plan.objective.name == OBJECTIVE:  # one score per row: a score head where none
+            built = reward_model(built, key=jax.random.fold_in(model_key, 1))
         if plan.steps is None:  # --epochs: now that the data's size is known
             plan = with_epochs(plan, len(built.data.train))
             _check_resume(plan, list_checkpoints(plan.out / CHECKPOINTS))
@@ -235,6 +240,8 @@ def execute(plan: TrainPlan) -> int:
                 preference, model, train, evaluation, data.tokenizer,
                 continued=continued, out=plan.out if writes else None,
                 progress=plan.loop.progress)  # fmt: skip
+        elif plan.objective.name == OBJECTIVE:
+            task = reward_task(plan.objective.center_rewards)
         else:
             task = make_task(plan.model.flavor, plan.objective, model, data.tokenizer)
         trainer = Trainer(

@@ -11,7 +11,7 @@ import numpy as np
 
 from zoo.data.tokenizers.base import Tokenizer
 from zoo.files import folder_written_whole, write_text_atomic
-from zoo.interop.architecture import ZooModel
+from zoo.interop.architecture import UnsupportedExport, ZooModel
 from zoo.interop.architectures import architecture_for
 from zoo.interop.architectures.moe import MoEFamily
 from zoo.interop.convert import zoo_to_hf
@@ -34,10 +34,24 @@ def to_state_dict(model: ZooModel, *, full: bool = True) -> tuple[dict[str, np.n
     Needs neither torch nor transformers.
     """
     arch = architecture_for(model)
+    check_score_head(model.config, arch)
     hf_config = arch.hf_config(model.config)
     key_map = arch.key_map(model.config)
     arrays = zoo_to_hf(zoo_state(model), key_map, aliases=full, derived=full)
     return arrays, hf_config
+
+
+def check_score_head(config: object, arch: object) -> None:
+    """Refuse a GPT's score head where its family has no `*ForSequenceClassification` mapped
+    (it would be left out without a word)."""
+    head = getattr(config, "head", None)
+    scores = getattr(head, "scores", 0)
+    if scores and not getattr(arch, "exports_scores", False):
+        raise UnsupportedExport(
+            f"zoo exports a score head (head.scores={scores}) as Llama, Mistral, Qwen2 or Qwen3 "
+            f"*ForSequenceClassification only; this model exports as "
+            f"{getattr(arch, 'export_class', '?')}"
+        )
 
 
 def to_hf(model: ZooModel) -> tuple[dict[str, torch.Tensor], transformers.PretrainedConfig]:

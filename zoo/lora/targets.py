@@ -39,8 +39,9 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "experts": _EXPERTS,  # each routed expert's gate, up and down projections
     "all-linear": ("*",),
 }
-# output layers that "all-linear" leaves alone (train them whole with `train=`)
-OUTPUT_LAYERS = ("head", "output_proj")
+# output layers that "all-linear" leaves alone (train them whole with `train=`); `score` is a
+# GPT's score head (a reward model's)
+OUTPUT_LAYERS = ("head", "output_proj", "score")
 # a mixture of experts' routing (its router, the shared expert's gate): "all-linear" leaves
 # them frozen too (name one to adapt it)
 ROUTING = ("*feed_forward.router", "*feed_forward.shared_gate")

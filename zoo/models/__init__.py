@@ -3,7 +3,7 @@
 from zoo.models.classifier import Classifier, ClassifierConfig
 from zoo.models.common import Routed
 from zoo.models.config import TransformerConfig
-from zoo.models.gpt import GPT, GPTConfig
+from zoo.models.gpt import GPT, GPTConfig, with_score_head
 from zoo.models.translator import Translator, TranslatorConfig, TranslatorState
 
 # flavor name -> (config class, model class)
@@ -34,4 +34,5 @@ __all__ = [
     "TranslatorConfig",
     "TranslatorState",
     "flavor_of",
+    "with_score_head",
 ]

@@ -23,6 +23,7 @@ and `zoo/nn/cache.py` (the KV cache that `prefill` and `extend` fill).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import equinox as eqx
@@ -63,10 +64,18 @@ class LMHead:
 
     tie: bool = True  # the token table transposed (GPT-2); False: a head of its own
     softcap: float | None = None  # logits -> softcap * tanh(logits / softcap) (Gemma 2)
+    # outputs of a score head read at the last real token (HF's ...ForSequenceClassification;
+    # 1 for a reward model); 0: none
+    scores: int = 0
 
     def __post_init__(self) -> None:
         if self.softcap is not None and not self.softcap > 0:
             raise ValueError(f"head softcap must be a positive number or None, got {self.softcap}")
+        if not isinstance(self.scores, int) or isinstance(self.scores, bool) or self.scores < 0:
+            raise ValueError(
+                f"head scores must be a count of score outputs >= 0 (0: no score head), got "
+                f"{self.scores!r}"
+            )
 
 
 def gpt2_plan(num_heads: int = 12, d_ff: int = 3072, num_layers: int = 12) -> LayerPlan:
@@ -134,9 +143,13 @@ class GPT(eqx.Module):
     layers: LayerStack
     final_norm: Norm | None
     head: Linear | None
+    score: Linear | None  # the score head (`LMHead.scores`), None without one
 
     def __init__(self, config: GPTConfig, *, key: PRNGKeyArray):
         embed_key, layers_key, head_key = jax.random.split(key, 3)
+        score_key = jax.random.fold_in(
+            head_key, 1
+        )  # a score head leaves the other draws as they are
         c = config
         self.config = c
         self.embedder = Embedder(
@@ -148,6 +161,8 @@ class GPT(eqx.Module):
         self.head = (
             None if c.head.tie else c.init.linear(c.d_model, c.vocab_size, False, key=head_key)
         )
+        scores = c.head.scores
+        self.score = c.init.linear(c.d_model, scores, False, key=score_key) if scores else None
 
     @property
     def output_head(self) -> VocabHead:
@@ -254,6 +269,29 @@ class GPT(eqx.Module):
         x, extras = self._run(tokens, mask, key=key, segments=segments)
         return routed(self._normed(x), extras)
 
+    def scores_and_router(
+        self,
+        tokens: Int[Array, " seq"],
+        mask: Bool[Array, " seq"] | None = None,
+        *,
+        key: PRNGKeyArray | None = None,
+    ) -> Routed:
+        """The score head's outputs (`Float[Array, "classes"]`) at the last real token (by
+        `mask`, else the last token that is not `pad_id`), as HF's `LlamaForSequenceClassification`
+        reads them, with the routers' statistics: what `zoo.tasks.RewardModeling` trains."""
+        if self.score is None:
+            raise ValueError(
+                "this GPT has no score head: add one with zoo.models.with_score_head(model) (or "
+                "build it with head.scores=1) to score sequences"
+            )
+        features, router = self.features_and_router(tokens, mask, key=key)
+        valid = valid_positions(tokens, self.config.pad_id, mask)
+        positions = jnp.arange(tokens.shape[0])
+        # HF's rule: the rightmost real token; a row with none reads the last position
+        last = tokens.shape[0] - 1 if valid is None else jnp.max(jnp.where(valid, positions, -1))
+        last = jnp.where(last < 0, tokens.shape[0] - 1, last)
+        return Routed(self.score(features[last]), router)
+
     def attention_maps(
         self, tokens: Int[Array, " seq"], mask: Bool[Array, " seq"] | None = None
     ) -> Float[Array, "layers heads seq seq"]:
@@ -314,3 +352,27 @@ class GPT(eqx.Module):
         x, extras = self._run(tokens, None, key=None, cache=cache)
         assert extras.cache is not None
         return self._logits(x), extras.cache.advance(tokens.shape[0])
+
+
+def with_score_head(model: GPT, scores: int = 1, *, key: PRNGKeyArray | None = None) -> GPT:
+    """`model` (its arrays shared, not copied) with a new score head of `scores` outputs, drawn
+    as the config's `init` says, in the dtype of the model's token table: a language model made
+    a reward model, as HF's `AutoModelForSequenceClassification.from_pretrained` does with a
+    causal checkpoint. `key`: the head's draw (default: `jax.random.key(0)`)."""
+    if not isinstance(model, GPT):
+        raise TypeError(f"with_score_head takes a zoo.GPT, got {type(model).__name__}")
+    config = dataclasses.replace(
+        model.config, head=dataclasses.replace(model.config.head, scores=scores)
+    )
+    key = jax.random.key(0) if key is None else key
+    skeleton = eqx.filter_eval_shape(GPT, config, key=key)
+    score = config.init.linear(config.d_model, scores, False, key=key) if scores else None
+    table = model.embedder.token_weight
+    if score is not None and table is not None:
+        score = jax.tree_util.tree_map(lambda array: array.astype(table.dtype), score)
+    return eqx.tree_at(
+        lambda m: (m.embedder, m.layers, m.final_norm, m.head, m.score),
+        skeleton,
+        (model.embedder, model.layers, model.final_norm, model.head, score),
+        is_leaf=lambda node: node is None,
+    )

@@ -7,6 +7,7 @@
 | `Translation(label_smoothing)` | `Translator` | `src`, `tgt` | teacher-forced cross-entropy | token accuracy |
 | `MaskedLanguageModeling(rate)` | `Classifier(masked_lm=True)` | `tokens` | cross-entropy of the masked tokens | their accuracy |
 | `Preference(PreferenceLoss(kind))` | `GPT` | `tokens`, `loss_mask`, `lengths` of (chosen, rejected) pairs | DPO, IPO, hinge, robust, SimPO, ORPO | reward accuracy |
+| `RewardModeling()` | `Classifier` (one class), `GPT` with a score head | `tokens`, `lengths` of (chosen, rejected) pairs (+ `margin`) | Bradley-Terry | pair accuracy |
 | `GRPO(GRPOLoss(kind))` | `GPT` | completions sampled by the model (`Rollouts`), their advantages | GRPO, DAPO, Dr. GRPO, BNPO, GSPO | mean reward |
 
 Losses and metrics skip padding (the model's `pad_id`) and run in float32.
@@ -30,6 +31,7 @@ from zoo.tasks.preference import (
 )
 from zoo.tasks.preference_loss import PreferenceLoss
 from zoo.tasks.preference_reference import precompute_reference, with_reference
+from zoo.tasks.reward import RewardModeling, pair_rewards
 from zoo.tasks.translation import Translation
 
 
@@ -49,6 +51,7 @@ __all__ = [
     "Preference",
     "PreferenceLoss",
     "PromptRows",
+    "RewardModeling",
     "RolloutSettings",
     "Rollouts",
     "Stats",
@@ -59,6 +62,7 @@ __all__ = [
     "answer_logps",
     "for_flavor",
     "mask_tokens",
+    "pair_rewards",
     "precompute_reference",
     "token_losses",
     "with_adapter_values",

@@ -25,6 +25,7 @@ answers, or a prompt that leaves no room for the answer within `max_len`.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -36,10 +37,12 @@ from zoo.data.batches import ArrayBatches, BatchSource
 from zoo.data.chat.files import chat_template_for
 from zoo.data.chat.preference_rows import (
     ANSWERS,
+    MARGIN,
     Parts,
     Turns,
     check_answer,
     preference_format,
+    row_margins,
     row_parts,
     split_prompt,
 )
@@ -100,6 +103,7 @@ class PreferencePair:
     prompt: list[int]
     chosen: list[int]
     rejected: list[int]
+    margin: float | None = None  # the row's `margin` column: how much better chosen is (reward)
 
 
 def special_tokens_for(objective: str) -> str:
@@ -215,6 +219,8 @@ def pair_arrays(
             mask[row, side, len(pair.prompt) : len(ids)] = 1
             lengths[row, side] = len(ids)
     arrays = {"tokens": tokens, "loss_mask": mask, "lengths": lengths}
+    if all(pair.margin is not None for pair in pairs):
+        arrays[MARGIN] = np.array([pair.margin for pair in pairs], np.float32)
     rows = mask.reshape(-1, length)
     capacity = capacity_for(largest_count(rows), length - 1) if positions else None
     if capacity is not None:
@@ -246,8 +252,10 @@ def encode_rows(
     parts = [row_parts(row, index) for index, row in enumerate(rows)]
     if parts and isinstance(parts[0][1], list) and template is None:
         template = chat_template_for(tokenizer)
-    return [encode_pair(part, tokenizer, template=template, config=config, index=index)
-            for index, part in enumerate(parts)]  # fmt: skip
+    margins = row_margins(rows)
+    return [dataclasses.replace(encode_pair(part, tokenizer, template=template, config=config,
+                                            index=index), margin=margin)
+            for index, (part, margin) in enumerate(zip(parts, margins, strict=True))]  # fmt: skip
 
 
 def _learnt_tokenizer(kind: str, rows: Sequence[Mapping[str, object]]) -> Tokenizer:

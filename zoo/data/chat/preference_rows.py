@@ -11,12 +11,13 @@ that is not the assistant's, is a `DataError` naming the row, the column and wha
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TypeAlias, TypeVar
 
 from zoo.data.errors import DataError
 
 ANSWERS = ("chosen", "rejected")
+MARGIN = "margin"  # an optional column: how much better chosen is (a reward model's margin)
 # A conversational row's prompt or answer: its messages.
 Turns: TypeAlias = list[Mapping[str, object]]
 # A checked row (`row_parts`): prompt, chosen and rejected, three texts or three lists of turns.
@@ -152,6 +153,27 @@ def _turns(value: object, name: str, index: int, decider: str) -> Turns:
             )
         turns.append(message)
     return turns
+
+
+def row_margins(rows: Sequence[Mapping[str, object]]) -> list[float | None]:
+    """Each row's `margin` (None where the rows have no such column): a finite number on every
+    row, or a `DataError` naming the row."""
+    if not any(MARGIN in row for row in rows):
+        return [None] * len(rows)
+    margins: list[float | None] = []
+    for index, row in enumerate(rows):
+        value = row.get(MARGIN)
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+        ):
+            raise DataError(
+                f"preference row {index}: {MARGIN!r} holds {_holding(value)}; a margin is a "
+                "finite number on every row (or no row has the column)"
+            )
+        margins.append(float(value))
+    return margins
 
 
 def _is_null(value: object) -> bool:

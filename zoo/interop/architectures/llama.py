@@ -87,6 +87,7 @@ class LlamaFamily(Architecture[GPTConfig]):
     """What the four decoder families share; subclasses set names and their switches."""
 
     prefix = "model."
+    exports_scores = False  # a score head exports to `*ForSequenceClassification`
     zoo_config_class = GPTConfig
     zoo_base = LLAMA
     qkv_bias_always = False  # Qwen2: q/k/v biases whatever the config says, no output bias
@@ -189,11 +190,24 @@ class LlamaFamily(Architecture[GPTConfig]):
             "feed_forward.bias": bool(hf["mlp_bias"]),
             "norm.eps": eps,
             "dropout": 0.0,
-            "head": LMHead(tie=bool(hf["tie_word_embeddings"])),
+            "head": self._head(hf, shapes),
             **self._windows(hf, num_layers),
             **self._rope(hf),
             **self._token_ids(hf, vocab),
         }
+
+    def _head(self, hf: HFConfig, shapes: Mapping[str, Shape]) -> LMHead:
+        """The head of a causal checkpoint, or the score head of a `*ForSequenceClassification`
+        one (which holds no vocabulary head: the token table stands in for it)."""
+        score = shapes.get("score.weight")
+        if score is not None:
+            return LMHead(tie=True, scores=int(score[0]))
+        return LMHead(tie=bool(hf["tie_word_embeddings"]))
+
+    @property
+    def score_class(self) -> str:
+        """The transformers class of a model with a score head (`LMHead.scores`)."""
+        return self.export_class.replace("ForCausalLM", "ForSequenceClassification")
 
     # -- writing config.json -------------------------------------------------------------------
 
@@ -288,6 +302,11 @@ class LlamaFamily(Architecture[GPTConfig]):
                 f"{self.export_class} has no feed-forward biases: feed_forward.bias=True"
             )
         out.update(self._export_window(config))
+        if config.head.scores:  # a reward model or sequence classifier: no vocabulary head
+            out.update(architectures=[self.score_class], num_labels=config.head.scores)
+            if not config.head.tie:
+                logger.warning("%s has no vocabulary head: head.weight is not exported",
+                               self.score_class)  # fmt: skip
         return out
 
     def _export_window(self, config: GPTConfig) -> HFDict:
@@ -309,8 +328,9 @@ class LlamaFamily(Architecture[GPTConfig]):
     # -- weights -------------------------------------------------------------------------------
 
     def key_map(self, config: GPTConfig, shapes: Mapping[str, Shape] | None = None) -> KeyMap:
-        tie = config.head.tie
-        tied = ("lm_head.weight",) if tie else ()
+        scores = config.head.scores > 0  # *ForSequenceClassification: a score, no lm_head
+        tie = config.head.tie or scores
+        tied = ("lm_head.weight",) if tie and not scores else ()
         rules = [rule("model.embed_tokens.weight", "embedder.token_weight", aliases=tied)]
         qkv_bias, out_bias, mlp_bias = biases(config)
         qk_norm = config.layers.block.attention.qk_norm is not None
@@ -341,6 +361,8 @@ class LlamaFamily(Architecture[GPTConfig]):
         rules.append(rule("model.norm.weight", "final_norm.weight"))
         if not tie:
             rules.append(rule("lm_head.weight", "head.weight"))
+        if scores:
+            rules.append(rule("score.weight", "score.weight"))
         # rotary frequencies that older checkpoints saved as buffers: zoo computes them
         ignore = (r"model\.(layers\.\d+\.self_attn\.)?rotary_emb\.inv_freq",)
         return KeyMap(rules, ignore=ignore)
@@ -349,7 +371,8 @@ class LlamaFamily(Architecture[GPTConfig]):
 class Llama(LlamaFamily):
     name = "llama"
     model_type = "llama"
-    loads = ("LlamaForCausalLM", "LlamaModel")
+    exports_scores = True
+    loads: tuple[str, ...] = ("LlamaForCausalLM", "LlamaModel", "LlamaForSequenceClassification")
     export_class = "LlamaForCausalLM"
     config_class = "LlamaConfig"
     has_mlp_bias_option = True
@@ -358,7 +381,12 @@ class Llama(LlamaFamily):
 class Mistral(LlamaFamily):
     name = "mistral"
     model_type = "mistral"
-    loads = ("MistralForCausalLM", "MistralModel")
+    exports_scores = True
+    loads: tuple[str, ...] = (
+        "MistralForCausalLM",
+        "MistralModel",
+        "MistralForSequenceClassification",
+    )
     export_class = "MistralForCausalLM"
     config_class = "MistralConfig"
     has_attention_bias_option = False
@@ -374,7 +402,8 @@ class Mistral(LlamaFamily):
 class Qwen2(LlamaFamily):
     name = "qwen2"
     model_type = "qwen2"
-    loads = ("Qwen2ForCausalLM", "Qwen2Model")
+    exports_scores = True
+    loads: tuple[str, ...] = ("Qwen2ForCausalLM", "Qwen2Model", "Qwen2ForSequenceClassification")
     export_class = "Qwen2ForCausalLM"
     config_class = "Qwen2Config"
     zoo_base = with_parts(LLAMA, QWEN2)
@@ -398,7 +427,7 @@ class Qwen2(LlamaFamily):
 class Qwen3(Qwen2):
     name = "qwen3"
     model_type = "qwen3"
-    loads = ("Qwen3ForCausalLM", "Qwen3Model")
+    loads: tuple[str, ...] = ("Qwen3ForCausalLM", "Qwen3Model", "Qwen3ForSequenceClassification")
     export_class = "Qwen3ForCausalLM"
     config_class = "Qwen3Config"
     zoo_base = with_parts(LLAMA, QWEN3)

@@ -65,6 +65,7 @@ class MoEFamily(LlamaFamily):
     always_renormalise = False  # Mixtral renormalises the top-k weights without an option
     has_shared_expert = False  # Qwen2-MoE
     has_dense_layers = False  # Qwen: mlp_only_layers and decoder_sparse_step
+    exports_scores = False  # its *ForSequenceClassification is not mapped
 
     # -- reading config.json ------------------------------------------------------------------
 
