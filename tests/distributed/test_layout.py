@@ -51,4 +51,4 @@ def test_bench_takes_a_mesh_but_not_with_the_peer(capsys):
     with pytest.raises(ValueError, match="unknown axis 'model'"):
         BenchSpec(preset="gpt-tiny", batch=8, seq=16, mesh="model=2")
     assert main(["bench", "--preset", "gpt-tiny", "--mesh", "data=1", "--peer", "torch"]) == 2
-    assert "--peer runs PyTorch on one device: drop --mesh or --peer" in capsys.readouterr().err
+    assert "--peer runs on one device: drop --mesh or --peer" in capsys.readouterr().err

@@ -124,7 +124,7 @@ class NF4Linear(eqx.Module):
 
         def stacked(name: str) -> Array:
             arrays = np.stack([layer[name] for layer in layers])
-            return jnp.asarray(arrays.reshape(*lead, *arrays.shape[1:]))
+            return jnp.asarray(arrays.reshape((*lead, *arrays.shape[1:])))
 
         return NF4Linear(
             stacked("codes"), stacked("scale_codes"), stacked("scale_absmax"),
