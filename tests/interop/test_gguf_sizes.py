@@ -4,7 +4,6 @@ its value and, where they disagree, the tensor's shape."""
 
 from __future__ import annotations
 
-import gguf
 import numpy as np
 import pytest
 
@@ -13,7 +12,7 @@ import zoo.interop.gguf.load
 from zoo.interop.gguf import GGUFError
 
 pytestmark = pytest.mark.hf
-pytest.importorskip("gguf")
+gguf = pytest.importorskip("gguf")
 
 D_MODEL, HEADS, KV_HEADS, HEAD_DIM, D_FF, VOCAB = 8, 2, 1, 4, 16, 12
 SIZES = {
